@@ -107,6 +107,13 @@ class HardwareConfig:
     hbm_gib_per_device: float = 24.0
     # Peak dense bf16 throughput per device, TFLOP/s (for MFU).
     peak_bf16_tflops: float = 1.0
+    # Regex that jax.Device.device_kind must fully match ("TPU v6 lite"); None = any kind.
+    device_kind: Optional[str] = None
+    # GPU model when platform=gpu (h100 | h200): picks HBM, peak and kind from gpu_specs.
+    gpu_type: Optional[str] = None
+    # Datasheet figures per GPU model (hbm_gib, peak_bf16_tflops, device_kind, ...), which
+    # conf/hardware/gpu.yaml interpolates by gpu_type; empty off GPU.
+    gpu_specs: dict[str, Any] = field(default_factory=dict)
     # Mesh of the trainer (policy + reference).
     trainer_mesh: MeshConfig = field(default_factory=MeshConfig)
     # Mesh of the rollout (sampler).
@@ -379,6 +386,11 @@ def validate(cfg: Config) -> Config:
     if h.split == "split":
         _require(h.trainer_fraction + h.sampler_fraction <= 1.0 + 1e-9, "hardware.sampler_fraction",
                  h.sampler_fraction, "trainer_fraction + sampler_fraction must be <= 1")
+    if h.gpu_specs:
+        _require(h.gpu_type in h.gpu_specs, "hardware.gpu_type", h.gpu_type,
+                 f"valid choices are {', '.join(sorted(h.gpu_specs))}")
+    _require(h.hbm_gib_per_device > 0, "hardware.hbm_gib_per_device", h.hbm_gib_per_device,
+             "must be > 0")
     return cfg
 
 
