@@ -289,11 +289,16 @@ GROUP_SCHEMAS = {
 
 
 def register_configs() -> None:
-    """Store the schema: `base_config` for config.yaml, `<group>/base_<group>` for options."""
+    """Store the schema `base_config` (first in config.yaml's defaults) and the sweeps."""
+    from rlexp.paths import sweeps_dir
+
     cs = ConfigStore.instance()
+    # The root schema types every group's node, so group YAML files need no schema of their own.
     cs.store(name="base_config", node=Config)
-    for group, schema in GROUP_SCHEMAS.items():
-        cs.store(group=group, name=f"base_{group}", node=schema)
+    # sweeps/*.yaml become the `sweep` group (+sweep=NAME), from the wheel or the checkout.
+    found = sweeps_dir()
+    for path in sorted(found.glob("*.yaml")) if found else []:
+        cs.store(group="sweep", name=path.stem, node=OmegaConf.load(path), package="_global_")
 
 
 # ------------------------------------------------------------------------------ validation

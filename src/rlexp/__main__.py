@@ -1,0 +1,43 @@
+"""`python -m rlexp`: validate -> plan -> build -> run -> the metric a sweeper optimizes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from rlexp.errors import UserError, fail
+from rlexp.paths import conf_dir
+
+log = logging.getLogger("rlexp")
+
+
+def _task(cfg: DictConfig) -> float | None:
+    from rlexp import experiment
+    from rlexp.config import to_config
+
+    try:
+        config = to_config(cfg)
+    except UserError as exc:
+        fail(str(exc))
+    return experiment.run(config, experiment.JobContext.from_hydra())
+
+
+def main() -> None:
+    from rlexp import cli
+
+    argv = sys.argv[1:]
+    try:
+        pre = cli.preflight(argv)
+    except UserError as exc:
+        fail(str(exc))
+    if pre is not None:
+        cli.before_launch(pre)
+    app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
+    app()
+
+
+if __name__ == "__main__":
+    main()

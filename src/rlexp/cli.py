@@ -1,0 +1,186 @@
+"""Pre-flight: compose and validate every job of a command before Hydra runs anything.
+
+Hydra reports composition errors over several lines with exit code 1, lets `+key=value`
+through for keys the schema lacks, and in a multirun finds a bad value only when that job
+starts. So the entry point composes each job here first (cheap: no JAX, no MLflow) and turns
+the first mistake into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field, fields, is_dataclass
+from rlexp.config import Config, to_config, one_line_omegaconf_error
+from rlexp.errors import UserError
+from rlexp.paths import conf_dir
+
+log = logging.getLogger("rlexp")
+
+# Past this many jobs, validate each swept value once instead of the whole product.
+MAX_PRODUCT = 256
+
+
+@dataclass
+class Preflight:
+    # True for -m / --multirun or a sweep file that sets hydra.mode=MULTIRUN.
+    multirun: bool
+    # Every job's validated config (all of them, or one per swept value past MAX_PRODUCT).
+    jobs: list[Config] = field(default_factory=list)
+    # Swept keys -> their values (empty for a single run).
+    swept: dict[str, list[str]] = field(default_factory=dict)
+    # --cfg/--resolve: Hydra only prints the config, nothing runs.
+    print_only: bool = False
+
+
+def _valid_keys(dotted: str) -> tuple[str, list[str]]:
+    """Parent path and its valid child keys, from the schema."""
+    node: type = Config
+    parts = dotted.split(".")
+    for i, part in enumerate(parts[:-1]):
+        match = {f.name: f for f in fields(node)}.get(part)
+        sub = _schema_of(match) if match else None
+        if sub is None:
+            return ".".join(parts[: i + 1]), sorted(f.name for f in fields(node))
+        node = sub
+    parent = ".".join(parts[:-1]) or "the top level"
+    return parent, sorted(f.name for f in fields(node))
+
+
+def _schema_of(f) -> type | None:
+    import rlexp.config as c
+
+    t = f.type if isinstance(f.type, str) else f.type.__name__
+    cls = getattr(c, t, None)
+    return cls if is_dataclass(cls) else None
+
+
+def explain(exc: BaseException, overrides: list[str]) -> str:
+    """Hydra/OmegaConf composition error -> one line naming the key and valid choices."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    if isinstance(exc, UserError):
+        return str(exc)
+    if isinstance(exc, OverrideParseException):
+        return f"cannot parse override {exc.override!r}: {exc.message.splitlines()[0]}"
+    if isinstance(exc, MissingConfigException) and exc.options is not None:
+        group = (exc.missing_cfg_file or "").rsplit("/", 1)[0]
+        bad = (exc.missing_cfg_file or "").rsplit("/", 1)[-1]
+        return (f"{group}={bad} is not an option of group '{group}'; valid choices are: "
+                f"{', '.join(sorted(exc.options))}")
+    cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
+        key = cause.full_key
+        parent, valid = _valid_keys(key)
+        return f"{key} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
+    if isinstance(cause, ValidationError):
+        key = getattr(cause, "full_key", None)
+        value = next((o.split("=", 1)[1] for o in overrides if key and o.lstrip("+~").split("=")[0] == key), None)
+        msg = str(cause.msg).splitlines()[0] if hasattr(cause, "msg") else str(cause)
+        return f"{key}={value!r} is invalid: {msg}" if key else msg
+    first = str(exc).strip().splitlines()
+    text = " ".join(line.strip() for line in first if line.strip() and "HYDRA_FULL_ERROR" not in line)
+    if "Could not override" in text and "append" in text:
+        key = text.split("'")[1]
+        parent, valid = _valid_keys(key)
+        return f"{key} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
+    return text or one_line_omegaconf_error(exc)
+
+
+def _expand(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict]:
+    """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    params = [f"{k}={v}" for k, v in sweeper_params.items()]
+    parsed = parser.parse_overrides(params + overrides)
+    lists: dict[str, list[str]] = {}
+    swept: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if o.is_discrete_sweep():
+                values = list(o.sweep_string_iterator())
+                lists[key] = [f"{key}={v}" for v in values]
+                swept[key.lstrip("+~")] = values
+            else:  # range/interval sweeps (Optuna): validate the config without the key
+                lists[key] = []
+                swept[key.lstrip("+~")] = [o.input_line or key]
+        else:
+            lists[key] = [f"{key}={o.get_value_element_as_str()}"]
+            swept.pop(key.lstrip("+~"), None)
+    groups = [v if v else [None] for v in lists.values()]
+    product_size = 1
+    for g in groups:
+        product_size *= len(g)
+    if product_size <= MAX_PRODUCT:
+        combos = itertools.product(*groups)
+    else:  # one job per swept value, the other keys at their first value
+        firsts = [g[0] for g in groups]
+        combos = [firsts[:i] + [v] + firsts[i + 1:] for i, g in enumerate(groups) for v in g]
+    jobs = [[x for x in combo if x is not None] for combo in combos]
+    return jobs, swept
+
+
+def preflight(argv: list[str]) -> Preflight | None:
+    """Validate every job the command would run. None when Hydra only prints help/info."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    args = get_args_parser().parse_args(argv)
+    if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
+        return None
+    overrides: list[str] = list(args.overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(conf_dir()), version_base="1.3", job_name="rlexp"):
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            parsed = OverridesParser.create().parse_overrides(overrides)
+            # One compose with the first value of each sweep: checks groups and hydra/* too.
+            firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
+                      if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
+                      for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
+            base = compose("config", overrides=firsts, return_hydra_config=True)
+            multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
+                or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
+            params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
+            sweeper_params = OmegaConf.to_container(params_node) if multirun and params_node else {}
+            if not multirun and any(o.is_sweep_override() for o in parsed):
+                sweep = next(o.input_line for o in parsed if o.is_sweep_override())
+                raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
+            jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
+            configs = []
+            for job in jobs:
+                job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+                cfg = compose("config", overrides=job_overrides)
+                configs.append(to_config(cfg))
+    except Exception as exc:  # composition and validation errors end here, as one line
+        raise UserError(explain(exc, overrides)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg))
+
+
+def before_launch(pre: Preflight) -> None:
+    """What must happen in the launching process, once, before any job starts."""
+    if pre.print_only:
+        return
+    if pre.multirun:
+        from rlexp.guards import NOOP_KEYS, on_policy_noop
+
+        noop_swept = [k for k in NOOP_KEYS if k in pre.swept and len(pre.swept[k]) > 1]
+        if noop_swept and all(on_policy_noop(job) for job in pre.jobs):
+            log.warning(
+                "WARNING: this sweep varies %s, but every job is on-policy (algo.num_iterations=1, "
+                "one mini-batch per rollout): the importance ratio is exactly 1, so these keys "
+                "change nothing. Set algo.num_iterations>=2 or train.mini_batch_size<batch_size.",
+                ", ".join(noop_swept))
+    elif pre.jobs and not pre.jobs[0].run.dry_run:
+        # Device count for emulation must be fixed before JAX starts its backend.
+        from rlexp.hardware import setup_platform
+
+        setup_platform(pre.jobs[0].hardware)

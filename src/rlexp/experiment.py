@@ -1,0 +1,246 @@
+"""One job, start to end: plan -> build -> listeners -> loop -> summary.json.
+
+Data flows one way: config -> plan -> components -> loop -> listeners. This is the only place
+that decides a run's status (FINISHED, FAILED, KILLED) and writes summary.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.config import Config
+from rlexp.errors import UserError
+from rlexp.events import Listeners, RunInfo
+
+log = logging.getLogger("rlexp")
+
+
+class Preempted(Exception):
+    """SIGTERM arrived (preemption, scancel, requeue): checkpoint, flush, mark KILLED."""
+
+
+@dataclass
+class JobContext:
+    # Where this job writes (Hydra's output dir).
+    run_dir: Path
+    # Readable run name (the run dir's name).
+    name: str
+    # Group choices, e.g. {"algo": "gspo", "hardware": "v6e-8", ...}.
+    choices: dict[str, str]
+    # The job's command-line overrides (a sweep job's include its swept values).
+    overrides: list[str]
+    # The sweep dir when this job is part of a multirun.
+    sweep_dir: Path | None = None
+
+    @classmethod
+    def from_hydra(cls) -> "JobContext":
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        from omegaconf import OmegaConf
+
+        hc = HydraConfig.get()
+        run_dir = Path(hc.runtime.output_dir)
+        choices = {k: str(v) for k, v in OmegaConf.to_container(hc.runtime.choices).items()
+                   if not k.startswith("hydra/") and v is not None}
+        sweep = Path(hc.sweep.dir).resolve() if hc.mode == RunMode.MULTIRUN else None
+        return cls(run_dir=run_dir, name=run_dir.name, choices=choices,
+                   overrides=list(hc.overrides.task), sweep_dir=sweep)
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Config dataclass -> {"algo.beta": 0.04, ...}."""
+    out: dict[str, Any] = {}
+    items = dataclasses.asdict(obj).items() if dataclasses.is_dataclass(obj) else obj.items()
+    for key, value in items:
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _git() -> dict[str, str]:
+    src = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
+    except (OSError, subprocess.SubprocessError):
+        return {"git.commit": "unknown", "git.dirty": "unknown"}
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist, tag in (("rlexp", "version.rlexp"), ("google-tunix", "version.tunix"),
+                      ("jax", "version.jax")):
+        try:
+            out[tag] = version(dist)
+        except PackageNotFoundError:
+            out[tag] = "missing"
+    return out
+
+
+def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
+    from rlexp.redact import redact_text
+
+    tags = {"algo": cfg.algo.name, "model": cfg.model.name, "dataset": cfg.dataset.name,
+            "hardware": cfg.hardware.name, "host": socket.gethostname(),
+            "overrides": redact_text(" ".join(job.overrides)),
+            "command": redact_text(" ".join([os.path.basename(sys.executable), "-m", "rlexp",
+                                             *sys.argv[1:]])),
+            **_git(), **_versions()}
+    if job.sweep_dir is not None:
+        tags["sweep"] = job.sweep_dir.name
+    return tags
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    tmp = run_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
+
+
+def _forget_previous(run_dir: Path) -> None:
+    """run.resume=false: the old checkpoints, tracking link and summary no longer apply."""
+    for name in ("checkpoints", "tracking.json", "tracking_spool.jsonl", "summary.json"):
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001
+    raise Preempted("SIGTERM")
+
+
+def print_plan(cfg: Config, plan, job: JobContext) -> None:
+    from rlexp.tracking import default_uri
+
+    print("rlexp plan (dry run: nothing compiled)")
+    for line in plan.lines:
+        print(f"  {line}")
+    print(f"  outputs    {job.run_dir}")
+    print(f"  tracking   {default_uri(cfg) or 'off (tracker=none)'}"
+          f" experiment={cfg.tracker.experiment}")
+
+
+def run(cfg: Config, job: JobContext) -> float | None:
+    from rlexp.plan import make_plan
+
+    plan = make_plan(cfg)
+    if cfg.run.dry_run:
+        print_plan(cfg, plan, job)
+        return None
+    if not plan.fits:
+        return _user_error(plan.why, job)
+    run_dir = job.run_dir
+    previous = _read_json(run_dir / "summary.json")
+    if cfg.run.resume and previous and previous.get("status") == "FINISHED":
+        print(f"rlexp: {run_dir} already finished (run.resume=false to run it again)")
+        return previous.get("objective")
+    if not cfg.run.resume:
+        _forget_previous(run_dir)
+
+    from rlexp.redact import redact_params, scrub_run_dir
+
+    scrub_run_dir(run_dir)
+    started = time.time()
+    try:
+        from rlexp import engine as engine_lib
+
+        engine = engine_lib.build(cfg, plan, run_dir)
+    except UserError as exc:  # bad input found while building: nothing was tracked yet
+        return _user_error(str(exc), job)
+
+    listeners = Listeners(_listeners(cfg, run_dir))
+    info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params(flatten(cfg)),
+                   tags=run_tags(cfg, job), start_step=engine.start_step,
+                   total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
+                   extra=_parent(job))
+    summary: dict[str, Any] = {
+        "name": job.name, "status": "RUNNING", "choices": job.choices,
+        "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
+        "devices": plan.devices, "started": started,
+    }
+    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    status, error = "FAILED", None
+    try:
+        listeners.on_run_start(info)
+        from rlexp import loop
+
+        summary.update(loop.run(cfg, engine, listeners, run_dir))
+        status = "FINISHED"
+    except Preempted:
+        status, error = "KILLED", "preempted (SIGTERM): resumes from the last checkpoint"
+    except KeyboardInterrupt:
+        status, error = "KILLED", "interrupted"
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+        tracking = _read_json(run_dir / "tracking.json") or {}
+        eval_after = summary.get("eval_after") or {}
+        summary.update(status=status, error=error, wall_s=round(time.time() - started, 3),
+                       mlflow_run_id=tracking.get("run_id"),
+                       objective=eval_after.get("eval/accuracy"))
+        write_summary(run_dir, summary)
+        listeners.on_run_end(status, summary)
+    if status == "KILLED":
+        print(f"rlexp: {error}", file=sys.stderr)
+        sys.exit(143)
+    return summary["objective"]
+
+
+def _user_error(message: str, job: JobContext) -> None:
+    if job.sweep_dir is None:
+        from rlexp.errors import fail
+
+        fail(message)
+    raise UserError(message)  # in a sweep: this job fails, the others go on
+
+
+def _parent(job: JobContext) -> dict[str, Any]:
+    if job.sweep_dir is None:
+        return {}
+    from rlexp.tracking import parent_run_id
+
+    parent = parent_run_id(job.sweep_dir)
+    return {"parent_run_id": parent} if parent else {}
+
+
+def _listeners(cfg: Config, run_dir: Path) -> list:
+    from rlexp.console import ConsoleListener
+    from rlexp.tracking import make_listener
+
+    out = []
+    if cfg.run.progress:
+        out.append(ConsoleListener(cfg))
+    tracker = make_listener(cfg, run_dir)
+    if tracker is not None:
+        out.append(tracker)
+    return out

@@ -1,0 +1,70 @@
+"""Run and sweep names, and the deterministic dirs built from them.
+
+A run dir is a function of the command's overrides, so running the same command again finds
+the same dir (and resumes it); a sweep dir is a function of the sweep command, and each job's
+subdir a function of the job's own overrides (so a rerun skips finished jobs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+
+from omegaconf import OmegaConf
+
+# Overrides that do not change what a run computes, so they do not change its identity.
+NEUTRAL_PREFIXES = ("hydra.", "hydra/", "run.", "+run.", "~run.", "tracker.", "+sweep", "sweep=")
+# Groups whose choice is part of every run name, in this order.
+NAMED_GROUPS = ("algo", "model", "dataset", "hardware")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+MAX_NAME = 80
+
+
+def identity_overrides(overrides: Iterable[str]) -> list[str]:
+    """The overrides that define a run, normalized (sorted, neutral ones dropped)."""
+    kept = [o.strip() for o in overrides if not o.strip().startswith(NEUTRAL_PREFIXES)]
+    return sorted(kept)
+
+
+def _short(override: str) -> str:
+    key, _, value = override.lstrip("+~").partition("=")
+    if "/" in key or key in NAMED_GROUPS:  # a group choice: already in the name
+        return ""
+    return f"{key.rsplit('.', 1)[-1]}{value}"
+
+
+def _digest(items: list[str]) -> str:
+    return hashlib.sha1("\n".join(items).encode()).hexdigest()[:6]
+
+
+def run_name(choices: Mapping[str, str], overrides: Iterable[str]) -> str:
+    """Readable and unique: 'gspo-tiny-arithmetic-cpu-beta0.04_1a2b3c'."""
+    ident = identity_overrides(overrides)
+    parts = [str(choices.get(g, "")) for g in NAMED_GROUPS if choices.get(g)]
+    parts += [s for s in (_short(o) for o in ident) if s]
+    name = _UNSAFE.sub("_", "-".join(parts))[:MAX_NAME].strip("-_")
+    return f"{name}_{_digest(ident)}" if ident else name
+
+
+def sweep_name(overrides: Iterable[str]) -> str:
+    """'beta0,0.04-steps2_9f8e7d' for `-m algo.beta=0,0.04 train.steps=2`."""
+    ident = identity_overrides(overrides)
+    sweep_files = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("sweep=")]
+    parts = [f"sweep-{s}" for s in sweep_files] + [s for s in (_short(o) for o in ident) if s]
+    name = _UNSAFE.sub("_", "-".join(parts))[:MAX_NAME].strip("-_") or "sweep"
+    return f"{name}_{_digest(ident + sweep_files)}"
+
+
+def _plain(node) -> object:
+    return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+
+
+def register_resolvers() -> None:
+    """`${rlexp_run_name:...}` and `${rlexp_sweep_name:...}`, used by conf/config.yaml."""
+    if not OmegaConf.has_resolver("rlexp_run_name"):
+        OmegaConf.register_new_resolver(
+            "rlexp_run_name", lambda choices, task: run_name(_plain(choices), _plain(task)))
+    if not OmegaConf.has_resolver("rlexp_sweep_name"):
+        OmegaConf.register_new_resolver(
+            "rlexp_sweep_name", lambda task: sweep_name(_plain(task)))
