@@ -59,6 +59,8 @@ class ModelConfig:
     warm_start_steps: int = 0
     # Learning rate of the warm-start stage.
     warm_start_lr: float = 3e-3
+    # Sequences per warm-start step.
+    warm_start_batch_size: int = 32
 
 
 @dataclass
@@ -160,6 +162,12 @@ class DatasetConfig:
     max_digits: int = 1
     # Prompt template: reasoning (<reasoning>/<answer> tags) | answer (<answer> tag only).
     template: str = "answer"
+    # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
+    operators: str = "+-"
+    # reasoning-gym arithmetic: allow unary minus on terms ("3 - -2").
+    allow_negation: bool = False
+    # reasoning-gym arithmetic: allow parenthesised sub-expressions.
+    allow_parentheses: bool = False
 
 
 @dataclass
@@ -262,6 +270,8 @@ class RunConfig:
     resume: bool = True
     # Show a progress bar.
     progress: bool = True
+    # Cache shared by runs (warm-start weights keyed by what determines them).
+    cache_dir: str = "outputs/cache"
 
 
 @dataclass
@@ -375,6 +385,12 @@ def validate(cfg: Config) -> Config:
     _require(cfg.dataset.num_train >= t.batch_size, "dataset.num_train", cfg.dataset.num_train,
              f"must be >= train.batch_size ({t.batch_size})")
     d = cfg.dataset
+    _require(bool(d.operators) and set(d.operators) <= set("+-*/"), "dataset.operators",
+             d.operators, "must be a non-empty subset of '+-*/'")
+    _require(m.warm_start_steps >= 0, "model.warm_start_steps", m.warm_start_steps, "must be >= 0")
+    _require(m.warm_start_batch_size >= 1, "model.warm_start_batch_size",
+             m.warm_start_batch_size, "must be >= 1")
+    _require(m.warm_start_lr > 0, "model.warm_start_lr", m.warm_start_lr, "must be > 0")
     _require(1 <= d.min_terms <= d.max_terms, "dataset.max_terms", d.max_terms,
              f"must be >= dataset.min_terms ({d.min_terms}) >= 1")
     _require(1 <= d.min_digits <= d.max_digits, "dataset.max_digits", d.max_digits,
