@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from rlexp.config import Config, to_config, one_line_omegaconf_error
 from rlexp.errors import UserError
 from rlexp.paths import conf_dir
@@ -123,6 +125,16 @@ def _expand(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[
     return jobs, swept
 
 
+def check_writable(path: Path) -> None:
+    """The run/sweep dir can be made: its nearest existing ancestor is a writable dir."""
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"hydra.run.dir={path}: cannot write under {probe} (permission denied); "
+                        "run from a writable directory or set hydra.run.dir=/writable/path")
+
+
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
     from hydra import compose, initialize_config_dir
@@ -152,6 +164,9 @@ def preflight(argv: list[str]) -> Preflight | None:
             if not multirun and any(o.is_sweep_override() for o in parsed):
                 sweep = next(o.input_line for o in parsed if o.is_sweep_override())
                 raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
+            if not args.cfg:
+                out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
+                check_writable(Path(out))
             jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
             configs = []
             for job in jobs:
