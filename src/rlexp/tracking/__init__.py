@@ -1,0 +1,52 @@
+"""MLflow tracking: the listener a run uses, the store it writes to, the sweep's parent run.
+
+Entry points for the rest of rlexp (none imports mlflow until it is used):
+  default_uri(cfg)             the run's tracking URI, None when tracker=none
+  prepare_store(uri)           create/upgrade a sqlite store once, under a file lock
+  make_listener(cfg, run_dir)  the MLflow listener (None when tracker=none)
+  parent_run_id(sweep_dir)     the sweep's parent run, written by callback.SweepCallback
+  run_id(run_dir)              the MLflow run a run dir logs to (tracking.json)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlexp.tracking.spool import Link
+from rlexp.tracking.store import default_uri, prepare_store, resolve_uri
+
+if TYPE_CHECKING:
+    from rlexp.config import Config
+    from rlexp.events import Listener
+
+PARENT_FILE = "parent_run.json"
+
+__all__ = ["default_uri", "prepare_store", "resolve_uri", "make_listener", "parent_run_id",
+           "run_id", "PARENT_FILE"]
+
+
+def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
+    uri = default_uri(cfg)
+    if uri is None:
+        return None
+    from rlexp.tracking.listener import MlflowListener
+
+    return MlflowListener(uri=uri, experiment=cfg.tracker.experiment, run_dir=Path(run_dir),
+                          gated=cfg.train.checkpoint_every > 0,
+                          flush_every_s=cfg.tracker.flush_every_s)
+
+
+def parent_run_id(sweep_dir: Path) -> str | None:
+    """The sweep's MLflow parent run id from <sweep dir>/parent_run.json, if there is one."""
+    try:
+        data = json.loads((Path(sweep_dir) / PARENT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("run_id") if isinstance(data, dict) else None
+
+
+def run_id(run_dir: Path) -> str | None:
+    link = Link.load(Path(run_dir))
+    return link.run_id if link is not None else None

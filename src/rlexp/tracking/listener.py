@@ -1,0 +1,284 @@
+"""The MLflow listener: loop events -> spooled records -> batched writes to the store.
+
+Exactly once across crashes and resumes: with checkpointing on, metrics of step s are written
+only once a checkpoint at step >= s exists (the gate). A run resumed from a checkpoint at
+step S reopens the same MLflow run, writes the spooled metrics of steps <= S and drops the
+later ones, which the loop produces again. Without checkpointing, metrics are written every
+tracker.flush_every_s seconds and at the end.
+
+Never fatal: a store that cannot be reached leaves the records in the spool; every later
+flush retries, and `python -m rlexp.sync <run dir>` replays whatever is left.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from rlexp.events import Listener, RunInfo
+from rlexp.redact import redact_params, redact_text
+from rlexp.tracking import store
+from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
+from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link
+
+SAMPLES_DIR = "eval_samples"
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+# Attempts and pauses of the final flush (a sqlite store briefly locked by other jobs).
+FINAL_RETRY_S = (0.5, 1.5)
+# mlflow.loggedArtifacts lists tables for the UI's evaluation view; the tag holds 8000 chars.
+MAX_LISTED_TABLES = 100
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def warn(message: str) -> None:
+    print(f"rlexp: warning: {message}", file=sys.stderr, flush=True)
+
+
+def clean_params(flat: dict[str, Any]) -> dict[str, str]:
+    return {store.sanitize_key(k): store.truncate(v, store.MAX_PARAM_VAL_LEN)
+            for k, v in redact_params(flat).items()}
+
+
+def clean_tags(tags: dict[str, Any]) -> dict[str, str]:
+    return {store.sanitize_key(k): store.truncate(redact_text(str(v)), store.MAX_TAG_VAL_LEN)
+            for k, v in tags.items()}
+
+
+class MlflowListener(Listener):
+    def __init__(self, uri: str, experiment: str, run_dir: Path, gated: bool,
+                 flush_every_s: float):
+        self.uri = uri
+        self.experiment = experiment
+        self.run_dir = Path(run_dir)
+        self.gated = gated
+        self.flush_every_s = flush_every_s
+        self.run: TrackedRun | None = None
+        # Highest step whose metrics may be written (latest checkpoint when gated).
+        self._gate = NEVER if gated else ALWAYS
+        # On resume, events at steps <= the resumed step are already logged or spooled.
+        self._skip_upto = NEVER
+        self._last_try = 0.0
+        self._offline_since: float | None = None
+        self._ended = False
+        # Inside a flush: an on_run_end arriving from a signal handler waits for it to end.
+        self._busy = False
+        self._deferred_end = False
+        self._names: dict[str, str] = {}
+        self._lock: IO[str] | None = None
+
+    # ------------------------------------------------------------------------------ events
+
+    def on_run_start(self, info: RunInfo) -> None:
+        store.prepare_store(self.uri)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._hold_lock()
+        link = Link.load(self.run_dir)
+        if link is not None and info.start_step > 0 and link.uri == self.uri:
+            self._reopen(link, info.start_step)
+        else:
+            if link is not None:
+                self._close_previous(link)
+            self._start(info)
+        self._flush(force=True)
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        if not self._live or step <= self._skip_upto:
+            return
+        values = {}
+        for key, value in metrics.items():
+            name = self._names.get(key)
+            if name is None:
+                name = self._names[key] = store.sanitize_key(key)
+            try:
+                values[name] = float(value)
+            except (TypeError, ValueError):
+                continue
+        if values:
+            self.run.add(record("metrics", step=int(step), t=now_ms(), values=values))
+        self._flush()
+
+    def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None:
+        if not self._live or step <= self._skip_upto:
+            return
+        self.on_metrics(step, metrics)
+        if samples:
+            self._log_samples(step, samples)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        if not self._live:
+            return
+        if self.gated and step > self._gate:
+            self._gate = step
+            self.run.link.checkpoint_step = int(step)
+            self.run.link.save(self.run_dir)
+        self._flush(force=True)
+
+    def on_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        if not self._live:
+            return
+        self.run.add(record("artifact", path=str(Path(path).resolve()),
+                            artifact_path=artifact_path))
+        self._flush()
+
+    def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
+        if not self._live:
+            return
+        self._ended = True
+        status = status if status in TERMINAL else "FAILED"
+        if status == "FINISHED":
+            self._gate = ALWAYS  # the final checkpoint covers every step
+        data = json.loads(redact_text(json.dumps(summary, default=str)))
+        self.run.add(record("json", artifact_file="summary.json", data=data))
+        self.run.add(record("curves"))
+        self.run.add(record("status", status=status, t=now_ms()))
+        if self._busy:  # called from a signal handler in the middle of a flush
+            self._deferred_end = True
+            return
+        self._finish()
+
+    # ------------------------------------------------------------------------------ internals
+
+    @property
+    def _live(self) -> bool:
+        return self.run is not None and not self._ended
+
+    def _start(self, info: RunInfo) -> None:
+        link = Link(uri=self.uri, experiment=self.experiment, gated=self.gated)
+        link.save(self.run_dir)
+        self.run = TrackedRun(self.run_dir, link)
+        tags = clean_tags({**info.tags, "rlexp.run_dir": str(self.run_dir.resolve()),
+                           "rlexp.total_steps": info.total_steps})
+        self.run.add(record("start", name=info.name, tags=tags, t=now_ms(),
+                            parent_run_id=info.extra.get("parent_run_id")))
+        self.run.add(record("params", params=clean_params(info.params)))
+
+    def _reopen(self, link: Link, start_step: int) -> None:
+        """Resume from the checkpoint at `start_step`: same MLflow run, nothing twice."""
+        link.gated = self.gated
+        link.checkpoint_step = max(link.checkpoint_step, start_step)
+        link.save(self.run_dir)
+        self.run = TrackedRun(self.run_dir, link)
+        self.run.drop_metrics_after(start_step)
+        self._skip_upto = start_step
+        if self.gated:
+            self._gate = start_step
+        self.run.add(record("status", status="RUNNING", t=now_ms()))
+        self.run.add(record("tags", tags={"rlexp.resumed_from_step": str(start_step)}))
+        print(f"rlexp: tracking: resuming MLflow run {link.run_id or '(not created yet)'} "
+              f"from step {start_step}", flush=True)
+
+    def _close_previous(self, link: Link) -> None:
+        """This dir starts over (no checkpoint to resume): finish the run it logged to."""
+        old = TrackedRun(self.run_dir, link)
+        try:
+            gate = link.checkpoint_step if link.gated else ALWAYS
+            if link.run_id is not None and \
+                    old.client.get_run(link.run_id).info.status == "RUNNING":
+                old.add(record("status", status="KILLED", t=now_ms()))
+            old.flush(gate)
+            old.close()
+            (self.run_dir / SPOOL_FILE).unlink(missing_ok=True)
+        except Exception as exc:
+            old.close()
+            kept = self.run_dir / f"tracking_spool.previous-{link.run_id or 'unsent'}.jsonl"
+            if (self.run_dir / SPOOL_FILE).exists():
+                (self.run_dir / SPOOL_FILE).replace(kept)
+            warn(f"could not close the previous MLflow run {link.run_id} of {self.run_dir} "
+                 f"({store.first_line(exc)}); its unsent records are kept in {kept.name}")
+
+    def _log_samples(self, step: int, samples: list[dict]) -> None:
+        """One MLflow table (JSON, pandas 'split' layout) per evaluation."""
+        assert self.run is not None
+        columns: list[str] = []
+        for sample in samples:
+            columns += [k for k in sample if k not in columns]
+        rows = [[_jsonable(s.get(c)) for c in columns] for s in samples]
+        folder = self.run_dir / SAMPLES_DIR
+        folder.mkdir(exist_ok=True)
+        path = folder / f"step_{int(step):06d}.json"
+        path.write_text(json.dumps({"columns": columns, "data": rows}))
+        tables = sorted(p.name for p in folder.glob("step_*.json"))[-MAX_LISTED_TABLES:]
+        listed = [{"path": f"{SAMPLES_DIR}/{name}", "type": "table"} for name in tables]
+        self.run.add(record("artifact", path=str(path.resolve()), artifact_path=SAMPLES_DIR))
+        self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(listed)}))
+        self._flush()
+
+    def _flush(self, force: bool = False) -> bool:
+        """Send what is ready. Never raises: an unreachable store means 'spooled, retry'."""
+        if self.run is None or self._busy:
+            return False
+        now = time.monotonic()
+        if not force and (now - self._last_try < self.flush_every_s
+                          or not self.run.has_ready(self._gate)):
+            return False
+        self._last_try = now
+        self._busy = True
+        try:
+            sent = self.run.flush(self._gate)
+            if self._offline_since is not None:
+                print(f"rlexp: tracking: MLflow store reachable again; sent {sent} spooled "
+                      f"records", file=sys.stderr, flush=True)
+                self._offline_since = None
+            return True
+        except Exception as exc:  # tracking must never stop training
+            if self._offline_since is None:
+                self._offline_since = now
+                warn(f"MLflow store {self.uri} unreachable ({store.first_line(exc)}); training "
+                     f"goes on, records are kept in {self.run_dir / SPOOL_FILE} and retried "
+                     f"every {self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
+            return False
+        finally:
+            self._busy = False
+            if self._deferred_end:
+                self._deferred_end = False
+                self._finish()
+
+    def _finish(self) -> None:
+        assert self.run is not None
+        ok = self._flush(force=True)
+        for pause in FINAL_RETRY_S:
+            if ok:
+                break
+            time.sleep(pause)
+            ok = self._flush(force=True)
+        waiting = [r for r in self.run.records if r["kind"] == "metrics"]
+        if not ok:
+            warn(f"the MLflow run of {self.run_dir} is incomplete: {len(self.run.records)} "
+                 f"records wait in {SPOOL_FILE}; send them with: python -m rlexp.sync "
+                 f"{self.run_dir}")
+        elif waiting:
+            print(f"rlexp: tracking: metrics of {len(waiting)} steps after the last checkpoint "
+                  f"(step {self._gate:g}) were not logged; a resume produces them again",
+                  file=sys.stderr, flush=True)
+        self.run.close()
+        self._release_lock()
+
+    def _hold_lock(self) -> None:
+        """Held while the run is live, so `rlexp.sync` does not replay the spool at once."""
+        handle = open(self.run_dir / LOCK_FILE, "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            warn(f"another process is tracking {self.run_dir} (tracking.lock is held)")
+        self._lock = handle
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing releases the flock
+            self._lock = None
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    try:
+        return value.item()  # numpy scalars
+    except AttributeError:
+        return str(value)

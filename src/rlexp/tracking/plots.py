@@ -1,0 +1,69 @@
+"""Curves as PNG files: one run (curves.png) and several runs side by side (comparison.png).
+
+Figures are drawn with matplotlib's Agg canvas directly, never pyplot: no global figure
+state, no GUI backend, safe while unwinding from a signal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+History = Mapping[str, Sequence[tuple[int, float]]]
+
+
+def _figure(panels: int):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5 * panels, 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, panels, squeeze=False)[0]
+
+
+def plot_run(history: History, panels: Mapping[str, Sequence[str]], path: Path,
+             title: str = "") -> bool:
+    """One panel per entry of `panels` (title -> metric names); False if nothing to plot."""
+    shown = {t: [m for m in names if history.get(m)] for t, names in panels.items()}
+    shown = {t: names for t, names in shown.items() if names}
+    if not shown:
+        return False
+    fig, axes = _figure(len(shown))
+    for ax, (panel, names) in zip(axes, shown.items()):
+        for name in names:
+            steps, values = zip(*history[name])
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=name)
+        ax.set_title(panel)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def plot_compare(runs: Sequence[tuple[str, History]], metrics: Sequence[str], path: Path,
+                 title: str = "") -> bool:
+    """One panel per metric, one line per run (labelled by its swept values)."""
+    shown = [m for m in metrics if any(h.get(m) for _, h in runs)]
+    if not shown:
+        return False
+    fig, axes = _figure(len(shown))
+    for ax, metric in zip(axes, shown):
+        for label, history in runs:
+            points = history.get(metric)
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3,
+                        label=label)
+        ax.set_title(metric)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return True

@@ -1,0 +1,188 @@
+"""One run dir's MLflow run: send spooled records to the store, in one place.
+
+Used by the live listener (each flush) and by `python -m rlexp.sync` (replay after an outage
+or a crash). Sending is idempotent, so a flush that failed half-way is simply sent again:
+params and tags are re-set to the same values, metrics keep the wall time they were produced
+at and MLflow drops a (key, step, time, value) row it already has, artifacts overwrite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlexp.tracking import store
+from rlexp.tracking.spool import SPOOL_FILE, Link, Spool
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+CURVES_FILE = "curves.png"
+# What curves.png plots (whichever the run has): panel title -> metric names.
+CURVE_PANELS = {
+    "reward": ("train/reward_mean", "eval/mean_reward"),
+    "accuracy": ("eval/accuracy", "eval/format_accuracy", "eval/pass_at_k"),
+}
+NEVER = float("-inf")
+ALWAYS = float("inf")
+
+
+def is_ready(record: dict, gate: float) -> bool:
+    """Metrics wait for a checkpoint at or after their step; everything else goes at once."""
+    return record["kind"] != "metrics" or record["step"] <= gate
+
+
+class TrackedRun:
+    def __init__(self, run_dir: Path, link: Link):
+        self.run_dir = Path(run_dir)
+        self.link = link
+        self.spool = Spool(self.run_dir / SPOOL_FILE)
+        # Records not yet in the store (mirror of the spool file).
+        self.records: list[dict] = self.spool.read()
+        self._client: MlflowClient | None = None
+
+    @property
+    def client(self) -> "MlflowClient":
+        if self._client is None:
+            self._client = store.client(self.link.uri)
+        return self._client
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+        self.spool.append(record)
+
+    def drop_metrics_after(self, step: int) -> int:
+        """Resume from a checkpoint at `step`: later metrics will be produced again."""
+        kept = [r for r in self.records if not (r["kind"] == "metrics" and r["step"] > step)]
+        dropped = len(self.records) - len(kept)
+        if dropped:
+            self.records = kept
+            self.spool.rewrite(kept)
+        return dropped
+
+    def has_ready(self, gate: float) -> bool:
+        return any(is_ready(r, gate) for r in self.records)
+
+    def flush(self, gate: float) -> int:
+        """Send the records that are ready under `gate`; returns how many were sent.
+
+        Raises whatever the store raises; the records then stay spooled for the next try.
+        Records added while sending (a signal handler's on_run_end) are kept for later.
+        """
+        count = len(self.records)
+        snapshot = self.records[:count]
+        ready = [r for r in snapshot if is_ready(r, gate)]
+        if not ready:
+            return 0
+        self._send(ready)
+        self.records = [r for r in snapshot if not is_ready(r, gate)] + self.records[count:]
+        self.spool.rewrite(self.records)
+        return len(ready)
+
+    def close(self) -> None:
+        self.spool.close()
+
+    # ------------------------------------------------------------------------------ sending
+
+    def _send(self, ready: list[dict]) -> None:
+        if self.link.run_id is None:
+            starts = [r for r in ready if r["kind"] == "start"]
+            if not starts:
+                raise RuntimeError(f"{self.run_dir}: no MLflow run id and no start record")
+            self._create(starts[-1])
+        run_id = self.link.run_id
+        params: dict[str, str] = {}
+        tags: dict[str, str] = {}
+        for r in ready:
+            if r["kind"] == "params":
+                params.update(r["params"])
+            elif r["kind"] == "tags":
+                tags.update(r["tags"])
+        self._log_params_tags(run_id, params, tags)
+        for r in ready:
+            if r["kind"] == "artifact":
+                self._log_artifact(run_id, Path(r["path"]), r.get("artifact_path"))
+            elif r["kind"] == "json":
+                self.client.log_dict(run_id, r["data"], r["artifact_file"])
+        self._log_metrics(run_id, [r for r in ready if r["kind"] == "metrics"])
+        if any(r["kind"] == "curves" for r in ready):
+            self._log_curves(run_id)
+        statuses = [r for r in ready if r["kind"] == "status"]
+        if statuses:
+            last = statuses[-1]
+            if last["status"] == "RUNNING":
+                self.client.update_run(run_id, status="RUNNING")
+            else:
+                self.client.set_terminated(run_id, last["status"], end_time=last.get("t"))
+
+    def _create(self, start: dict) -> None:
+        exp_id = store.experiment_id(self.client, self.link.experiment, self.link.uri)
+        tags = {store.sanitize_key(k): store.truncate(v, store.MAX_TAG_VAL_LEN)
+                for k, v in start.get("tags", {}).items()}
+        if start.get("parent_run_id"):
+            tags["mlflow.parentRunId"] = start["parent_run_id"]
+            tags["parent_run_id"] = start["parent_run_id"]
+        run = self.client.create_run(exp_id, start_time=start.get("t"), tags=tags,
+                                     run_name=start["name"])
+        self.link.run_id, self.link.experiment_id = run.info.run_id, exp_id
+        self.link.save(self.run_dir)
+
+    def _log_params_tags(self, run_id: str, params: dict[str, str], tags: dict[str, str]) -> None:
+        from mlflow.entities import Param, RunTag
+        from mlflow.exceptions import MlflowException
+
+        items = [Param(k, v) for k, v in params.items()] + [RunTag(k, v) for k, v in tags.items()]
+        n = store.MAX_PARAMS_TAGS_PER_BATCH
+        for i in range(0, len(items), n):
+            chunk = items[i:i + n]
+            try:
+                self.client.log_batch(run_id, params=[p for p in chunk if isinstance(p, Param)],
+                                      tags=[t for t in chunk if isinstance(t, RunTag)])
+            except MlflowException as exc:
+                # A param logged before with another value can never be sent: drop it rather
+                # than block every later record behind it.
+                if exc.error_code != "INVALID_PARAMETER_VALUE":
+                    raise
+                print(f"rlexp: warning: MLflow refused params/tags: {store.first_line(exc)}",
+                      flush=True)
+
+    def _log_metrics(self, run_id: str, records: list[dict]) -> None:
+        from mlflow.entities import Metric
+
+        metrics = [Metric(key, value, r["t"], r["step"])
+                   for r in records for key, value in r["values"].items()]
+        n = store.MAX_METRICS_PER_BATCH
+        for i in range(0, len(metrics), n):
+            self.client.log_batch(run_id, metrics=metrics[i:i + n])
+
+    def _log_artifact(self, run_id: str, path: Path, artifact_path: str | None) -> None:
+        if path.is_dir():
+            self.client.log_artifacts(run_id, str(path), artifact_path)
+        elif path.is_file():
+            self.client.log_artifact(run_id, str(path), artifact_path)
+        else:
+            print(f"rlexp: warning: artifact {path} is gone; not logged", flush=True)
+
+    def _log_curves(self, run_id: str) -> None:
+        from rlexp.tracking.plots import plot_run
+
+        history = fetch_history(self.client, run_id,
+                                [m for names in CURVE_PANELS.values() for m in names])
+        path = self.run_dir / CURVES_FILE
+        if plot_run(history, CURVE_PANELS, path, title=self.run_dir.name):
+            self.client.log_artifact(run_id, str(path))
+
+
+def fetch_history(client: "MlflowClient", run_id: str,
+                  names: list[str]) -> dict[str, list[tuple[int, float]]]:
+    """{metric: [(step, value)] sorted by step} for the names the run has."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for name in names:
+        points = client.get_metric_history(run_id, name)
+        if points:
+            out[name] = sorted((m.step, m.value) for m in points)
+    return out
+
+
+def record(kind: str, **fields: Any) -> dict:
+    return {"kind": kind, **fields}

@@ -1,0 +1,170 @@
+"""Where the MLflow store is, creating it once, and the MLflow limits we write within.
+
+mlflow is imported inside functions only: `python -m rlexp --help` and Hydra's callback
+loading must stay fast.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+from urllib.parse import unquote
+
+from rlexp.errors import UserError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from rlexp.config import Config
+
+# Default store, relative to the directory the command runs in.
+DEFAULT_DB = Path("outputs") / "mlflow.db"
+# Artifacts of a sqlite store live next to the database, in this folder.
+ARTIFACTS_DIR = "mlartifacts"
+# MLflow limits (mlflow.utils.validation), copied so callers need not import mlflow.
+MAX_KEY_LEN = 250
+MAX_PARAM_VAL_LEN = 6000
+MAX_TAG_VAL_LEN = 8000
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_TAGS_PER_BATCH = 100
+# HTTP stores: MLflow's defaults retry for minutes (7 retries, backoff 2 s); a tracker must
+# fail fast and spool instead of stalling training. A user's own settings win.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+
+_BAD_KEY_CHARS = re.compile(r"[^/\w.\- ]")
+_prepared: set[str] = set()
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI (relative or absolute), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(unquote(uri[len("sqlite:///"):].split("?", 1)[0]))
+
+
+def resolve_uri(uri: str | None) -> str:
+    """uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/outputs/mlflow.db; sqlite made
+    absolute so jobs started from another directory (SLURM, Ray) reach the same store."""
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB}"
+    path = sqlite_path(uri)
+    if path is None:
+        return uri
+    query = uri.partition("?")[2]
+    return f"sqlite:///{path.resolve()}" + (f"?{query}" if query else "")
+
+
+def default_uri(cfg: "Config") -> str | None:
+    """The tracking URI of a run, or None when tracking is off (tracker=none)."""
+    if cfg.tracker.name == "none":
+        return None
+    return resolve_uri(cfg.tracker.uri)
+
+
+def artifact_root(uri: str) -> Path | None:
+    """Local artifact root of a sqlite store (<db dir>/mlartifacts); None = the server decides."""
+    path = sqlite_path(uri)
+    return path.parent / ARTIFACTS_DIR if path is not None else None
+
+
+def is_file_store(uri: str) -> bool:
+    return uri.startswith("file:") or "://" not in uri and not uri.startswith(("databricks",))
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (released by the OS if the holder dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def prepare_store(uri: str) -> None:
+    """Create or upgrade a database store once, before jobs start.
+
+    Several processes creating a new sqlite store at once race in MLflow's schema migration
+    and can break it for good, so creation happens under a file lock next to the database.
+    Idempotent and cheap on an existing store (~25 ms). A file store is a user error (MLflow 3
+    refuses it); any other failure is only a warning: tracking is never fatal.
+    """
+    if uri in _prepared:
+        return
+    if is_file_store(uri) and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        raise UserError(f"tracker.uri={uri} is a file store, which MLflow 3 refuses; use "
+                        "sqlite:///path/mlflow.db or http://host:port")
+    path = sqlite_path(uri)
+    if path is None and not uri.startswith(("postgresql", "mysql", "mssql")):
+        _prepared.add(uri)  # a server (http) or a platform: it manages its own schema
+        return
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        if path is None:
+            SqlAlchemyStore(uri, "./mlruns")
+        else:
+            root = artifact_root(uri)
+            with file_lock(path.with_name(path.name + ".lock")):
+                root.mkdir(parents=True, exist_ok=True)
+                SqlAlchemyStore(uri, str(root))
+        _prepared.add(uri)
+    except Exception as exc:  # never fatal: the listener spools and retries
+        print(f"rlexp: warning: could not prepare the MLflow store {uri}: "
+              f"{first_line(exc)}", flush=True)
+
+
+def client(uri: str) -> "MlflowClient":
+    from mlflow import MlflowClient
+
+    if uri.startswith(("http://", "https://")):
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+    return MlflowClient(tracking_uri=uri)
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
+
+
+def experiment_id(mlflow_client: "MlflowClient", name: str, uri: str) -> str:
+    """Id of experiment `name`, created (artifacts next to a sqlite db) or restored if needed."""
+    from mlflow.exceptions import MlflowException
+
+    exp = mlflow_client.get_experiment_by_name(name)
+    if exp is None:
+        root = artifact_root(uri)
+        location = str(root / slug(name)) if root is not None else None
+        try:
+            return mlflow_client.create_experiment(name, artifact_location=location)
+        except MlflowException as exc:  # another job created it a moment ago
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            exp = mlflow_client.get_experiment_by_name(name)
+    if exp.lifecycle_stage == "deleted":
+        mlflow_client.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def sanitize_key(key: str) -> str:
+    """A valid MLflow param/metric/tag name: allowed characters, no path tricks, <= 250."""
+    cleaned = _BAD_KEY_CHARS.sub("_", str(key))
+    parts = [p for p in cleaned.split("/") if p not in ("", ".", "..")]
+    return ("/".join(parts) or "_")[:MAX_KEY_LEN]
+
+
+def truncate(value: object, limit: int) -> str:
+    text = "None" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
