@@ -1,0 +1,110 @@
+"""Submitit launchers whose resources come from each job's `hardware` group.
+
+hydra-submitit-launcher builds one executor from the launcher config and submits the whole
+sweep as one job array, so every job gets the same CPUs/GPUs/time/partition. Here each job's
+config is composed first (cheap, no JAX), jobs are grouped by the resources their hardware
+asks for, and each group is one job array with its own sbatch parameters. Everything else
+(the pickled job, run_job, requeue on timeout) is hydra-submitit-launcher's own code.
+"""
+
+# No `from __future__ import annotations`: see config.py.
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, filter_overrides
+from omegaconf import DictConfig, OmegaConf
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+except ImportError:  # pragma: no cover - the `slurm` extra is not installed
+    BaseSubmititLauncher = None  # type: ignore[assignment,misc]
+
+log = logging.getLogger(__name__)
+
+# Launcher param -> the hardware key that supplies it when the launcher leaves it None.
+HARDWARE_KEYS: Dict[str, str] = {
+    "cpus_per_task": "hardware.cpus_per_task",
+    "gpus_per_node": "hardware.gpus_per_node",
+    "timeout_min": "hardware.timeout_min",
+    "partition": "hardware.partition",
+}
+
+
+def job_resources(params: Dict[str, Any], job_cfg: DictConfig, keys: Sequence[str]) -> Dict[str, Any]:
+    """Resources of one job: the launcher's value when set, else the job's hardware value."""
+    out: Dict[str, Any] = {}
+    for key in keys:
+        value = params.get(key)
+        if value is None:
+            value = OmegaConf.select(job_cfg, HARDWARE_KEYS[key], default=None)
+        # --gpus-per-node=0 is rejected by a cluster without GPU gres: ask for none instead.
+        if key == "gpus_per_node" and value == 0:
+            value = None
+        out[key] = value
+    return out
+
+
+if BaseSubmititLauncher is not None:
+
+    class _PerJobResources(BaseSubmititLauncher):
+        # Which HARDWARE_KEYS this executor understands.
+        _RESOURCE_KEYS: Tuple[str, ...] = ()
+
+        def launch(self, job_overrides: Sequence[Sequence[str]],
+                   initial_job_idx: int) -> Sequence[JobReturn]:
+            import submitit  # lazy: plugin discovery must stay fast
+
+            assert self.config is not None and self.hydra_context is not None
+            num_jobs = len(job_overrides)
+            assert num_jobs > 0
+            sweep_dir = Path(str(self.config.hydra.sweep.dir))
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            if "mode" in self.config.hydra.sweep:
+                os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
+            log.info(f"Submitit '{self._EXECUTOR}' sweep output dir : {sweep_dir}")
+
+            # Group jobs by the resources their own config asks for (order kept per group).
+            groups: Dict[Tuple[Tuple[str, Any], ...], List[int]] = {}
+            for i, overrides in enumerate(job_overrides):
+                job_cfg = self.hydra_context.config_loader.load_sweep_config(
+                    self.config, list(overrides))
+                res = job_resources(self.params, job_cfg, self._RESOURCE_KEYS)
+                groups.setdefault(tuple(sorted(res.items())), []).append(i)
+
+            base_keys = set(OmegaConf.structured(BaseQueueConf).keys())
+            init_keys = {"submitit_folder", "max_num_timeout"}
+            jobs: List[Any] = [None] * num_jobs
+            for resources, members in groups.items():
+                params = {**self.params, **dict(resources)}
+                init = {"folder": params["submitit_folder"]}
+                if "max_num_timeout" in params:
+                    init[f"{self._EXECUTOR}_max_num_timeout"] = params["max_num_timeout"]
+                executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
+                executor.update_parameters(**{
+                    k if k in base_keys else f"{self._EXECUTOR}_{k}": v
+                    for k, v in params.items()
+                    if k not in init_keys
+                })
+                shown = ", ".join(f"{k}={v}" for k, v in resources if v is not None) or "defaults"
+                log.info(f"  {len(members)} job(s) with {shown}")
+                job_params = []
+                for i in members:
+                    idx = initial_job_idx + i
+                    log.info(f"\t#{idx} : {' '.join(filter_overrides(job_overrides[i]))}")
+                    job_params.append((list(job_overrides[i]), "hydra.sweep.dir", idx,
+                                       f"job_id_for_{idx}", Singleton.get_state()))
+                for i, job in zip(members, executor.map_array(self, *zip(*job_params))):
+                    jobs[i] = job
+            return [j.results()[0] for j in jobs]
+
+    class RlexpSlurmLauncher(_PerJobResources):
+        _EXECUTOR = "slurm"
+        _RESOURCE_KEYS = ("cpus_per_task", "gpus_per_node", "timeout_min", "partition")
+
+    class RlexpLocalLauncher(_PerJobResources):
+        _EXECUTOR = "local"
+        _RESOURCE_KEYS = ("cpus_per_task", "gpus_per_node", "timeout_min")

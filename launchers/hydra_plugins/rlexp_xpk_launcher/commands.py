@@ -1,0 +1,166 @@
+"""Pure helpers of the XPK launcher: workload names, override rendering, xpk argv.
+
+No Hydra launch machinery and no subprocesses here, so the rules are testable in isolation
+(and importing this module during Hydra's plugin scan costs nothing).
+"""
+
+# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
+# registering it in sys.modules, and dataclasses with string annotations then crash.
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+# xpk's own validator (xpk/parser/validators.py: name_type): a DNS-1035-like label of at most
+# 40 characters. A name outside it makes `xpk workload create` exit 2 before doing anything.
+_WORKLOAD_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+MAX_WORKLOAD_NAME = 40
+
+# Overrides that only steer Hydra in the launching process: the pod runs ONE job, so the
+# sweep declaration, the launcher and the multirun mode must not travel with it.
+_LAUNCH_ONLY = ("hydra.", "hydra/", "+hydra", "~hydra", "+sweep=", "sweep=", "~sweep")
+
+# A string the override grammar reads back unchanged without quotes.
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./:-]*")
+_RESERVED = {"true", "false", "null", "none", "nan", "inf"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One sweep job as an xpk workload."""
+
+    # Workload name as xpk and Kubernetes see it (<= 40 chars, [a-z0-9-]).
+    name: str
+    # `create` or `create-pathways` (multi-host slices run under Pathways).
+    subcommand: str
+    # TPU type, e.g. v6e-8 (from the job's hardware.accelerator_type).
+    tpu_type: str
+    # The shell command the container runs: `python -m rlexp <overrides>`.
+    command: str
+    # The full argv of the xpk call.
+    argv: tuple[str, ...]
+
+
+def is_launch_only(override: str) -> bool:
+    return override.strip().startswith(_LAUNCH_ONLY)
+
+
+def workload_name(prefix: str, sweep_id: str, job_num: int, overrides: Sequence[str]) -> str:
+    """Deterministic name: the same sweep command and job give the same workload.
+
+    xpk refuses to create a workload whose name exists, so resubmitting a finished sweep is
+    a no-op error instead of a duplicate run; the digest keeps two sweeps that share a
+    prefix apart, the job number keeps names readable.
+    """
+    ident = "\n".join([sweep_id, *sorted(o for o in overrides if not is_launch_only(o))])
+    digest = hashlib.sha1(ident.encode()).hexdigest()[:8]
+    head = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-") or "rlexp"
+    if not head[0].isalpha():
+        head = "r" + head
+    tail = f"-{job_num}-{digest}"
+    name = head[: MAX_WORKLOAD_NAME - len(tail)].rstrip("-") + tail
+    assert _WORKLOAD_RE.fullmatch(name) and len(name) <= MAX_WORKLOAD_NAME, name
+    return name
+
+
+def format_value(value: Any) -> str:
+    """A Python value as Hydra's override grammar writes it (round-trips through the parser)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _RESERVED:
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resolved_overrides(
+    job_overrides: Sequence[str], job_cfg: Mapping[str, Any], plain_cfg: Mapping[str, Any]
+) -> list[str]:
+    """The overrides that reproduce this job's config in a single run on the pod.
+
+    job_cfg: the job's resolved config (without `hydra`); plain_cfg: the config composed from
+    the job's overrides with the launch-only ones (e.g. `+sweep=NAME`) dropped. What a sweep
+    file sets besides its sweeper params (e.g. algo.num_iterations=2) shows up as a difference
+    between the two and becomes an explicit override, so the pod needs no sweep file and no
+    MULTIRUN mode.
+    """
+    # Both configs apply the kept overrides last, so they agree on every key those set: any
+    # difference comes from what was dropped.
+    kept = [o for o in job_overrides if not is_launch_only(o)]
+    job_flat, plain_flat = flatten(job_cfg), flatten(plain_cfg)
+    extra = []
+    for key in sorted(job_flat):
+        if key not in plain_flat:
+            extra.append(f"+{key}={format_value(job_flat[key])}")
+        elif job_flat[key] != plain_flat[key]:
+            extra.append(f"{key}={format_value(job_flat[key])}")
+    return kept + extra
+
+
+def build_argv(
+    *,
+    xpk: Sequence[str],
+    name: str,
+    tpu_type: str,
+    pathways: bool,
+    command: str,
+    cluster: str,
+    project: Optional[str],
+    zone: Optional[str],
+    docker_image: Optional[str],
+    base_docker_image: Optional[str],
+    script_dir: Optional[str],
+    priority: str,
+    num_slices: int,
+    max_restarts: int,
+    env: Mapping[str, str],
+    extra_args: Iterable[str],
+    dry_run: bool,
+) -> tuple[str, ...]:
+    argv = [*xpk, "workload", "create-pathways" if pathways else "create",
+            "--workload", name, "--cluster", cluster, "--tpu-type", tpu_type,
+            "--num-slices", str(num_slices), "--priority", priority,
+            "--max-restarts", str(max_restarts), "--command", command]
+    # xpk asks `gcloud config get` for a missing project/zone (and crashes in --dry-run with
+    # no zone: zone_to_region(None)), so pass them whenever we know them.
+    if project:
+        argv += ["--project", project]
+    if zone:
+        argv += ["--zone", zone]
+    if docker_image:
+        argv += ["--docker-image", docker_image]
+    else:  # xpk builds an image: base image + the script dir (the checkout) copied in
+        if base_docker_image:
+            argv += ["--base-docker-image", base_docker_image]
+        if script_dir:
+            argv += ["--script-dir", script_dir]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    argv += list(extra_args)
+    if dry_run:
+        argv.append("--dry-run")
+    return tuple(argv)
+
+
+def shell_command(program: str, overrides: Sequence[str]) -> str:
+    """`python -m rlexp a=1 'b=x y'`: xpk runs --command through `bash -c` in the container."""
+    return " ".join([program, *(shlex.quote(o) for o in overrides)])

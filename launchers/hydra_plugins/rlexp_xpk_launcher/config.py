@@ -1,0 +1,65 @@
+"""Config of the XPK launcher, stored in Hydra's ConfigStore as `hydra/launcher=xpk`."""
+
+# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
+# registering it in sys.modules, and dataclasses with string annotations then crash.
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class XpkLauncherConf:
+    _target_: str = "hydra_plugins.rlexp_xpk_launcher.xpk_launcher.XpkLauncher"
+
+    # The xpk executable (split like a shell word list, so "python -m xpk.main" works too).
+    # RLEXP_XPK_BIN points at an xpk installed outside this environment (its pins clash).
+    xpk: str = "${oc.env:RLEXP_XPK_BIN,xpk}"
+    # GKE cluster the workloads go to (created beforehand with `xpk cluster create`).
+    cluster: str = "rlexp"
+    # GCP project; None = xpk asks `gcloud config get project`.
+    project: Optional[str] = "${oc.env:RLEXP_XPK_PROJECT,null}"
+    # GCP zone of the cluster; None = xpk asks `gcloud config get compute/zone`.
+    zone: Optional[str] = "${oc.env:RLEXP_XPK_ZONE,null}"
+    # Container image with rlexp installed; None = xpk builds one from base_docker_image
+    # with script_dir copied in (needs docker where the sweep is launched).
+    docker_image: Optional[str] = "${oc.env:RLEXP_DOCKER_IMAGE,null}"
+    # Base image when xpk builds the image itself (docker_image unset).
+    base_docker_image: Optional[str] = None
+    # Directory xpk copies into the built image (docker_image unset), e.g. the checkout.
+    script_dir: Optional[str] = None
+    # Kueue priority: very-low | low | medium | high | very-high.
+    priority: str = "medium"
+    # TPU slices per workload (multislice when > 1).
+    num_slices: int = 1
+    # JobSet restarts on failure; > 0 only if the job resumes from its checkpoint.
+    max_restarts: int = 0
+    # Program the container runs; the job's resolved overrides are appended.
+    program: str = "python -m rlexp"
+    # Environment of the container, e.g. {MLFLOW_TRACKING_URI: http://mlflow:5000}.
+    env: Dict[str, str] = field(default_factory=dict)
+    # Further xpk flags, appended verbatim (e.g. ["--spot"]).
+    extra_args: List[str] = field(default_factory=list)
+    # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.
+    dry_run: bool = False
+    # Project and zone xpk --dry-run is given when none is configured: xpk's dry run needs
+    # both (it never calls gcloud then, but crashes on a missing zone) and is offline.
+    dry_run_project: str = "dry-run-project"
+    dry_run_zone: str = "us-central1-a"
+    # Jobs whose hardware has at least this many hosts become `xpk workload create-pathways`
+    # (multi-host slices, e.g. v5p-64 = 8 hosts); smaller ones `xpk workload create`.
+    pathways_min_hosts: int = 2
+    # First part of every workload name (names are <= 40 chars, [a-z0-9-]).
+    workload_prefix: str = "rlexp"
+    # xpk calls in flight at once (each waits on several gcloud/kubectl round trips).
+    max_parallel: int = 4
+    # Seconds one xpk call may take before the job counts as failed to submit.
+    timeout_s: int = 900
+    # Print xpk's whole output (dry run: the manifests too); it is always saved in
+    # <sweep dir>/xpk/<workload>.log.
+    verbose: bool = False
+
+
+ConfigStore.instance().store(
+    group="hydra/launcher", name="xpk", node=XpkLauncherConf, provider="rlexp_xpk_launcher"
+)

@@ -1,0 +1,272 @@
+"""Hydra launcher that turns every job of a sweep into an XPK workload on GKE (TPU slices).
+
+Submission is non-blocking: the launcher returns once xpk has created the workloads (or, with
+dry_run, printed what it would run). The jobs' results live on the cluster, so a sweeper that
+needs a metric back (Optuna) cannot drive this launcher.
+"""
+
+# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
+# registering it in sys.modules, and dataclasses with string annotations then crash.
+import json
+import logging
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
+from .commands import workload_name
+
+log = logging.getLogger(__name__)
+
+WORKLOADS_FILE = "workloads.json"
+PARENT_RUN_FILE = "parent_run.json"
+# xpk's dry run announces each command it skips with this sentence, the command on the next line.
+_DRY_RUN_MARK = "not running since it is a dry run"
+
+
+@dataclass
+class _Planned:
+    job_num: int
+    overrides: list[str]
+    job_subdir: str
+    workload: Workload
+
+
+class XpkLauncher(Launcher):
+    def __init__(self, **params: Any) -> None:
+        # Resolved once, in the launching process; the per-job values come from each job's
+        # own config (hardware), never from here.
+        self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v)
+                       else v for k, v in params.items()}
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
+              config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    # ------------------------------------------------------------------------------ plan
+
+    def _job_config(self, overrides: list[str], job_num: int) -> DictConfig:
+        assert self.hydra_context is not None and self.config is not None
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(cfg.hydra.job):
+            cfg.hydra.job.num = job_num
+            cfg.hydra.job.id = f"xpk_{job_num}"
+        return cfg
+
+    def _plan(self, overrides: list[str], job_num: int, sweep_id: str) -> _Planned:
+        from hydra.core.hydra_config import HydraConfig
+
+        p = self.params
+        cfg = self._job_config(overrides, job_num)
+        # Interpolations under hydra.* (the job's subdir name) read HydraConfig.
+        HydraConfig.instance().set_config(cfg)
+        subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir", default=f"{job_num}"))
+        hardware = OmegaConf.select(cfg, "hardware")
+        if hardware is None or OmegaConf.select(hardware, "accelerator_type") is None:
+            raise ValueError(f"job #{job_num} {overrides}: no hardware.accelerator_type to "
+                             "turn into an xpk --tpu-type")
+        platform = str(OmegaConf.select(hardware, "platform", default="tpu"))
+        tpu_type = str(hardware.accelerator_type)
+        if platform != "tpu":
+            raise ValueError(
+                f"job #{job_num}: hardware={hardware.get('name', tpu_type)} is a {platform} "
+                f"profile; the xpk launcher submits TPU slices: pick a TPU hardware profile "
+                f"(e.g. hardware=v6e-8) or another launcher")
+        hosts = int(OmegaConf.select(hardware, "hosts", default=1))
+        pathways = hosts >= int(p["pathways_min_hosts"])
+
+        job_cfg = _task_part(cfg)
+        plain = [o for o in overrides if not is_launch_only(o)]
+        plain_cfg = job_cfg if len(plain) == len(overrides) else \
+            _task_part(self._job_config(plain, job_num))
+        command = shell_command(p["program"], resolved_overrides(overrides, job_cfg, plain_cfg))
+
+        dry_run = bool(p["dry_run"])
+        project = p["project"] or (p["dry_run_project"] if dry_run else None)
+        zone = p["zone"] or (p["dry_run_zone"] if dry_run else None)
+        name = workload_name(p["workload_prefix"], sweep_id, job_num, overrides)
+        argv = build_argv(
+            xpk=shlex.split(str(p["xpk"])), name=name, tpu_type=tpu_type, pathways=pathways,
+            command=command, cluster=p["cluster"], project=project, zone=zone,
+            docker_image=p["docker_image"], base_docker_image=p["base_docker_image"],
+            script_dir=p["script_dir"], priority=p["priority"], num_slices=p["num_slices"],
+            max_restarts=p["max_restarts"], env=p["env"] or {}, extra_args=p["extra_args"] or [],
+            dry_run=dry_run)
+        wl = Workload(name=name, subcommand="create-pathways" if pathways else "create",
+                      tpu_type=tpu_type, command=command, argv=argv)
+        return _Planned(job_num=job_num, overrides=list(overrides), job_subdir=subdir,
+                        workload=wl)
+
+    # ---------------------------------------------------------------------------- launch
+
+    def launch(self, job_overrides: Sequence[Sequence[str]],
+               initial_job_idx: int) -> Sequence[JobReturn]:
+        from concurrent.futures import ThreadPoolExecutor
+        from hydra.core.hydra_config import HydraConfig
+
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        dry = " (dry run)" if self.params["dry_run"] else ""
+        log.info(f"XPK launcher{dry}: {len(job_overrides)} workload(s), sweep dir {sweep_dir}")
+
+        # Plan every job before submitting any: a job xpk cannot take (a CPU profile, no
+        # accelerator) stops the sweep before anything reaches the cluster.
+        original = HydraConfig.instance().cfg
+        try:
+            plans = [self._plan(list(o), initial_job_idx + i, sweep_dir.name)
+                     for i, o in enumerate(job_overrides)]
+        finally:
+            HydraConfig.instance().cfg = original  # type: ignore[assignment]
+
+        logs = sweep_dir / "xpk"
+        logs.mkdir(exist_ok=True)
+        with ThreadPoolExecutor(max_workers=max(1, int(self.params["max_parallel"]))) as pool:
+            outcomes = list(pool.map(lambda pl: self._submit(pl, logs), plans))
+
+        records = []
+        for plan, (rc, error, seconds) in zip(plans, outcomes):
+            wl = plan.workload
+            print(f"[xpk #{plan.job_num}] {shlex.join(wl.argv)}", flush=True)
+            if self.params["dry_run"]:
+                for cmd in _dry_run_commands(logs / f"{wl.name}.log"):
+                    print(f"    would run: {cmd}", flush=True)
+            if self.params["verbose"]:
+                print((logs / f"{wl.name}.log").read_text(), flush=True)
+            state = "submitted" if rc == 0 else "failed"
+            if self.params["dry_run"] and rc == 0:
+                state = "dry-run"
+            log.info(f"#{plan.job_num} {wl.subcommand} {wl.name} ({wl.tpu_type}): {state}"
+                     + (f": {error}" if error else ""))
+            records.append({
+                "workload": wl.name, "subcommand": wl.subcommand, "tpu_type": wl.tpu_type,
+                "job_num": plan.job_num, "job": plan.job_subdir, "overrides": plan.overrides,
+                "command": wl.command, "xpk_argv": list(wl.argv), "cluster": self.params["cluster"],
+                "dry_run": bool(self.params["dry_run"]), "state": state, "returncode": rc,
+                "error": error, "submit_s": round(seconds, 3), "time": time.time(),
+                "log": str(logs / f"{wl.name}.log"),
+            })
+        _record_workloads(sweep_dir, records)
+        _tag_parent_run(sweep_dir, records)
+        return [self._job_return(plan, rc, error) for plan, (rc, error, _) in zip(plans, outcomes)]
+
+    def _submit(self, plan: _Planned, logs: Path) -> tuple[int, Optional[str], float]:
+        import subprocess
+
+        wl = plan.workload
+        started = time.monotonic()
+        log_path = logs / f"{wl.name}.log"
+        try:
+            proc = subprocess.run(list(wl.argv), capture_output=True, text=True,
+                                  timeout=int(self.params["timeout_s"]),
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except FileNotFoundError:
+            msg = (f"xpk executable {wl.argv[0]!r} not found: pip install xpk (or set "
+                   f"RLEXP_XPK_BIN / hydra.launcher.xpk)")
+            log_path.write_text(msg + "\n")
+            return 127, msg, time.monotonic() - started
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"")
+            log_path.write_text(out.decode() if isinstance(out, bytes) else str(out))
+            return 124, f"xpk timed out after {exc.timeout} s", time.monotonic() - started
+        log_path.write_text(f"$ {shlex.join(wl.argv)}\n{proc.stdout}{proc.stderr}")
+        error = None if proc.returncode == 0 else _last_error_line(proc.stdout + proc.stderr)
+        return proc.returncode, error, time.monotonic() - started
+
+    def _job_return(self, plan: _Planned, rc: int, error: Optional[str]) -> JobReturn:
+        ret = JobReturn(overrides=plan.overrides, working_dir=os.getcwd(),
+                        task_name=str(self.config.hydra.job.name) if self.config else None)
+        if rc == 0:
+            ret.status = JobStatus.COMPLETED
+            ret.return_value = plan.workload.name
+        else:
+            ret.status = JobStatus.FAILED
+            ret.return_value = RuntimeError(
+                f"xpk workload {plan.workload.subcommand} {plan.workload.name} exited {rc}: "
+                f"{error}")
+        return ret
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def _task_part(cfg: DictConfig) -> dict:
+    """The job's config without `hydra`, resolved, as plain containers."""
+    out = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(out, dict)
+    out.pop("hydra", None)
+    return OmegaConf.to_container(OmegaConf.create(out), resolve=True)  # type: ignore[return-value]
+
+
+def _last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "error" in ln.lower() or ln.startswith("[XPK]"):
+            return ln[:500]
+    return lines[-1][:500] if lines else "no output"
+
+
+def _dry_run_commands(log_path: Path) -> list[str]:
+    """The gcloud/kubectl commands xpk's dry run says it would have run, in order."""
+    try:
+        lines = log_path.read_text().splitlines()
+    except OSError:
+        return []
+    return [lines[i + 1].strip() for i, ln in enumerate(lines[:-1]) if _DRY_RUN_MARK in ln]
+
+
+def _record_workloads(sweep_dir: Path, records: list[dict]) -> None:
+    """<sweep dir>/workloads.json: one entry per workload name, the latest submission wins."""
+    path = sweep_dir / WORKLOADS_FILE
+    try:
+        previous = json.loads(path.read_text()).get("workloads", [])
+    except (OSError, ValueError, AttributeError):
+        previous = []
+    by_name = {r["workload"]: r for r in previous if isinstance(r, dict) and "workload" in r}
+    for r in records:
+        by_name[r["workload"]] = r
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"workloads": sorted(by_name.values(),
+                                                   key=lambda r: r.get("job_num", 0))}, indent=2))
+    tmp.replace(path)
+
+
+def _tag_parent_run(sweep_dir: Path, records: list[dict]) -> None:
+    """Tag the sweep's MLflow parent run (made by the tracking callback) with the workloads.
+
+    Never fatal: the workloads exist whatever happens to this bookkeeping.
+    """
+    path = sweep_dir / PARENT_RUN_FILE
+    if not path.is_file():
+        return
+    try:
+        info = json.loads(path.read_text())
+        run_id = info.get("run_id") or info.get("parent_run_id")
+        if not run_id:
+            return
+        import mlflow  # lazy: seconds of import, and only needed here
+
+        client = mlflow.MlflowClient(tracking_uri=info.get("tracking_uri") or info.get("uri"))
+        names = ",".join(r["workload"] for r in records)
+        client.set_tag(run_id, "xpk.workloads", names[:5000])
+        client.set_tag(run_id, "xpk.cluster", str(records[0]["cluster"]) if records else "")
+        client.set_tag(run_id, "xpk.dry_run", str(any(r["dry_run"] for r in records)).lower())
+        failed = [r["workload"] for r in records if r["returncode"] != 0]
+        if failed:
+            client.set_tag(run_id, "xpk.failed", ",".join(failed)[:5000])
+    except Exception as exc:  # noqa: BLE001 - tracking must never break a submission
+        log.warning(f"could not tag the MLflow parent run from {path}: {exc}")
+
