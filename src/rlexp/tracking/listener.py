@@ -76,7 +76,6 @@ class MlflowListener(Listener):
     # ------------------------------------------------------------------------------ events
 
     def on_run_start(self, info: RunInfo) -> None:
-        store.prepare_store(self.uri)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._hold_lock()
         link = Link.load(self.run_dir)

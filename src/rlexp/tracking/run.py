@@ -43,6 +43,7 @@ class TrackedRun:
 
     @property
     def client(self) -> "MlflowClient":
+        store.ensure_store(self.link.uri)  # memoized; a store that was down is made now
         if self._client is None:
             self._client = store.client(self.link.uri)
         return self._client

@@ -96,6 +96,17 @@ def prepare_store(uri: str) -> None:
     Idempotent and cheap on an existing store (~25 ms). A file store is a user error (MLflow 3
     refuses it); any other failure is only a warning: tracking is never fatal.
     """
+    try:
+        ensure_store(uri)
+    except UserError:
+        raise
+    except Exception as exc:  # the listener spools and retries
+        print(f"rlexp: warning: could not prepare the MLflow store {uri}: "
+              f"{first_line(exc)}", flush=True)
+
+
+def ensure_store(uri: str) -> None:
+    """prepare_store that raises: what a writer calls before its first write."""
     if uri in _prepared:
         return
     if is_file_store(uri) and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
@@ -105,20 +116,16 @@ def prepare_store(uri: str) -> None:
     if path is None and not uri.startswith(("postgresql", "mysql", "mssql")):
         _prepared.add(uri)  # a server (http) or a platform: it manages its own schema
         return
-    try:
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-        if path is None:
-            SqlAlchemyStore(uri, "./mlruns")
-        else:
-            root = artifact_root(uri)
-            with file_lock(path.with_name(path.name + ".lock")):
-                root.mkdir(parents=True, exist_ok=True)
-                SqlAlchemyStore(uri, str(root))
-        _prepared.add(uri)
-    except Exception as exc:  # never fatal: the listener spools and retries
-        print(f"rlexp: warning: could not prepare the MLflow store {uri}: "
-              f"{first_line(exc)}", flush=True)
+    if path is None:
+        SqlAlchemyStore(uri, "./mlruns")
+    else:
+        root = artifact_root(uri)
+        with file_lock(path.with_name(path.name + ".lock")):
+            root.mkdir(parents=True, exist_ok=True)
+            SqlAlchemyStore(uri, str(root))
+    _prepared.add(uri)
 
 
 def client(uri: str) -> "MlflowClient":
@@ -167,4 +174,5 @@ def truncate(value: object, limit: int) -> str:
 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+    line = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+    return line if len(line) <= 200 else line[:197] + "..."

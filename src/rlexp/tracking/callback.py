@@ -1,0 +1,148 @@
+"""The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks).
+
+on_multirun_start creates (or, when the same sweep runs again, reopens) the parent run and
+writes <sweep dir>/parent_run.json; each job reads it (rlexp.tracking.parent_run_id) and
+nests its run under the parent. on_multirun_end gives the parent a summary table
+(summary.csv, summary.md: one row per child) and comparison.png, also written to the sweep
+dir, and its final status:
+  FAILED    a child failed or never ended (crash), or the sweep stopped early, or no child ran
+  KILLED    otherwise, a child was killed (preempted: running the sweep again resumes it)
+  FINISHED  every child finished
+A sweep that stops early (a job raised and Hydra exits) never reaches on_multirun_end; an
+atexit hook then closes the parent the same way, so it is not left RUNNING.
+
+Import-light: Hydra loads this module for every run; mlflow is imported when used.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.redact import redact_text
+from rlexp.tracking import PARENT_FILE, store
+from rlexp.tracking.spool import write_json_atomic
+
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+COMPARISON_PNG = "comparison.png"
+
+
+def tracker_uri(config: DictConfig) -> str | None:
+    """The sweep's tracking URI from the composed config; None when tracker=none."""
+    if OmegaConf.select(config, "tracker.name", default="mlflow") == "none":
+        return None
+    return store.resolve_uri(OmegaConf.select(config, "tracker.uri", default=None))
+
+
+def parent_status(statuses: list[str], completed: bool) -> str:
+    if not statuses or any(s not in ("FINISHED", "KILLED") for s in statuses):
+        return "FAILED"
+    if "KILLED" in statuses:
+        return "KILLED"
+    return "FINISHED" if completed else "FAILED"
+
+
+def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
+    """summary.csv, summary.md and comparison.png of a sweep's rows, in the sweep dir."""
+    from rlexp.tracking import compare
+
+    ranked = compare.rank(rows, None)
+    header, body = compare.table(ranked, None)
+    paths = [sweep_dir / SUMMARY_CSV, sweep_dir / SUMMARY_MD]
+    paths[0].write_text(compare.to_csv(header, body))
+    paths[1].write_text(f"# {title}\n\n" + compare.to_markdown(header, body))
+    if compare.plot(ranked, None, sweep_dir / COMPARISON_PNG, title=title):
+        paths.append(sweep_dir / COMPARISON_PNG)
+    return paths
+
+
+class SweepCallback(Callback):
+    def __init__(self) -> None:
+        # {"run_id", "experiment_id", "uri"} of the parent run, once created.
+        self.parent: dict[str, str] | None = None
+        self.sweep_dir: Path | None = None
+        self._closed = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        uri = tracker_uri(config)
+        if uri is None:
+            return
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        store.prepare_store(uri)  # before any job opens the store (migration race)
+        experiment = OmegaConf.select(config, "tracker.experiment", default="rlexp")
+        overrides = [str(o) for o in OmegaConf.select(config, "hydra.overrides.task",
+                                                      default=[]) or []]
+        try:
+            self.parent = self._open_parent(uri, experiment, overrides)
+        except Exception as exc:  # never fatal: the jobs then log unnested runs
+            print(f"rlexp: warning: no MLflow parent run for the sweep "
+                  f"({store.first_line(exc)})", file=sys.stderr, flush=True)
+            return
+        write_json_atomic(self.sweep_dir / PARENT_FILE, self.parent)
+        atexit.register(self.close, False)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.close(True)
+
+    def _open_parent(self, uri: str, experiment: str, overrides: list[str]) -> dict[str, str]:
+        from mlflow.exceptions import MlflowException
+
+        from rlexp.tracking.listener import clean_params, clean_tags
+
+        assert self.sweep_dir is not None
+        client = store.client(uri)
+        try:
+            previous = json.loads((self.sweep_dir / PARENT_FILE).read_text())
+        except (OSError, ValueError):
+            previous = None
+        if isinstance(previous, dict) and previous.get("uri") == uri:
+            try:  # the same sweep again: its jobs resume their runs under the same parent
+                client.update_run(previous["run_id"], status="RUNNING")
+                return previous
+            except MlflowException:
+                pass  # the parent was deleted: make a new one
+        name = self.sweep_dir.name
+        exp_id = store.experiment_id(client, experiment, uri)
+        tags = clean_tags({"sweep": name, "rlexp.sweep_id": name,
+                           "rlexp.sweep_dir": str(self.sweep_dir), "rlexp.role": "sweep",
+                           "overrides": redact_text(" ".join(overrides))})
+        run = client.create_run(exp_id, run_name=name, tags=tags)
+        swept = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+        if swept:
+            from mlflow.entities import Param
+
+            params = clean_params(swept)
+            client.log_batch(run.info.run_id,
+                             params=[Param(k, v) for k, v in list(params.items())[:100]])
+        return {"run_id": run.info.run_id, "experiment_id": exp_id, "uri": uri}
+
+    def close(self, completed: bool) -> None:
+        """Summary artifacts and final status of the parent (once; also from atexit)."""
+        if self.parent is None or self.sweep_dir is None or self._closed:
+            return
+        self._closed = True
+        try:
+            from rlexp.tracking import compare
+
+            client = store.client(self.parent["uri"])
+            run_id = self.parent["run_id"]
+            tracked = [compare.row_from_run(client, r, None)
+                       for r in compare.child_runs(client, run_id)]
+            rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
+            for path in write_summary(self.sweep_dir, rows, f"sweep {self.sweep_dir.name}"):
+                client.log_artifact(run_id, str(path))
+            status = parent_status([r.status for r in rows], completed)
+            client.set_terminated(run_id, status)
+            print(f"rlexp: sweep {self.sweep_dir.name}: {len(rows)} runs, parent MLflow run "
+                  f"{run_id} {status}; table in {self.sweep_dir / SUMMARY_MD}", flush=True)
+        except Exception as exc:  # never fatal
+            print(f"rlexp: warning: could not close the sweep's MLflow parent run "
+                  f"({store.first_line(exc)})", file=sys.stderr, flush=True)

@@ -1,0 +1,435 @@
+"""The MLflow listener against real sqlite stores: what lands where, exactly once, never fatal.
+
+The listener is driven directly with the events the loop emits (no JAX needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from rlexp.config import Config
+from rlexp.errors import UserError
+from rlexp.events import RunInfo
+from rlexp.tracking import default_uri, make_listener, parent_run_id, prepare_store, run_id
+from rlexp.tracking.callback import SweepCallback, parent_status
+from rlexp.tracking.listener import MlflowListener
+from rlexp.tracking.spool import SPOOL_FILE
+from rlexp.sync import sync
+
+METRICS = ["train/reward_mean", "train/loss", "train/kl", "train/clip_fraction",
+           "time/step_s", "throughput/tokens_per_s"] + [f"train/reward/fn{i}" for i in range(14)]
+
+
+def metrics(step: int, offset: float = 0.0) -> dict[str, float]:
+    return {name: step + i / 100 + offset for i, name in enumerate(METRICS)}
+
+
+def info(run_dir: Path, name: str = "run", start_step: int = 0, **extra) -> RunInfo:
+    return RunInfo(name=name, run_dir=run_dir, params={"algo.beta": 0.04, "algo.name": "grpo"},
+                   tags={"algo": "grpo"}, start_step=start_step, total_steps=8, extra=extra)
+
+
+def history(client: MlflowClient, rid: str, name: str) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(rid, name))
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+    prepare_store(uri)
+    return uri
+
+
+@pytest.fixture(scope="module")
+def client(uri) -> MlflowClient:
+    return MlflowClient(uri)
+
+
+def test_simulated_run_lands_in_store(uri, client, tmp_path):
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "simulated", run_dir, gated=True, flush_every_s=0.0)
+    start = info(run_dir, "sim-run")
+    start.params.update({"model.path": None, "odd key:é?": "x" * 7000})
+    listener.on_run_start(start)
+    rid = run_id(run_dir)
+    assert rid is not None
+    samples = [{"prompt": "1+2=", "completion": "<answer>3</answer>", "reward": 1.5}]
+    for step in range(1, 7):
+        listener.on_metrics(step, metrics(step))
+        if step % 2 == 0:
+            listener.on_eval(step, {"eval/accuracy": step / 10, "eval/pass_at_k": 0.9}, samples)
+        if step == 3:
+            listener.on_checkpoint(3, run_dir / "checkpoints" / "3")
+        if step == 5:  # the gate: nothing after the checkpoint at 3 is in the store yet
+            assert history(client, rid, "train/loss") == [1, 2, 3]
+    (run_dir / "notes.txt").write_text("hello")
+    listener.on_artifact(run_dir / "notes.txt")
+    listener.on_checkpoint(6, run_dir / "checkpoints" / "6")
+    listener.on_run_end("FINISHED", {"steps_done": 6, "status": "FINISHED"})
+
+    run = client.get_run(rid)
+    assert run.info.status == "FINISHED" and run.info.run_name == "sim-run"
+    assert run.data.params["algo.beta"] == "0.04" and run.data.params["model.path"] == "None"
+    long = run.data.params["odd key_é_"]  # sanitized key, value cut to MLflow's 6000 limit
+    assert len(long) == 6000 and long.endswith("...")
+    assert run.data.tags["algo"] == "grpo" and run.data.tags["rlexp.run_dir"] == str(run_dir)
+    for name in METRICS:
+        assert history(client, rid, name) == [1, 2, 3, 4, 5, 6], name
+    assert history(client, rid, "eval/accuracy") == [2, 4, 6]
+    assert run.data.metrics["train/reward_mean"] == pytest.approx(6.0)
+    top = {a.path for a in client.list_artifacts(rid)}
+    assert {"curves.png", "summary.json", "notes.txt", "eval_samples"} <= top
+    tables = [a.path for a in client.list_artifacts(rid, "eval_samples")]
+    assert tables == [f"eval_samples/step_00000{s}.json" for s in (2, 4, 6)]
+    table = json.loads(Path(client.download_artifacts(rid, tables[0], str(tmp_path))).read_text())
+    assert table["columns"] == ["prompt", "completion", "reward"]
+    assert table["data"] == [["1+2=", "<answer>3</answer>", 1.5]]
+    logged = json.loads(run.data.tags["mlflow.loggedArtifacts"])
+    assert {"path": "eval_samples/step_000006.json", "type": "table"} in logged
+    assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (run_dir / SPOOL_FILE).exists()  # everything sent
+
+
+def test_resume_logs_each_step_exactly_once(uri, client, tmp_path):
+    run_dir = tmp_path / "run"
+    first = MlflowListener(uri, "resume", run_dir, gated=True, flush_every_s=0.0)
+    first.on_run_start(info(run_dir))
+    for step in range(1, 7):
+        first.on_metrics(step, metrics(step))
+        if step == 4:
+            first.on_checkpoint(4, run_dir / "ckpt")
+    rid = run_id(run_dir)
+    assert history(client, rid, "train/loss") == [1, 2, 3, 4]
+    first._release_lock()  # the process "crashes": no on_run_end, its lock goes with it
+    del first
+
+    second = MlflowListener(uri, "resume", run_dir, gated=True, flush_every_s=0.0)
+    second.on_run_start(info(run_dir, start_step=4))
+    second.on_eval(4, {"eval/accuracy": 0.5}, [])  # an eval at the resumed step: logged before
+    for step in range(5, 9):
+        second.on_metrics(step, metrics(step, offset=100.0))  # produced again, other values
+    second.on_checkpoint(8, run_dir / "ckpt")
+    second.on_run_end("FINISHED", {})
+
+    assert run_id(run_dir) == rid
+    for name in METRICS:
+        assert history(client, rid, name) == list(range(1, 9)), name
+    values = {m.step: m.value for m in client.get_metric_history(rid, "train/reward_mean")}
+    assert values[4] == pytest.approx(4.0) and values[5] == pytest.approx(105.0)
+    assert client.get_run(rid).info.status == "FINISHED"
+    assert client.get_run(rid).data.tags["rlexp.resumed_from_step"] == "4"
+
+
+def test_resume_when_the_checkpoint_event_was_lost(uri, client, tmp_path):
+    """Crash after the checkpoint was saved but before on_checkpoint reached the listener:
+    steps up to the checkpoint come from the spool, later ones are dropped and redone."""
+    run_dir = tmp_path / "run"
+    first = MlflowListener(uri, "lost-ckpt", run_dir, gated=True, flush_every_s=0.0)
+    first.on_run_start(info(run_dir))
+    for step in range(1, 7):
+        first.on_metrics(step, metrics(step))
+    rid = run_id(run_dir)
+    assert history(client, rid, "train/loss") == []  # no checkpoint reported: nothing sent
+    first._release_lock()
+    del first
+
+    second = MlflowListener(uri, "lost-ckpt", run_dir, gated=True, flush_every_s=0.0)
+    second.on_run_start(info(run_dir, start_step=4))
+    for step in range(5, 7):
+        second.on_metrics(step, metrics(step, offset=100.0))
+    second.on_run_end("FINISHED", {})
+    assert history(client, rid, "train/loss") == [1, 2, 3, 4, 5, 6]
+    values = {m.step: m.value for m in client.get_metric_history(rid, "train/reward_mean")}
+    assert values[4] == pytest.approx(4.0) and values[6] == pytest.approx(106.0)
+
+
+def test_killed_run_keeps_unckeckpointed_steps_for_the_resume(uri, client, tmp_path):
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "killed", run_dir, gated=True, flush_every_s=0.0)
+    listener.on_run_start(info(run_dir))
+    for step in range(1, 6):
+        listener.on_metrics(step, metrics(step))
+        if step == 2:
+            listener.on_checkpoint(2, run_dir / "ckpt")
+    listener.on_run_end("KILLED", {"status": "KILLED"})
+    rid = run_id(run_dir)
+    assert client.get_run(rid).info.status == "KILLED"
+    assert history(client, rid, "train/loss") == [1, 2]
+    assert (run_dir / SPOOL_FILE).exists()  # steps 3..5 wait: a resume produces them again
+    resumed = MlflowListener(uri, "killed", run_dir, gated=True, flush_every_s=0.0)
+    resumed.on_run_start(info(run_dir, start_step=2))
+    assert client.get_run(rid).info.status == "RUNNING"
+    for step in range(3, 9):
+        resumed.on_metrics(step, metrics(step))
+    resumed.on_run_end("FINISHED", {})
+    assert history(client, rid, "train/loss") == list(range(1, 9))
+
+
+def test_without_checkpoints_metrics_are_buffered_by_time(uri, client, tmp_path):
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "timed", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    rid = run_id(run_dir)
+    for step in range(1, 11):
+        listener.on_metrics(step, metrics(step))
+    assert history(client, rid, "train/loss") == []  # buffered (and spooled)
+    assert sum(1 for _ in open(run_dir / SPOOL_FILE)) == 10
+    listener.flush_every_s = 0.0
+    listener.on_metrics(11, metrics(11))
+    assert history(client, rid, "train/loss") == list(range(1, 12))
+    listener.on_run_end("FAILED", {})
+    assert client.get_run(rid).info.status == "FAILED"
+
+
+def test_run_end_arriving_during_a_flush_is_deferred(uri, client, tmp_path):
+    """SIGTERM's handler may call on_run_end while a flush is half-way: it must not re-enter
+    the store; the end is done when the flush returns, and nothing is lost."""
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "signal", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    for step in range(1, 5):
+        listener.on_metrics(step, metrics(step))
+    run = listener.run
+    original = run.flush
+
+    def flush_interrupted(gate):
+        sent = original(gate)
+        if not listener._ended:  # the "signal" lands after the batch, before flush returns
+            listener.on_run_end("KILLED", {"status": "KILLED"})
+            assert client.get_run(run_id(run_dir)).info.status == "RUNNING"  # deferred
+        return sent
+
+    run.flush = flush_interrupted
+    listener.flush_every_s = 0.0
+    listener.on_metrics(5, metrics(5))
+    rid = run_id(run_dir)
+    assert client.get_run(rid).info.status == "KILLED"
+    assert history(client, rid, "train/loss") == [1, 2, 3, 4, 5]
+    listener.on_metrics(6, metrics(6))  # after the end: ignored
+    listener.on_run_end("FINISHED", {})  # twice: ignored
+    assert client.get_run(rid).info.status == "KILLED"
+
+
+def test_unreachable_store_spools_then_sync_replays(uri, client, tmp_path, capsys):
+    from rlexp.ui import free_port
+
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(down, "offline", run_dir, gated=False, flush_every_s=0.0)
+    listener.on_run_start(info(run_dir, "offline-run"))
+    for step in range(1, 21):
+        listener.on_metrics(step, metrics(step))
+    listener.on_eval(20, {"eval/accuracy": 0.75}, [{"prompt": "p", "completion": "c"}])
+    listener.on_run_end("FINISHED", {"steps_done": 20})
+    err = capsys.readouterr().err
+    assert err.count("unreachable (") == 1 and "python -m rlexp.sync" in err  # one warning
+    assert run_id(run_dir) is None and (run_dir / SPOOL_FILE).exists()
+
+    message = sync(run_dir, uri=uri)  # the store is reachable (here: at another address)
+    assert "sent" in message
+    rid = run_id(run_dir)
+    run = client.get_run(rid)
+    assert run.info.run_name == "offline-run" and run.info.status == "FINISHED"
+    assert run.data.params["algo.beta"] == "0.04"
+    for name in METRICS:
+        assert history(client, rid, name) == list(range(1, 21))
+    assert history(client, rid, "eval/accuracy") == [20]
+    assert {"curves.png", "summary.json", "eval_samples"} <= \
+        {a.path for a in client.list_artifacts(rid)}
+    assert not (run_dir / SPOOL_FILE).exists()
+    sync(run_dir)  # twice: nothing more, nothing twice
+    assert history(client, rid, "train/loss") == list(range(1, 21))
+
+
+def test_sync_refuses_a_live_run_and_a_dir_without_tracking(uri, tmp_path):
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "live", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    with pytest.raises(UserError, match="live process"):
+        sync(run_dir)
+    listener.on_run_end("FINISHED", {})
+    sync(run_dir)
+    with pytest.raises(UserError, match="no tracking.json"):
+        sync(tmp_path / "elsewhere")
+
+
+def test_sync_marks_a_crashed_run_killed(uri, client, tmp_path):
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "crashed", run_dir, gated=True, flush_every_s=0.0)
+    listener.on_run_start(info(run_dir))
+    for step in range(1, 4):
+        listener.on_metrics(step, metrics(step))
+    listener.on_checkpoint(2, run_dir / "ckpt")
+    listener._release_lock()
+    del listener
+    assert "held back" in sync(run_dir)
+    rid = run_id(run_dir)
+    assert client.get_run(rid).info.status == "KILLED"
+    assert history(client, rid, "train/loss") == [1, 2]
+    sync(run_dir, send_all=True)  # no resume coming: send step 3 too
+    assert history(client, rid, "train/loss") == [1, 2, 3]
+
+
+def test_starting_over_closes_the_previous_run(uri, client, tmp_path):
+    run_dir = tmp_path / "run"
+    first = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=0.0)
+    first.on_run_start(info(run_dir))
+    first.on_metrics(1, metrics(1))
+    old = run_id(run_dir)
+    first._release_lock()
+    del first
+    second = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=0.0)
+    second.on_run_start(info(run_dir))  # no checkpoint to resume from: a new run
+    second.on_run_end("FINISHED", {})
+    assert run_id(run_dir) != old
+    assert client.get_run(old).info.status == "KILLED"
+
+
+def test_uri_and_listener_follow_the_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = Config()
+    assert default_uri(cfg) == f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert default_uri(cfg) == "http://127.0.0.1:5999"
+    cfg.tracker.uri = "sqlite:///rel/m.db"
+    assert default_uri(cfg) == f"sqlite:///{tmp_path / 'rel' / 'm.db'}"
+    cfg.train.checkpoint_every = 5
+    listener = make_listener(cfg, tmp_path / "run")
+    assert isinstance(listener, MlflowListener) and listener.gated
+    cfg.tracker.name = "none"
+    assert default_uri(cfg) is None and make_listener(cfg, tmp_path / "run") is None
+    with pytest.raises(UserError, match="file store"):
+        prepare_store(str(tmp_path / "mlruns"))
+
+
+def test_prepare_store_puts_artifacts_next_to_the_db(uri, client):
+    prepare_store(uri)  # idempotent
+    db = Path(uri[len("sqlite:///"):])
+    assert client.get_experiment("0").artifact_location == str(db.parent / "mlartifacts" / "0")
+    run_dir = db.parent / "run"
+    listener = MlflowListener(uri, "located", run_dir, gated=False, flush_every_s=0.0)
+    listener.on_run_start(info(run_dir))
+    listener.on_run_end("FINISHED", {})
+    assert client.get_run(run_id(run_dir)).info.artifact_uri.startswith(
+        str(db.parent / "mlartifacts" / "located"))
+
+
+# ------------------------------------------------------------------------------ sweeps
+
+
+def sweep_config(sweep_dir: Path, uri: str, experiment: str = "sweep") -> OmegaConf:
+    return OmegaConf.create({
+        "tracker": {"name": "mlflow", "uri": uri, "experiment": experiment},
+        "hydra": {"sweep": {"dir": str(sweep_dir)},
+                  "overrides": {"task": ["algo.beta=0,0.04", "train.steps=3"]}}})
+
+
+def child(uri: str, sweep_dir: Path, beta: float, status: str = "FINISHED",
+          experiment: str = "sweep") -> str:
+    """One job of the sweep, as the orchestrator runs it: listener, then summary.json."""
+    run_dir = sweep_dir / f"beta{beta}"
+    listener = MlflowListener(uri, experiment, run_dir, gated=False, flush_every_s=0.0)
+    start = info(run_dir, f"beta{beta}", parent_run_id=parent_run_id(sweep_dir))
+    start.params = {"algo.beta": beta, "algo.name": "grpo", "train.steps": 3}
+    listener.on_run_start(start)
+    for step in range(1, 4):
+        listener.on_metrics(step, {"train/reward_mean": step * (1 + beta)})
+        listener.on_eval(step, {"eval/accuracy": step * beta}, [])
+    summary = {"name": run_dir.name, "status": status, "overrides": [f"algo.beta={beta}"],
+               "steps_done": 3, "wall_s": 1.5, "eval_after": {"eval/accuracy": 3 * beta},
+               "mlflow_run_id": run_id(run_dir)}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    listener.on_run_end(status, summary)
+    return run_id(run_dir)
+
+
+def test_sweep_callback_makes_one_parent_with_its_children(uri, client, tmp_path):
+    sweep_dir = tmp_path / "sweeps" / "beta-sweep"
+    config = sweep_config(sweep_dir, uri)
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    parent = parent_run_id(sweep_dir)
+    assert parent is not None
+    kids = {child(uri, sweep_dir, beta) for beta in (0.0, 0.04)}
+    callback.on_multirun_end(config)
+
+    run = client.get_run(parent)
+    assert run.info.run_name == "beta-sweep" and run.info.status == "FINISHED"
+    assert run.data.tags["rlexp.sweep_id"] == "beta-sweep"
+    assert run.data.params["algo.beta"] == "0,0.04"
+    found = client.search_runs([run.info.experiment_id],
+                               f"tags.`mlflow.parentRunId` = '{parent}'")
+    assert {r.info.run_id for r in found} == kids
+    assert {a.path for a in client.list_artifacts(parent)} >= \
+        {"summary.csv", "summary.md", "comparison.png"}
+    lines = (sweep_dir / "summary.csv").read_text().splitlines()
+    assert lines[0].startswith("run,algo.beta,final reward,final acc,best acc")
+    assert len(lines) == 3 and lines[1].startswith("beta0.04,0.04,3.12,0.12,0.12,3,1.5,")
+
+    again = SweepCallback()  # the same sweep once more: same parent, reopened
+    again.on_multirun_start(config)
+    assert parent_run_id(sweep_dir) == parent
+    assert client.get_run(parent).info.status == "RUNNING"
+    again.on_multirun_end(config)
+
+
+def test_sweep_parent_fails_when_a_child_fails(uri, client, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    config = sweep_config(sweep_dir, uri)
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    child(uri, sweep_dir, 0.0)
+    child(uri, sweep_dir, 0.04, status="FAILED")
+    callback.close(completed=False)  # what the atexit hook does when Hydra stops early
+    assert client.get_run(parent_run_id(sweep_dir)).info.status == "FAILED"
+    assert "FAILED" in (sweep_dir / "summary.md").read_text()
+
+
+def test_parent_status_rules():
+    assert parent_status(["FINISHED", "FINISHED"], completed=True) == "FINISHED"
+    assert parent_status(["FINISHED", "KILLED"], completed=True) == "KILLED"
+    assert parent_status(["KILLED", "FAILED"], completed=True) == "FAILED"
+    assert parent_status(["FINISHED", "RUNNING"], completed=True) == "FAILED"
+    assert parent_status(["FINISHED"], completed=False) == "FAILED"
+    assert parent_status([], completed=True) == "FAILED"
+
+
+def test_sweep_callback_is_silent_without_tracking(tmp_path):
+    config = sweep_config(tmp_path / "sweep", "unused")
+    config.tracker.name = "none"
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    callback.on_multirun_end(config)
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_import_is_light():
+    """Hydra imports the callback for every run, the entry point imports rlexp.tracking."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlexp.tracking, rlexp.tracking.callback, rlexp.redact; "
+            "print('mlflow' in sys.modules, 'matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_spool_survives_a_torn_last_line(tmp_path):
+    from rlexp.tracking.spool import Spool
+
+    spool = Spool(tmp_path / SPOOL_FILE)
+    spool.append({"kind": "metrics", "step": 1, "t": 1, "values": {"a": 1.0}})
+    spool.close()
+    with open(tmp_path / SPOOL_FILE, "a") as f:
+        f.write('{"kind": "metr')  # the process died mid-write
+    assert [r["step"] for r in Spool(tmp_path / SPOOL_FILE).read()] == [1]
+    shutil.rmtree(tmp_path)
