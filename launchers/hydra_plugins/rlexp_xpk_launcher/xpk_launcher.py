@@ -95,9 +95,17 @@ class XpkLauncher(Launcher):
         command = shell_command(p["program"], resolved_overrides(overrides, job_cfg, plain_cfg))
 
         dry_run = bool(p["dry_run"])
+        if not dry_run and not p["docker_image"] and not p["script_dir"]:
+            # xpk would otherwise wrap its default python base image, which lacks rlexp: the
+            # workload would start on the slice and die at `python -m rlexp`.
+            raise ValueError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: "
+                             "an image with rlexp installed; or set hydra.launcher.script_dir "
+                             "and base_docker_image to let xpk build one")
         project = p["project"] or (p["dry_run_project"] if dry_run else None)
         zone = p["zone"] or (p["dry_run_zone"] if dry_run else None)
-        name = workload_name(p["workload_prefix"], sweep_id, job_num, overrides)
+        # The job's subdir is rlexp's deterministic name of the job (its identity overrides),
+        # so the same job of the same sweep always maps to the same workload.
+        name = workload_name(p["workload_prefix"], sweep_id, job_num, [subdir])
         argv = build_argv(
             xpk=shlex.split(str(p["xpk"])), name=name, tpu_type=tpu_type, pathways=pathways,
             command=command, cluster=p["cluster"], project=project, zone=zone,

@@ -1,0 +1,172 @@
+"""The XPK launcher: pure rules (fast) and a real sweep through the real xpk CLI's --dry-run.
+
+xpk's dry run prints the gcloud/kubectl commands it would run and runs none of them; it needs
+no gcloud, kubectl or credentials as long as --project and --zone are given (the launcher
+passes placeholders in a dry run). Found: $RLEXP_XPK_BIN, `xpk` on PATH, or /opt/xpk/bin/xpk
+(a separate venv: xpk pins protobuf 5 / packaging 24, older than this environment's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from hydra_plugins.rlexp_xpk_launcher import commands as xc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_xpk() -> str | None:
+    for candidate in (os.environ.get("RLEXP_XPK_BIN"), shutil.which("xpk"), "/opt/xpk/bin/xpk"):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def xpk_bin() -> str:
+    found = find_xpk()
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("xpk is not installed in CI (pip install xpk, or RLEXP_XPK_BIN=<path>)")
+        pytest.skip("xpk not installed (pip install xpk, or RLEXP_XPK_BIN=<path>)")
+    return found
+
+
+# ------------------------------------------------------------------------------ pure rules
+
+
+def test_workload_names_are_valid_deterministic_and_distinct():
+    a = xc.workload_name("rlexp", "sweep_abc", 0, ["hardware=v6e-8", "train.steps=2"])
+    assert a == xc.workload_name("rlexp", "sweep_abc", 0, ["train.steps=2", "hardware=v6e-8"])
+    assert a != xc.workload_name("rlexp", "sweep_abc", 1, ["hardware=v5p-64", "train.steps=2"])
+    assert a != xc.workload_name("rlexp", "other", 0, ["hardware=v6e-8", "train.steps=2"])
+    # Launch-only overrides (the launcher, the sweep file) are not part of the identity.
+    assert a == xc.workload_name("rlexp", "sweep_abc", 0,
+                                 ["hardware=v6e-8", "train.steps=2", "hydra.launcher.dry_run=true"])
+    long = xc.workload_name("My_Very.Long Prefix" * 4, "s", 123, [])
+    assert len(long) <= 40 and xc._WORKLOAD_RE.fullmatch(long)
+    assert xc.workload_name("9lives", "s", 0, [])[0].isalpha()
+
+
+@pytest.mark.parametrize("value", [None, True, False, 0, 3, 0.04, 1e-5, "gsm8k", "a b",
+                                   "it's", "true", "1.5", "/data/x.jsonl", "v5p-64",
+                                   [1, 2], {"fsdp": 2, "tp": 1}, ""])
+def test_format_value_round_trips_through_hydras_parser(value):
+    text = xc.format_value(value)
+    parsed = OverridesParser.create().parse_overrides([f"k={text}"])[0].value()
+    if isinstance(value, float):
+        assert float(parsed) == pytest.approx(value)
+    else:
+        assert parsed == value
+
+
+def test_resolved_overrides_make_the_sweep_file_explicit():
+    job = {"algo": {"epsilon": 0.1, "num_iterations": 2}, "train": {"steps": 2}}
+    plain = {"algo": {"epsilon": 0.1, "num_iterations": 1}, "train": {"steps": 2}}
+    out = xc.resolved_overrides(["+sweep=epsilon", "algo.epsilon=0.1", "train.steps=2",
+                                 "hydra.launcher.dry_run=true"], job, plain)
+    assert out == ["algo.epsilon=0.1", "train.steps=2", "algo.num_iterations=2"]
+
+
+def test_argv_create_vs_pathways_and_dry_run():
+    common = dict(xpk=["xpk"], command="python -m rlexp hardware=v6e-8", cluster="c",
+                  project="p", zone="us-east5-b", docker_image="img:1", base_docker_image=None,
+                  script_dir=None, priority="low", num_slices=2, max_restarts=0,
+                  env={"A": "1"}, extra_args=["--spot"])
+    a = xc.build_argv(name="w", tpu_type="v6e-8", pathways=False, dry_run=True, **common)
+    assert a[:3] == ("xpk", "workload", "create") and a[-1] == "--dry-run"
+    assert a[a.index("--tpu-type") + 1] == "v6e-8" and a[a.index("--num-slices") + 1] == "2"
+    assert a[a.index("--docker-image") + 1] == "img:1" and "--spot" in a
+    b = xc.build_argv(name="w", tpu_type="v5p-64", pathways=True, dry_run=False, **common)
+    assert b[2] == "create-pathways" and "--dry-run" not in b
+    cmd = xc.shell_command("python -m rlexp", ["dataset.path='/x y'", "a=1"])
+    assert shlex.split(cmd) == ["python", "-m", "rlexp", "dataset.path='/x y'", "a=1"]
+
+
+# --------------------------------------------------------------------- real xpk, dry run
+
+
+def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RLEXP_XPK_BIN": xpk, "HYDRA_FULL_ERROR": "0"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+                 "hardware=v6e-8,v5p-64", "train.steps=2"], tmp_path, xpk_bin)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[xpk #")]
+    assert len(lines) == 2, out[-3000:]
+    argvs = [shlex.split(ln.split("] ", 1)[1]) for ln in lines]
+    by_type = {a[a.index("--tpu-type") + 1]: a for a in argvs}
+    assert set(by_type) == {"v6e-8", "v5p-64"}
+    assert by_type["v6e-8"][1:3] == ["workload", "create"]          # one host
+    assert by_type["v5p-64"][1:3] == ["workload", "create-pathways"]  # 8 hosts
+    for tpu, argv in by_type.items():
+        assert argv[0] == xpk_bin and argv[-1] == "--dry-run"
+        command = shlex.split(argv[argv.index("--command") + 1])
+        assert command[:3] == ["python", "-m", "rlexp"]
+        assert f"hardware={tpu}" in command and "train.steps=2" in command
+        assert not any(c.startswith(("hydra", "+sweep")) for c in command)
+    # xpk itself ran: its dry run lists the kubectl apply it skipped, for each workload.
+    assert out.count("would run: kubectl apply") == 2, out[-3000:]
+
+    (sweep_dir,) = (tmp_path / "outputs" / "sweeps").iterdir()
+    workloads = json.loads((sweep_dir / "workloads.json").read_text())["workloads"]
+    assert {w["tpu_type"]: w["subcommand"] for w in workloads} == \
+        {"v6e-8": "create", "v5p-64": "create-pathways"}
+    assert all(w["dry_run"] and w["returncode"] == 0 and w["state"] == "dry-run"
+               for w in workloads)
+    # The names reached the sweep's MLflow parent run (made by the tracking callback).
+    parent = json.loads((sweep_dir / "parent_run.json").read_text())
+    import mlflow
+
+    tags = mlflow.MlflowClient(parent["uri"]).get_run(parent["run_id"]).data.tags
+    assert tags["xpk.workloads"].split(",") == [w["workload"] for w in workloads]
+
+    # Same command again: same sweep dir, same workload names (xpk refuses duplicates).
+    again = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+                  "hardware=v6e-8,v5p-64", "train.steps=2"], tmp_path, xpk_bin)
+    assert again.returncode == 0, again.stderr[-2000:]
+    names2 = [shlex.split(ln.split("] ", 1)[1]) for ln in again.stdout.splitlines()
+              if ln.startswith("[xpk #")]
+    assert sorted(a[a.index("--workload") + 1] for a in names2) == \
+        sorted(w["workload"] for w in workloads)
+
+
+@pytest.mark.slow
+def test_sweep_file_settings_travel_with_the_job(tmp_path, xpk_bin):
+    proc = _run(["+sweep=epsilon", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+                 "hardware=v6e-8", "algo.epsilon=0.1,0.3", "tracker=none"], tmp_path, xpk_bin)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    argvs = [shlex.split(ln.split("] ", 1)[1]) for ln in proc.stdout.splitlines()
+             if ln.startswith("[xpk #")]
+    commands = [shlex.split(a[a.index("--command") + 1]) for a in argvs]
+    assert len(commands) == 2
+    for command in commands:
+        assert "algo.num_iterations=2" in command  # from the sweep file
+        assert not any("sweep" in c for c in command)  # the pod runs ONE job, not a sweep
+    assert {c for cmd in commands for c in cmd if c.startswith("algo.epsilon")} == \
+        {"algo.epsilon=0.1", "algo.epsilon=0.3"}
+
+
+@pytest.mark.slow
+def test_cpu_profile_is_refused_before_anything_is_submitted(tmp_path, xpk_bin):
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+                 "hardware=v6e-8,cpu", "tracker=none"], tmp_path, xpk_bin)
+    assert proc.returncode != 0
+    assert "TPU hardware profile" in proc.stdout + proc.stderr
+    assert not list((tmp_path / "outputs").rglob("workloads.json"))
