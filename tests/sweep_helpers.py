@@ -1,0 +1,113 @@
+"""Helpers shared by the launcher tests: tiny runs, running `python -m rlexp`, reading results.
+
+A sweep dir holds one subdir per job; each job that ran writes summary.json (status FINISHED,
+FAILED or KILLED, its error line, its MLflow run id); the MLflow parent run is named in
+parent_run.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+# The smallest real training run: 2 RL steps, a handful of eval prompts. Everything else is
+# the default tiny model on CPU, so a job costs its JAX compile plus seconds.
+TINY = ["train.steps=2", "train.batch_size=2", "eval.num_samples=4", "dataset.num_eval=4",
+        "eval.pass_k=1", "run.progress=false"]
+
+
+def rlexp(args: list[str], cwd: Path, timeout: int = 900, env: dict | None = None,
+          python: str = sys.executable) -> subprocess.CompletedProcess:
+    """`python -m rlexp ARGS` in cwd (outputs/ lands there), captured."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("MLFLOW_TRACKING_URI", None)  # the run's own default store under cwd
+    return subprocess.run([python, "-m", "rlexp", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def explain(proc: subprocess.CompletedProcess, n: int = 4000) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-n:]}\n--- stderr\n{proc.stderr[-n:]}"
+
+
+def sweep_dirs(cwd: Path) -> list[Path]:
+    root = cwd / "outputs" / "sweeps"
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def only_sweep_dir(cwd: Path) -> Path:
+    dirs = sweep_dirs(cwd)
+    assert len(dirs) == 1, f"expected one sweep dir, found {dirs}"
+    return dirs[0]
+
+
+def summaries(sweep_dir: Path) -> dict[str, dict]:
+    """Job subdir name -> its summary.json."""
+    out = {}
+    for path in sorted(sweep_dir.glob("*/summary.json")):
+        out[path.parent.name] = json.loads(path.read_text())
+    return out
+
+
+def mlflow_children(sweep_dir: Path) -> tuple[dict, list]:
+    """(parent run info, child runs) of a sweep, from parent_run.json and the MLflow store."""
+    import mlflow
+
+    parent = json.loads((sweep_dir / "parent_run.json").read_text())
+    client = mlflow.MlflowClient(parent["uri"])
+    runs = client.search_runs([parent["experiment_id"]],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent['run_id']}'",
+                              max_results=1000)
+    return {"info": parent, "run": client.get_run(parent["run_id"])}, runs
+
+
+TOY_APP = textwrap.dedent('''
+    """A two-option `hardware` group and a task that reports what the scheduler gave it."""
+    import json, os, subprocess
+    from pathlib import Path
+
+    import hydra
+
+
+    @hydra.main(config_path="conf", config_name="config", version_base="1.3")
+    def main(cfg):
+        job = os.environ.get("SLURM_JOB_ID")
+        limit = None
+        if job:
+            limit = subprocess.run(["squeue", "-h", "-j", job, "-o", "%l"], capture_output=True,
+                                   text=True).stdout.strip()
+        out = {"hardware": cfg.hardware.name, "slurm_job": job,
+               "cpus": os.environ.get("SLURM_CPUS_PER_TASK"),
+               "partition": os.environ.get("SLURM_JOB_PARTITION"), "time_limit": limit}
+        from hydra.core.hydra_config import HydraConfig
+        Path(HydraConfig.get().runtime.output_dir, "report.json").write_text(json.dumps(out))
+        if cfg.fail:
+            raise RuntimeError(f"job {cfg.hardware.name} asked to fail")
+        return 1.0
+
+
+    if __name__ == "__main__":
+        main()
+''')
+
+
+def write_toy_app(root: Path, hardware: dict[str, dict]) -> Path:
+    """A Hydra app with `hardware` options named like rlexp's keys (cpus_per_task, ...)."""
+    (root / "conf" / "hardware").mkdir(parents=True, exist_ok=True)
+    (root / "app.py").write_text(TOY_APP)
+    first = next(iter(hardware))
+    (root / "conf" / "config.yaml").write_text(
+        f"defaults:\n  - hardware: {first}\n  - _self_\nfail: false\n"
+        "hydra:\n  job:\n    chdir: false\n")
+    for name, values in hardware.items():
+        lines = [f"name: {name}"] + [f"{k}: {'null' if v is None else v}" for k, v in values.items()]
+        (root / "conf" / "hardware" / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+    return root / "app.py"
+
+
+def toy_reports(sweep_dir: Path) -> dict[str, dict]:
+    return {json.loads(p.read_text())["hardware"]: json.loads(p.read_text())
+            for p in sweep_dir.glob("*/report.json")}
