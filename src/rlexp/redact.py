@@ -74,6 +74,16 @@ def redact_value(key: str, value: Any) -> Any:
     return redact_text(value) if isinstance(value, str) else value
 
 
+def redact_obj(obj: Any, key: str = "") -> Any:
+    """A JSON-like tree (summary, eval samples) with secrets masked at every level."""
+    if isinstance(obj, dict):
+        return {k: redact_obj(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_obj(v, key) for v in obj]
+    return redact_value(key, obj) if key else (
+        redact_text(obj) if isinstance(obj, str) else obj)
+
+
 def redact_params(flat: dict[str, Any]) -> dict[str, Any]:
     """Flattened config {dotted key: value} -> the same with secrets masked."""
     return {k: redact_value(k, v) for k, v in flat.items()}

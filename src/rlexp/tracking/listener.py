@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rlexp.events import Listener, RunInfo
-from rlexp.redact import redact_params, redact_text
+from rlexp.redact import redact_obj, redact_params, redact_text
 from rlexp.tracking import store
 from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link
@@ -133,7 +133,7 @@ class MlflowListener(Listener):
         status = status if status in TERMINAL else "FAILED"
         if status == "FINISHED":
             self._gate = ALWAYS  # the final checkpoint covers every step
-        data = json.loads(redact_text(json.dumps(summary, default=str)))
+        data = redact_obj(json.loads(json.dumps(summary, default=str)))
         self.run.add(record("json", artifact_file="summary.json", data=data))
         self.run.add(record("curves"))
         self.run.add(record("status", status=status, t=now_ms()))
@@ -198,7 +198,7 @@ class MlflowListener(Listener):
         columns: list[str] = []
         for sample in samples:
             columns += [k for k in sample if k not in columns]
-        rows = [[_jsonable(s.get(c)) for c in columns] for s in samples]
+        rows = redact_obj([[_jsonable(s.get(c)) for c in columns] for s in samples])
         folder = self.run_dir / SAMPLES_DIR
         folder.mkdir(exist_ok=True)
         path = folder / f"step_{int(step):06d}.json"

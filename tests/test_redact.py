@@ -1,0 +1,103 @@
+"""Secrets never reach MLflow or the run dir: names, free text, Hydra's saved files, a store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlexp.events import RunInfo
+from rlexp.redact import MASK, is_secret_key, redact_params, redact_text, scrub_run_dir
+from rlexp.tracking import prepare_store
+from rlexp.tracking.listener import MlflowListener
+
+TOKEN = "hf_PlantedTokenValue123456"
+API_KEY = "sk-planted-api-key-987654"
+
+
+@pytest.mark.parametrize("key", ["HF_TOKEN", "tracker.api_key", "db.password", "mySecret",
+                                 "apiKey", "AWS_SECRET_ACCESS_KEY", "hydra.launcher.token",
+                                 "MLFLOW_TRACKING_PASSWORD"])
+def test_secret_names(key):
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["model.tokenizer", "throughput/tokens_per_s", "max_tokens",
+                                 "train.batch_size", "keyboard", "algo.kl_estimator"])
+def test_names_that_only_look_secret(key):
+    assert not is_secret_key(key)
+
+
+def test_redact_text_and_params(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    line = f"python -m rlexp tracker.api_key={API_KEY} algo.beta=0.1 --header {TOKEN}"
+    out = redact_text(line)
+    assert TOKEN not in out and API_KEY not in out
+    assert "algo.beta=0.1" in out and f"tracker.api_key={MASK}" in out
+    params = redact_params({"tracker.api_key": API_KEY, "model.path": f"/m?t={TOKEN}",
+                            "model.tokenizer": "char", "algo.beta": 0.04})
+    assert params == {"tracker.api_key": MASK, "model.path": f"/m?t={MASK}",
+                      "model.tokenizer": "char", "algo.beta": 0.04}
+
+
+def _hydra_dir(run_dir: Path) -> None:
+    """What Hydra saves for `python -m rlexp +tracker.api_key=... algo.beta=0.1`."""
+    hydra = run_dir / ".hydra"
+    hydra.mkdir(parents=True)
+    (hydra / "overrides.yaml").write_text(f"- +tracker.api_key={API_KEY}\n- algo.beta=0.1\n")
+    (hydra / "config.yaml").write_text(
+        f"algo:\n  beta: 0.1\ntracker:\n  name: mlflow\n  api_key: {API_KEY}\n"
+        f"model:\n  tokenizer: char\n")
+    (hydra / "hydra.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n"
+        f"    - +tracker.api_key={API_KEY}\n    - algo.beta=0.1\n"
+        f"  job:\n    override_dirname: +tracker.api_key={API_KEY},algo.beta=0.1\n"
+        f"    env_set:\n      HF_TOKEN: {TOKEN}\n")
+
+
+def _files_containing(root: Path, secret: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_scrub_run_dir_rewrites_hydra_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    _hydra_dir(tmp_path)
+    scrub_run_dir(tmp_path)
+    assert _files_containing(tmp_path, API_KEY) == []
+    assert _files_containing(tmp_path, TOKEN) == []
+    config = (tmp_path / ".hydra" / "config.yaml").read_text()
+    assert "beta: 0.1" in config and "tokenizer: char" in config and f"api_key: {MASK}" in config
+    scrub_run_dir(tmp_path / "no-hydra-here")  # nothing to do, no error
+
+
+def test_planted_secrets_are_nowhere_in_store_or_run_dir(tmp_path, monkeypatch):
+    """A token in $HF_TOKEN and a tracker.api_key-style param: after a tracked run, neither
+    the sqlite store, its artifacts nor the run dir holds them."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setattr("sys.argv", ["rlexp", f"+tracker.api_key={API_KEY}", "algo.beta=0.1"])
+    store_dir = tmp_path / "outputs"
+    uri = f"sqlite:///{store_dir / 'mlflow.db'}"
+    prepare_store(uri)
+    run_dir = tmp_path / "run"
+    _hydra_dir(run_dir)
+    scrub_run_dir(run_dir)  # what the orchestrator does at run start
+    listener = MlflowListener(uri, "secrets", run_dir, gated=False, flush_every_s=0.0)
+    listener.on_run_start(RunInfo(
+        name="secret-run", run_dir=run_dir,
+        params={"tracker.api_key": API_KEY, "model.path": f"/models/x?token={TOKEN}",
+                "algo.beta": 0.1},
+        tags={"overrides": f"+tracker.api_key={API_KEY} algo.beta=0.1",
+              "command": f"HF_TOKEN={TOKEN} python -m rlexp"}))
+    listener.on_metrics(1, {"train/reward_mean": 0.5})
+    listener.on_eval(1, {"eval/accuracy": 0.5}, [{"prompt": f"uses {TOKEN}", "completion": "x"}])
+    listener.on_run_end("FINISHED", {"overrides": [f"+tracker.api_key={API_KEY}"],
+                                     "env": {"HF_TOKEN": TOKEN}})
+    for secret in (TOKEN, API_KEY):
+        assert _files_containing(store_dir, secret) == [], secret  # db + mlartifacts
+        assert _files_containing(run_dir, secret) == [], secret
+    from mlflow import MlflowClient
+
+    run = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name(
+        "secrets").experiment_id])[0]
+    assert run.data.params["tracker.api_key"] == MASK
+    assert API_KEY not in run.data.tags["overrides"]
