@@ -1,0 +1,33 @@
+"""`hydra/launcher=joblib` with n_jobs=2 instead of the plugin's -1 (one worker per CPU).
+
+Each rlexp job already keeps every core busy through XLA, so more parallel jobs than 2 add
+memory and contention, not speed; raise it on a big machine: hydra.launcher.n_jobs=8.
+
+Why here and not a conf/hydra/launcher/joblib.yaml: a file with the name of a stored schema
+is "automatically matched" against it, which Hydra 1.3 still does but with a deprecation
+warning on every run. Re-storing the plugin's own dataclass keeps the schema and no warning.
+Hydra's plugin scan imports hydra_plugins.* in path order, and the joblib plugin's modules come
+first (site-packages before this checkout's launchers/; in a wheel, alphabetical), so this
+entry replaces the plugin's; tests/test_launchers.py checks n_jobs == 2.
+"""
+
+# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
+# registering it in sys.modules, and dataclasses with string annotations then crash.
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+try:
+    from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
+except ImportError:  # pragma: no cover - hydra-joblib-launcher is a dependency of rlexp
+    JobLibLauncherConf = None  # type: ignore[assignment,misc]
+
+if JobLibLauncherConf is not None:
+
+    @dataclass
+    class RlexpJoblibConf(JobLibLauncherConf):
+        # Concurrent jobs: 2 (see the module docstring); -1 = one per CPU.
+        n_jobs: int = 2
+
+    ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=RlexpJoblibConf,
+                                 provider="rlexp")

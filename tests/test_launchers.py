@@ -1,0 +1,253 @@
+"""Launchers: each `hydra/launcher=NAME` exists, runs real jobs, and isolates a failing job.
+
+Fast: discovery and composition of every launcher option, the per-job resource rule, and how
+Hydra's basic and joblib launchers propagate a job's exception (a toy app, seconds).
+Slow (real `python -m rlexp` training, JAX compiles): joblib 2 x 2 under one MLflow parent,
+submitit_local, a failing job plus the rerun that repeats only it, and Ray when installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from rlexp.paths import conf_dir
+from sweep_helpers import (TINY, explain, mlflow_children, only_sweep_dir, rlexp, summaries,
+                           write_toy_app)
+
+LAUNCHERS = {
+    "basic": "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+    "joblib": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+    "submitit_local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+    "submitit_slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+    "rlexp_slurm": "hydra_plugins.rlexp_slurm_launcher.slurm_launcher.RlexpSlurmLauncher",
+    "rlexp_local": "hydra_plugins.rlexp_slurm_launcher.slurm_launcher.RlexpLocalLauncher",
+    "xpk": "hydra_plugins.rlexp_xpk_launcher.xpk_launcher.XpkLauncher",
+    "rlexp_ray": "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",
+}
+
+
+@pytest.fixture()
+def hydra_conf():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(conf_dir()), version_base="1.3", job_name="test_launchers"):
+        yield
+    GlobalHydra.instance().clear()
+
+
+# ------------------------------------------------------------------------------------ fast
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHERS))
+def test_launcher_option_composes_and_its_class_is_a_hydra_launcher(name, hydra_conf):
+    import importlib
+
+    from hydra.plugins.launcher import Launcher
+
+    if name == "rlexp_ray":
+        pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    cfg = compose("config", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+    target = cfg.hydra.launcher._target_
+    assert target == LAUNCHERS[name]
+    module, cls = target.rsplit(".", 1)
+    assert issubclass(getattr(importlib.import_module(module), cls), Launcher)
+
+
+def test_joblib_runs_two_jobs_at_a_time(hydra_conf):
+    cfg = compose("config", overrides=["hydra/launcher=joblib"], return_hydra_config=True)
+    assert cfg.hydra.launcher.n_jobs == 2  # this machine has 2 cores
+
+
+def test_launcher_plugins_are_discovered_by_hydra():
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    found = {p.__name__ for p in Plugins.instance().discover(Launcher)}
+    assert {"XpkLauncher", "RlexpSlurmLauncher", "RlexpLocalLauncher"} <= found
+
+
+def test_per_job_resources_come_from_hardware_unless_the_launcher_sets_them():
+    from hydra_plugins.rlexp_slurm_launcher.slurm_launcher import job_resources
+
+    job = OmegaConf.create({"hardware": {"cpus_per_task": 8, "gpus_per_node": 1,
+                                         "timeout_min": 90, "partition": "gpu"}})
+    keys = ("cpus_per_task", "gpus_per_node", "timeout_min", "partition")
+    assert job_resources({}, job, keys) == {"cpus_per_task": 8, "gpus_per_node": 1,
+                                            "timeout_min": 90, "partition": "gpu"}
+    got = job_resources({"cpus_per_task": 2, "partition": None}, job, keys)
+    assert got["cpus_per_task"] == 2 and got["partition"] == "gpu"
+    cpu = OmegaConf.create({"hardware": {"cpus_per_task": 2, "gpus_per_node": 0,
+                                         "timeout_min": 60, "partition": None}})
+    assert job_resources({}, cpu, keys)["gpus_per_node"] is None  # never --gpus-per-node=0
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_job_exception_does_not_stop_the_other_jobs(launcher, tmp_path):
+    """What rlexp relies on: Hydra runs every job of the batch, then re-raises the first error.
+
+    A job that exits the process (sys.exit) is different: it ends the whole sweep, so rlexp's
+    jobs must raise, never exit, inside a multirun.
+    """
+    app = write_toy_app(tmp_path, {"a": {"fail": "false"}, "b": {"fail": "true"},
+                                   "c": {"fail": "false"}})
+    args = [sys.executable, str(app), "-m", "hardware=a,b,c", f"hydra/launcher={launcher}",
+            f"hydra.sweep.dir={tmp_path}/sweep", "fail=${hardware.fail}"]
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, explain(proc)
+    assert "job b asked to fail" in proc.stderr
+    reports = sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/report.json"))
+    assert len(reports) == 3  # a and c ran to the end although b raised
+
+
+# ------------------------------------------------------------------------------------ slow
+
+
+@pytest.mark.slow
+def test_joblib_2x2_sweep_makes_four_children_under_one_parent(tmp_path):
+    t0 = time.perf_counter()
+    proc = rlexp(["-m", "hydra/launcher=joblib", "algo.beta=0.0,0.04", "train.seed=0,1", *TINY],
+                 tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    sweep_dir = only_sweep_dir(tmp_path)
+    runs = summaries(sweep_dir)
+    assert len(runs) == 4 and all(s["status"] == "FINISHED" for s in runs.values()), runs
+    parent, children = mlflow_children(sweep_dir)
+    assert len(children) == 4
+    got = sorted((float(r.data.params["algo.beta"]), int(r.data.params["train.seed"]))
+                 for r in children)
+    assert got == [(0.0, 0), (0.0, 1), (0.04, 0), (0.04, 1)]
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert parent["run"].info.status == "FINISHED"
+    print(f"joblib 2x2: {time.perf_counter() - t0:.1f} s")
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_the_jobs(tmp_path):
+    proc = rlexp(["-m", "hydra/launcher=submitit_local", "train.seed=0,1", *TINY], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    sweep_dir = only_sweep_dir(tmp_path)
+    runs = summaries(sweep_dir)
+    assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
+    # Each job ran in a submitit worker process, not in the launching one.
+    assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
+
+
+def _gsm8k_rows(n: int = 24) -> str:
+    rows = [{"question": f"What is {a} plus {a + 1}?", "answer": f"{a}+{a + 1}={2 * a + 1}\n#### {2 * a + 1}"}
+            for a in range(n)]
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+@pytest.mark.slow
+def test_a_failing_job_is_isolated_and_the_rerun_repeats_only_it(tmp_path):
+    """One job's dataset file is missing (preflight does not open files): it fails, the other
+    finishes; both are in the summaries. The file appears, the same command runs again: the
+    finished job is skipped, the failed one runs and finishes."""
+    good, late = tmp_path / "good.jsonl", tmp_path / "late.jsonl"
+    good.write_text(_gsm8k_rows())
+    args = ["-m", "dataset=gsm8k", f"dataset.path={good},{late}", *TINY]
+
+    first = rlexp(args, tmp_path)
+    sweep_dir = only_sweep_dir(tmp_path)
+    runs = summaries(sweep_dir)
+    by_path = {s.get("overrides") and next(o for o in s["overrides"] if o.startswith("dataset.path")): s
+               for s in runs.values()}
+    ok, failed = by_path[f"dataset.path={good}"], by_path.get(f"dataset.path={late}")
+    assert ok["status"] == "FINISHED", explain(first)
+    assert failed is not None and failed["status"] == "FAILED", (runs, explain(first))
+    assert "file not found" in (failed.get("error") or ""), failed
+    assert first.returncode != 0  # the sweep reports that a job failed
+    _, children = mlflow_children(sweep_dir)
+    statuses = {r.data.params.get("dataset.path"): r.info.status for r in children}
+    assert statuses.get(str(late)) == "FAILED", statuses
+    finished_before = json.loads((Path(ok["run_dir"]) / "summary.json").read_text())
+
+    late.write_text(_gsm8k_rows())
+    second = rlexp(args, tmp_path)
+    assert second.returncode == 0, explain(second)
+    assert only_sweep_dir(tmp_path) == sweep_dir  # same command, same sweep dir
+    runs = summaries(sweep_dir)
+    assert all(s["status"] == "FINISHED" for s in runs.values()), runs
+    # The finished job was not run again: its summary is untouched.
+    assert json.loads((Path(ok["run_dir"]) / "summary.json").read_text()) == finished_before
+    assert "already finished" in second.stdout + second.stderr
+
+
+# --------------------------------------------------------------------------------- ray
+
+
+def _ray_python() -> str | None:
+    """A Python with ray + hydra-ray-launcher importable (this one, or $RLEXP_RAY_PYTHON)."""
+    for python in (sys.executable, os.environ.get("RLEXP_RAY_PYTHON"), "/opt/rlexp-ray/bin/python"):
+        if python and Path(python).exists() and subprocess.run(
+                [python, "-c", "import ray, hydra_plugins.hydra_ray_launcher, rlexp"],
+                capture_output=True, timeout=120).returncode == 0:
+            return python
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def ray_head(tmp_path):
+    """`ray start --head` on loopback, in its own process group; the whole group is killed."""
+    python = _ray_python()
+    if python is None:
+        pytest.skip("ray / hydra-ray-launcher not installed (they need cloudpickle<3, which "
+                    "joblib 1.6 refuses: install them in a --system-site-packages venv and "
+                    "set RLEXP_RAY_PYTHON)")
+    ray_bin = str(Path(python).parent / "ray")
+    port = _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
+         f"--temp-dir={tmp_path}/ray"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None, head.stdout.read().decode()[-2000:]
+            time.sleep(0.5)
+        else:
+            pytest.fail("ray head did not listen within 120 s")
+        yield python, f"127.0.0.1:{port}"
+    finally:
+        import signal
+
+        pgid = os.getpgid(head.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+        shutil.rmtree(tmp_path / "ray", ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ray_launcher_runs_the_jobs_on_a_local_head(tmp_path, ray_head):
+    python, address = ray_head
+    proc = rlexp(["-m", "hydra/launcher=rlexp_ray", f"hydra.launcher.ray.init.address={address}",
+                  "train.seed=0,1", *TINY], tmp_path, python=python)
+    assert proc.returncode == 0, explain(proc)
+    runs = summaries(only_sweep_dir(tmp_path))
+    assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
