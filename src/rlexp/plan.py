@@ -1,24 +1,19 @@
 """The plan of a run, worked out before anything compiles: model size, meshes, memory, I/O.
 
-`run.dry_run=true` prints it; a plan that cannot fit stops the run with exit 2.
-(Minimal version: the hardware issue extends the memory plan.)
+`run.dry_run=true` prints `plan.lines`; a plan that cannot run (`fits=False`) stops the run
+with exit 2 and the one line in `plan.why`. Pure: imports neither JAX nor Tunix.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rlexp.config import Config, ModelConfig
+from rlexp.config import Config, HardwareConfig
+from rlexp.memory import (GIB, ROLLOUT_ITEMS, TRAINER_ITEMS, MemoryPlan, memory_plan,
+                          micro_batch_prompts, param_count, sharding_problem)
+from rlexp.hardware import role_device_ranges
 
-
-def param_count(m: ModelConfig) -> int:
-    """Parameters of a Llama/Qwen3-style decoder from its architecture numbers."""
-    attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
-    mlp = 3 * m.embed_dim * m.hidden_dim
-    norms = 2 * m.embed_dim + (2 * m.head_dim if m.family == "qwen3" else 0)
-    per_layer = attn + mlp + norms
-    embed = m.vocab_size * m.embed_dim * (1 if m.tie_embeddings else 2)
-    return m.num_layers * per_layer + embed + m.embed_dim
+__all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts"]
 
 
 @dataclass
@@ -27,26 +22,104 @@ class Plan:
     params: int
     # Human-readable lines describing the run (printed by dry_run).
     lines: list[str] = field(default_factory=list)
-    # Bytes per device by item (policy, reference, optimizer, ...).
+    # Bytes per device by item (policy, reference, optimizer, ..., kv cache).
     memory: dict[str, float] = field(default_factory=dict)
-    # False when the run cannot fit the hardware.
+    # Peak bytes on the busiest device (what has to fit hardware.hbm_gib_per_device).
+    memory_total: float = 0.0
+    # JAX devices the run uses (all hosts).
+    devices: int = 1
+    # False when the run cannot run on the hardware (memory or sharding).
     fits: bool = True
-    # One line saying why it cannot fit.
+    # One line saying why it cannot run (names model, hardware and the numbers).
     why: str = ""
+
+
+def _gib(b: float) -> str:
+    return f"{b / GIB:.2f}" if b < 10 * GIB else f"{b / GIB:.1f}"
+
+
+def _size(b: float) -> str:
+    """Bytes with a unit that keeps tiny runs readable (KiB/MiB) and big ones in GiB."""
+    for unit, scale in (("GiB", GIB), ("MiB", 1024**2)):
+        if b >= scale:
+            return f"{b / scale:.3g} {unit}" if b < 100 * scale else f"{b / scale:.0f} {unit}"
+    return f"{b / 1024:.3g} KiB"
+
+
+def mesh_lines(hw: HardwareConfig) -> list[str]:
+    """How the devices are split between roles and the mesh shape of each."""
+    ranges = role_device_ranges(hw)
+    t, r = hw.trainer_mesh, hw.rollout_mesh
+    where = "emulated on CPU" if hw.emulate else f"{hw.platform}"
+    head = (f"hardware   {hw.name}: {hw.devices} {where} device(s) ({hw.accelerator_type}), "
+            f"{hw.hosts} host(s), {hw.hbm_gib_per_device:g} GiB and "
+            f"{hw.peak_bf16_tflops:g} bf16 TFLOP/s per device")
+    if ranges.colocated:
+        share = "shared weights" if t == r else "separate rollout weights"
+        return [head, f"mesh       colocated on devices 0-{hw.devices - 1}: trainer (fsdp={t.fsdp}, "
+                      f"tp={t.tp}), rollout (fsdp={r.fsdp}, tp={r.tp}), {share}"]
+    (t0, t1), (r0, r1) = ranges.trainer, ranges.rollout
+    return [head, f"mesh       split: trainer devices {t0}-{t1 - 1} (fsdp={t.fsdp}, tp={t.tp}), "
+                  f"rollout devices {r0}-{r1 - 1} (fsdp={r.fsdp}, tp={r.tp})"]
+
+
+def memory_lines(mem: MemoryPlan) -> list[str]:
+    roles = "per device" if mem.colocated else "per trainer / rollout device"
+    lines = [f"memory     {roles}:"]
+    for role, items, names in (("trainer", mem.trainer, TRAINER_ITEMS),
+                               ("rollout", mem.rollout, ROLLOUT_ITEMS)):
+        parts = ", ".join(f"{k} {_size(items[k])}" for k in names if items[k] > 0)
+        lines.append(f"  {role:8s} {parts}")
+    verdict = "fits" if mem.fits else "DOES NOT FIT"
+    lines.append(f"  total    {_size(mem.peak)} of {mem.capacity / GIB:g} GiB "
+                 f"({100 * mem.peak / mem.capacity:.0f}%): {verdict}")
+    return lines
+
+
+def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
+    """Emulation runs every virtual device in this host's RAM: the devices' sum must fit."""
+    h = cfg.hardware
+    if not h.emulate:
+        return None
+    ranges = role_device_ranges(h)
+    if mem.colocated:
+        total = mem.peak * h.devices
+    else:
+        n_t = ranges.trainer[1] - ranges.trainer[0]
+        n_r = ranges.rollout[1] - ranges.rollout[0]
+        total = sum(mem.trainer.values()) * n_t + sum(mem.rollout.values()) * n_r
+    if total <= h.host_memory_gib * GIB:
+        return None
+    return (f"model={cfg.model.name} hardware={h.name} (emulated): needs {_gib(total)} GiB of "
+            f"host memory for {h.devices} virtual devices, has {h.host_memory_gib:g} "
+            f"(hardware.host_memory_gib); use a smaller model or the real hardware")
 
 
 def make_plan(cfg: Config) -> Plan:
     n = param_count(cfg.model)
     t, a, h = cfg.train, cfg.algo, cfg.hardware
+    mem = memory_plan(cfg)
     lines = [
         f"model      {cfg.model.name} ({cfg.model.family}, {n / 1e6:.2f}M parameters, {cfg.model.dtype})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
         f"G={a.num_generations} mu={a.num_iterations} kl={a.kl_estimator}",
-        f"hardware   {h.name}: {h.devices} {h.platform} device(s), {h.hosts} host(s); "
-        f"trainer mesh (fsdp={h.trainer_mesh.fsdp}, tp={h.trainer_mesh.tp}), "
-        f"rollout mesh (fsdp={h.rollout_mesh.fsdp}, tp={h.rollout_mesh.tp})",
+        *mesh_lines(h),
         f"train      {t.steps} steps x {t.batch_size} prompts x {a.num_generations} completions, "
-        f"lr={t.learning_rate}",
+        f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate}",
+        f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
+        f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
+        *memory_lines(mem),
     ]
-    return Plan(params=n, lines=lines)
+    why = sharding_problem(cfg) or ""
+    if not why and not mem.fits:
+        worst = max(mem.items, key=mem.items.get)
+        why = (f"model={cfg.model.name} hardware={h.name}: needs {_gib(mem.peak)} GiB per device, "
+               f"has {h.hbm_gib_per_device:g} (largest item: {worst} {_gib(mem.items[worst])} GiB); "
+               f"use more or larger devices, a smaller model or batch, or algo.beta=0")
+    if not why:
+        why = _host_problem(cfg, mem) or ""
+    if why:
+        lines.append(f"cannot run: {why}")
+    return Plan(params=n, lines=lines, memory=mem.items, memory_total=mem.peak,
+                devices=h.devices, fits=not why, why=why)

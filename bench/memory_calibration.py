@@ -1,0 +1,230 @@
+"""Measure the per-device memory of a GRPO step and compare it with rlexp's memory plan.
+
+    python bench/memory_calibration.py                       # tiny + the larger check config
+    python bench/memory_calibration.py model=smollm2-135m    # any config overrides
+
+What is measured (one CPU device, so "per device" is the whole run):
+- persistent: bytes of the live JAX arrays once the policy, the reference (beta > 0) and the
+  AdamW state exist (jax.live_arrays, i.e. what sits in HBM between phases);
+- train step: XLA's buffer assignment of the jitted GRPO update, Tunix's own `grpo_loss_fn`
+  under `nnx.value_and_grad` + `optimizer.update` with the optimizer donated, exactly as
+  Tunix's PeftTrainer jits it: temp + outputs - aliased outputs;
+- rollout: the KV cache of `model.init_cache`/Tunix's `_init_cache` plus XLA's temp of one
+  prefill over the prompt and one decode step with that cache.
+The measured peak is persistent + max(train step, rollout), the same shape as the plan.
+XLA's buffer assignment is what a TPU/GPU allocates for these programs; on CPU it is the only
+per-device figure JAX reports (`Device.memory_stats()` is None there). `--rss` also runs one
+step and reports the process's peak RSS growth (includes compiler and runtime overheads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from rlexp.config import Config
+
+# The two configs the plan is held to +-25% against (tests/test_plan.py runs them, slow).
+# The larger one is SmolLM2-135M's architecture in float32 with a realistic RL batch.
+CHECK_CONFIGS: dict[str, list[str]] = {
+    "tiny": ["model=tiny"],
+    "smollm2-135m": ["model=smollm2-135m", "model.dtype=float32", "train.batch_size=2",
+                     "algo.num_generations=4", "rollout.max_prompt_length=96",
+                     "rollout.max_completion_length=64", "rollout.kv_cache_size=192"],
+}
+
+
+@dataclass
+class Measured:
+    persistent: int
+    train_temp: int
+    train_out: int
+    rollout_cache: int
+    rollout_temp: int
+    peak: int
+    rss_delta: int = 0
+
+
+def compose(overrides: list[str]) -> Config:
+    """Config from conf/ with `group=option` and `key=value` overrides.
+
+    A plain OmegaConf merge of config.yaml's default options (not Hydra's compose): fast, and
+    independent of the Hydra plugins installed; enough for model x hardware x key overrides.
+    """
+    from omegaconf import OmegaConf
+
+    from rlexp.config import Config as Schema, to_config
+    from rlexp.paths import conf_dir
+
+    root = conf_dir()
+    choices: dict[str, str] = {}
+    for entry in OmegaConf.load(root / "config.yaml").defaults:
+        if isinstance(entry, str) or entry is None:
+            continue
+        for group, option in entry.items():
+            if option is not None and (root / group).is_dir():
+                choices[group] = option
+    dotlist = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if "." not in key and (root / key).is_dir():
+            choices[key] = value
+        else:
+            dotlist.append(item)
+    cfg = OmegaConf.structured(Schema)
+    for group, option in choices.items():
+        cfg = OmegaConf.merge(cfg, {group: OmegaConf.load(root / group / f"{option}.yaml")})
+    return to_config(OmegaConf.merge(cfg, OmegaConf.from_dotlist(dotlist)))
+
+
+def tunix_model(cfg: Config, seed: int = 0):
+    """A randomly initialised Tunix model of cfg.model's architecture and dtype."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    m = cfg.model
+    dtype = jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32
+    if m.family == "qwen3":
+        from tunix.models.qwen3 import model as lib
+
+        tcfg = lib.ModelConfig(
+            num_layers=m.num_layers, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
+            hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
+            num_kv_heads=m.num_kv_heads, rope_theta=int(m.rope_theta), norm_eps=m.norm_eps,
+            use_tied_embedding=m.tie_embeddings, dtype=dtype, param_dtype=dtype)
+        model = lib.Qwen3(tcfg, rngs=nnx.Rngs(seed))
+    else:
+        from tunix.models.llama3 import model as lib
+
+        tcfg = lib.ModelConfig(
+            num_layers=m.num_layers, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
+            hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
+            num_kv_heads=m.num_kv_heads, rope_theta=int(m.rope_theta), norm_eps=m.norm_eps,
+            weight_tying=m.tie_embeddings)
+        model = lib.Llama3(tcfg, rngs=nnx.Rngs(seed))
+        if dtype != jnp.float32:  # Tunix's llama3 has no param dtype; cast like the loader
+            state = nnx.state(model)
+            nnx.update(model, jax.tree.map(lambda x: x.astype(dtype), state))
+    return model
+
+
+def _live_bytes() -> int:
+    import jax
+
+    return sum(x.nbytes for x in jax.live_arrays())
+
+
+def measure(cfg: Config, rss: bool = False) -> Measured:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from flax import nnx
+    from tunix.rl import algo_core, common
+    from tunix.rl.grpo.grpo_learner import GRPOConfig
+
+    from rlexp.plan import micro_batch_prompts
+
+    base_live = _live_bytes()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    policy = tunix_model(cfg, seed=0)
+    reference = tunix_model(cfg, seed=1) if cfg.algo.beta > 0 else None
+    optimizer = nnx.Optimizer(policy, optax.adamw(cfg.train.learning_rate), wrt=nnx.Param)
+    persistent = _live_bytes() - base_live
+
+    r, a = cfg.rollout, cfg.algo
+    n = micro_batch_prompts(cfg) * a.num_generations
+    rng = np.random.default_rng(0)
+    prompt = jnp.asarray(rng.integers(1, cfg.model.vocab_size, (n, r.max_prompt_length)), jnp.int32)
+    completion = jnp.asarray(
+        rng.integers(1, cfg.model.vocab_size, (n, r.max_completion_length)), jnp.int32)
+    example = common.TrainExample(
+        prompt_ids=prompt, prompt_mask=jnp.ones_like(prompt),
+        completion_ids=completion, completion_mask=jnp.ones_like(completion),
+        advantages=jnp.asarray(rng.standard_normal(n), jnp.float32),
+        ref_per_token_logps=(jnp.zeros(completion.shape, jnp.float32)
+                             if reference is not None else None),
+        old_per_token_logps=None)
+    algo = GRPOConfig(num_generations=a.num_generations, beta=a.beta, epsilon=a.epsilon)
+    algo.temperature = r.temperature  # set by GRPOLearner from the rollout config
+
+    def loss_fn(model, example):
+        return algo_core.grpo_loss_fn(model, example, algo, pad_id=0, eos_id=-1)
+
+    def train_step(model, optimizer, example):
+        (loss, _), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, example)
+        optimizer.update(model, grads)
+        return loss
+
+    step = nnx.jit(train_step, donate_argnames=("optimizer",))
+    train = step.lower(policy, optimizer, example).compile().memory_analysis()
+
+    # Rollout: the cache the sampler allocates, then a prefill and a decode step over it.
+    dtype = jnp.bfloat16 if cfg.model.dtype == "bfloat16" else jnp.float32
+    cache = _init_cache(policy, cfg, n, dtype)
+    cache_bytes = sum(x.nbytes for x in jax.tree.leaves(cache))
+
+    def forward(model, tokens, positions, cache, mask):
+        logits, new_cache = model(tokens, positions, cache, mask)
+        return logits[:, -1], new_cache
+
+    fwd = nnx.jit(forward, donate_argnums=(3,))
+    p = r.max_prompt_length
+    prefill = fwd.lower(policy, prompt, jnp.broadcast_to(jnp.arange(p), (n, p)), cache,
+                        jnp.ones((n, p, r.kv_cache_size), bool)).compile().memory_analysis()
+    decode = fwd.lower(policy, prompt[:, :1], jnp.full((n, 1), p), cache,
+                       jnp.ones((n, 1, r.kv_cache_size), bool)).compile().memory_analysis()
+    roll_temp = max(prefill.temp_size_in_bytes, decode.temp_size_in_bytes)
+    train_out = train.output_size_in_bytes - train.alias_size_in_bytes
+    peak = persistent + max(train.temp_size_in_bytes + train_out, cache_bytes + roll_temp)
+    out = Measured(persistent=persistent, train_temp=train.temp_size_in_bytes,
+                   train_out=train_out, rollout_cache=cache_bytes, rollout_temp=roll_temp,
+                   peak=peak)
+    if rss:
+        jax.block_until_ready(step(policy, optimizer, example))
+        out.rss_delta = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0
+    return out
+
+
+def _init_cache(model, cfg: Config, batch: int, dtype):
+    """The sampler's KV cache: the model's init_cache (qwen3) or Tunix's _init_cache (llama3)."""
+    from tunix.generate import sampler
+
+    m, r = cfg.model, cfg.rollout
+    if hasattr(model, "init_cache"):
+        return model.init_cache(batch, r.kv_cache_size, dtype)
+    return sampler._init_cache(n_layers=m.num_layers, cache_size=r.kv_cache_size,
+                               batch_size=batch, num_kv_heads=m.num_kv_heads,
+                               head_dim=m.head_dim, dtype=dtype)
+
+
+def compare(name: str, overrides: list[str], rss: bool = False) -> dict:
+    from rlexp.plan import make_plan
+
+    cfg = compose(overrides)
+    plan = make_plan(cfg)
+    t0 = time.perf_counter()
+    got = measure(cfg, rss=rss)
+    est = plan.memory_total
+    return {"config": name, "estimate_bytes": est, "measured_bytes": got.peak,
+            "ratio": est / got.peak, "seconds": round(time.perf_counter() - t0, 1),
+            "estimate_items": plan.memory, "measured": asdict(got)}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="*", help="config overrides (default: the check configs)")
+    parser.add_argument("--rss", action="store_true", help="also run a step and report peak RSS growth")
+    args = parser.parse_args(argv)
+    runs = {"custom": args.overrides} if args.overrides else CHECK_CONFIGS
+    for name, overrides in runs.items():
+        print(json.dumps(compare(name, overrides, rss=args.rss)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

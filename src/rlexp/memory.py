@@ -1,0 +1,215 @@
+"""Per-device memory of a GRPO/GSPO run, estimated from the config before anything compiles.
+
+Pure arithmetic on the config (no JAX): `run.dry_run=true` prints it and a run that cannot fit
+stops with exit 2. The estimate follows what Tunix holds on each device:
+
+trainer devices (policy + reference, the trainer mesh)
+  policy      params x dtype bytes, sharded over fsdp x tp (Tunix shards every weight on both)
+  reference   the same again when algo.beta > 0 (Tunix drops the reference model at beta = 0)
+  optimizer   AdamW's two moments in float32 (8 bytes/param; optax keeps them in the param
+              dtype by default, so for bfloat16 params this is an upper bound)
+  gradients   params x dtype bytes, only with gradient accumulation (train.micro_batch_size <
+              mini batch): optax.MultiSteps keeps an accumulator. Otherwise XLA fuses each
+              weight's gradient into its AdamW update (the optimizer is donated) and a full
+              gradient tree never exists: measured, the step needs no gradient-sized buffer.
+  new weights params x dtype bytes: the updated weights before the old ones are released
+  activations what the backward pass keeps: micro-batch tokens x hidden x (layers x factor +
+              ACTIVATION_TOKEN_H) x dtype bytes (float32 bytes on CPU), the factor from
+              ACTIVATION_* below; sharded over fsdp (the batch; only when it divides) and tp
+  logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes (float32 logits,
+              log-softmax and its gradient; CPU_BF16_LOGIT_COPIES for bfloat16 on CPU), same
+              sharding as activations
+rollout devices (the sampler, the rollout mesh)
+  rollout weights  a second copy of the policy, unless trainer and rollout use the very same
+              mesh (Tunix then shares one backbone)
+  kv cache    batch x num_generations x kv_cache_size x layers x 2 (k, v) x kv_heads x head_dim x
+              dtype bytes. NOT divided by the mesh: Tunix's sampler allocates it with jnp.zeros
+              outside jit, i.e. whole on one device, before the first prefill.
+  sampler logits  batch x num_generations x prompt length x vocab x 4 bytes (the prefill).
+
+Colocated roles share every device: persistent items (weights, optimizer) add up and the two
+phases take turns, train (new weights + activations + logits) and rollout
+(kv cache + sampler logits), so a device holds persistent + max(train, rollout). Split roles:
+the trainer devices hold the trainer items, the rollout devices the rollout items; the peak
+is the larger of the two.
+
+Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU
+(bench/memory_calibration.py; tests/test_plan.py holds it to +-25%).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlexp.config import Config, MeshConfig, ModelConfig
+
+GIB = 1024**3
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+# AdamW: first and second moment, float32.
+OPTIMIZER_BYTES_PER_PARAM = 8
+
+# Elements the jitted update keeps live per token per layer, as multiples of each width. With
+# h = embed_dim, q = num_heads x head_dim, kv = num_kv_heads x head_dim, f = hidden_dim and
+# S = sequence length, the "factor" of batch x seq x hidden x layers x factor is
+#   (H*h + Q*q + KV*kv + F*f + SCORES*num_heads*S) / h.
+# First principles give the shape (SwiGLU keeps gate, up, silu(gate) and their product plus
+# their gradients; attention keeps logits and probabilities per head and key; queries, keys and
+# values before and after RoPE) but XLA fuses norms and residual adds and reuses buffers, so
+# the weights are fitted (non-negative least squares, then rounded) to XLA's buffer assignment
+# of Tunix's GRPO update on CPU over 18 shapes: tiny-qwen3 and SmolLM2-llama3 variants that
+# change one width at a time, plus full SmolLM2-135M; every shape within 13%.
+ACTIVATION_H = 0.5
+ACTIVATION_Q = 3.0
+ACTIVATION_KV = 5.0
+ACTIVATION_F = 5.5
+ACTIVATION_SCORES = 3.5
+# Per token outside the layers (embedding output, final norm, the loss's per-token values
+# and their gradients), in units of embed_dim; same fit.
+ACTIVATION_TOKEN_H = 13.0
+# float32 copies of the vocabulary-wide tensors of the policy loss per token (logits,
+# log-softmax/entropy and their gradient, partly fused by XLA); same fit.
+LOGIT_COPIES = 1.75
+# XLA:CPU has no bfloat16 arithmetic: it upcasts, so a bfloat16 model's activations cost
+# float32 bytes there and its vocabulary-wide loss tensors about 4 float32 copies per token
+# (measured on qwen3-0.6b shapes: 16.7 bytes per token x vocab entry, 7.4 in float32).
+# TPUs and GPUs compute in bfloat16 natively and keep the float32 figures above.
+CPU_BF16_LOGIT_COPIES = 4.0
+
+# Order of the items in the printed plan.
+TRAINER_ITEMS = ("policy", "reference", "optimizer", "gradients", "new weights", "activations",
+                 "logits")
+ROLLOUT_ITEMS = ("rollout weights", "kv cache", "sampler logits")
+
+
+def param_count(m: ModelConfig) -> int:
+    """Parameters of a Llama/Qwen3-style decoder from its architecture numbers."""
+    attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
+    mlp = 3 * m.embed_dim * m.hidden_dim
+    norms = 2 * m.embed_dim + (2 * m.head_dim if m.family == "qwen3" else 0)
+    per_layer = attn + mlp + norms
+    embed = m.vocab_size * m.embed_dim * (1 if m.tie_embeddings else 2)
+    return m.num_layers * per_layer + embed + m.embed_dim
+
+
+def micro_batch_prompts(cfg: Config) -> int:
+    """Prompts per gradient step slice (micro batch); completions = this x num_generations."""
+    t = cfg.train
+    return t.micro_batch_size or t.mini_batch_size or t.batch_size
+
+
+def sequence_length(cfg: Config) -> int:
+    """Tokens of one training sequence: prompt + completion."""
+    return cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length
+
+
+def activation_factor(m: ModelConfig, seq: int) -> float:
+    """Elements kept per token per layer, in units of embed_dim (see the constants above)."""
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    elems = (ACTIVATION_H * m.embed_dim + ACTIVATION_Q * q + ACTIVATION_KV * kv
+             + ACTIVATION_F * m.hidden_dim + ACTIVATION_SCORES * m.num_heads * seq)
+    return elems / m.embed_dim
+
+
+def _batch_shards(mesh: MeshConfig, rows: int) -> int:
+    # Tunix shards the batch over fsdp only when it divides (sharding_utils.get_sharding),
+    # otherwise the rows are replicated; activations are sharded over tp in any case.
+    return (mesh.fsdp if rows % mesh.fsdp == 0 else 1) * mesh.tp
+
+
+@dataclass
+class MemoryPlan:
+    # Bytes per trainer device by item (TRAINER_ITEMS).
+    trainer: dict[str, float] = field(default_factory=dict)
+    # Bytes per rollout device by item (ROLLOUT_ITEMS).
+    rollout: dict[str, float] = field(default_factory=dict)
+    # Trainer and rollout on the same devices (phases take turns on each device).
+    colocated: bool = True
+    # Peak bytes on the busiest device.
+    peak: float = 0.0
+    # Usable bytes per device (hardware.hbm_gib_per_device).
+    capacity: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    @property
+    def items(self) -> dict[str, float]:
+        """Every item, trainer first (bytes per device of the role that holds it)."""
+        return {**self.trainer, **self.rollout}
+
+
+def memory_plan(cfg: Config) -> MemoryPlan:
+    m, h, r, a = cfg.model, cfg.hardware, cfg.rollout, cfg.algo
+    n = param_count(m)
+    wb = DTYPE_BYTES[m.dtype]
+    on_cpu = h.emulate or h.platform == "cpu"
+    # Bytes per activation element and float32 copies of the logits (see the constants).
+    ab = 4 if on_cpu else wb
+    logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and m.dtype == "bfloat16" else LOGIT_COPIES
+    tm, rm = h.trainer_mesh, h.rollout_mesh
+    t_shards, r_shards = tm.fsdp * tm.tp, rm.fsdp * rm.tp
+    seq = sequence_length(cfg)
+    rows = micro_batch_prompts(cfg) * a.num_generations
+    act_shards = _batch_shards(tm, rows)
+    colocated = h.split == "colocated"
+    mini = cfg.train.mini_batch_size or cfg.train.batch_size
+    accumulates = micro_batch_prompts(cfg) < mini
+    shared_backbone = colocated and tm == rm
+
+    trainer = {
+        "policy": n * wb / t_shards,
+        "reference": n * wb / t_shards if a.beta > 0 else 0.0,
+        "optimizer": n * OPTIMIZER_BYTES_PER_PARAM / t_shards,
+        "gradients": n * wb / t_shards if accumulates else 0.0,
+        # Tunix's jitted step donates the optimizer state but not the model: the updated
+        # weights are new buffers while the old ones are still alive.
+        "new weights": n * wb / t_shards,
+        "activations": rows * seq * m.embed_dim * (m.num_layers * activation_factor(m, seq)
+                                                   + ACTIVATION_TOKEN_H) * ab / act_shards,
+        "logits": rows * seq * m.vocab_size * logit_copies * 4 / act_shards,
+    }
+    roll_rows = cfg.train.batch_size * a.num_generations
+    rollout = {
+        "rollout weights": 0.0 if shared_backbone else n * wb / r_shards,
+        "kv cache": roll_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
+        * m.head_dim * wb,
+        "sampler logits": roll_rows * r.max_prompt_length * m.vocab_size * 4 / _batch_shards(
+            rm, roll_rows),
+    }
+    persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
+    train_phase = trainer["new weights"] + trainer["activations"] + trainer["logits"]
+    roll_phase = rollout["kv cache"] + rollout["sampler logits"]
+    if colocated:
+        peak = persistent_t + rollout["rollout weights"] + max(train_phase, roll_phase)
+    else:
+        peak = max(persistent_t + train_phase, rollout["rollout weights"] + roll_phase)
+    return MemoryPlan(trainer=trainer, rollout=rollout, colocated=colocated, peak=peak,
+                      capacity=h.hbm_gib_per_device * GIB)
+
+
+def sharding_problem(cfg: Config) -> str | None:
+    """One line when a mesh axis does not divide the model dimension Tunix shards over it.
+
+    Tunix's llama3/qwen3 weights are sharded fsdp over embed_dim and tp over vocab, embed_dim
+    (norm weights), heads, kv heads, head_dim (qwen3 q/k norms) and the MLP width; JAX
+    refuses to place an array whose sharded dimension the axis does not divide.
+    """
+    m, h = cfg.model, cfg.hardware
+    dims = {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+            "hidden_dim": m.hidden_dim, "vocab_size": m.vocab_size}
+    if m.family == "qwen3":
+        dims["head_dim"] = m.head_dim
+    for role in ("trainer_mesh", "rollout_mesh"):
+        mesh: MeshConfig = getattr(h, role)
+        if m.embed_dim % mesh.fsdp:
+            return (f"hardware.{role}.fsdp={mesh.fsdp} does not divide model.embed_dim="
+                    f"{m.embed_dim} (model={m.name} hardware={h.name}); pick a divisor")
+        for name, value in dims.items():
+            if value % mesh.tp:
+                return (f"hardware.{role}.tp={mesh.tp} does not divide model.{name}={value} "
+                        f"(model={m.name} hardware={h.name}); use a tp that divides it, e.g. "
+                        f"hardware.{role}.tp=1 hardware.{role}.fsdp={mesh.fsdp * mesh.tp}")
+    return None
