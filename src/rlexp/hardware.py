@@ -187,17 +187,19 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.shardin
     return jax.sharding.Mesh(grid, MESH_AXES)
 
 
-def role_meshes(hw: HardwareConfig) -> dict[str, "jax.sharding.Mesh"]:
+def role_meshes(hw: HardwareConfig,
+                devices: Sequence["jax.Device"] | None = None) -> dict[str, "jax.sharding.Mesh"]:
     """Meshes per Tunix role: 'trainer' (actor + reference) and 'rollout'.
 
-    Joins the other hosts first, checks the devices, then builds the meshes. When the roles
-    are colocated with the same mesh shape the SAME Mesh object is returned for both, which
-    lets Tunix share one copy of the policy weights between trainer and sampler.
+    Joins the other hosts first, checks the devices (all of jax.devices() unless `devices`
+    picks some), then builds the meshes. When the roles are colocated with the same mesh shape
+    the SAME Mesh object is returned for both, which lets Tunix share one copy of the policy
+    weights between trainer and sampler.
     """
     import jax
 
     init_distributed(hw)
-    devices = jax.devices()
+    devices = list(jax.devices() if devices is None else devices)
     check_devices(hw, devices)
     ranges = role_device_ranges(hw)
     trainer = make_mesh(hw.trainer_mesh, devices[slice(*ranges.trainer)])

@@ -6,6 +6,7 @@ with exit 2 and the one line in `plan.why`. Pure: imports neither JAX nor Tunix.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from rlexp.config import Config, HardwareConfig
@@ -76,6 +77,11 @@ def memory_lines(mem: MemoryPlan) -> list[str]:
     return lines
 
 
+def local_ram_bytes() -> int:
+    """Physical memory of this machine (emulation runs every virtual device in it)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
     """Emulation runs every virtual device in this host's RAM: the devices' sum must fit."""
     h = cfg.hardware
@@ -88,11 +94,12 @@ def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
         n_t = ranges.trainer[1] - ranges.trainer[0]
         n_r = ranges.rollout[1] - ranges.rollout[0]
         total = sum(mem.trainer.values()) * n_t + sum(mem.rollout.values()) * n_r
-    if total <= h.host_memory_gib * GIB:
+    ram = local_ram_bytes()
+    if total <= ram:
         return None
     return (f"model={cfg.model.name} hardware={h.name} (emulated): needs {_gib(total)} GiB of "
-            f"host memory for {h.devices} virtual devices, has {h.host_memory_gib:g} "
-            f"(hardware.host_memory_gib); use a smaller model or the real hardware")
+            f"this machine's memory for {h.devices} virtual devices, has {_gib(ram)}; "
+            f"emulate with a smaller model (e.g. model=tiny) or use the real hardware")
 
 
 def make_plan(cfg: Config) -> Plan:

@@ -1,0 +1,223 @@
+"""Hardware profiles: facts, platform set-up, device checks and the meshes of every profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from rlexp import hardware
+from rlexp.config import Config, HardwareConfig, to_config
+from rlexp.errors import UserError
+from rlexp.paths import conf_dir
+
+PROFILES = ("cpu", "v5p-8", "v6e-8", "v5p-64", "gpu")
+
+
+def _compose(overrides: list[str]) -> Config:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        return to_config(compose("config", overrides=overrides))
+
+
+def _hw(name: str, *overrides: str) -> HardwareConfig:
+    return _compose([f"hardware={name}", *overrides]).hardware
+
+
+# ------------------------------------------------------------------------------- profiles
+
+
+@pytest.mark.parametrize("name,chips,devices,hosts,hbm,tflops", [
+    ("cpu", 1, 1, 1, 24.0, 1.0),
+    # Google Cloud TPU docs: v5p 95 GB HBM2e and 459 bf16 TFLOP/s per chip, v5p-8 = 4 chips.
+    ("v5p-8", 4, 4, 1, 95.0, 459.0),
+    # Google Cloud TPU docs: v6e 32 GB HBM and 918 bf16 TFLOP/s per chip, 8 chips per host.
+    ("v6e-8", 8, 8, 1, 32.0, 918.0),
+    # 2x4x4 topology: 32 chips on 8 hosts.
+    ("v5p-64", 32, 32, 8, 95.0, 459.0),
+    # NVIDIA H100 SXM datasheet: 80 GB, 989 dense bf16 TFLOP/s.
+    ("gpu", 1, 1, 1, 80.0, 989.0),
+])
+def test_profile_facts(name, chips, devices, hosts, hbm, tflops):
+    hw = _hw(name)
+    assert (hw.chips, hw.devices, hw.hosts) == (chips, devices, hosts)
+    assert hw.hbm_gib_per_device == pytest.approx(hbm)
+    assert hw.peak_bf16_tflops == pytest.approx(tflops)
+
+
+def test_gpu_type_picks_the_figures():
+    h200 = _hw("gpu", "hardware.gpu_type=h200")
+    assert (h200.hbm_gib_per_device, h200.peak_bf16_tflops) == (141.0, 989.0)
+    assert h200.accelerator_type == "nvidia-h200-141gb"
+    assert hardware.device_mismatch(h200, "gpu", 1, "NVIDIA H200") is None
+    assert hardware.device_mismatch(h200, "gpu", 1, "NVIDIA H100 80GB HBM3") is not None
+
+
+def test_unknown_gpu_type_is_one_line_naming_the_choices():
+    with pytest.raises(UserError, match=r"hardware.gpu_type='b200'.*h100, h200"):
+        _hw("gpu", "hardware.gpu_type=b200")
+
+
+def test_v5p_64_splits_trainer_and_sampler_in_halves():
+    hw = _hw("v5p-64")
+    ranges = hardware.role_device_ranges(hw)
+    assert (ranges.trainer, ranges.rollout) == ((0, 16), (16, 32))
+    assert not ranges.colocated
+
+
+def test_single_host_profiles_are_colocated_on_one_shared_mesh():
+    for name in ("cpu", "v5p-8", "v6e-8", "gpu"):
+        hw = _hw(name)
+        assert hardware.role_device_ranges(hw).colocated
+        assert hw.trainer_mesh == hw.rollout_mesh
+
+
+# ------------------------------------------------------------------------------ platform
+
+
+def test_platform_env_cpu_pins_the_platform_only():
+    assert hardware.platform_env(_hw("cpu"), {}) == {"JAX_PLATFORMS": "cpu"}
+
+
+def test_platform_env_emulation_sets_the_device_count_and_keeps_other_flags():
+    hw = _hw("v5p-64", "hardware.emulate=true")
+    env = {"XLA_FLAGS": "--xla_cpu_foo=1 --xla_force_host_platform_device_count=2"}
+    got = hardware.platform_env(hw, env)
+    assert got["JAX_PLATFORMS"] == "cpu"
+    assert got["XLA_FLAGS"].split() == ["--xla_cpu_foo=1",
+                                        "--xla_force_host_platform_device_count=32"]
+
+
+def test_platform_env_leaves_real_accelerators_alone():
+    assert hardware.platform_env(_hw("v6e-8"), {"XLA_FLAGS": "--x=1"}) == {}
+    assert hardware.platform_env(_hw("gpu"), {}) == {}
+
+
+def test_init_distributed_only_for_real_multi_host(monkeypatch):
+    import jax
+
+    calls = []
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(1))
+    hardware.init_distributed(_hw("v5p-64", "hardware.emulate=true"))
+    hardware.init_distributed(_hw("v6e-8"))
+    assert calls == []
+    hardware.init_distributed(_hw("v5p-64"))
+    assert calls == [1]
+
+
+# ------------------------------------------------------------------------------- devices
+
+
+def _devices(n: int, platform: str = "cpu", kind: str = "cpu"):
+    return [SimpleNamespace(platform=platform, device_kind=kind, id=i) for i in range(n)]
+
+
+def test_tpu_profile_on_this_cpu_machine_is_one_line_with_the_fix():
+    with pytest.raises(UserError) as err:
+        hardware.check_devices(_hw("v6e-8"), _devices(1))
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("hardware=v6e-8 expects 8 tpu device(s)")
+    assert "JAX sees 1 cpu device(s)" in msg
+    assert "hardware.emulate=true" in msg
+
+
+def test_real_jax_devices_do_not_match_a_tpu_profile():
+    # The pytest process has CPU devices only: the real check must refuse a TPU profile.
+    with pytest.raises(UserError, match=r"expects 4 tpu device\(s\).*JAX sees \d+ cpu"):
+        hardware.check_devices(_hw("v5p-8"))
+
+
+def test_emulation_needs_the_virtual_device_count():
+    hw = _hw("v5p-8", "hardware.emulate=true")
+    hardware.check_devices(hw, _devices(4))
+    with pytest.raises(UserError, match=r"\(emulated\) expects 4 cpu device\(s\).*sees 1 cpu"):
+        hardware.check_devices(hw, _devices(1))
+
+
+@pytest.mark.parametrize("kind,ok", [("TPU v5", True), ("TPU v5p", True), ("TPU v5 lite", False)])
+def test_device_kind_of_v5p(kind, ok):
+    assert (hardware.device_mismatch(_hw("v5p-8"), "tpu", 4, kind) is None) == ok
+
+
+def test_device_kind_of_v6e():
+    hw = _hw("v6e-8")
+    assert hardware.device_mismatch(hw, "tpu", 8, "TPU v6 lite") is None
+    assert "of kind" in hardware.device_mismatch(hw, "tpu", 8, "TPU v5 lite")
+
+
+# -------------------------------------------------------------------------------- meshes
+
+_MESH_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from rlexp.config import HardwareConfig, MeshConfig
+    from rlexp import hardware
+
+    def profile(d):
+        meshes = {k: MeshConfig(**d.pop(k)) for k in ("trainer_mesh", "rollout_mesh")}
+        return HardwareConfig(**d, **meshes)
+
+    profiles = {k: profile(v) for k, v in json.loads(sys.argv[1]).items()}
+    # The largest profile sets the virtual device count, through the real set-up path.
+    hardware.setup_platform(profiles["v5p-64"])
+    import jax
+    out = {"device_count": jax.device_count()}
+    for name, hw in profiles.items():
+        meshes = hardware.role_meshes(hw, jax.devices()[:hw.devices])
+        out[name] = {role: {"shape": dict(m.shape), "axes": list(m.axis_names),
+                            "ids": sorted(int(d.id) for d in m.devices.flat)}
+                     for role, m in meshes.items()}
+        out[name]["same_object"] = meshes["trainer"] is meshes["rollout"]
+    # No devices argument: all 32 virtual devices must match the emulated v5p-64 exactly.
+    rollout = hardware.role_meshes(profiles["v5p-64"])["rollout"]
+    out["v5p-64-default"] = sorted(int(d.id) for d in rollout.devices.flat)
+    print(json.dumps(out))
+""")
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+
+
+def test_every_profile_builds_its_meshes_under_emulation():
+    """One subprocess (the device count is fixed when JAX starts) with 32 virtual devices."""
+    import dataclasses
+
+    payload = json.dumps({n: dataclasses.asdict(_hw(n, "hardware.emulate=true"))
+                          for n in PROFILES})
+    proc = subprocess.run([sys.executable, "-c", _MESH_SCRIPT, payload], capture_output=True,
+                          text=True, timeout=300, env=_clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["device_count"] == 32
+    for name in PROFILES:
+        hw = _hw(name)
+        got = out[name]
+        for role, mesh in (("trainer", hw.trainer_mesh), ("rollout", hw.rollout_mesh)):
+            assert got[role]["shape"] == {"fsdp": mesh.fsdp, "tp": mesh.tp}, (name, role)
+            assert got[role]["axes"] == ["fsdp", "tp"]
+        if name == "v5p-64":
+            assert got["trainer"]["ids"] == list(range(16))
+            assert got["rollout"]["ids"] == list(range(16, 32))
+            assert not got["same_object"]
+        else:
+            assert got["trainer"]["ids"] == list(range(hw.devices))
+            assert got["same_object"]  # colocated, one mesh: Tunix shares the weights
+    assert out["v5p-64-default"] == list(range(16, 32))
+
+
+def test_cpu_profile_meshes_in_process():
+    import jax
+
+    meshes = hardware.role_meshes(_hw("cpu"), jax.devices()[:1])
+    assert meshes["trainer"] is meshes["rollout"]
+    assert dict(meshes["trainer"].shape) == {"fsdp": 1, "tp": 1}

@@ -1,0 +1,226 @@
+"""The run plan: memory per device against hand computation, feasibility of every model x
+hardware pair, one-line refusals, and (slow) the estimate against measured memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from rlexp.config import Config, to_config
+from rlexp.memory import (GIB, activation_factor, memory_plan, param_count,
+                          sharding_problem)
+from rlexp.paths import conf_dir
+from rlexp.plan import make_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("tiny", "smollm2-135m", "qwen3-0.6b", "llama3.1-8b", "llama3.1-70b")
+HARDWARE = ("cpu", "gpu", "gpu-h200", "v5p-8", "v6e-8", "v5p-64")
+
+
+def _compose(overrides: list[str]) -> Config:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        return to_config(compose("config", overrides=overrides))
+
+
+def _pair(model: str, hw: str, *extra: str) -> Config:
+    hw_over = ["hardware=gpu", "hardware.gpu_type=h200"] if hw == "gpu-h200" else [f"hardware={hw}"]
+    return _compose([f"model={model}", *hw_over, *extra])
+
+
+# ---------------------------------------------------------------------- parameter counts
+
+
+@pytest.mark.parametrize("model,published", [
+    ("qwen3-0.6b", 596_049_920),      # Qwen/Qwen3-0.6B safetensors total
+    ("llama3.1-8b", 8_030_261_248),   # meta-llama/Llama-3.1-8B
+    ("llama3.1-70b", 70_553_706_496),  # meta-llama/Llama-3.1-70B
+    ("smollm2-135m", 134_515_008),    # HuggingFaceTB/SmolLM2-135M
+])
+def test_param_count_matches_the_published_checkpoints(model, published):
+    assert param_count(_compose([f"model={model}"]).model) == published
+
+
+# ------------------------------------------------------------------ memory by hand
+
+
+def test_memory_items_by_hand_llama8b_on_v6e8():
+    cfg = _pair("llama3.1-8b", "v6e-8")
+    mem = memory_plan(cfg)
+    p, shards = 8_030_261_248, 8  # bf16 weights, fsdp=8 x tp=1
+    assert mem.trainer["policy"] == pytest.approx(p * 2 / shards)
+    assert mem.trainer["reference"] == pytest.approx(p * 2 / shards)  # beta=0.04 > 0
+    assert mem.trainer["optimizer"] == pytest.approx(p * 8 / shards)  # 2 f32 moments
+    assert mem.trainer["new weights"] == pytest.approx(p * 2 / shards)
+    assert mem.trainer["gradients"] == 0  # no accumulation: fused into the update
+    # Same mesh for both roles: Tunix shares the weights, no rollout copy.
+    assert mem.rollout["rollout weights"] == 0
+    # kv cache = batch x G x kv_cache_size x layers x 2 x kv_heads x head_dim x bytes (unsharded)
+    assert mem.rollout["kv cache"] == 8 * 4 * 64 * 32 * 2 * 8 * 128 * 2
+    # activations = rows x seq x hidden x (layers x factor + per-token) x bytes / (fsdp x tp)
+    rows, seq = 8 * 4, 32 + 8
+    factor = (0.5 * 4096 + 3 * 4096 + 5 * 1024 + 5.5 * 14336 + 3.5 * 32 * seq) / 4096
+    assert activation_factor(cfg.model, seq) == pytest.approx(factor)
+    assert mem.trainer["activations"] == pytest.approx(rows * seq * 4096 * (32 * factor + 13) * 2 / 8)
+    assert mem.trainer["logits"] == pytest.approx(rows * seq * 128256 * 1.75 * 4 / 8)
+    persistent = mem.trainer["policy"] * 2 + mem.trainer["optimizer"]
+    train = mem.trainer["new weights"] + mem.trainer["activations"] + mem.trainer["logits"]
+    roll = mem.rollout["kv cache"] + mem.rollout["sampler logits"]
+    assert mem.peak == pytest.approx(persistent + max(train, roll))
+    assert mem.capacity == 32 * GIB
+
+
+def test_beta_zero_drops_the_reference():
+    with_ref = memory_plan(_pair("qwen3-0.6b", "v5p-8"))
+    without = memory_plan(_pair("qwen3-0.6b", "v5p-8", "algo.beta=0"))
+    assert without.trainer["reference"] == 0
+    assert with_ref.peak - without.peak == pytest.approx(with_ref.trainer["reference"])
+
+
+def test_gradient_accumulation_keeps_a_gradient_buffer():
+    cfg = _pair("qwen3-0.6b", "cpu", "train.mini_batch_size=8", "train.micro_batch_size=2")
+    mem = memory_plan(cfg)
+    assert mem.trainer["gradients"] == pytest.approx(596_049_920 * 2)
+    full = memory_plan(_pair("qwen3-0.6b", "cpu"))
+    assert mem.trainer["activations"] == pytest.approx(full.trainer["activations"] / 4)
+
+
+def test_split_roles_hold_their_own_items():
+    mem = memory_plan(_pair("llama3.1-70b", "v5p-64"))
+    p = 70_553_706_496
+    assert not mem.colocated
+    assert mem.trainer["policy"] == pytest.approx(p * 2 / 16)
+    assert mem.rollout["rollout weights"] == pytest.approx(p * 2 / 16)
+    trainer_dev = sum(v for k, v in mem.trainer.items())
+    rollout_dev = sum(mem.rollout.values())
+    assert mem.peak == pytest.approx(max(trainer_dev, rollout_dev))
+
+
+def test_a_different_rollout_mesh_costs_a_weight_copy():
+    cfg = _pair("llama3.1-8b", "v5p-8", "hardware.rollout_mesh.fsdp=1", "hardware.rollout_mesh.tp=4")
+    mem = memory_plan(cfg)
+    assert mem.rollout["rollout weights"] == pytest.approx(8_030_261_248 * 2 / 4)
+
+
+def test_bfloat16_on_cpu_is_costed_in_float32():
+    # XLA:CPU upcasts bf16 arithmetic: the same model costs more activations on CPU.
+    cpu = memory_plan(_pair("qwen3-0.6b", "cpu"))
+    gpu = memory_plan(_pair("qwen3-0.6b", "gpu"))
+    assert cpu.trainer["activations"] == pytest.approx(2 * gpu.trainer["activations"])
+    assert cpu.trainer["policy"] == gpu.trainer["policy"]
+
+
+# ------------------------------------------------------------------------- feasibility
+
+# (model, hardware) pairs that cannot run with the default experiment settings.
+INFEASIBLE = {
+    ("llama3.1-8b", "cpu"), ("llama3.1-8b", "gpu"),          # ~113 GiB on one device
+    ("llama3.1-70b", "cpu"), ("llama3.1-70b", "gpu"), ("llama3.1-70b", "gpu-h200"),
+    ("llama3.1-70b", "v5p-8"), ("llama3.1-70b", "v6e-8"),   # needs the v5p-64 split
+}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("hw", HARDWARE)
+def test_feasibility_of_every_model_hardware_pair(model, hw):
+    plan = make_plan(_pair(model, hw))
+    assert plan.fits == ((model, hw) not in INFEASIBLE), plan.why
+    if plan.fits:
+        assert plan.why == ""
+        assert any(line.startswith("memory") for line in plan.lines)
+        assert any("fits" in line for line in plan.lines)
+    else:
+        hw_name = "gpu" if hw == "gpu-h200" else hw
+        assert "\n" not in plan.why
+        assert plan.why.startswith(f"model={model} hardware={hw_name}: needs ")
+        assert "GiB per device, has " in plan.why
+
+
+def test_why_names_the_numbers():
+    plan = make_plan(_pair("llama3.1-70b", "v6e-8"))
+    gib = plan.memory_total / GIB
+    assert f"needs {gib:.1f} GiB per device, has 32 " in plan.why
+    assert plan.lines[-1] == f"cannot run: {plan.why}"
+
+
+def test_plan_lines_show_mesh_and_memory_by_item():
+    plan = make_plan(_pair("llama3.1-70b", "v5p-64"))
+    text = "\n".join(plan.lines)
+    assert "split: trainer devices 0-15 (fsdp=16, tp=1), rollout devices 16-31" in text
+    for item in ("policy", "reference", "optimizer", "activations", "rollout weights", "kv cache"):
+        assert f"{item} " in text
+    assert "of 95 GiB" in text
+    assert plan.devices == 32
+
+
+def test_mesh_axis_that_does_not_divide_the_heads_is_refused():
+    cfg = _pair("smollm2-135m", "v6e-8", "hardware.rollout_mesh.fsdp=1",
+                "hardware.rollout_mesh.tp=8")
+    assert sharding_problem(cfg) == (
+        "hardware.rollout_mesh.tp=8 does not divide model.num_heads=9 (model=smollm2-135m "
+        "hardware=v6e-8); use a tp that divides it, e.g. hardware.rollout_mesh.tp=1 "
+        "hardware.rollout_mesh.fsdp=8")
+    assert not make_plan(cfg).fits
+
+
+def test_emulation_must_fit_this_host(monkeypatch):
+    monkeypatch.setattr("rlexp.plan.local_ram_bytes", lambda: 24 * GIB)
+    plan = make_plan(_pair("llama3.1-8b", "v5p-8", "hardware.emulate=true"))
+    assert not plan.fits
+    assert plan.why.startswith("model=llama3.1-8b hardware=v5p-8 (emulated): needs ")
+    assert "memory for 4 virtual devices, has 24.0" in plan.why
+    assert make_plan(_pair("tiny", "v5p-64", "hardware.emulate=true")).fits
+
+
+def test_make_plan_imports_no_jax():
+    code = ("import sys; from rlexp.config import Config; from rlexp.plan import make_plan; "
+            "make_plan(Config()); assert 'jax' not in sys.modules and 'tunix' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# --------------------------------------------------------------- through the entry point
+
+
+def _rlexp(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=env)
+
+
+def test_dry_run_of_a_feasible_pair_prints_the_plan():
+    proc = _rlexp("model=llama3.1-70b", "hardware=v5p-64", "run.dry_run=true", "tracker=none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rollout devices 16-31" in proc.stdout
+    assert "fits" in proc.stdout
+
+
+def test_infeasible_pair_exits_2_with_one_line():
+    proc = _rlexp("model=llama3.1-70b", "hardware=v6e-8", "tracker=none")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1
+    assert "model=llama3.1-70b hardware=v6e-8: needs" in err[0]
+
+
+# ------------------------------------------------------------- estimate vs measurement
+
+
+@pytest.mark.slow
+def test_estimate_within_25_percent_of_measured_memory():
+    """tiny and a SmolLM2-135M-shaped run: XLA's buffer assignment of Tunix's GRPO update and
+    sampler plus the live arrays (bench/memory_calibration.py), in a fresh process."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_calibration.py")],
+                          capture_output=True, text=True, timeout=900,
+                          env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["config"] for r in results] == ["tiny", "smollm2-135m"]
+    for r in results:
+        assert 0.75 <= r["ratio"] <= 1.25, r
