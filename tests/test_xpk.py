@@ -167,6 +167,7 @@ def test_sweep_file_settings_travel_with_the_job(tmp_path, xpk_bin):
 def test_cpu_profile_is_refused_before_anything_is_submitted(tmp_path, xpk_bin):
     proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
                  "hardware=v6e-8,cpu", "tracker=none"], tmp_path, xpk_bin)
-    assert proc.returncode != 0
-    assert "TPU hardware profile" in proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    assert "TPU hardware profile" in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not list((tmp_path / "outputs").rglob("workloads.json"))

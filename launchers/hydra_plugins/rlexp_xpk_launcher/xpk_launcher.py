@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,11 @@ class XpkLauncher(Launcher):
         try:
             plans = [self._plan(list(o), initial_job_idx + i, sweep_dir.name)
                      for i, o in enumerate(job_overrides)]
+        except ValueError as exc:
+            # A configuration mistake, not a crash: one line and exit code 2 (rlexp's rule
+            # for user errors), no traceback, nothing submitted.
+            print(f"rlexp: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
         finally:
             HydraConfig.instance().cfg = original  # type: ignore[assignment]
 
