@@ -42,8 +42,10 @@ class XpkLauncherConf:
     extra_args: List[str] = field(default_factory=list)
     # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.
     dry_run: bool = False
-    # Project and zone xpk --dry-run is given when none is configured: xpk's dry run needs
-    # both (it never calls gcloud then, but crashes on a missing zone) and is offline.
+    # Project and zone xpk --dry-run is given when none is configured. xpk 1.16's dry run
+    # calls no gcloud/kubectl and is offline, but crashes without a zone
+    # (zone_to_region(None): 'NoneType' object has no attribute 'split') and prints
+    # project=None in every command without a project.
     dry_run_project: str = "dry-run-project"
     dry_run_zone: str = "us-central1-a"
     # Jobs whose hardware has at least this many hosts become `xpk workload create-pathways`
