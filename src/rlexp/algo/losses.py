@@ -1,0 +1,112 @@
+"""Clipped policy-gradient losses of GRPO (token-level ratio) and GSPO (sequence-level ratio).
+
+GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t) per token.
+GSPO (Zheng et al. 2025, arXiv:2507.18071), in its GSPO-token form (the paper's eq. 13, the
+one Tunix implements as loss_algo="gspo-token"): s = exp(mean_t log r_t) per sequence, and
+the per-token ratio sg(s) * pi(y_t) / sg(pi(y_t)) has value s everywhere in the sequence and
+the gradient of log pi(y_t); clipping therefore acts on whole sequences.
+
+Both: loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)), aggregated over the
+completion mask, plus beta * KL(pi || pi_ref) with the chosen estimator. When the old
+log-probs are the current ones (on-policy, one update per rollout) r = 1 and both losses,
+and their gradients, coincide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from rlexp.algo.kl import kl_estimate
+
+LEVELS = ("token", "sequence")
+AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum")
+# Log-ratios are clipped before exp() so one wild token cannot overflow (as Tunix does).
+MAX_LOG_RATIO = 20.0
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    # token (GRPO) | sequence (GSPO-token).
+    level: str
+    # Lower clip: ratio >= 1 - epsilon.
+    epsilon: float
+    # Upper clip: ratio <= 1 + epsilon_high.
+    epsilon_high: float
+    # KL penalty weight (0 = no penalty; the KL is still reported when ref log-probs exist).
+    beta: float
+    # k1 | k2 | k3.
+    kl_estimator: str
+    # token-mean | sequence-mean-token-mean | sequence-mean-token-sum.
+    loss_agg: str
+
+
+def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    m = mask.astype(jnp.float32)
+    return (x * m).sum() / jnp.maximum(m.sum(), 1.0)
+
+
+def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str) -> jnp.ndarray:
+    """Reduce [B, T] per-token values over the completion mask to a scalar."""
+    m = mask.astype(jnp.float32)
+    x = per_token.astype(jnp.float32) * m
+    lengths = m.sum(axis=-1)
+    nonempty = jnp.maximum((lengths > 0).sum(), 1)
+    if mode == "token-mean":
+        return x.sum() / jnp.maximum(m.sum(), 1.0)
+    if mode == "sequence-mean-token-mean":
+        return (x.sum(axis=-1) / jnp.maximum(lengths, 1.0)).sum() / nonempty
+    if mode == "sequence-mean-token-sum":
+        return x.sum() / nonempty
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def importance_log_ratio(logp: jnp.ndarray, old_logp: jnp.ndarray, mask: jnp.ndarray,
+                         level: str) -> jnp.ndarray:
+    """log r_t per token: token-level (GRPO) or sequence-level GSPO-token form."""
+    log_r = jnp.clip(logp - old_logp, -MAX_LOG_RATIO, MAX_LOG_RATIO)
+    if level == "token":
+        return log_r
+    if level == "sequence":
+        m = mask.astype(jnp.float32)
+        seq = (log_r * m).sum(axis=-1) / jnp.maximum(m.sum(axis=-1), 1.0)
+        return logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq)[:, None]
+    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(LEVELS)}")
+
+
+def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.ndarray | None,
+                advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings
+                ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+    """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B].
+
+    `old_logp` None means on-policy: the sampling policy is the current one (ratio 1).
+    `ref_logp` None means no reference model (no KL term, KL reported as 0).
+    """
+    logp = logp.astype(jnp.float32)
+    old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
+    adv = advantages.astype(jnp.float32)
+    adv = adv if adv.ndim == 2 else adv[:, None]
+    ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
+    unclipped = -adv * ratio
+    clipped = -adv * jnp.clip(ratio, 1.0 - s.epsilon, 1.0 + s.epsilon_high)
+    pg = aggregate(jnp.maximum(unclipped, clipped), mask, s.loss_agg)
+    if ref_logp is not None:
+        kl_tok = kl_estimate(logp, ref_logp, s.kl_estimator)
+        kl_loss = aggregate(kl_tok, mask, s.loss_agg)
+        kl = masked_mean(kl_tok, mask)
+    else:
+        kl_loss = kl = jnp.zeros((), jnp.float32)
+    loss = pg + s.beta * kl_loss if s.beta else pg
+    m = mask > 0
+    any_token = m.any()
+    aux = {
+        "pg_loss": pg,
+        "kl": kl,
+        "clip_fraction": masked_mean((clipped > unclipped).astype(jnp.float32), mask),
+        "ratio_mean": masked_mean(ratio, mask),
+        "ratio_max": jnp.where(any_token, jnp.max(jnp.where(m, ratio, -jnp.inf)), 1.0),
+        "ratio_min": jnp.where(any_token, jnp.min(jnp.where(m, ratio, jnp.inf)), 1.0),
+    }
+    return loss, aux

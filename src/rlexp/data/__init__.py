@@ -1,0 +1,83 @@
+"""Data: problems from a dataset, rendered into prompts, served in a seeded, stateless order.
+
+The order of training batches is a pure function of (seed, step): resuming at step k needs
+no iterator state, only k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from rlexp.data.loaders import Problem, RawSplits, load_problems
+from rlexp.data.templates import reference_completion, render_prompt
+
+__all__ = ["Example", "Splits", "Problem", "build_splits", "batch_indices", "load_problems"]
+
+
+@dataclass(frozen=True)
+class Example:
+    # The full prompt string the policy is given (template and chat format applied).
+    prompt: str
+    # Reference final answer (canonical number string).
+    answer: str
+    # The completion a perfect policy writes (warm-start target).
+    reference: str
+    # The dataset's question, before templating (for logs and samples).
+    question: str
+
+
+@dataclass
+class Splits:
+    train: list[Example]
+    eval: list[Example]
+    # Rows skipped by the loader (malformed, no answer).
+    skipped: int
+    # Prompts that were longer than rollout.max_prompt_length and were left-truncated.
+    truncated: int
+
+    def train_batch(self, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
+        """The batch of global step `step` (0-based): numpy arrays, as Tunix's learner wants."""
+        idx = batch_indices(len(self.train), batch_size, seed, step)
+        rows = [self.train[i] for i in idx]
+        return {"prompts": np.array([r.prompt for r in rows], dtype=object),
+                "answer": np.array([r.answer for r in rows], dtype=object)}
+
+
+def batch_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:
+    """Indices into a dataset of `n` for global step `step`: epoch-wise seeded permutations.
+
+    Position p = step * batch_size + j lies in epoch p // n; each epoch is its own
+    permutation seeded by (seed, epoch), so every example is seen once per epoch.
+    """
+    positions = step * batch_size + np.arange(batch_size)
+    epochs, offsets = np.divmod(positions, n)
+    out = np.empty(batch_size, dtype=np.int64)
+    for epoch in np.unique(epochs):
+        perm = np.random.default_rng([seed, int(epoch)]).permutation(n)
+        sel = epochs == epoch
+        out[sel] = perm[offsets[sel]]
+    return out
+
+
+def build_splits(raw: RawSplits, template: str, encode: Callable[[str], list[int]],
+                 decode: Callable[[list[int]], str], max_prompt_tokens: int,
+                 chat_tokenizer: Any | None = None) -> Splits:
+    """Render prompts (and chat format), left-truncating those over `max_prompt_tokens`."""
+    truncated = 0
+
+    def convert(p: Problem) -> Example:
+        nonlocal truncated
+        prompt = render_prompt(p.question, template, chat_tokenizer)
+        ids = encode(prompt)
+        if len(ids) > max_prompt_tokens:
+            truncated += 1
+            prompt = decode(ids[-max_prompt_tokens:])
+        return Example(prompt=prompt, answer=p.answer,
+                       reference=reference_completion(p.answer, p.reasoning, template),
+                       question=p.question)
+
+    return Splits(train=[convert(p) for p in raw.train], eval=[convert(p) for p in raw.eval],
+                  skipped=raw.skipped, truncated=truncated)

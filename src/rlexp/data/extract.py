@@ -1,0 +1,47 @@
+"""Answer extraction and number parsing: pure string functions shared by rewards and loaders."""
+
+from __future__ import annotations
+
+import re
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def extract_answer(completion: str) -> str | None:
+    """Content of the last <answer>...</answer> block, stripped; None when there is none."""
+    found = _ANSWER_RE.findall(completion)
+    return found[-1].strip() if found else None
+
+
+def parse_number(text: str | None) -> float | None:
+    """The last number in `text` ("1,234", "$5.", "-3.5" ...) as a float; None if none."""
+    if text is None:
+        return None
+    found = _NUMBER_RE.findall(text)
+    if not found:
+        return None
+    try:
+        return float(found[-1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def canonical_number(value: float) -> str:
+    """12.0 -> '12', 0.5 -> '0.5': how reference answers are written."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def gsm8k_final_answer(solution: str) -> str | None:
+    """GSM8K solutions end in '#### N'; returns N canonicalized, None when absent/unparsable."""
+    if "####" not in solution:
+        return None
+    tail = solution.rsplit("####", 1)[1].strip()
+    value = parse_number(tail)
+    return None if value is None else canonical_number(value)
+
+
+def gsm8k_reasoning(solution: str) -> str:
+    """The worked solution before '####', with GSM8K's <<calc>> annotations removed."""
+    body = solution.rsplit("####", 1)[0]
+    return re.sub(r"<<[^>]*>>", "", body).strip()

@@ -1,0 +1,144 @@
+"""The engine: data, tokenizer, models, Tunix cluster and learner, built from a Config.
+
+`build()` checks every user input (paths, tokenizer, dataset, rewards) and raises UserError
+naming the key before anything is written. The Engine offers the loop three operations:
+`train_step` (one RL global step: rollout, reward, advantage, update(s) inside Tunix's
+learner), `generate` (evaluation rollouts, greedy or sampled) and `policy_state`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlexp.config import Config
+from rlexp.data import Splits
+
+if TYPE_CHECKING:
+    from rlexp.plan import Plan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Engine:
+    cfg: Config
+    # Tunix TokenizerAdapter around the char or HF tokenizer.
+    tokenizer: Any
+    splits: Splits
+    # rlexp.rewards.Term list (weights from cfg.reward).
+    terms: list
+    cluster: Any
+    learner: Any
+    probe: Any
+    step_runner: Any
+    # Fresh sampling key per sampler call, derived from the key the loop passes.
+    keys: Any
+    # Learning rate as a function of the optimizer update count (optax schedule).
+    schedule: Any
+    # Optimizer updates per global step (mini-batches x num_iterations).
+    updates_per_step: int
+    # Global step the loop starts from (> 0 once resume restores a checkpoint).
+    start_step: int = 0
+    # What build() did (warm start, data counts) for logs and the summary.
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
+        """One global step with sampling key `key`; returns the step's metrics."""
+        self.keys.reset(key)
+        self.probe.reset()
+        self.step_runner(batch)
+        out = self.probe.metrics()
+        out["time/rollout_s"] = self.probe.rollout_s
+        out["time/prepare_s"] = self.probe.prepare_s
+        return out
+
+    def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
+        """Completions for `prompts` with the EVAL rollout config: greedy or sampled at
+        eval.temperature. Calls are chunked to the training rollout batch so the sampler
+        reuses the compiled program of training."""
+        from rlexp.engine.tunix_adapter import Mode
+
+        rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
+        self.keys.reset(key)
+        rc.top_p = None if greedy else (1.0 if self.cfg.rollout.top_p is None else self.cfg.rollout.top_p)
+        chunk = self.rollout_batch
+        padded = list(prompts) + [prompts[-1]] * (-len(prompts) % chunk)
+        out = self.cluster.generate(padded, mode=Mode.EVAL, micro_batch_size=chunk)
+        return list(out.text[: len(prompts)])
+
+    @property
+    def rollout_batch(self) -> int:
+        return self.cfg.train.batch_size * self.cfg.algo.num_generations
+
+    def policy_state(self) -> dict[str, Any]:
+        """A NumPy copy of the policy's parameters (flattened names -> arrays)."""
+        import numpy as np
+        from flax import nnx
+
+        from rlexp.warm_start import _flatten
+
+        state = nnx.state(self.cluster.actor_trainer.model, nnx.Param).to_pure_dict()
+        return {k: np.array(v) for k, v in _flatten(state).items()}
+
+
+def rollout_key(seed: int, step: int) -> Any:
+    """The sampling key of global step `step`: fresh every step (DESIGN trap 1), pure."""
+    import jax
+
+    return jax.random.fold_in(jax.random.PRNGKey(seed), step)
+
+
+def eval_key(seed: int) -> Any:
+    """The sampling key of every evaluation: the same at each one, so before/after
+    comparisons use common random numbers; disjoint from the training keys."""
+    import jax
+
+    return jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
+
+
+def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
+    """Everything the loop needs. UserError (one line, naming the key) for bad input."""
+    from rlexp import models, rewards
+    from rlexp.data import build_splits, load_problems
+
+    models.model_dir(cfg.model)  # path errors first: cheapest to report
+    raw_tok = models.build_tokenizer(cfg.model)
+    chat = raw_tok if cfg.model.chat_template and cfg.model.tokenizer == "hf" else None
+    raw = load_problems(cfg.dataset)
+    terms = rewards.terms(cfg.reward, cfg.dataset.template)
+
+    from tunix.generate.tokenizer_adapter import TokenizerAdapter
+
+    tok = TokenizerAdapter(raw_tok)
+    # One position is left for the BOS token the sampler prepends.
+    splits = build_splits(raw, cfg.dataset.template, tok.encode, tok.decode,
+                          cfg.rollout.max_prompt_length - 1, chat)
+    info: dict[str, Any] = {"data/train": len(splits.train), "data/eval": len(splits.eval),
+                            "data/skipped": splits.skipped, "data/truncated": splits.truncated}
+    if splits.skipped:
+        log.warning("dataset: skipped %d malformed rows or rows without an answer", splits.skipped)
+
+    from rlexp import warm_start
+    from rlexp.algo import registry
+    from rlexp.engine import tunix_adapter
+    from rlexp.engine.probes import StepProbe
+    from rlexp.hardware import role_meshes
+
+    meshes = role_meshes(cfg.hardware)
+    model = models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
+    info.update(warm_start.warm_start(cfg, model, tok, splits.train))
+    reference = models.clone(model) if cfg.algo.beta > 0 else None
+    probe = StepProbe()
+    cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
+    learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))
+    probe.attach(learner, cluster, registry.AUX_KEYS)
+    keys = tunix_adapter.SamplingKeys()
+    keys.attach(cluster)
+    runner = tunix_adapter.StepRunner(learner, cfg.train.batch_size)
+    return Engine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
+                  learner=learner, probe=probe, step_runner=runner, keys=keys,
+                  schedule=tunix_adapter.lr_schedule(cfg),
+                  updates_per_step=tunix_adapter.updates_per_step(cfg), info=info)

@@ -1,0 +1,186 @@
+"""Typed config -> Tunix objects: optimizer, rollout configs, RLCluster, GRPOLearner.
+
+Known Tunix 0.1.7 traps handled here (see DESIGN.md): the vanilla rollout would reuse one
+PRNG key (the engine sets a fresh key per call, trap 1); RematConfig.DECODER crashes in the
+sampler (never used, trap 3); no metrics backend is registered, so nothing listens on
+jax.monitoring and nothing clears other listeners (trap 4); the KL estimator is rlexp's,
+named explicitly (trap 5). One more found while writing this: the vanilla rollout computes
+the old log-probs (num_iterations > 1) at temperature 1 while the loss uses the sampling
+temperature, so the first update's ratio is not 1 unless temperature = 1; we pass the
+temperature (trap 6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import optax
+from tunix.rl import common
+from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.grpo.grpo_learner import GRPOLearner
+from tunix.rl.rollout import base_rollout
+
+from rlexp.algo import registry
+from rlexp.config import Config
+from rlexp.errors import UserError
+
+Mode = rl_cluster_lib.Mode
+Role = rl_cluster_lib.Role
+
+
+def updates_per_step(cfg: Config) -> int:
+    """Optimizer updates one global step makes: mini-batches x num_iterations."""
+    mini = cfg.train.mini_batch_size or cfg.train.batch_size
+    return cfg.train.batch_size // mini * cfg.algo.num_iterations
+
+
+def lr_schedule(cfg: Config) -> optax.Schedule:
+    """Learning rate as a function of the optimizer update count."""
+    t = cfg.train
+    total = max(t.steps * updates_per_step(cfg), 1)
+    if t.lr_schedule == "constant":
+        return optax.constant_schedule(t.learning_rate)
+    if t.lr_schedule == "cosine":
+        return optax.cosine_decay_schedule(t.learning_rate, total)
+    warmup = min(t.warmup_steps * updates_per_step(cfg), total - 1)
+    return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total)
+
+
+def optimizer(cfg: Config) -> optax.GradientTransformation:
+    t = cfg.train
+    adam = optax.adamw(lr_schedule(cfg), b1=0.9, b2=0.99, weight_decay=t.weight_decay)
+    return optax.chain(optax.clip_by_global_norm(t.grad_clip), adam) if t.grad_clip > 0 else adam
+
+
+def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
+    """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature)."""
+    r = cfg.rollout
+
+    def make(temperature: float) -> base_rollout.RolloutConfig:
+        # Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off).
+        return base_rollout.RolloutConfig(
+            max_tokens_to_generate=r.max_completion_length, temperature=temperature,
+            top_p=1.0 if r.top_p is None else r.top_p, top_k=r.top_k,
+            max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size,
+            tensor_parallel_size=r.tensor_parallel_size, data_parallel_size=r.data_parallel_size,
+            rollout_vllm_model_version=cfg.model.path or "",
+            rollout_vllm_hbm_utilization=r.hbm_utilization)
+
+    return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
+
+
+def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
+                 meshes: dict[str, Any]) -> rl_cluster_lib.RLCluster:
+    t = cfg.train
+    mini = t.mini_batch_size or t.batch_size
+    training = rl_cluster_lib.RLTrainingConfig(
+        actor_optimizer=optimizer(cfg), eval_every_n_steps=1, max_steps=None,
+        mini_batch_size=mini, train_micro_batch_size=t.micro_batch_size or mini,
+        metrics_logging_options=None, checkpoint_root_directory=None)
+    if cfg.rollout.name == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise UserError("rollout=vllm needs vLLM (pip install 'rlexp[vllm]' on a GPU/TPU "
+                            "host); use rollout=vanilla") from None
+    cluster_config = rl_cluster_lib.ClusterConfig(
+        role_to_mesh={Role.ACTOR: meshes["trainer"], Role.REFERENCE: meshes["trainer"],
+                      Role.ROLLOUT: meshes["rollout"]},
+        rollout_engine=cfg.rollout.name, offload_to_cpu=False,
+        training_config=training, rollout_config=rollout_configs(cfg))
+    cluster = rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=tokenizer,
+                                       cluster_config=cluster_config)
+    if cfg.rollout.name == "vanilla":
+        _old_logps_at_temperature(cluster, cfg.rollout.temperature)
+    return cluster
+
+
+class SamplingKeys:
+    """A fresh PRNG key for every sampler call (DESIGN trap 1).
+
+    Tunix's vanilla rollout passes RolloutConfig.seed to every sampler call, and the sampler
+    donates it with the sampling state: one key per step would repeat the same noise in
+    every micro-batch (identical samples for repeated prompts) and crash on the second
+    (deleted buffer). Keys are fold_in(base, n) for the n-th call since `reset(base)`, so
+    they stay a pure function of (seed, step, call).
+    """
+
+    def __init__(self) -> None:
+        self.base: Any = None
+        self.calls = 0
+
+    def reset(self, base: Any) -> None:
+        self.base, self.calls = base, 0
+
+    def next(self) -> Any:
+        import jax
+
+        self.calls += 1
+        return jax.random.fold_in(self.base, self.calls)
+
+    def attach(self, cluster: rl_cluster_lib.RLCluster) -> None:
+        import dataclasses
+
+        rollout = cluster.rollout
+        generate = rollout.generate
+        keys = self
+
+        def keyed_generate(prompts: Any, rollout_config: Any, **kw: Any) -> Any:
+            return generate(prompts, dataclasses.replace(rollout_config, seed=keys.next()), **kw)
+
+        rollout.generate = keyed_generate
+
+
+def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: float) -> None:
+    """Trap 6: make the vanilla rollout's old log-probs use the sampling temperature."""
+    rollout = cluster.rollout
+
+    def get_per_token_logps(prompt_tokens: Any, completion_tokens: Any) -> Any:
+        graphdef, state = rollout._sampler.model_def_and_state()
+        return common.compute_per_token_logps(
+            graphdef, state, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            pad_id=rollout.pad_id(), eos_id=rollout.eos_id(), stop_gradient=True,
+            return_logits=False, temperature=temperature)
+
+    rollout.get_per_token_logps = get_per_token_logps
+
+
+def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
+                 reward_fns: Sequence[Callable[..., list[float]]]) -> GRPOLearner:
+    return GRPOLearner(rl_cluster=cluster, algo_config=registry.algo_settings(cfg.algo),
+                       reward_fns=list(reward_fns))
+
+
+class StepRunner:
+    """One RL global step through GRPOLearner's own step code, without its outer loop.
+
+    GRPOLearner.train() owns the whole loop and closes the cluster at the end (writing
+    Tunix's metrics, clearing jax.monitoring listeners); rlexp's loop needs to stop after
+    every step to evaluate, log and checkpoint. This mirrors one iteration of
+    RLLearner.train (tunix/rl/rl_learner.py, 0.1.7) and nothing more.
+    """
+
+    def __init__(self, learner: GRPOLearner, batch_size: int):
+        self.learner = learner
+        tc = learner._training_config
+        self.full = batch_size
+        self.mini = tc.mini_batch_size or batch_size
+        self.micro = tc.train_micro_batch_size or self.mini
+        learner._rollout_micro_batch_size = learner._rollout_micro_batch_size or self.micro
+        learner._compute_logps_micro_batch_size = learner._compute_logps_micro_batch_size or self.micro
+        self.grad_acc = tc.get_with_default("gradient_accumulation_steps", 1)
+        import math
+
+        self.service = math.lcm(learner._rollout_micro_batch_size,
+                                learner._compute_logps_micro_batch_size)
+
+    def __call__(self, batch: dict[str, Any]) -> None:
+        L = self.learner
+        it = iter([batch])
+        if self.micro != self.full:
+            it = L._create_micro_batch_iterator(it, self.micro)
+        L._run_global_step(self.full, self.mini, self.service, self.grad_acc, it, None, False)
+        if L.should_sync_weights:
+            L.rl_cluster.sync_weights()
+        else:
+            L.rl_cluster.global_steps += 1

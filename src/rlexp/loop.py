@@ -1,0 +1,99 @@
+"""The training loop: a flat sequence of named, timed phases.
+
+    evaluate (before) -> for each step: data, step (rollout, reward, advantage and update
+    inside Tunix's learner), log, [evaluate] -> evaluate (after)
+
+All state lives in `LoopState`: the global step. The data order and every sampling key are
+pure functions of (seed, step), so a checkpoint needs the step, the weights and the
+optimizer state, and nothing else (a checkpoint phase slots in after `log`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from rlexp import guards
+from rlexp.config import Config
+from rlexp.events import Listeners
+
+log = logging.getLogger("rlexp")
+
+
+@dataclass
+class LoopState:
+    # rlexp's global step: optimizer-step batches done; step k's metrics are the k-th update's.
+    step: int
+    # Root seed: data order = f(seed, step), sampling key = g(seed, step).
+    seed: int
+    # Metrics of the evaluation before training.
+    eval_before: dict[str, float] = field(default_factory=dict)
+    # Metrics of the latest evaluation.
+    eval_last: dict[str, float] = field(default_factory=dict)
+    # Metrics of the latest training step.
+    train_last: dict[str, float] = field(default_factory=dict)
+
+
+class PhaseTimer:
+    """Seconds per named phase, cumulative and of the latest occurrence."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - started
+            self.last[name] = took
+            self.total[name] = self.total.get(name, 0.0) + took
+
+
+def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path) -> dict[str, Any]:
+    """Train cfg.train.steps global steps; returns the summary fields."""
+    from rlexp.engine import eval_key, rollout_key
+    from rlexp.evaluate import evaluate
+
+    guards.warn_if_noop(cfg)
+    state = LoopState(step=engine.start_step, seed=cfg.train.seed)
+    phase = PhaseTimer()
+
+    def run_eval() -> dict[str, float]:
+        with phase("evaluate"):
+            metrics, samples = evaluate(engine, eval_key(state.seed))
+        with phase("log"):
+            listeners.on_eval(state.step, metrics, samples)
+        state.eval_last = metrics
+        return metrics
+
+    state.eval_before = run_eval()
+    while state.step < cfg.train.steps:
+        with phase("data"):
+            batch = engine.splits.train_batch(state.step, cfg.train.batch_size, state.seed)
+        lr = float(engine.schedule(state.step * engine.updates_per_step))
+        with phase("step"):
+            metrics = engine.train_step(batch, rollout_key(state.seed, state.step + 1))
+        state.step += 1
+        step_s = phase.last["step"]
+        tokens = metrics.get("train/completion_length", 0.0) * engine.rollout_batch
+        metrics.update({"train/learning_rate": lr, "time/step_s": step_s,
+                        "time/train_s": max(step_s - metrics.get("time/prepare_s", 0.0), 0.0),
+                        "time/data_s": phase.last["data"],
+                        "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0})
+        state.train_last = metrics
+        with phase("log"):
+            listeners.on_metrics(state.step, metrics)
+        if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:
+            run_eval()
+    eval_after = run_eval()
+    return {"steps_done": state.step, "eval_before": state.eval_before, "eval_after": eval_after,
+            "train_final": state.train_last,
+            "phase_seconds": {k: round(v, 3) for k, v in phase.total.items()},
+            "engine": engine.info}

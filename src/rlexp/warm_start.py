@@ -1,0 +1,168 @@
+"""Warm start: a short supervised stage on the training split's reference completions.
+
+A randomly initialised model never writes "<answer>", so RL would start at reward 0 and
+learn nothing. A few hundred steps of next-token training on reference answers teach the
+format (and some arithmetic); RL then improves accuracy. The result is cached under
+<run.cache_dir>/warm_start/<hash>/params.npz, the hash covering everything that determines
+it, so every job of a sweep (and every rerun) reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlexp.config import Config
+from rlexp.data import Example
+
+log = logging.getLogger(__name__)
+
+# Bump when the warm-start procedure changes, so stale caches are not reused.
+VERSION = 2
+
+
+def cache_key(cfg: Config) -> str:
+    """Hash of what determines the warm-start weights."""
+    what = {"v": VERSION, "model": dataclasses.asdict(cfg.model), "dataset": dataclasses.asdict(cfg.dataset),
+            "seed": cfg.train.seed, "prompt_len": cfg.rollout.max_prompt_length,
+            "completion_len": cfg.rollout.max_completion_length}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cache_path(cfg: Config) -> Path:
+    return Path(cfg.run.cache_dir).expanduser() / "warm_start" / cache_key(cfg) / "params.npz"
+
+
+def encode_pair(tok: Any, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    """Prompt ids as Tunix's sampler builds them (BOS first, once) and completion ids + EOS."""
+    p = list(tok.encode(prompt))
+    bos = tok.bos_id()
+    if bos and (not p or p[0] != bos):
+        p = [bos] + p
+    c = list(tok.encode(completion, add_special_tokens=False)) if _is_hf(tok) else list(tok.encode(completion))
+    return p, c + [tok.eos_id()]
+
+
+def _is_hf(tok: Any) -> bool:
+    return hasattr(tok, "tokenizer") and hasattr(tok.tokenizer, "convert_tokens_to_ids")
+
+
+def make_batch(tok: Any, examples: Sequence[Example], length: int) -> dict[str, np.ndarray]:
+    """Right-padded token ids [B, L] and a loss mask on completion tokens (incl. EOS)."""
+    ids = np.full((len(examples), length), tok.pad_id(), dtype=np.int32)
+    loss_mask = np.zeros((len(examples), length), dtype=np.float32)
+    valid = np.zeros((len(examples), length), dtype=bool)
+    for i, ex in enumerate(examples):
+        p, c = encode_pair(tok, ex.prompt, ex.reference)
+        seq = (p + c)[:length]
+        ids[i, : len(seq)] = seq
+        valid[i, : len(seq)] = True
+        loss_mask[i, len(p): len(seq)] = 1.0
+    return {"ids": ids, "valid": valid, "loss_mask": loss_mask}
+
+
+def sequence_loss(model: Any, ids: Any, valid: Any, loss_mask: Any) -> Any:
+    """Mean next-token cross-entropy over the completion tokens."""
+    import jax
+    import jax.numpy as jnp
+
+    positions = jnp.maximum(jnp.cumsum(valid, axis=-1) - 1, 0)
+    causal = jnp.tril(jnp.ones((ids.shape[1], ids.shape[1]), dtype=bool))
+    attn = causal[None] & valid[:, None, :]
+    logits, _ = model(ids, positions, None, attn)
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    target_logp = jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1)[..., 0]
+    mask = loss_mask[:, 1:]
+    return -(target_logp * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: float,
+          batch_size: int, length: int, seed: int, weight_decay: float = 0.0) -> list[float]:
+    """`steps` AdamW steps of sequence_loss on seeded batches of `examples`; returns losses."""
+    import optax
+    from flax import nnx
+
+    from rlexp.data import batch_indices
+
+    optimizer = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0),
+                                                 optax.adamw(lr, weight_decay=weight_decay)), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer, ids, valid, loss_mask):
+        loss, grads = nnx.value_and_grad(sequence_loss)(model, ids, valid, loss_mask)
+        optimizer.update(model, grads)
+        return loss
+
+    losses = []
+    for k in range(steps):
+        idx = batch_indices(len(examples), batch_size, seed, k)
+        b = make_batch(tok, [examples[i] for i in idx], length)
+        losses.append(float(step(model, optimizer, b["ids"], b["valid"], b["loss_mask"])))
+    return losses
+
+
+def save_params(model: Any, path: Path) -> None:
+    from flax import nnx
+
+    flat = _flatten(nnx.state(model, nnx.Param).to_pure_dict())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **{k: np.asarray(v) for k, v in flat.items()})
+    tmp.replace(path)  # atomic: concurrent sweep jobs never read half a file
+
+
+def load_params(model: Any, path: Path) -> None:
+    import jax.numpy as jnp
+    from flax import nnx
+
+    state = nnx.state(model, nnx.Param)
+    with np.load(path) as data:
+        flat = {k: jnp.asarray(data[k]) for k in data.files}
+    state.replace_by_pure_dict(_unflatten(flat, state.to_pure_dict()))
+    nnx.update(model, state)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+def _unflatten(flat: dict[str, Any], like: dict, prefix: str = "") -> dict:
+    return {k: (_unflatten(flat, v, f"{prefix}{k}/") if isinstance(v, dict) else flat[f"{prefix}{k}"])
+            for k, v in like.items()}
+
+
+def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example]) -> dict[str, Any]:
+    """Apply the (cached) warm start to `model` in place; returns what happened."""
+    m = cfg.model
+    if m.warm_start_steps == 0:
+        return {"warm_start/steps": 0}
+    path = cache_path(cfg)
+    if path.is_file():
+        load_params(model, path)
+        log.info("warm start: loaded %s", path)
+        return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
+    started = time.perf_counter()
+    length = cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length + 2
+    losses = train(model, tok, train_examples, m.warm_start_steps, m.warm_start_lr,
+                   m.warm_start_batch_size, length, cfg.train.seed)
+    save_params(model, path)
+    took = time.perf_counter() - started
+    log.info("warm start: %d steps in %.1fs, loss %.3f -> %.3f, saved %s",
+             m.warm_start_steps, took, losses[0], losses[-1], path)
+    return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 0,
+            "warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1],
+            "warm_start/seconds": took}

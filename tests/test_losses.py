@@ -1,0 +1,191 @@
+"""GRPO/GSPO losses, group advantages and KL estimators: hand-computed values and a NumPy
+reference, through the functions rlexp registers into Tunix."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlexp.algo.advantages import group_advantages
+from rlexp.algo.kl import kl_estimate
+from rlexp.algo.losses import LossSettings, aggregate, policy_loss
+from rlexp.config import AlgoConfig
+
+registry = pytest.importorskip("rlexp.algo.registry")
+from tunix.rl import function_registry  # noqa: E402
+from tunix.rl.common import TrainExample  # noqa: E402
+
+
+# ------------------------------------------------------------------ NumPy reference
+
+def np_aggregate(x, mask, mode):
+    x = x * mask
+    lengths = mask.sum(-1)
+    rows = max((lengths > 0).sum(), 1)
+    if mode == "token-mean":
+        return x.sum() / max(mask.sum(), 1)
+    if mode == "sequence-mean-token-mean":
+        return (x.sum(-1) / np.maximum(lengths, 1)).sum() / rows
+    return x.sum() / rows
+
+
+def np_kl(logp, ref, est):
+    d = ref - logp
+    return {"k1": -d, "k2": 0.5 * d * d, "k3": np.exp(d) - 1 - d}[est]
+
+
+def np_loss(logp, old, ref, adv, mask, level, eps, eps_high, beta, est, agg):
+    log_r = np.clip(logp - old, -20, 20)
+    if level == "sequence":
+        seq = (log_r * mask).sum(-1) / np.maximum(mask.sum(-1), 1)
+        log_r = np.repeat(seq[:, None], logp.shape[1], axis=1)
+    r = np.exp(log_r)
+    a = adv[:, None]
+    per = np.maximum(-a * r, -a * np.clip(r, 1 - eps, 1 + eps_high))
+    loss = np_aggregate(per, mask, agg)
+    if ref is not None:
+        loss += beta * np_aggregate(np_kl(logp, ref, est), mask, agg)
+    return loss
+
+
+def example(logp_shape=(4, 5), seed=0):
+    rng = np.random.default_rng(seed)
+    logp = np.log(rng.uniform(0.05, 0.95, logp_shape)).astype(np.float32)
+    old = (logp + rng.normal(0, 0.3, logp_shape)).astype(np.float32)
+    ref = (logp + rng.normal(0, 0.5, logp_shape)).astype(np.float32)
+    adv = rng.normal(0, 1, logp_shape[0]).astype(np.float32)
+    mask = np.ones(logp_shape, np.float32)
+    mask[1, 3:] = 0  # a shorter completion
+    mask[2, 1:] = 0
+    return logp, old, ref, adv, mask
+
+
+def settings(level="token", eps=0.2, eps_high=0.28, beta=0.04, est="k3", agg="sequence-mean-token-mean"):
+    return LossSettings(level=level, epsilon=eps, epsilon_high=eps_high, beta=beta,
+                        kl_estimator=est, loss_agg=agg)
+
+
+# ------------------------------------------------------------------ hand-computed values
+
+def test_group_advantages_hand_computed():
+    adv = group_advantages(np.array([1.0, 0, 0, 0, 1, 1, 1, 1]), 4)
+    # group 1: mean 0.25, std (ddof=1) 0.5; group 2: all equal -> 0
+    np.testing.assert_allclose(adv, [1.5, -0.5, -0.5, -0.5, 0, 0, 0, 0], atol=1e-5)
+
+
+def test_group_advantages_rejects_ragged_groups():
+    with pytest.raises(ValueError):
+        group_advantages(np.zeros(6), 4)
+
+
+@pytest.mark.parametrize("est, value", [("k1", math.log(2)), ("k2", 0.5 * math.log(2) ** 2),
+                                         ("k3", 0.5 - 1 + math.log(2))])
+def test_kl_estimators_hand_computed(est, value):
+    # pi = 0.5, pi_ref = 0.25 -> d = log(ref/pi) = -log 2
+    got = kl_estimate(jnp.log(jnp.array([0.5])), jnp.log(jnp.array([0.25])), est)
+    np.testing.assert_allclose(np.asarray(got), [value], rtol=1e-5)
+
+
+def test_kl_k1_can_be_negative_k2_k3_cannot():
+    logp, ref = jnp.log(jnp.array([0.25, 0.5])), jnp.log(jnp.array([0.5, 0.25]))
+    assert float(kl_estimate(logp, ref, "k1")[0]) < 0
+    for est in ("k2", "k3"):
+        assert np.all(np.asarray(kl_estimate(logp, ref, est)) >= 0)
+
+
+def test_grpo_token_clipping_hand_computed():
+    # one completion, two tokens: ratios 1.25 and 1.0, advantage 1, eps 0.2
+    logp = jnp.log(jnp.array([[0.5, 0.25]]))
+    old = jnp.log(jnp.array([[0.4, 0.25]]))
+    loss, aux = policy_loss(logp, old, None, jnp.array([1.0]), jnp.ones((1, 2)),
+                            settings(eps=0.2, eps_high=0.2, beta=0.0))
+    # token 0 clipped to 1.2 -> -1.2; token 1 -> -1.0; sequence mean -1.1
+    np.testing.assert_allclose(float(loss), -1.1, rtol=1e-5)
+    np.testing.assert_allclose(float(aux["clip_fraction"]), 0.5)
+
+
+def test_gspo_sequence_ratio_hand_computed():
+    logp = jnp.log(jnp.array([[0.5, 0.25]]))
+    old = jnp.log(jnp.array([[0.4, 0.25]]))
+    s = math.exp(0.5 * math.log(1.25))  # geometric mean of the token ratios = 1.1180
+    loss, aux = policy_loss(logp, old, None, jnp.array([1.0]), jnp.ones((1, 2)),
+                            settings(level="sequence", eps=0.2, eps_high=0.2, beta=0.0))
+    np.testing.assert_allclose(float(loss), -s, rtol=1e-5)
+    assert float(aux["clip_fraction"]) == 0.0
+    # the GSPO paper's clip range clips the whole sequence
+    loss, aux = policy_loss(logp, old, None, jnp.array([1.0]), jnp.ones((1, 2)),
+                            settings(level="sequence", eps=3e-4, eps_high=4e-4, beta=0.0))
+    np.testing.assert_allclose(float(loss), -(1 + 4e-4), rtol=1e-6)
+    np.testing.assert_allclose(float(aux["clip_fraction"]), 1.0)
+
+
+def test_aggregations_hand_computed():
+    x = jnp.array([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = jnp.array([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    assert float(aggregate(x, mask, "token-mean")) == pytest.approx(10 / 4)
+    assert float(aggregate(x, mask, "sequence-mean-token-mean")) == pytest.approx((2 + 4) / 2)
+    assert float(aggregate(x, mask, "sequence-mean-token-sum")) == pytest.approx((6 + 4) / 2)
+
+
+# ------------------------------------------------------------------ NumPy reference, registered path
+
+@pytest.mark.parametrize("name", ["grpo", "gspo"])
+@pytest.mark.parametrize("est", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("agg", ["token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum"])
+def test_registered_loss_matches_numpy(name, est, agg):
+    """loss_from_logps is what the loss rlexp registers into Tunix computes after the
+    forward pass; the AlgoSettings come from the same function the engine uses."""
+    logp, old, ref, adv, mask = example()
+    algo = AlgoConfig(name=name, beta=0.1, epsilon=0.2, epsilon_high=0.28, kl_estimator=est,
+                      loss_agg=agg, num_iterations=2)
+    cfg = registry.algo_settings(algo)
+    ex = TrainExample(prompt_ids=None, prompt_mask=None, completion_ids=None,
+                      completion_mask=jnp.asarray(mask), advantages=jnp.asarray(adv),
+                      ref_per_token_logps=jnp.asarray(ref), old_per_token_logps=jnp.asarray(old))
+    loss, aux = registry.loss_from_logps(jnp.asarray(logp), ex, cfg)
+    level = "sequence" if name == "gspo" else "token"
+    want = np_loss(logp, old, ref, adv, mask, level, 0.2, 0.28, 0.1, est, agg)
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(aux["kl"]),
+                               (np_kl(logp, ref, est) * mask).sum() / mask.sum(), rtol=1e-5)
+
+
+def test_tunix_registry_resolves_to_rlexp_functions():
+    cfg = registry.algo_settings(AlgoConfig(name="gspo", kl_estimator="k2"))
+    assert function_registry.get_policy_loss_fn(cfg.policy_loss_fn) is registry.policy_loss_fn
+    assert function_registry.get_advantage_estimator(cfg.advantage_estimator) is registry.advantage_fn
+    # Tunix's own fields agree with ours (trap 5: Tunix's default KL is k1)
+    assert (cfg.kl_loss_mode, cfg.loss_algo, cfg.ratio_level) == ("mse_kl", "gspo-token", "sequence")
+    np.testing.assert_allclose(registry.advantage_fn(np.array([2.0, 0.0]), 2),
+                               group_advantages(np.array([2.0, 0.0]), 2))
+
+
+# ------------------------------------------------------------------ on-policy equivalence
+
+def _grad(level, logp, old):
+    _, _, ref, adv, mask = example()
+
+    def f(lp):
+        return policy_loss(lp, old, jnp.asarray(ref), jnp.asarray(adv), jnp.asarray(mask),
+                           settings(level=level))[0]
+
+    return np.asarray(jax.grad(f)(jnp.asarray(logp)))
+
+
+def test_grpo_and_gspo_coincide_on_policy_and_differ_off_policy():
+    logp, old, *_ = example()
+    np.testing.assert_allclose(_grad("token", logp, None), _grad("sequence", logp, None), atol=1e-7)
+    g_tok, g_seq = _grad("token", logp, jnp.asarray(old)), _grad("sequence", logp, jnp.asarray(old))
+    assert np.abs(g_tok - g_seq).max() > 1e-3
+
+
+def test_on_policy_loss_ignores_epsilon():
+    logp, _, ref, adv, mask = example()
+    args = (jnp.asarray(logp), None, jnp.asarray(ref), jnp.asarray(adv), jnp.asarray(mask))
+    a = policy_loss(*args, settings(eps=0.2))[0]
+    b = policy_loss(*args, settings(eps=1e-4, eps_high=1e-4))[0]
+    assert float(a) == float(b)
