@@ -1,0 +1,134 @@
+"""Dataset loaders on files the tests write, procedural splits, and the stateless order."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rlexp.config import DatasetConfig
+from rlexp.data import batch_indices, build_splits, load_problems
+from rlexp.data.templates import reference_completion, render_prompt
+from rlexp.errors import UserError
+from rlexp.tokenizer import CharTokenizer
+
+GOOD = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = <<{i}+{i}={2 * i}>>{2 * i}\n#### {2 * i:,}"}
+        for i in range(10)]
+
+
+def write_jsonl(path, rows, extra_lines=()):
+    lines = [json.dumps(r) for r in rows] + list(extra_lines)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def gsm8k(path, **kw):
+    return DatasetConfig(name="gsm8k", path=str(path), num_eval=kw.pop("num_eval", 3),
+                         num_train=kw.pop("num_train", 100), **kw)
+
+
+def test_gsm8k_jsonl_skips_malformed_rows(tmp_path):
+    bad_rows = [{"question": "no answer field"}, {"question": "x", "answer": "no marker"},
+                {"answer": "#### 3"}, {"question": "", "answer": "#### 1"}]
+    path = write_jsonl(tmp_path / "g.jsonl", GOOD + bad_rows, extra_lines=["{not json"])
+    raw = load_problems(gsm8k(path))
+    assert raw.skipped == 5
+    assert len(raw.train) + len(raw.eval) == 10 and len(raw.eval) == 3
+    assert not {p.question for p in raw.train} & {p.question for p in raw.eval}
+    p = next(p for p in raw.train + raw.eval if p.question == "What is 7 + 7?")
+    assert p.answer == "14" and p.reasoning == "7 + 7 = 14"
+
+
+def test_gsm8k_thousands_separator_and_json_and_parquet(tmp_path):
+    (tmp_path / "g.json").write_text(json.dumps({"data": GOOD}))
+    raw_json = load_problems(gsm8k(tmp_path / "g.json"))
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(GOOD), tmp_path / "g.parquet")
+    raw_pq = load_problems(gsm8k(tmp_path / "g.parquet"))
+    for raw in (raw_json, raw_pq):
+        assert raw.skipped == 0 and len(raw.train) == 7
+    # same seed, same rows -> same split whatever the file format
+    assert [p.question for p in raw_json.eval] == [p.question for p in raw_pq.eval]
+
+
+def test_gsm8k_split_is_seeded(tmp_path):
+    path = write_jsonl(tmp_path / "g.jsonl", GOOD)
+    a, b = load_problems(gsm8k(path, seed=1)), load_problems(gsm8k(path, seed=1))
+    c = load_problems(gsm8k(path, seed=2))
+    assert [p.question for p in a.eval] == [p.question for p in b.eval]
+    assert [p.question for p in a.eval] != [p.question for p in c.eval]
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "file not found"),
+    ("{broken\n[]\n", "no usable rows"),
+    ('{"question": "q", "answer": "no marker"}\n', "no usable rows"),
+])
+def test_gsm8k_user_errors(tmp_path, content, match):
+    path = tmp_path / "g.jsonl"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UserError, match=match) as err:
+        load_problems(gsm8k(path))
+    assert "dataset.path=" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unsupported_suffix_is_user_error(tmp_path):
+    path = tmp_path / "g.csv"
+    path.write_text("question,answer\n")
+    with pytest.raises(UserError, match="unsupported file type"):
+        load_problems(gsm8k(path))
+
+
+def test_arithmetic_is_seeded_disjoint_and_respects_difficulty():
+    d = DatasetConfig(name="arithmetic", num_train=300, num_eval=20, seed=5, operators="+")
+    a, b = load_problems(d), load_problems(d)
+    assert [p.question for p in a.train] == [p.question for p in b.train]
+    assert len(a.train) == 300 and len(a.eval) == 20
+    assert not {p.question for p in a.train} & {p.question for p in a.eval}
+    for p in a.train[:50]:
+        assert "-" not in p.question.replace("Calculate ", "")[:-1] and "+" in p.question
+        x, y = p.reasoning.split(" = ")[0].split(" + ")
+        assert int(x) + int(y) == int(p.answer)
+
+
+def test_arithmetic_too_many_eval_questions_is_user_error():
+    d = DatasetConfig(name="arithmetic", num_train=10, num_eval=500, operators="+")
+    with pytest.raises(UserError, match="dataset.num_eval"):
+        load_problems(d)
+
+
+def test_batch_indices_is_a_pure_function_covering_each_epoch():
+    n, bs = 10, 4
+    first_epoch = np.concatenate([batch_indices(n, bs, seed=3, step=s) for s in range(3)])[:10]
+    assert sorted(first_epoch) == list(range(10))  # every example once per epoch
+    np.testing.assert_array_equal(batch_indices(n, bs, 3, 7), batch_indices(n, bs, 3, 7))
+    assert not np.array_equal(batch_indices(n, bs, 3, 0), batch_indices(n, bs, 4, 0))
+
+
+def test_build_splits_renders_and_truncates():
+    tok = CharTokenizer(128)
+    d = DatasetConfig(name="arithmetic", num_train=8, num_eval=4, operators="+")
+    raw = load_problems(d)
+    s = build_splits(raw, "answer", tok.encode, tok.decode, max_prompt_tokens=20)
+    assert s.truncated == 12  # every rendered prompt is longer than 20 characters
+    assert all(len(e.prompt) == 20 for e in s.train)
+    assert s.train[0].reference == f"<answer>{s.train[0].answer}</answer>"
+    batch = s.train_batch(step=0, batch_size=4, seed=0)
+    assert batch["prompts"].shape == (4,) and batch["answer"].shape == (4,)
+
+
+def test_templates():
+    assert render_prompt("2+2?", "answer").startswith("2+2?\n")
+    assert "<reasoning>" in render_prompt("2+2?", "reasoning")
+    assert reference_completion("4", "2+2=4", "reasoning") == "<reasoning>2+2=4</reasoning>\n<answer>4</answer>"
+
+    class Chat:
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert not tokenize and add_generation_prompt
+            return "|".join(f"{m['role']}:{m['content']}" for m in messages)
+
+    assert render_prompt("2+2?", "answer", Chat()).endswith("user:2+2?")
