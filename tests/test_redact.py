@@ -81,7 +81,7 @@ def test_planted_secrets_are_nowhere_in_store_or_run_dir(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     _hydra_dir(run_dir)
     scrub_run_dir(run_dir)  # what the orchestrator does at run start
-    listener = MlflowListener(uri, "secrets", run_dir, gated=False, flush_every_s=0.0)
+    listener = MlflowListener(uri, "secrets", run_dir, gated=False, flush_every_s=3600.0)
     listener.on_run_start(RunInfo(
         name="secret-run", run_dir=run_dir,
         params={"tracker.api_key": API_KEY, "model.path": f"/models/x?token={TOKEN}",

@@ -20,7 +20,7 @@ BETAS = (0.0, 0.04, 0.1)
 def job(uri: str, sweep_dir: Path, beta: float) -> None:
     """A sweep job as the orchestrator runs it: tracked run, then summary.json."""
     run_dir = sweep_dir / f"beta{beta}"
-    listener = MlflowListener(uri, "report", run_dir, gated=False, flush_every_s=0.0)
+    listener = MlflowListener(uri, "report", run_dir, gated=False, flush_every_s=3600.0)
     listener.on_run_start(RunInfo(
         name=f"beta{beta}", run_dir=run_dir, tags={},
         params={"algo.beta": beta, "algo.name": "grpo", "train.steps": 4},

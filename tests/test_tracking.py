@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,12 @@ def info(run_dir: Path, name: str = "run", start_step: int = 0, **extra) -> RunI
                    tags={"algo": "grpo"}, start_step=start_step, total_steps=8, extra=extra)
 
 
+def crash(listener: MlflowListener) -> None:
+    """The process dies: no on_run_end; its writer thread and its lock go with it."""
+    listener._stop_writer()
+    listener._release_lock()
+
+
 def history(client: MlflowClient, rid: str, name: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(rid, name))
 
@@ -54,7 +62,7 @@ def client(uri) -> MlflowClient:
 
 def test_simulated_run_lands_in_store(uri, client, tmp_path):
     run_dir = tmp_path / "run"
-    listener = MlflowListener(uri, "simulated", run_dir, gated=True, flush_every_s=0.0)
+    listener = MlflowListener(uri, "simulated", run_dir, gated=True, flush_every_s=3600.0)
     start = info(run_dir, "sim-run")
     start.params.update({"model.path": None, "odd key:é?": "x" * 7000})
     listener.on_run_start(start)
@@ -68,6 +76,7 @@ def test_simulated_run_lands_in_store(uri, client, tmp_path):
         if step == 3:
             listener.on_checkpoint(3, run_dir / "checkpoints" / "3")
         if step == 5:  # the gate: nothing after the checkpoint at 3 is in the store yet
+            assert listener.flush(timeout=30)
             assert history(client, rid, "train/loss") == [1, 2, 3]
     (run_dir / "notes.txt").write_text("hello")
     listener.on_artifact(run_dir / "notes.txt")
@@ -99,18 +108,18 @@ def test_simulated_run_lands_in_store(uri, client, tmp_path):
 
 def test_resume_logs_each_step_exactly_once(uri, client, tmp_path):
     run_dir = tmp_path / "run"
-    first = MlflowListener(uri, "resume", run_dir, gated=True, flush_every_s=0.0)
+    first = MlflowListener(uri, "resume", run_dir, gated=True, flush_every_s=3600.0)
     first.on_run_start(info(run_dir))
     for step in range(1, 7):
         first.on_metrics(step, metrics(step))
         if step == 4:
             first.on_checkpoint(4, run_dir / "ckpt")
     rid = run_id(run_dir)
+    assert first.flush(timeout=30)
     assert history(client, rid, "train/loss") == [1, 2, 3, 4]
-    first._release_lock()  # the process "crashes": no on_run_end, its lock goes with it
-    del first
+    crash(first)
 
-    second = MlflowListener(uri, "resume", run_dir, gated=True, flush_every_s=0.0)
+    second = MlflowListener(uri, "resume", run_dir, gated=True, flush_every_s=3600.0)
     second.on_run_start(info(run_dir, start_step=4))
     second.on_eval(4, {"eval/accuracy": 0.5}, [])  # an eval at the resumed step: logged before
     for step in range(5, 9):
@@ -131,16 +140,16 @@ def test_resume_when_the_checkpoint_event_was_lost(uri, client, tmp_path):
     """Crash after the checkpoint was saved but before on_checkpoint reached the listener:
     steps up to the checkpoint come from the spool, later ones are dropped and redone."""
     run_dir = tmp_path / "run"
-    first = MlflowListener(uri, "lost-ckpt", run_dir, gated=True, flush_every_s=0.0)
+    first = MlflowListener(uri, "lost-ckpt", run_dir, gated=True, flush_every_s=3600.0)
     first.on_run_start(info(run_dir))
     for step in range(1, 7):
         first.on_metrics(step, metrics(step))
     rid = run_id(run_dir)
+    assert first.flush(timeout=30)
     assert history(client, rid, "train/loss") == []  # no checkpoint reported: nothing sent
-    first._release_lock()
-    del first
+    crash(first)
 
-    second = MlflowListener(uri, "lost-ckpt", run_dir, gated=True, flush_every_s=0.0)
+    second = MlflowListener(uri, "lost-ckpt", run_dir, gated=True, flush_every_s=3600.0)
     second.on_run_start(info(run_dir, start_step=4))
     for step in range(5, 7):
         second.on_metrics(step, metrics(step, offset=100.0))
@@ -152,7 +161,7 @@ def test_resume_when_the_checkpoint_event_was_lost(uri, client, tmp_path):
 
 def test_killed_run_keeps_unckeckpointed_steps_for_the_resume(uri, client, tmp_path):
     run_dir = tmp_path / "run"
-    listener = MlflowListener(uri, "killed", run_dir, gated=True, flush_every_s=0.0)
+    listener = MlflowListener(uri, "killed", run_dir, gated=True, flush_every_s=3600.0)
     listener.on_run_start(info(run_dir))
     for step in range(1, 6):
         listener.on_metrics(step, metrics(step))
@@ -163,7 +172,7 @@ def test_killed_run_keeps_unckeckpointed_steps_for_the_resume(uri, client, tmp_p
     assert client.get_run(rid).info.status == "KILLED"
     assert history(client, rid, "train/loss") == [1, 2]
     assert (run_dir / SPOOL_FILE).exists()  # steps 3..5 wait: a resume produces them again
-    resumed = MlflowListener(uri, "killed", run_dir, gated=True, flush_every_s=0.0)
+    resumed = MlflowListener(uri, "killed", run_dir, gated=True, flush_every_s=3600.0)
     resumed.on_run_start(info(run_dir, start_step=2))
     assert client.get_run(rid).info.status == "RUNNING"
     for step in range(3, 9):
@@ -181,38 +190,41 @@ def test_without_checkpoints_metrics_are_buffered_by_time(uri, client, tmp_path)
         listener.on_metrics(step, metrics(step))
     assert history(client, rid, "train/loss") == []  # buffered (and spooled)
     assert sum(1 for _ in open(run_dir / SPOOL_FILE)) == 10
-    listener.flush_every_s = 0.0
-    listener.on_metrics(11, metrics(11))
-    assert history(client, rid, "train/loss") == list(range(1, 12))
+    assert listener.flush(timeout=30)
+    assert history(client, rid, "train/loss") == list(range(1, 11))
     listener.on_run_end("FAILED", {})
     assert client.get_run(rid).info.status == "FAILED"
 
+    run_dir = tmp_path / "timer"  # the writer's timer sends without being asked
+    listener = MlflowListener(uri, "timed", run_dir, gated=False, flush_every_s=0.2)
+    listener.on_run_start(info(run_dir))
+    for step in range(1, 4):
+        listener.on_metrics(step, metrics(step))
+    deadline = time.monotonic() + 30
+    while history(client, run_id(run_dir), "train/loss") != [1, 2, 3]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    listener.on_run_end("FINISHED", {})
 
-def test_run_end_arriving_during_a_flush_is_deferred(uri, client, tmp_path):
-    """SIGTERM's handler may call on_run_end while a flush is half-way: it must not re-enter
-    the store; the end is done when the flush returns, and nothing is lost."""
+
+def test_run_end_from_a_signal_handler(uri, client, tmp_path):
+    """SIGTERM's handler may call on_run_end at any bytecode of the loop's thread: the store
+    is only written by the writer thread, so nothing is re-entered and nothing is lost."""
     run_dir = tmp_path / "run"
     listener = MlflowListener(uri, "signal", run_dir, gated=False, flush_every_s=3600.0)
     listener.on_run_start(info(run_dir))
-    for step in range(1, 5):
-        listener.on_metrics(step, metrics(step))
-    run = listener.run
-    original = run.flush
-
-    def flush_interrupted(gate):
-        sent = original(gate)
-        if not listener._ended:  # the "signal" lands after the batch, before flush returns
-            listener.on_run_end("KILLED", {"status": "KILLED"})
-            assert client.get_run(run_id(run_dir)).info.status == "RUNNING"  # deferred
-        return sent
-
-    run.flush = flush_interrupted
-    listener.flush_every_s = 0.0
-    listener.on_metrics(5, metrics(5))
+    previous = signal.signal(signal.SIGUSR1, lambda *_: listener.on_run_end(
+        "KILLED", {"status": "KILLED"}))
+    try:
+        for step in range(1, 7):
+            listener.on_metrics(step, metrics(step))
+            if step == 3:
+                signal.raise_signal(signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
     rid = run_id(run_dir)
     assert client.get_run(rid).info.status == "KILLED"
-    assert history(client, rid, "train/loss") == [1, 2, 3, 4, 5]
-    listener.on_metrics(6, metrics(6))  # after the end: ignored
+    assert history(client, rid, "train/loss") == [1, 2, 3]  # later events: after the end
     listener.on_run_end("FINISHED", {})  # twice: ignored
     assert client.get_run(rid).info.status == "KILLED"
 
@@ -222,7 +234,7 @@ def test_unreachable_store_spools_then_sync_replays(uri, client, tmp_path, capsy
 
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run_dir = tmp_path / "run"
-    listener = MlflowListener(down, "offline", run_dir, gated=False, flush_every_s=0.0)
+    listener = MlflowListener(down, "offline", run_dir, gated=False, flush_every_s=3600.0)
     listener.on_run_start(info(run_dir, "offline-run"))
     for step in range(1, 21):
         listener.on_metrics(step, metrics(step))
@@ -262,13 +274,12 @@ def test_sync_refuses_a_live_run_and_a_dir_without_tracking(uri, tmp_path):
 
 def test_sync_marks_a_crashed_run_killed(uri, client, tmp_path):
     run_dir = tmp_path / "run"
-    listener = MlflowListener(uri, "crashed", run_dir, gated=True, flush_every_s=0.0)
+    listener = MlflowListener(uri, "crashed", run_dir, gated=True, flush_every_s=3600.0)
     listener.on_run_start(info(run_dir))
     for step in range(1, 4):
         listener.on_metrics(step, metrics(step))
     listener.on_checkpoint(2, run_dir / "ckpt")
-    listener._release_lock()
-    del listener
+    crash(listener)
     assert "held back" in sync(run_dir)
     rid = run_id(run_dir)
     assert client.get_run(rid).info.status == "KILLED"
@@ -279,13 +290,12 @@ def test_sync_marks_a_crashed_run_killed(uri, client, tmp_path):
 
 def test_starting_over_closes_the_previous_run(uri, client, tmp_path):
     run_dir = tmp_path / "run"
-    first = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=0.0)
+    first = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=3600.0)
     first.on_run_start(info(run_dir))
     first.on_metrics(1, metrics(1))
     old = run_id(run_dir)
-    first._release_lock()
-    del first
-    second = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=0.0)
+    crash(first)
+    second = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=3600.0)
     second.on_run_start(info(run_dir))  # no checkpoint to resume from: a new run
     second.on_run_end("FINISHED", {})
     assert run_id(run_dir) != old
@@ -315,7 +325,7 @@ def test_prepare_store_puts_artifacts_next_to_the_db(uri, client):
     db = Path(uri[len("sqlite:///"):])
     assert client.get_experiment("0").artifact_location == str(db.parent / "mlartifacts" / "0")
     run_dir = db.parent / "run"
-    listener = MlflowListener(uri, "located", run_dir, gated=False, flush_every_s=0.0)
+    listener = MlflowListener(uri, "located", run_dir, gated=False, flush_every_s=3600.0)
     listener.on_run_start(info(run_dir))
     listener.on_run_end("FINISHED", {})
     assert client.get_run(run_id(run_dir)).info.artifact_uri.startswith(
@@ -336,7 +346,7 @@ def child(uri: str, sweep_dir: Path, beta: float, status: str = "FINISHED",
           experiment: str = "sweep") -> str:
     """One job of the sweep, as the orchestrator runs it: listener, then summary.json."""
     run_dir = sweep_dir / f"beta{beta}"
-    listener = MlflowListener(uri, experiment, run_dir, gated=False, flush_every_s=0.0)
+    listener = MlflowListener(uri, experiment, run_dir, gated=False, flush_every_s=3600.0)
     start = info(run_dir, f"beta{beta}", parent_run_id=parent_run_id(sweep_dir))
     start.params = {"algo.beta": beta, "algo.name": "grpo", "train.steps": 3}
     listener.on_run_start(start)

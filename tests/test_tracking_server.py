@@ -80,11 +80,12 @@ def log(listener: MlflowListener, first: int, last: int) -> None:
 
 def test_server_goes_away_mid_run_and_comes_back(server, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    listener = MlflowListener(server.url, "served", run_dir, gated=True, flush_every_s=0.0)
+    listener = MlflowListener(server.url, "served", run_dir, gated=True, flush_every_s=3600.0)
     listener.on_run_start(RunInfo(name="served", run_dir=run_dir, params={"algo.beta": 0.04},
                                   tags={"algo": "grpo"}))
     log(listener, 1, 5)
     listener.on_checkpoint(5, run_dir / "ckpt")
+    assert listener.flush(timeout=60)
     client = MlflowClient(server.url)
     rid = run_id(run_dir)
     assert steps(client, rid, NAMES[0]) == [1, 2, 3, 4, 5]
@@ -92,14 +93,16 @@ def test_server_goes_away_mid_run_and_comes_back(server, tmp_path, capsys):
     server.stop()
     log(listener, 6, 10)
     listener.on_eval(10, {"eval/accuracy": 0.5}, [{"prompt": "p", "completion": "c"}])
-    listener.on_checkpoint(10, run_dir / "ckpt")  # the flush fails: training goes on
+    listener.on_checkpoint(10, run_dir / "ckpt")
+    assert not listener.flush(timeout=60)  # the write fails: training goes on
     assert "unreachable" in capsys.readouterr().err
     spooled = [json.loads(line) for line in (run_dir / SPOOL_FILE).read_text().splitlines()]
     assert sorted({r["step"] for r in spooled if r["kind"] == "metrics"}) == list(range(6, 11))
 
     server.start()
     log(listener, 11, 12)
-    listener.on_checkpoint(12, run_dir / "ckpt")  # retried: the spool goes out
+    listener.on_checkpoint(12, run_dir / "ckpt")
+    assert listener.flush(timeout=60)  # retried: the spool goes out
     assert "reachable again" in capsys.readouterr().err
     listener.on_run_end("FINISHED", {"steps_done": 12})
     for name in NAMES:

@@ -152,9 +152,14 @@ def summary_rows(sweep_dir: Path) -> list[Row]:
 def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
     """MLflow rows completed by the jobs' summaries (exact steps, wall time, status)."""
     by_id = {r.run_id: r for r in tracked}
+    # A job whose store was down at its end has no run id in summary.json (sync made the
+    # run later): its run dir still matches.
+    by_dir = {str(Path(r.run_dir).resolve()): r for r in tracked if r.run_dir}
     out = list(tracked)
     for job in jobs:
         row = by_id.get(job.run_id) if job.run_id else None
+        if row is None and job.run_dir:
+            row = by_dir.get(str(Path(job.run_dir).resolve()))
         if row is None:
             out.append(job)
             continue

@@ -1,4 +1,9 @@
-"""The MLflow listener: loop events -> spooled records -> batched writes to the store.
+"""The MLflow listener: loop events -> spooled records -> batched writes by a writer thread.
+
+The loop pays only for appending a record to the spool (~0.02 ms a step); a background
+thread writes ready records with log_batch (MLflow's sqlite store costs ~0.15 ms per metric
+point however it is sent, so writing on the loop's thread would cost ~3 ms a step at 20
+metrics; JAX releases the GIL while it computes, so the writer runs in those gaps).
 
 Exactly once across crashes and resumes: with checkpointing on, metrics of step s are written
 only once a checkpoint at step >= s exists (the gate). A run resumed from a checkpoint at
@@ -6,8 +11,8 @@ step S reopens the same MLflow run, writes the spooled metrics of steps <= S and
 later ones, which the loop produces again. Without checkpointing, metrics are written every
 tracker.flush_every_s seconds and at the end.
 
-Never fatal: a store that cannot be reached leaves the records in the spool; every later
-flush retries, and `python -m rlexp.sync <run dir>` replays whatever is left.
+Never fatal: a store that cannot be reached leaves the records in the spool; the writer
+retries every flush_every_s, and `python -m rlexp.sync <run dir>` replays what is left.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -27,7 +33,14 @@ from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link
 
 SAMPLES_DIR = "eval_samples"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
-# Attempts and pauses of the final flush (a sqlite store briefly locked by other jobs).
+# How long on_run_start waits for the run to be created (the run id in tracking.json).
+START_WAIT_S = 30.0
+# How long on_run_end may take in all (SIGTERM leaves a grace period of ~30 s); what is not
+# written by then stays in the spool for `rlexp.sync`.
+END_BUDGET_S = 20.0
+# Shortest pause of the writer's timer (flush_every_s=0 would spin).
+MIN_PERIOD_S = 0.05
+# Pauses between the final attempts (a sqlite store briefly locked by other jobs).
 FINAL_RETRY_S = (0.5, 1.5)
 # mlflow.loggedArtifacts lists tables for the UI's evaluation view; the tag holds 8000 chars.
 MAX_LISTED_TABLES = 100
@@ -64,14 +77,17 @@ class MlflowListener(Listener):
         self._gate = NEVER if gated else ALWAYS
         # On resume, events at steps <= the resumed step are already logged or spooled.
         self._skip_upto = NEVER
-        self._last_try = 0.0
-        self._offline_since: float | None = None
         self._ended = False
-        # Inside a flush: an on_run_end arriving from a signal handler waits for it to end.
-        self._busy = False
-        self._deferred_end = False
         self._names: dict[str, str] = {}
         self._lock: IO[str] | None = None
+        # Writer thread: flush requests are numbered; `_done` is the last one served.
+        self._cv = threading.Condition()
+        self._requested = 0
+        self._done = 0
+        self._stopping = False
+        self._writer: threading.Thread | None = None
+        self._offline_since: float | None = None
+        self._last_ok = True
 
     # ------------------------------------------------------------------------------ events
 
@@ -85,7 +101,10 @@ class MlflowListener(Listener):
             if link is not None:
                 self._close_previous(link)
             self._start(info)
-        self._flush(force=True)
+        self._writer = threading.Thread(target=self._write_loop, name="rlexp-mlflow",
+                                        daemon=True)
+        self._writer.start()
+        self.flush(timeout=START_WAIT_S)  # the run exists (tracking.json) before step 1
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         if not self._live or step <= self._skip_upto:
@@ -101,7 +120,6 @@ class MlflowListener(Listener):
                 continue
         if values:
             self.run.add(record("metrics", step=int(step), t=now_ms(), values=values))
-        self._flush()
 
     def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None:
         if not self._live or step <= self._skip_upto:
@@ -117,16 +135,18 @@ class MlflowListener(Listener):
             self._gate = step
             self.run.link.checkpoint_step = int(step)
             self.run.link.save(self.run_dir)
-        self._flush(force=True)
+        self._request()
 
     def on_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if not self._live:
             return
         self.run.add(record("artifact", path=str(Path(path).resolve()),
                             artifact_path=artifact_path))
-        self._flush()
+        self._request()
 
     def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
+        """Final records, then wait (bounded) for the writer. Safe from a signal handler: the
+        store is only ever written by the writer thread, never re-entered here."""
         if not self._live:
             return
         self._ended = True
@@ -137,10 +157,84 @@ class MlflowListener(Listener):
         self.run.add(record("json", artifact_file="summary.json", data=data))
         self.run.add(record("curves"))
         self.run.add(record("status", status=status, t=now_ms()))
-        if self._busy:  # called from a signal handler in the middle of a flush
-            self._deferred_end = True
-            return
-        self._finish()
+        deadline = time.monotonic() + END_BUDGET_S
+        ok = self.flush(timeout=END_BUDGET_S)
+        for pause in FINAL_RETRY_S:
+            if ok or time.monotonic() + pause >= deadline:
+                break
+            time.sleep(pause)
+            ok = self.flush(timeout=max(0.0, deadline - time.monotonic()))
+        self._stop_writer()
+        held = self.run.waiting("metrics")
+        if not ok:
+            warn(f"the MLflow run of {self.run_dir} is incomplete: records wait in "
+                 f"{SPOOL_FILE}; send them with: python -m rlexp.sync {self.run_dir}")
+        elif held:
+            print(f"rlexp: tracking: {held} metric records after the last checkpoint (step "
+                  f"{self._gate:g}) were not logged; a resume produces them again",
+                  file=sys.stderr, flush=True)
+        self._release_lock()
+
+    # ------------------------------------------------------------------------------ writing
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write what is ready now and wait for it; True if the store took it all."""
+        if self._writer is None or not self._writer.is_alive():
+            return False
+        with self._cv:
+            self._requested += 1
+            target = self._requested
+            self._cv.notify_all()
+            served = self._cv.wait_for(lambda: self._done >= target, timeout)
+        return served and self._last_ok
+
+    def _request(self) -> None:
+        with self._cv:
+            self._requested += 1
+            self._cv.notify_all()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._requested > self._done or self._stopping,
+                                  timeout=max(self.flush_every_s, MIN_PERIOD_S))
+                target, stopping = self._requested, self._stopping
+                if stopping and target <= self._done:
+                    return  # stopped with nothing asked for (a crash in tests, or the end)
+            self._last_ok = self._write()
+            with self._cv:
+                self._done = max(self._done, target)
+                self._cv.notify_all()
+            if stopping:
+                return
+
+    def _write(self) -> bool:
+        """One flush of the ready records. Never raises: unreachable means 'spooled, retry'."""
+        assert self.run is not None
+        try:
+            sent = self.run.flush(self._gate)
+        except Exception as exc:  # tracking must never stop training
+            if self._offline_since is None:
+                self._offline_since = time.monotonic()
+                warn(f"MLflow store {self.uri} unreachable ({store.first_line(exc)}); training "
+                     f"goes on, records are kept in {self.run_dir / SPOOL_FILE} and retried "
+                     f"every {self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
+            return False
+        if self._offline_since is not None:
+            self._offline_since = None
+            print(f"rlexp: tracking: MLflow store reachable again; sent {sent} spooled records",
+                  file=sys.stderr, flush=True)
+        return True
+
+    def _stop_writer(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._writer is not None and self._writer is not threading.current_thread():
+            self._writer.join(timeout=1.0)  # it is idle or mid-write (daemon: never blocks exit)
+        assert self.run is not None
+        if self._writer is None or not self._writer.is_alive():
+            self.run.close()
 
     # ------------------------------------------------------------------------------ internals
 
@@ -174,7 +268,7 @@ class MlflowListener(Listener):
               f"from step {start_step}", flush=True)
 
     def _close_previous(self, link: Link) -> None:
-        """This dir starts over (no checkpoint to resume): finish the run it logged to."""
+        """This dir starts over (no checkpoint to resume from): finish the run it logged to."""
         old = TrackedRun(self.run_dir, link)
         try:
             gate = link.checkpoint_step if link.gated else ALWAYS
@@ -207,57 +301,7 @@ class MlflowListener(Listener):
         listed = [{"path": f"{SAMPLES_DIR}/{name}", "type": "table"} for name in tables]
         self.run.add(record("artifact", path=str(path.resolve()), artifact_path=SAMPLES_DIR))
         self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(listed)}))
-        self._flush()
-
-    def _flush(self, force: bool = False) -> bool:
-        """Send what is ready. Never raises: an unreachable store means 'spooled, retry'."""
-        if self.run is None or self._busy:
-            return False
-        now = time.monotonic()
-        if not force and (now - self._last_try < self.flush_every_s
-                          or not self.run.has_ready(self._gate)):
-            return False
-        self._last_try = now
-        self._busy = True
-        try:
-            sent = self.run.flush(self._gate)
-            if self._offline_since is not None:
-                print(f"rlexp: tracking: MLflow store reachable again; sent {sent} spooled "
-                      f"records", file=sys.stderr, flush=True)
-                self._offline_since = None
-            return True
-        except Exception as exc:  # tracking must never stop training
-            if self._offline_since is None:
-                self._offline_since = now
-                warn(f"MLflow store {self.uri} unreachable ({store.first_line(exc)}); training "
-                     f"goes on, records are kept in {self.run_dir / SPOOL_FILE} and retried "
-                     f"every {self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
-            return False
-        finally:
-            self._busy = False
-            if self._deferred_end:
-                self._deferred_end = False
-                self._finish()
-
-    def _finish(self) -> None:
-        assert self.run is not None
-        ok = self._flush(force=True)
-        for pause in FINAL_RETRY_S:
-            if ok:
-                break
-            time.sleep(pause)
-            ok = self._flush(force=True)
-        waiting = [r for r in self.run.records if r["kind"] == "metrics"]
-        if not ok:
-            warn(f"the MLflow run of {self.run_dir} is incomplete: {len(self.run.records)} "
-                 f"records wait in {SPOOL_FILE}; send them with: python -m rlexp.sync "
-                 f"{self.run_dir}")
-        elif waiting:
-            print(f"rlexp: tracking: metrics of {len(waiting)} steps after the last checkpoint "
-                  f"(step {self._gate:g}) were not logged; a resume produces them again",
-                  file=sys.stderr, flush=True)
-        self.run.close()
-        self._release_lock()
+        self._request()
 
     def _hold_lock(self) -> None:
         """Held while the run is live, so `rlexp.sync` does not replay the spool at once."""

@@ -8,6 +8,7 @@ at and MLflow drops a (key, step, time, value) row it already has, artifacts ove
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +34,17 @@ def is_ready(record: dict, gate: float) -> bool:
 
 
 class TrackedRun:
+    """Thread-safe for one writer (flush) alongside producers (add): the records and the
+    spool file change under a lock, the store is written outside it."""
+
     def __init__(self, run_dir: Path, link: Link):
         self.run_dir = Path(run_dir)
         self.link = link
         self.spool = Spool(self.run_dir / SPOOL_FILE)
         # Records not yet in the store (mirror of the spool file).
         self.records: list[dict] = self.spool.read()
+        # Re-entrant: an on_run_end called by a signal handler may interrupt an add.
+        self._lock = threading.RLock()
         self._client: MlflowClient | None = None
 
     @property
@@ -49,35 +55,45 @@ class TrackedRun:
         return self._client
 
     def add(self, record: dict) -> None:
-        self.records.append(record)
-        self.spool.append(record)
+        with self._lock:
+            self.records.append(record)
+            self.spool.append(record)
 
     def drop_metrics_after(self, step: int) -> int:
         """Resume from a checkpoint at `step`: later metrics will be produced again."""
-        kept = [r for r in self.records if not (r["kind"] == "metrics" and r["step"] > step)]
-        dropped = len(self.records) - len(kept)
-        if dropped:
-            self.records = kept
-            self.spool.rewrite(kept)
+        with self._lock:
+            kept = [r for r in self.records
+                    if not (r["kind"] == "metrics" and r["step"] > step)]
+            dropped = len(self.records) - len(kept)
+            if dropped:
+                self.records = kept
+                self.spool.rewrite(kept)
         return dropped
 
     def has_ready(self, gate: float) -> bool:
-        return any(is_ready(r, gate) for r in self.records)
+        with self._lock:
+            return any(is_ready(r, gate) for r in self.records)
+
+    def waiting(self, kind: str) -> int:
+        with self._lock:
+            return sum(r["kind"] == kind for r in self.records)
 
     def flush(self, gate: float) -> int:
         """Send the records that are ready under `gate`; returns how many were sent.
 
         Raises whatever the store raises; the records then stay spooled for the next try.
-        Records added while sending (a signal handler's on_run_end) are kept for later.
+        Records added while sending stay for the next flush.
         """
-        count = len(self.records)
-        snapshot = self.records[:count]
-        ready = [r for r in snapshot if is_ready(r, gate)]
+        with self._lock:
+            count = len(self.records)
+            ready = [r for r in self.records[:count] if is_ready(r, gate)]
         if not ready:
             return 0
         self._send(ready)
-        self.records = [r for r in snapshot if not is_ready(r, gate)] + self.records[count:]
-        self.spool.rewrite(self.records)
+        with self._lock:
+            self.records = [r for r in self.records[:count] if not is_ready(r, gate)] \
+                + self.records[count:]
+            self.spool.rewrite(self.records)
         return len(ready)
 
     def close(self) -> None:
