@@ -26,6 +26,9 @@ rollout devices (the sampler, the rollout mesh)
               dtype bytes. NOT divided by the mesh: Tunix's sampler allocates it with jnp.zeros
               outside jit, i.e. whole on one device, before the first prefill.
   sampler logits  batch x num_generations x prompt length x vocab x 4 bytes (the prefill).
+  vllm reserve    rollout=vllm instead of the three above: vLLM takes rollout.hbm_utilization
+              of each device's HBM up front for its weights and paged KV cache, and keeps it
+              while the trainer runs.
 
 Colocated roles share every device: persistent items (weights, optimizer) add up and the two
 phases take turns, train (new weights + activations + logits) and rollout
@@ -79,7 +82,7 @@ CPU_BF16_LOGIT_COPIES = 4.0
 # Order of the items in the printed plan.
 TRAINER_ITEMS = ("policy", "reference", "optimizer", "gradients", "new weights", "activations",
                  "logits")
-ROLLOUT_ITEMS = ("rollout weights", "kv cache", "sampler logits")
+ROLLOUT_ITEMS = ("rollout weights", "kv cache", "sampler logits", "vllm reserve")
 
 
 def param_count(m: ModelConfig) -> int:
@@ -171,23 +174,31 @@ def memory_plan(cfg: Config) -> MemoryPlan:
                                                    + ACTIVATION_TOKEN_H) * ab / act_shards,
         "logits": rows * seq * m.vocab_size * logit_copies * 4 / act_shards,
     }
+    capacity = h.hbm_gib_per_device * GIB
     roll_rows = cfg.train.batch_size * a.num_generations
-    rollout = {
-        "rollout weights": 0.0 if shared_backbone else n * wb / r_shards,
-        "kv cache": roll_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
-        * m.head_dim * wb,
-        "sampler logits": roll_rows * r.max_prompt_length * m.vocab_size * 4 / _batch_shards(
-            rm, roll_rows),
-    }
+    if r.name == "vllm":
+        rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
+                   "vllm reserve": r.hbm_utilization * capacity}
+    else:
+        rollout = {
+            "rollout weights": 0.0 if shared_backbone else n * wb / r_shards,
+            "kv cache": roll_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
+            * m.head_dim * wb,
+            "sampler logits": roll_rows * r.max_prompt_length * m.vocab_size * 4
+            / _batch_shards(rm, roll_rows),
+            "vllm reserve": 0.0,
+        }
     persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
     train_phase = trainer["new weights"] + trainer["activations"] + trainer["logits"]
     roll_phase = rollout["kv cache"] + rollout["sampler logits"]
+    # Held through both phases: a separate rollout copy of the weights and vLLM's reservation.
+    roll_held = rollout["rollout weights"] + rollout["vllm reserve"]
     if colocated:
-        peak = persistent_t + rollout["rollout weights"] + max(train_phase, roll_phase)
+        peak = persistent_t + roll_held + max(train_phase, roll_phase)
     else:
-        peak = max(persistent_t + train_phase, rollout["rollout weights"] + roll_phase)
+        peak = max(persistent_t + train_phase, roll_held + roll_phase)
     return MemoryPlan(trainer=trainer, rollout=rollout, colocated=colocated, peak=peak,
-                      capacity=h.hbm_gib_per_device * GIB)
+                      capacity=capacity)
 
 
 def sharding_problem(cfg: Config) -> str | None:

@@ -1,0 +1,94 @@
+"""rollout=vllm: cfg.rollout mapped onto Tunix's vLLM rollout (tunix.rl.rollout.vllm_rollout).
+
+Tunix drives vLLM through `ClusterConfig(rollout_engine="vllm")` and the `rollout_vllm_*`
+fields of `tunix.rl.rollout.base_rollout.RolloutConfig`; `VllmRollout` passes them on to
+`VllmSampler`/`VllmConfig` (tensor_parallel_size, data_parallel_size, hbm_utilization, the
+engine's `model`, `max_model_len` = kv_cache_size, ...). vLLM runs on GPUs, and on TPUs
+through the `tpu-inference` backend (TPU JAX backend type "jax").
+
+Nothing here imports vllm or tpu_inference: `check_vllm_available` only looks for them, and
+the mapping is a plain dict of RolloutConfig keyword arguments (tested without vLLM).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from rlexp.config import Config
+from rlexp.errors import UserError
+
+INSTALL = "pip install 'rlexp[vllm]'"
+
+
+def check_vllm_available(cfg: Config) -> None:
+    """Raise UserError (one line) when the packages rollout=vllm needs are not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(f"rollout=vllm needs vllm ({INSTALL}); or use rollout=vanilla")
+    if cfg.hardware.platform == "tpu" and not cfg.hardware.emulate \
+            and importlib.util.find_spec("tpu_inference") is None:
+        raise UserError("rollout=vllm on TPU needs tpu-inference (pip install tpu-inference); "
+                        "or use rollout=vanilla")
+
+
+def check_parallelism(cfg: Config) -> None:
+    """vLLM's tensor x data parallel replicas must tile the rollout mesh, and tensor
+    parallelism must split the attention heads evenly."""
+    r, m = cfg.rollout, cfg.model
+    mesh = cfg.hardware.rollout_mesh
+    devices = mesh.fsdp * mesh.tp
+    if r.tensor_parallel_size * r.data_parallel_size != devices:
+        raise UserError(
+            f"rollout.tensor_parallel_size={r.tensor_parallel_size} x rollout.data_parallel_size="
+            f"{r.data_parallel_size} must equal the {devices} devices of hardware.rollout_mesh "
+            f"(hardware={cfg.hardware.name})")
+    if m.num_heads % r.tensor_parallel_size:
+        raise UserError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} does not divide "
+                        f"model.num_heads={m.num_heads} (model={m.name})")
+
+
+def vllm_rollout_config(cfg: Config, model_path: str | None = None,
+                        temperature: float | None = None) -> dict[str, Any]:
+    """Keyword arguments of Tunix's RolloutConfig for rollout=vllm.
+
+    model_path: the HF checkpoint dir vLLM loads its config and tokenizer from (default
+    model.path); Tunix then syncs the trainer's weights into it every step, so vLLM starts
+    from random weights instead of reading them twice. temperature: override for evaluation.
+    """
+    r = cfg.rollout
+    path = model_path or cfg.model.path
+    if not path:
+        raise UserError(f"rollout=vllm needs model.path (vLLM reads the HF config and tokenizer "
+                        f"from it); model={cfg.model.name} has none")
+    if not 0 < r.hbm_utilization <= 1:
+        raise UserError(f"rollout.hbm_utilization={r.hbm_utilization} is invalid: must be in (0, 1]")
+    check_parallelism(cfg)
+    return {
+        # Sampling (the same knobs as the vanilla rollout).
+        "max_tokens_to_generate": r.max_completion_length,
+        "temperature": r.temperature if temperature is None else temperature,
+        "top_p": 1.0 if r.top_p is None else r.top_p,
+        "top_k": r.top_k,
+        "max_prompt_length": r.max_prompt_length,
+        # VllmRollout passes it as vLLM's max_model_len.
+        "kv_cache_size": r.kv_cache_size,
+        # Parallelism of the vLLM engine over the rollout mesh.
+        "tensor_parallel_size": r.tensor_parallel_size,
+        "data_parallel_size": r.data_parallel_size,
+        # vLLM specifics.
+        "rollout_vllm_model_version": str(path),
+        "rollout_vllm_hbm_utilization": r.hbm_utilization,
+        "rollout_vllm_init_with_random_weights": True,
+        "rollout_vllm_tpu_backend_type": "jax" if cfg.hardware.platform == "tpu" else None,
+        # The policy loss needs the sampler's log-probs only off-policy; Tunix recomputes them.
+        "return_logprobs": False,
+    }
+
+
+def make_rollout_config(cfg: Config, model_path: str | None = None,
+                        temperature: float | None = None) -> Any:
+    """Tunix's RolloutConfig for rollout=vllm (checks that vLLM is installed first)."""
+    check_vllm_available(cfg)
+    from tunix.rl.rollout import base_rollout
+
+    return base_rollout.RolloutConfig(**vllm_rollout_config(cfg, model_path, temperature))
