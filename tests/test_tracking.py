@@ -229,6 +229,33 @@ def test_run_end_from_a_signal_handler(uri, client, tmp_path):
     assert client.get_run(rid).info.status == "KILLED"
 
 
+def test_run_end_from_a_signal_inside_a_spool_write(uri, client, tmp_path):
+    """The handler lands while add() holds the spool lock: on_run_end must not wait for the
+    writer (it needs that lock); it spools the end and returns, and sync finishes the run."""
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "signal-in-add", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    spool = listener.run.spool
+    append = spool.append
+
+    def append_then_signal(record: dict) -> None:
+        append(record)
+        if record.get("step") == 2:  # as if SIGTERM's handler ran right here
+            listener.on_run_end("KILLED", {})
+
+    spool.append = append_then_signal
+    started = time.monotonic()
+    for step in range(1, 4):
+        listener.on_metrics(step, metrics(step))
+    assert time.monotonic() - started < 5
+    listener._stop_writer()
+    listener._release_lock()
+    sync(run_dir)
+    rid = run_id(run_dir)
+    assert client.get_run(rid).info.status == "KILLED"
+    assert history(client, rid, "train/loss") == [1, 2]
+
+
 def test_unreachable_store_spools_then_sync_replays(uri, client, tmp_path, capsys):
     from rlexp.ui import free_port
 

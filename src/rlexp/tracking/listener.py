@@ -29,7 +29,7 @@ from rlexp.events import Listener, RunInfo
 from rlexp.redact import redact_obj, redact_params, redact_text
 from rlexp.tracking import store
 from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
-from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link
+from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link, Spool
 
 SAMPLES_DIR = "eval_samples"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
@@ -95,7 +95,8 @@ class MlflowListener(Listener):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._hold_lock()
         link = Link.load(self.run_dir)
-        if link is not None and info.start_step > 0 and link.uri == self.uri:
+        if link is not None and info.start_step > 0 and link.uri == self.uri and \
+                (link.run_id is not None or _has_start(self.run_dir)):
             self._reopen(link, info.start_step)
         else:
             if link is not None:
@@ -150,6 +151,7 @@ class MlflowListener(Listener):
         if not self._live:
             return
         self._ended = True
+        interrupted_add = self.run.adding  # a signal landed inside add(): see below
         status = status if status in TERMINAL else "FAILED"
         if status == "FINISHED":
             self._gate = ALWAYS  # the final checkpoint covers every step
@@ -157,6 +159,10 @@ class MlflowListener(Listener):
         self.run.add(record("json", artifact_file="summary.json", data=data))
         self.run.add(record("curves"))
         self.run.add(record("status", status=status, t=now_ms()))
+        if interrupted_add:  # waiting for the writer would deadlock: the spool has it all
+            warn(f"run ended by a signal during a write; send what is left with: "
+                 f"python -m rlexp.sync {self.run_dir}")
+            return
         deadline = time.monotonic() + END_BUDGET_S
         ok = self.flush(timeout=END_BUDGET_S)
         for pause in FINAL_RETRY_S:
@@ -316,6 +322,11 @@ class MlflowListener(Listener):
         if self._lock is not None:
             self._lock.close()  # closing releases the flock
             self._lock = None
+
+
+def _has_start(run_dir: Path) -> bool:
+    """A run that was never created can be resumed only if its start record is spooled."""
+    return any(r["kind"] == "start" for r in Spool(run_dir / SPOOL_FILE).read())
 
 
 def _jsonable(value: Any) -> Any:

@@ -45,6 +45,9 @@ class TrackedRun:
         self.records: list[dict] = self.spool.read()
         # Re-entrant: an on_run_end called by a signal handler may interrupt an add.
         self._lock = threading.RLock()
+        # True inside add(): a signal handler that lands there must not wait for the writer,
+        # which needs the lock this thread holds.
+        self.adding = False
         self._client: MlflowClient | None = None
 
     @property
@@ -56,8 +59,12 @@ class TrackedRun:
 
     def add(self, record: dict) -> None:
         with self._lock:
-            self.records.append(record)
-            self.spool.append(record)
+            self.adding = True
+            try:
+                self.records.append(record)
+                self.spool.append(record)
+            finally:
+                self.adding = False
 
     def drop_metrics_after(self, step: int) -> int:
         """Resume from a checkpoint at `step`: later metrics will be produced again."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,7 +32,8 @@ LOCK_FILE = "tracking.lock"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    # A tmp name per process and thread: the writer thread and the loop may both save.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)  # readers never see half a file
 
