@@ -102,10 +102,12 @@ def test_report_of_an_untracked_sweep_reads_summaries(tmp_path):
         (run_dir / "summary.json").write_text(json.dumps({
             "name": run_dir.name, "status": "FAILED" if beta else "FINISHED",
             "overrides": [f"algo.beta={beta}", "train.steps=2"], "steps_done": 2,
-            "wall_s": 1.0, "eval_after": {"eval/accuracy": beta}, "mlflow_run_id": None}))
+            "wall_s": 1.0, "eval_after": {"eval/accuracy": beta}, "mlflow_run_id": None,
+            "train_final": {"train/reward_mean": 1 + beta}}))
     text, png = report(str(tmp_path), uri=f"sqlite:///{tmp_path / 'absent.db'}")
-    assert [r[:2] + r[-1:] for r in rows(text)] == [
-        ["beta0.1", "0.1", "FAILED"], ["beta0.04", "0.04", "FAILED"], ["beta0.0", "0.0", "FINISHED"]]
+    assert [r[:3] + r[-1:] for r in rows(text)] == [
+        ["beta0.1", "0.1", "1.1", "FAILED"], ["beta0.04", "0.04", "1.04", "FAILED"],
+        ["beta0.0", "0.0", "1", "FINISHED"]]
     assert png is None  # no curves without MLflow
     assert not (tmp_path / "absent.db").exists()  # reading never creates a store
 

@@ -128,8 +128,9 @@ def row_from_summary(path: Path) -> Row | None:
         return None
     before, after = _accuracy(s.get("eval_before")), _accuracy(s.get("eval_after"))
     known = [a for a in (before, after) if a is not None]
-    final = s.get("final") if isinstance(s.get("final"), dict) else {}
-    reward = s.get(REWARD, final.get(REWARD, s.get("final_reward")))
+    # The loop's summary: train_final = the metrics of the last training step.
+    final = s.get("train_final") if isinstance(s.get("train_final"), dict) else {}
+    reward = final.get(REWARD)
     return Row(
         name=str(s.get("name") or path.parent.name), run_id=s.get("mlflow_run_id"),
         status=str(s.get("status") or "RUNNING"), values=_overrides(s.get("overrides") or []),
