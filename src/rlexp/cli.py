@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import sys
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from rlexp.config import Config, to_config, one_line_omegaconf_error
@@ -185,15 +186,12 @@ def before_launch(pre: Preflight) -> None:
     if pre.print_only:
         return
     if pre.multirun:
-        from rlexp.guards import NOOP_KEYS, on_policy_noop
+        from rlexp.guards import NOOP_KEYS, noop_message, on_policy_noop
 
         noop_swept = [k for k in NOOP_KEYS if k in pre.swept and len(pre.swept[k]) > 1]
         if noop_swept and all(on_policy_noop(job) for job in pre.jobs):
-            log.warning(
-                "WARNING: this sweep varies %s, but every job is on-policy (algo.num_iterations=1, "
-                "one mini-batch per rollout): the importance ratio is exactly 1, so these keys "
-                "change nothing. Set algo.num_iterations>=2 or train.mini_batch_size<batch_size.",
-                ", ".join(noop_swept))
+            print(f"rlexp: WARNING: this sweep varies {', '.join(noop_swept)} but every job is "
+                  f"on-policy: {noop_message(pre.jobs[0])}", file=sys.stderr, flush=True)
     elif pre.jobs and not pre.jobs[0].run.dry_run:
         # Device count for emulation must be fixed before JAX starts its backend.
         from rlexp.hardware import setup_platform

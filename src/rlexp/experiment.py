@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,13 +21,9 @@ from typing import Any
 
 from rlexp.config import Config
 from rlexp.errors import UserError
-from rlexp.events import Listeners, RunInfo
+from rlexp.events import Listener, Listeners, RunInfo
 
 log = logging.getLogger("rlexp")
-
-
-class Preempted(Exception):
-    """SIGTERM arrived (preemption, scancel, requeue): checkpoint, flush, mark KILLED."""
 
 
 @dataclass
@@ -133,10 +128,6 @@ def _forget_previous(run_dir: Path) -> None:
             path.unlink()
 
 
-def _on_sigterm(signum, frame):  # noqa: ARG001
-    raise Preempted("SIGTERM")
-
-
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
     from rlexp.tracking import default_uri
 
@@ -157,6 +148,7 @@ def run(cfg: Config, job: JobContext) -> float | None:
         return None
     if not plan.fits:
         return _user_error(plan.why, job)
+    quiet_libraries()
     run_dir = job.run_dir
     previous = _read_json(run_dir / "summary.json")
     if cfg.run.resume and previous and previous.get("status") == "FINISHED":
@@ -176,33 +168,40 @@ def run(cfg: Config, job: JobContext) -> float | None:
     except UserError as exc:  # bad input found while building: nothing was tracked yet
         return _user_error(str(exc), job)
 
+    from rlexp import loop
+    from rlexp.checkpoint import Checkpointer, Preempted, StopFlag
+
+    checkpointer = Checkpointer(run_dir / "checkpoints", cfg.train.keep_checkpoints)
+    resumed = checkpointer.restore_latest(engine, cfg.train.seed) if cfg.run.resume else None
+    engine.start_step = resumed["step"] if resumed else 0
     listeners = Listeners(_listeners(cfg, run_dir))
     info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params(flatten(cfg)),
                    tags=run_tags(cfg, job), start_step=engine.start_step,
                    total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
-                   extra=_parent(job))
+                   extra={**_parent(job), "resumed": resumed is not None})
     summary: dict[str, Any] = {
         "name": job.name, "status": "RUNNING", "choices": job.choices,
         "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
-        "devices": plan.devices, "started": started,
+        "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
     }
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
     status, error = "FAILED", None
     try:
-        listeners.on_run_start(info)
-        from rlexp import loop
-
-        summary.update(loop.run(cfg, engine, listeners, run_dir))
+        with StopFlag() as stop:
+            listeners.on_run_start(info)
+            summary.update(loop.run(cfg, engine, listeners, run_dir, checkpointer=checkpointer,
+                                    stop=stop, resumed=resumed))
         status = "FINISHED"
-    except Preempted:
-        status, error = "KILLED", "preempted (SIGTERM): resumes from the last checkpoint"
+    except Preempted as exc:
+        status, error = "KILLED", f"preempted (SIGTERM) after {exc}: rerun the command to resume"
     except KeyboardInterrupt:
         status, error = "KILLED", "interrupted"
+    except loop.NonFinite as exc:
+        error = str(exc)
     except Exception as exc:
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        checkpointer.close()
         tracking = _read_json(run_dir / "tracking.json") or {}
         eval_after = summary.get("eval_after") or {}
         summary.update(status=status, error=error, wall_s=round(time.time() - started, 3),
@@ -213,15 +212,52 @@ def run(cfg: Config, job: JobContext) -> float | None:
     if status == "KILLED":
         print(f"rlexp: {error}", file=sys.stderr)
         sys.exit(143)
+    if status == "FAILED":  # a clean stop (NaN/Inf): one line, the last good checkpoint kept
+        if job.sweep_dir is not None:
+            raise RuntimeError(error)
+        print(f"rlexp: error: {error}", file=sys.stderr)
+        sys.exit(1)
     return summary["objective"]
+
+
+def _device_count() -> int:
+    import jax
+
+    return jax.device_count()
 
 
 def _user_error(message: str, job: JobContext) -> None:
     if job.sweep_dir is None:
         from rlexp.errors import fail
 
+        _remove_if_empty(job.run_dir)
         fail(message)
     raise UserError(message)  # in a sweep: this job fails, the others go on
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
+    hydra_only = {".hydra", "rlexp.log", "__main__.log"}
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class ProgressFile(Listener):
+    """run_dir/progress.json: the latest step, for schedulers, watchdogs and the resume bench."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "progress.json"
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"step": step, "time": time.time()}))
+        tmp.replace(self.path)
+
+
+def quiet_libraries() -> None:
+    """orbax/absl log every checkpoint at INFO; keep the console for rlexp's own lines."""
+    for name in ("absl", "orbax", "jax._src", "tunix"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _parent(job: JobContext) -> dict[str, Any]:
@@ -237,7 +273,7 @@ def _listeners(cfg: Config, run_dir: Path) -> list:
     from rlexp.console import ConsoleListener
     from rlexp.tracking import make_listener
 
-    out = []
+    out: list[Listener] = [ProgressFile(run_dir)]
     if cfg.run.progress:
         out.append(ConsoleListener(cfg))
     tracker = make_listener(cfg, run_dir)

@@ -1,16 +1,19 @@
 """The training loop: a flat sequence of named, timed phases.
 
     evaluate (before) -> for each step: data, step (rollout, reward, advantage and update
-    inside Tunix's learner), log, [evaluate] -> evaluate (after)
+    inside Tunix's learner), check, log, [evaluate], [checkpoint], [stop?] -> evaluate (after),
+    checkpoint
 
 All state lives in `LoopState`: the global step. The data order and every sampling key are
 pure functions of (seed, step), so a checkpoint needs the step, the weights and the
-optimizer state, and nothing else (a checkpoint phase slots in after `log`).
+optimizer state, and nothing else. A checkpoint at step s is taken after step s's metrics
+and evaluation were emitted, so a resume from s repeats none of them.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,14 +59,35 @@ class PhaseTimer:
             self.total[name] = self.total.get(name, 0.0) + took
 
 
-def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path) -> dict[str, Any]:
-    """Train cfg.train.steps global steps; returns the summary fields."""
+class NonFinite(Exception):
+    """A loss or reward became NaN/Inf: the run stops, the last good checkpoint is kept."""
+
+
+def check_finite(step: int, metrics: dict[str, float]) -> None:
+    bad = [k for k in ("train/loss", "train/reward_mean") if k in metrics
+           and not math.isfinite(metrics[k])]
+    bad += [k for k in metrics if k.startswith("train/reward/") and not math.isfinite(metrics[k])]
+    if bad:
+        raise NonFinite(f"step {step}: {', '.join(f'{k}={metrics[k]}' for k in bad)}; stopped, "
+                        "the last good checkpoint is kept")
+
+
+def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path, *,
+        checkpointer: Any = None, stop: Any = None,
+        resumed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train cfg.train.steps global steps; returns the summary fields.
+
+    `checkpointer` saves every train.checkpoint_every steps, at the end, and when `stop`
+    (SIGTERM) is set; `resumed` is the metadata of the checkpoint the engine was restored from.
+    """
+    from rlexp.checkpoint import Preempted
     from rlexp.engine import eval_key, rollout_key
     from rlexp.evaluate import evaluate
 
     guards.warn_if_noop(cfg)
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
+    every_ckpt = cfg.train.checkpoint_every
 
     def run_eval() -> dict[str, float]:
         with phase("evaluate"):
@@ -73,7 +97,20 @@ def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path) -> dict[s
         state.eval_last = metrics
         return metrics
 
-    state.eval_before = run_eval()
+    def checkpoint(**extra: Any) -> None:
+        if checkpointer is None:
+            return
+        with phase("checkpoint"):
+            path = checkpointer.save(state.step, engine, state.seed,
+                                     {"eval_before": state.eval_before, **extra})
+        listeners.on_checkpoint(state.step, path)
+
+    if resumed is None:
+        state.eval_before = run_eval()
+        if every_ckpt:  # step 0 is durable too: a crash before the first save resumes here
+            checkpoint()
+    else:
+        state.eval_before = resumed.get("eval_before", {})
     while state.step < cfg.train.steps:
         with phase("data"):
             batch = engine.splits.train_batch(state.step, cfg.train.batch_size, state.seed)
@@ -87,12 +124,24 @@ def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path) -> dict[s
                         "time/train_s": max(step_s - metrics.get("time/prepare_s", 0.0), 0.0),
                         "time/data_s": phase.last["data"],
                         "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0})
+        check_finite(state.step, metrics)
         state.train_last = metrics
         with phase("log"):
             listeners.on_metrics(state.step, metrics)
         if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:
             run_eval()
-    eval_after = run_eval()
+        saved = bool(every_ckpt) and state.step % every_ckpt == 0 and state.step < cfg.train.steps
+        if saved:
+            checkpoint()
+        if stop is not None and stop.requested and state.step < cfg.train.steps:
+            if not saved:
+                checkpoint()
+            raise Preempted(f"step {state.step}")
+    if resumed is not None and resumed.get("eval_after") and resumed["step"] == cfg.train.steps:
+        eval_after = resumed["eval_after"]  # finished before: do not evaluate (or log) twice
+    else:
+        eval_after = run_eval()
+        checkpoint(eval_after=eval_after)
     return {"steps_done": state.step, "eval_before": state.eval_before, "eval_after": eval_after,
             "train_final": state.train_last,
             "phase_seconds": {k: round(v, 3) for k, v in phase.total.items()},
