@@ -136,6 +136,15 @@ def check_writable(path: Path) -> None:
                         "run from a writable directory or set hydra.run.dir=/writable/path")
 
 
+def check_inputs(cfg: Config) -> None:
+    """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
+    from rlexp.data.loaders import dataset_file
+    from rlexp.models import model_dir
+
+    model_dir(cfg.model)
+    dataset_file(cfg.dataset)
+
+
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
     from hydra import compose, initialize_config_dir
@@ -172,8 +181,10 @@ def preflight(argv: list[str]) -> Preflight | None:
             configs = []
             for job in jobs:
                 job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")]
-                cfg = compose("config", overrides=job_overrides)
-                configs.append(to_config(cfg))
+                cfg = to_config(compose("config", overrides=job_overrides))
+                if not args.cfg and not cfg.run.dry_run:
+                    check_inputs(cfg)
+                configs.append(cfg)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None
     finally:

@@ -7,6 +7,7 @@ seeded by dataset.seed so all jobs of a sweep see the same data.
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,16 @@ class RawSplits:
     eval: list[Problem]
     # Rows dropped because they were malformed or had no usable answer.
     skipped: int = 0
+
+
+def dataset_file(d: DatasetConfig) -> Path | None:
+    """The local file dataset.path names (None for generated or hub data); UserError if missing."""
+    if d.path is None:
+        return None
+    path = Path(d.path).expanduser()
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise UserError(f"dataset.path={d.path}: file not found or not readable")
+    return path
 
 
 def load_problems(d: DatasetConfig) -> RawSplits:
@@ -104,9 +115,7 @@ def _gsm8k(d: DatasetConfig) -> RawSplits:
         rng.shuffle(held)
         rng.shuffle(train)
         return _disjoint(train, held, d, s1 + s2)
-    path = Path(d.path).expanduser()
-    if not path.is_file():
-        raise UserError(f"dataset.path={d.path}: file not found")
+    path = dataset_file(d)
     rows, bad_rows = _read_rows(path)
     problems, skipped = _parse_gsm8k_rows(rows)
     skipped += bad_rows
