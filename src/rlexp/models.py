@@ -28,6 +28,10 @@ _HF_KEYS = {
 }
 
 
+# model.family -> config.json's model_type.
+_MODEL_TYPES = {"qwen3": "qwen3", "llama3": "llama"}
+
+
 def model_dir(m: ModelConfig) -> Path | None:
     """model.path as a checked directory with config.json and *.safetensors; None for random init."""
     if m.path is None:
@@ -48,6 +52,12 @@ def check_hf_config(m: ModelConfig, path: Path) -> dict[str, Any]:
         hf = json.loads((path / "config.json").read_text())
     except ValueError as exc:
         raise UserError(f"model.path={m.path}: config.json is not valid JSON ({exc})") from None
+    model_type = str(hf.get("model_type", ""))
+    if model_type and _MODEL_TYPES[m.family] != model_type:
+        # Tunix's loader skips keys it does not know: a wrong family would load silently.
+        raise UserError(f"model.family={m.family} but {path}/config.json has "
+                        f"model_type={model_type}; valid choices are "
+                        f"{', '.join(f for f, t in _MODEL_TYPES.items() if t == model_type) or 'none'}")
     for hf_key, ours in _HF_KEYS.items():
         if hf_key in hf and int(hf[hf_key]) != getattr(m, ours):
             raise UserError(f"model.{ours}={getattr(m, ours)} but {path}/config.json has "
@@ -101,9 +111,18 @@ def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
                               remat_config=getattr(llama3.RematConfig, remat))
 
 
+# Tunix 0.1.7's qwen3 and llama3 attention call apply_rope() without the config's theta, so
+# RoPE always uses this base whatever model.rope_theta says (right for Qwen3, not Llama 3).
+TUNIX_ROPE_THETA = 1_000_000.0
+
+
 def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded)."""
     path = model_dir(m)
+    if path is not None and m.rope_theta != TUNIX_ROPE_THETA:
+        log.warning("model.rope_theta=%g: Tunix 0.1.7 applies RoPE with theta %g regardless, "
+                    "so logits differ from the reference implementation", m.rope_theta,
+                    TUNIX_ROPE_THETA)
     config = tunix_config(m)
     if path is not None:
         check_hf_config(m, path)

@@ -1,0 +1,130 @@
+"""Slow: real Tunix runs of the tiny model (GRPO and GSPO), fresh sampling keys.
+
+Two engines are built once per session (compiles are the cost) and differ only in
+algo.name, so a difference in their updates is the token- vs sequence-level ratio.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlexp.config import Config, validate
+from rlexp.events import Listener, Listeners
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3
+
+
+def tiny_config(name: str, cache: Path) -> Config:
+    c = Config()
+    c.model.num_layers, c.model.embed_dim, c.model.hidden_dim = 1, 32, 64
+    c.model.num_heads, c.model.num_kv_heads, c.model.head_dim = 2, 1, 16
+    c.model.vocab_size = 128
+    c.model.warm_start_steps, c.model.warm_start_batch_size = 10, 8
+    c.algo.name, c.algo.num_generations, c.algo.num_iterations = name, 4, 2
+    c.algo.beta, c.algo.epsilon, c.algo.epsilon_high = 0.04, 0.2, 0.28
+    c.dataset.num_train, c.dataset.num_eval = 64, 8
+    c.rollout.max_prompt_length, c.rollout.max_completion_length, c.rollout.kv_cache_size = 64, 16, 80
+    c.train.steps, c.train.batch_size, c.train.learning_rate = STEPS, 4, 1e-3
+    c.eval.num_samples, c.eval.pass_k, c.eval.every = 8, 2, 2
+    c.run.cache_dir = str(cache)
+    return validate(c)
+
+
+class Recorder(Listener):
+    def __init__(self):
+        self.metrics, self.evals = [], []
+
+    def on_metrics(self, step, metrics):
+        self.metrics.append((step, metrics))
+
+    def on_eval(self, step, metrics, samples):
+        self.evals.append((step, metrics, samples))
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Build both engines from the same seed and warm start; run STEPS steps each."""
+    from rlexp import engine as engine_lib
+    from rlexp import loop
+    from rlexp.plan import make_plan
+
+    cache = tmp_path_factory.mktemp("cache")
+    out = {}
+    for name in ("grpo", "gspo"):
+        cfg = tiny_config(name, cache)
+        run_dir = tmp_path_factory.mktemp(name)
+        eng = engine_lib.build(cfg, make_plan(cfg), run_dir)
+        before = eng.policy_state()
+        rec = Recorder()
+        summary = loop.run(cfg, eng, Listeners([rec]), run_dir)
+        out[name] = dict(cfg=cfg, engine=eng, before=before, after=eng.policy_state(),
+                         rec=rec, summary=summary)
+    return out
+
+
+@pytest.mark.parametrize("name", ["grpo", "gspo"])
+def test_three_step_run_learns_and_reports(runs, name):
+    r = runs[name]
+    changed = [k for k in r["before"] if not np.allclose(r["before"][k], r["after"][k])]
+    assert len(changed) == len(r["before"])  # every parameter moved
+    steps = [s for s, _ in r["rec"].metrics]
+    assert steps == [1, 2, 3]
+    m = r["rec"].metrics[-1][1]
+    for key in ("train/reward_mean", "train/loss", "train/kl", "train/clip_fraction",
+                "train/grad_norm", "train/completion_length", "time/step_s",
+                "time/rollout_s", "time/train_s", "throughput/tokens_per_s",
+                "train/learning_rate", *[f"train/reward/{t.name}" for t in r["engine"].terms]):
+        assert np.isfinite(m[key]), key
+    assert m["train/updates"] == 2  # num_iterations=2
+    assert m["train/reward_mean"] == pytest.approx(
+        sum(m[f"train/reward/{t.name}"] for t in r["engine"].terms))
+    assert [s for s, _, _ in r["rec"].evals] == [0, 2, 3]  # before, every 2, after
+    ev, samples = r["rec"].evals[-1][1], r["rec"].evals[-1][2]
+    for key in ("eval/accuracy", "eval/partial_accuracy", "eval/format_accuracy",
+                "eval/mean_reward", "eval/pass_at_k"):
+        assert 0 <= ev[key] <= max(1.0, ev["eval/mean_reward"])
+    assert samples and set(samples[0]) == {"prompt", "completion", "answer", "reward", "correct"}
+    s = r["summary"]
+    assert s["steps_done"] == STEPS and s["eval_after"] == ev and s["train_final"] == m
+    assert s["eval_before"] == r["rec"].evals[0][1]
+
+
+def test_warm_start_is_cached_and_shared(runs):
+    assert runs["grpo"]["engine"].info["warm_start/cached"] == 0
+    assert runs["gspo"]["engine"].info["warm_start/cached"] == 1
+    for k in runs["grpo"]["before"]:
+        np.testing.assert_array_equal(runs["grpo"]["before"][k], runs["gspo"]["before"][k])
+
+
+def test_gspo_and_grpo_updates_differ_off_policy(runs):
+    """Same start, data and keys; only the ratio level differs (num_iterations=2)."""
+    g, s = runs["grpo"], runs["gspo"]
+    assert g["rec"].metrics[0][1]["train/clip_fraction"] >= 0
+    diff = max(np.abs(g["after"][k] - s["after"][k]).max() for k in g["after"])
+    assert diff > 1e-6
+
+
+def test_fresh_sampling_key_every_step(runs):
+    from rlexp.engine import rollout_key
+
+    eng = runs["grpo"]["engine"]
+    prompts = [e.prompt for e in eng.splits.eval[:4]] * 4
+    a = eng.generate(prompts, rollout_key(0, 1), greedy=False)
+    b = eng.generate(prompts, rollout_key(0, 1), greedy=False)
+    c = eng.generate(prompts, rollout_key(0, 2), greedy=False)
+    assert a == b  # the key alone decides the noise
+    assert sum(x != y for x, y in zip(a, c)) >= len(a) // 2
+    # the training path: the same prompts on two consecutive steps sample differently
+    cfg = runs["grpo"]["cfg"]
+    batch = eng.splits.train_batch(0, cfg.train.batch_size, cfg.train.seed)
+    texts = []
+    for step in (10, 11):
+        eng.train_step(batch, rollout_key(cfg.train.seed, step))
+        texts.append(list(eng.probe.texts))
+    same = sum(x == y for x, y in zip(*texts))
+    assert same < len(texts[0]) // 2, f"{same} of {len(texts[0])} completions repeated"
