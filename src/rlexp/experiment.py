@@ -113,8 +113,10 @@ def _read_json(path: Path) -> dict | None:
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
+    from rlexp.redact import redact_obj
+
     tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))), indent=2))
     tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
 
 

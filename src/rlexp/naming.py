@@ -28,8 +28,12 @@ def identity_overrides(overrides: Iterable[str]) -> list[str]:
 
 
 def _short(override: str) -> str:
+    from rlexp.redact import is_secret_key
+
     key, _, value = override.lstrip("+~").partition("=")
     if "/" in key or key in NAMED_GROUPS:  # a group choice: already in the name
+        return ""
+    if is_secret_key(key):  # never in a dir name (the digest still tells runs apart)
         return ""
     return f"{key.rsplit('.', 1)[-1]}{value}"
 
@@ -66,5 +70,7 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver(
             "rlexp_run_name", lambda choices, task: run_name(_plain(choices), _plain(task)))
     if not OmegaConf.has_resolver("rlexp_sweep_name"):
+        # Cached: Hydra copies the parent's resolved value into each job (as for ${now:}),
+        # so every job sees the sweep dir of the whole command, not one of its own.
         OmegaConf.register_new_resolver(
-            "rlexp_sweep_name", lambda task: sweep_name(_plain(task)))
+            "rlexp_sweep_name", lambda task: sweep_name(_plain(task)), use_cache=True)
