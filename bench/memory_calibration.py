@@ -1,16 +1,20 @@
 """Measure the per-device memory of a GRPO step and compare it with rlexp's memory plan.
 
-    python bench/memory_calibration.py                       # tiny + the larger check config
+    python bench/memory_calibration.py --engine              # tiny + the larger check config,
+                                                             # real runs built by the engine
+    python bench/memory_calibration.py                       # same shapes, Tunix directly
     python bench/memory_calibration.py model=smollm2-135m    # any config overrides
 
 What is measured (one CPU device, so "per device" is the whole run):
-- persistent: bytes of the live JAX arrays once the policy, the reference (beta > 0) and the
-  AdamW state exist (jax.live_arrays, i.e. what sits in HBM between phases);
-- train step: XLA's buffer assignment of the jitted GRPO update, Tunix's own `grpo_loss_fn`
-  under `nnx.value_and_grad` + `optimizer.update` with the optimizer donated, exactly as
-  Tunix's PeftTrainer jits it: temp + outputs - aliased outputs;
-- rollout: the KV cache of `model.init_cache`/Tunix's `_init_cache` plus XLA's temp of one
-  prefill over the prompt and one decode step with that cache.
+- persistent: bytes of the live JAX arrays between steps (jax.live_arrays): policy, reference
+  (beta > 0), optimizer state, whatever else the run keeps;
+- train step: XLA's buffer assignment (compiled.memory_analysis()) of the jitted GRPO update:
+  temp + outputs - aliased outputs. With --engine it is Tunix's own PeftTrainer train step,
+  captured with its real arguments during a second engine step; without, the same program
+  rebuilt here (Tunix's `grpo_loss_fn` under `nnx.value_and_grad` + `optimizer.update`,
+  optimizer donated, as PeftTrainer jits it);
+- rollout: the sampling state (KV cache, buffers) plus XLA's temp of the sampler's prefill and
+  decode programs (with --engine: Tunix's Sampler's own compiled functions).
 The measured peak is persistent + max(train step, rollout), the same shape as the plan.
 XLA's buffer assignment is what a TPU/GPU allocates for these programs; on CPU it is the only
 per-device figure JAX reports (`Device.memory_stats()` is None there). `--rss` also runs one
@@ -25,6 +29,7 @@ import resource
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from rlexp.config import Config
 
@@ -191,6 +196,89 @@ def measure(cfg: Config, rss: bool = False) -> Measured:
     return out
 
 
+def _abstract(tree):
+    """ShapeDtypeStructs of a pytree's arrays (donated buffers die with the call)."""
+    import jax
+
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+                        if isinstance(x, jax.Array) else x, tree)
+
+
+def _tree_bytes(tree) -> int:
+    import jax
+
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree) if hasattr(x, "dtype"))
+
+
+def measure_engine(cfg: Config) -> Measured:
+    """The same figures for a run built by the engine (`rlexp.engine.build`, the code the
+    entry point runs): live arrays between steps, then XLA's buffer assignment of the very
+    programs a step runs, captured from Tunix's trainer and sampler during a second step."""
+    import functools
+
+    from rlexp.engine import build, rollout_key
+    from rlexp.plan import make_plan
+
+    if cfg.model.name == "smollm2-135m" and cfg.model.path is None:
+        from rlexp.smollm2 import ensure_converted
+
+        cfg.model.path = str(ensure_converted(cfg.run.cache_dir))
+    import tempfile
+
+    base = _live_bytes()
+    engine = build(cfg, make_plan(cfg), Path(tempfile.mkdtemp(prefix="rlexp-mem-")))
+    seed = cfg.train.seed
+    engine.train_step(engine.splits.train_batch(0, cfg.train.batch_size, seed), rollout_key(seed, 1))
+    persistent = _live_bytes() - base  # policy, reference, optimizer state, as between steps
+
+    trainer = engine.cluster.actor_trainer
+    sampler = engine.cluster._rollout._sampler
+    calls: dict[str, tuple] = {}
+
+    class Recorder:
+        """Calls through to a jitted function, keeping the first call's arguments (abstract
+        for donated ones); Tunix reads attributes such as `jitted_fn` off it, so delegate."""
+
+        def __init__(self, name, fn, abstract):
+            self.name, self.fn, self.abstract = name, fn, abstract
+
+        def __call__(self, *args, **kwargs):
+            calls.setdefault(self.name, (_abstract(args) if self.abstract else args, kwargs))
+            return self.fn(*args, **kwargs)
+
+        def __getattr__(self, attr):
+            return getattr(self.fn, attr)
+
+    # partial(nnx.cached_partial(nnx.jit(train_step), model, optimizer)): called with inputs.
+    step_fn = trainer._jitted_train_step_fn
+    trainer._jitted_train_step_fn = functools.partial(
+        Recorder("train", step_fn.func, abstract=False), *step_fn.args, **step_fn.keywords)
+    prefill, decode = sampler._compiled_prefill_fn, sampler._compiled_decode_fn
+    sampler._compiled_prefill_fn = Recorder("prefill", prefill, abstract=True)
+    sampler._compiled_decode_fn = Recorder("decode", decode, abstract=True)
+    engine.train_step(engine.splits.train_batch(1, cfg.train.batch_size, seed), rollout_key(seed, 2))
+
+    args, kwargs = calls["train"]
+    jitted = step_fn.func
+    while not hasattr(jitted, "lower"):  # Tunix wraps the nnx.jit function (functools.wraps)
+        jitted = jitted.__wrapped__
+    train = jitted.lower(trainer.model, trainer.optimizer, *args, **kwargs).compile() \
+        .memory_analysis()
+    roll = []
+    for name, fn in (("prefill", prefill), ("decode", decode)):
+        args, kwargs = calls[name]
+        stats = fn.lower(*args, **kwargs).compile().memory_analysis()
+        # args[1] is the sampling state: KV cache, token buffers (allocated per call).
+        roll.append((_tree_bytes(args[1]), stats.temp_size_in_bytes))
+    cache_bytes = max(b for b, _ in roll)
+    roll_temp = max(t for _, t in roll)
+    train_out = train.output_size_in_bytes - train.alias_size_in_bytes
+    peak = persistent + max(train.temp_size_in_bytes + train_out, cache_bytes + roll_temp)
+    return Measured(persistent=persistent, train_temp=train.temp_size_in_bytes,
+                    train_out=train_out, rollout_cache=cache_bytes, rollout_temp=roll_temp,
+                    peak=peak)
+
+
 def _init_cache(model, cfg: Config, batch: int, dtype):
     """The sampler's KV cache: the model's init_cache (qwen3) or Tunix's _init_cache (llama3)."""
     from tunix.generate import sampler
@@ -203,13 +291,13 @@ def _init_cache(model, cfg: Config, batch: int, dtype):
                                head_dim=m.head_dim, dtype=dtype)
 
 
-def compare(name: str, overrides: list[str], rss: bool = False) -> dict:
+def compare(name: str, overrides: list[str], rss: bool = False, engine: bool = False) -> dict:
     from rlexp.plan import make_plan
 
     cfg = compose(overrides)
     plan = make_plan(cfg)
     t0 = time.perf_counter()
-    got = measure(cfg, rss=rss)
+    got = measure_engine(cfg) if engine else measure(cfg, rss=rss)
     est = plan.memory_total
     return {"config": name, "estimate_bytes": est, "measured_bytes": got.peak,
             "ratio": est / got.peak, "seconds": round(time.perf_counter() - t0, 1),
@@ -220,10 +308,14 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="config overrides (default: the check configs)")
     parser.add_argument("--rss", action="store_true", help="also run a step and report peak RSS growth")
+    parser.add_argument("--engine", action="store_true",
+                        help="measure a run built by rlexp.engine.build (two real GRPO steps)")
     args = parser.parse_args(argv)
     runs = {"custom": args.overrides} if args.overrides else CHECK_CONFIGS
     for name, overrides in runs.items():
-        print(json.dumps(compare(name, overrides, rss=args.rss)), flush=True)
+        if args.engine:  # speed, not weights: skip the warm-start stage and tracking
+            overrides = [*overrides, "model.warm_start_steps=0", "tracker=none"]
+        print(json.dumps(compare(name, overrides, rss=args.rss, engine=args.engine)), flush=True)
 
 
 if __name__ == "__main__":

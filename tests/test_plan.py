@@ -214,10 +214,11 @@ def test_infeasible_pair_exits_2_with_one_line():
 
 @pytest.mark.slow
 def test_estimate_within_25_percent_of_measured_memory():
-    """tiny and a SmolLM2-135M-shaped run: XLA's buffer assignment of Tunix's GRPO update and
-    sampler plus the live arrays (bench/memory_calibration.py), in a fresh process."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_calibration.py")],
-                          capture_output=True, text=True, timeout=900,
+    """tiny and SmolLM2-135M (float32, real weights): runs built by rlexp.engine.build, two
+    GRPO steps each; live arrays plus XLA's buffer assignment of the trainer's and sampler's
+    programs (bench/memory_calibration.py --engine), in a fresh process."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_calibration.py"),
+                           "--engine"], capture_output=True, text=True, timeout=1200, cwd=ROOT,
                           env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

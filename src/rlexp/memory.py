@@ -36,8 +36,9 @@ phases take turns, train (new weights + activations + logits) and rollout
 the trainer devices hold the trainer items, the rollout devices the rollout items; the peak
 is the larger of the two.
 
-Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU
-(bench/memory_calibration.py; tests/test_plan.py holds it to +-25%).
+Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU, and
+checked against runs built by the engine (bench/memory_calibration.py --engine;
+tests/test_plan.py holds tiny and SmolLM2-135M to +-25%).
 """
 
 from __future__ import annotations
