@@ -94,9 +94,13 @@ def test_platform_env_emulation_sets_the_device_count_and_keeps_other_flags():
                                         "--xla_force_host_platform_device_count=32"]
 
 
-def test_platform_env_leaves_real_accelerators_alone():
+def test_platform_env_leaves_tpus_alone_and_lets_jax_use_95_percent_of_a_gpu():
     assert hardware.platform_env(_hw("v6e-8"), {"XLA_FLAGS": "--x=1"}) == {}
-    assert hardware.platform_env(_hw("gpu"), {}) == {}
+    assert hardware.platform_env(_hw("gpu"), {}) == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
+    # A user's own setting wins.
+    assert hardware.platform_env(_hw("gpu"), {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}) == {}
+    assert hardware.usable_hbm_fraction(_hw("gpu")) == 0.95
+    assert hardware.usable_hbm_fraction(_hw("v5p-8")) == 1.0
 
 
 def test_init_distributed_only_for_real_multi_host(monkeypatch):

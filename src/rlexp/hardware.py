@@ -29,6 +29,15 @@ MESH_AXES = ("fsdp", "tp")
 # The XLA flag that makes the CPU client expose N virtual devices; read once, when JAX
 # creates its CPU backend, so it has to be in the environment before that.
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# JAX preallocates only 75% of a GPU's memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION);
+# rlexp asks for 95%, leaving the rest to the CUDA context and cuDNN/cuBLAS workspaces. The
+# memory plan budgets the same share.
+GPU_MEMORY_FRACTION = 0.95
+
+
+def usable_hbm_fraction(hw: HardwareConfig) -> float:
+    """Share of hardware.hbm_gib_per_device a run can allocate (see GPU_MEMORY_FRACTION)."""
+    return GPU_MEMORY_FRACTION if expected_platform(hw) == "gpu" else 1.0
 
 
 # ------------------------------------------------------------------------------ platform
@@ -44,8 +53,13 @@ def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, st
 
     CPU runs (the `cpu` profile or any emulated profile) pin JAX_PLATFORMS=cpu so JAX does not
     probe for TPU/GPU plugins, and ask the CPU client for as many devices as the profile has.
-    Real accelerators are left to JAX's own discovery.
+    GPUs get JAX's preallocation raised to GPU_MEMORY_FRACTION unless the user set it; other
+    real accelerators are left to JAX's own discovery.
     """
+    if expected_platform(hw) == "gpu":
+        if "XLA_PYTHON_CLIENT_MEM_FRACTION" in environ:
+            return {}
+        return {"XLA_PYTHON_CLIENT_MEM_FRACTION": str(GPU_MEMORY_FRACTION)}
     if expected_platform(hw) != "cpu":
         return {}
     flags = [f for f in environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_COUNT_FLAG)]

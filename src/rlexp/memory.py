@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rlexp.config import Config, MeshConfig, ModelConfig
+from rlexp.hardware import usable_hbm_fraction
 
 GIB = 1024**3
 
@@ -132,7 +133,7 @@ class MemoryPlan:
     colocated: bool = True
     # Peak bytes on the busiest device.
     peak: float = 0.0
-    # Usable bytes per device (hardware.hbm_gib_per_device).
+    # Usable bytes per device (hardware.hbm_gib_per_device; 95% of it on GPUs).
     capacity: float = 0.0
 
     @property
@@ -175,11 +176,12 @@ def memory_plan(cfg: Config) -> MemoryPlan:
                                                    + ACTIVATION_TOKEN_H) * ab / act_shards,
         "logits": rows * seq * m.vocab_size * logit_copies * 4 / act_shards,
     }
-    capacity = h.hbm_gib_per_device * GIB
+    capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
     roll_rows = cfg.train.batch_size * a.num_generations
     if r.name == "vllm":
+        # vLLM's gpu_memory_utilization is a share of the device's whole memory.
         rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
-                   "vllm reserve": r.hbm_utilization * capacity}
+                   "vllm reserve": r.hbm_utilization * h.hbm_gib_per_device * GIB}
     else:
         rollout = {
             "rollout weights": 0.0 if shared_backbone else n * wb / r_shards,

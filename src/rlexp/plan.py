@@ -122,7 +122,7 @@ def make_plan(cfg: Config) -> Plan:
     if not why and not mem.fits:
         worst = max(mem.items, key=mem.items.get)
         why = (f"model={cfg.model.name} hardware={h.name}: needs {_gib(mem.peak)} GiB per device, "
-               f"has {h.hbm_gib_per_device:g} (largest item: {worst} {_gib(mem.items[worst])} GiB); "
+               f"has {mem.capacity / GIB:.3g} (largest item: {worst} {_gib(mem.items[worst])} GiB); "
                f"use more or larger devices, a smaller model or batch, or algo.beta=0")
     if not why:
         why = _host_problem(cfg, mem) or ""
