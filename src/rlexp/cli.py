@@ -145,6 +145,15 @@ def check_inputs(cfg: Config) -> None:
     dataset_file(cfg.dataset)
 
 
+def check_fits(cfg: Config) -> None:
+    """The memory plan says the run fits its hardware (a dry run prints the plan first)."""
+    from rlexp.plan import make_plan
+
+    plan = make_plan(cfg)
+    if not plan.fits:
+        raise UserError(plan.why)
+
+
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
     from hydra import compose, initialize_config_dir
@@ -184,6 +193,7 @@ def preflight(argv: list[str]) -> Preflight | None:
                 cfg = to_config(compose("config", overrides=job_overrides))
                 if not args.cfg and not cfg.run.dry_run:
                     check_inputs(cfg)
+                    check_fits(cfg)
                 configs.append(cfg)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None

@@ -147,6 +147,8 @@ def run(cfg: Config, job: JobContext) -> float | None:
     plan = make_plan(cfg)
     if cfg.run.dry_run:
         print_plan(cfg, plan, job)
+        if not plan.fits:
+            return _user_error(plan.why, job)
         return None
     if not plan.fits:
         return _user_error(plan.why, job)
