@@ -14,10 +14,43 @@ import sys
 import textwrap
 from pathlib import Path
 
-# The smallest real training run: 2 RL steps, a handful of eval prompts. Everything else is
-# the default tiny model on CPU, so a job costs its JAX compile plus seconds.
+# The smallest real training run: 2 RL steps, a handful of eval prompts, the tiny model on
+# CPU without its supervised warm start (16 s, and launchers do not care what it learns), so
+# a job costs its JAX compile plus seconds. vocab_size=128: conf/model/tiny.yaml says 64, which
+# the char tokenizer refuses (it needs >= 100).
 TINY = ["train.steps=2", "train.batch_size=2", "eval.num_samples=4", "dataset.num_eval=4",
-        "eval.pass_k=1", "run.progress=false"]
+        "eval.pass_k=1", "run.progress=false", "model.warm_start_steps=0", "model.vocab_size=128"]
+
+# A failure injected into chosen jobs of a real sweep: the training loop of every job whose
+# train.seed is $RLEXP_TEST_FAIL_SEED raises after the run started (MLflow run open, summary
+# being written), exactly like a crash inside training. Loaded by Python at start-up in every
+# process of the sweep (launcher workers included) through PYTHONPATH; inert without the env var.
+FAULT_SITECUSTOMIZE = textwrap.dedent('''
+    import os
+
+    _seed = os.environ.get("RLEXP_TEST_FAIL_SEED")
+    if _seed is not None:
+        import rlexp.loop as _loop
+
+        _run = _loop.run
+
+        def run(cfg, *args, **kwargs):
+            if str(cfg.train.seed) == _seed:
+                raise RuntimeError(f"injected failure (train.seed={cfg.train.seed})")
+            return _run(cfg, *args, **kwargs)
+
+        _loop.run = run
+''')
+
+
+def fault_env(root: Path, seed: int) -> dict[str, str]:
+    """Environment that makes the jobs with train.seed=seed fail inside training."""
+    site = root / "fault_site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(FAULT_SITECUSTOMIZE)
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": f"{site}{os.pathsep}{path}" if path else str(site),
+            "RLEXP_TEST_FAIL_SEED": str(seed)}
 
 
 def rlexp(args: list[str], cwd: Path, timeout: int = 900, env: dict | None = None,

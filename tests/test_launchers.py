@@ -23,8 +23,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from rlexp.paths import conf_dir
-from sweep_helpers import (TINY, explain, mlflow_children, only_sweep_dir, rlexp, summaries,
-                           write_toy_app)
+from sweep_helpers import (TINY, explain, fault_env, mlflow_children, only_sweep_dir, rlexp,
+                           summaries, write_toy_app)
 
 LAUNCHERS = {
     "basic": "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
@@ -144,45 +144,41 @@ def test_submitit_local_runs_the_jobs(tmp_path):
     assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
 
 
-def _gsm8k_rows(n: int = 24) -> str:
-    rows = [{"question": f"What is {a} plus {a + 1}?", "answer": f"{a}+{a + 1}={2 * a + 1}\n#### {2 * a + 1}"}
-            for a in range(n)]
-    return "\n".join(json.dumps(r) for r in rows) + "\n"
-
-
 @pytest.mark.slow
 def test_a_failing_job_is_isolated_and_the_rerun_repeats_only_it(tmp_path):
-    """One job's dataset file is missing (preflight does not open files): it fails, the other
-    finishes; both are in the summaries. The file appears, the same command runs again: the
-    finished job is skipped, the failed one runs and finishes."""
-    good, late = tmp_path / "good.jsonl", tmp_path / "late.jsonl"
-    good.write_text(_gsm8k_rows())
-    args = ["-m", "dataset=gsm8k", f"dataset.path={good},{late}", *TINY]
-
-    first = rlexp(args, tmp_path)
+    """Job train.seed=1 crashes inside training (an injected RuntimeError); job 0 finishes.
+    Both end in the summaries and MLflow, the failure with its error line. The same command
+    again (the crash gone) skips job 0 and runs job 1 to the end."""
+    args = ["-m", "hydra/launcher=joblib", "train.seed=0,1", *TINY]
+    first = rlexp(args, tmp_path, env=fault_env(tmp_path, seed=1))
     sweep_dir = only_sweep_dir(tmp_path)
-    runs = summaries(sweep_dir)
-    by_path = {s.get("overrides") and next(o for o in s["overrides"] if o.startswith("dataset.path")): s
-               for s in runs.values()}
-    ok, failed = by_path[f"dataset.path={good}"], by_path.get(f"dataset.path={late}")
-    assert ok["status"] == "FINISHED", explain(first)
-    assert failed is not None and failed["status"] == "FAILED", (runs, explain(first))
-    assert "file not found" in (failed.get("error") or ""), failed
-    assert first.returncode != 0  # the sweep reports that a job failed
-    _, children = mlflow_children(sweep_dir)
-    statuses = {r.data.params.get("dataset.path"): r.info.status for r in children}
-    assert statuses.get(str(late)) == "FAILED", statuses
-    finished_before = json.loads((Path(ok["run_dir"]) / "summary.json").read_text())
+    runs = {_seed_of(s): s for s in summaries(sweep_dir).values()}
+    assert set(runs) == {"0", "1"}, (runs, explain(first))
+    assert runs["0"]["status"] == "FINISHED", explain(first)
+    assert runs["1"]["status"] == "FAILED"
+    assert runs["1"]["error"] == "RuntimeError: injected failure (train.seed=1)"
+    assert first.returncode != 0  # the sweep says that a job failed
+    parent, children = mlflow_children(sweep_dir)
+    statuses = {r.data.params["train.seed"]: r.info.status for r in children}
+    assert statuses == {"0": "FINISHED", "1": "FAILED"}
+    assert parent["run"].info.status == "FAILED"
+    finished_before = (Path(runs["0"]["run_dir"]) / "summary.json").read_text()
 
-    late.write_text(_gsm8k_rows())
-    second = rlexp(args, tmp_path)
+    second = rlexp(args, tmp_path)  # same command, no injected failure
     assert second.returncode == 0, explain(second)
     assert only_sweep_dir(tmp_path) == sweep_dir  # same command, same sweep dir
-    runs = summaries(sweep_dir)
-    assert all(s["status"] == "FINISHED" for s in runs.values()), runs
-    # The finished job was not run again: its summary is untouched.
-    assert json.loads((Path(ok["run_dir"]) / "summary.json").read_text()) == finished_before
+    runs = {_seed_of(s): s for s in summaries(sweep_dir).values()}
+    assert {k: s["status"] for k, s in runs.items()} == {"0": "FINISHED", "1": "FINISHED"}
+    # Job 0 was not run again: its summary is byte for byte the same.
+    assert (Path(runs["0"]["run_dir"]) / "summary.json").read_text() == finished_before
     assert "already finished" in second.stdout + second.stderr
+    parent, children = mlflow_children(sweep_dir)
+    assert sorted(r.data.params["train.seed"] for r in children if r.info.status == "FINISHED") \
+        == ["0", "1"]
+
+
+def _seed_of(summary: dict) -> str:
+    return next(o.split("=", 1)[1] for o in summary["overrides"] if o.startswith("train.seed="))
 
 
 # --------------------------------------------------------------------------------- ray
@@ -207,19 +203,28 @@ def _free_port() -> int:
 @pytest.fixture()
 def ray_head(tmp_path):
     """`ray start --head` on loopback, in its own process group; the whole group is killed."""
+    import signal
+    import tempfile
+
     python = _ray_python()
     if python is None:
         pytest.skip("ray / hydra-ray-launcher not installed (they need cloudpickle<3, which "
-                    "joblib 1.6 refuses: install them in a --system-site-packages venv and "
-                    "set RLEXP_RAY_PYTHON)")
+                    "joblib 1.6 refuses: bash .ci/ray.sh makes an overlay venv; set "
+                    "RLEXP_RAY_PYTHON=/opt/rlexp-ray/bin/python)")
     ray_bin = str(Path(python).parent / "ray")
     port = _free_port()
+    # Short: Ray's unix socket paths under it must stay below 108 characters.
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
          "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
-         f"--temp-dir={tmp_path}/ray"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+         f"--temp-dir={temp}"],
+        # Ray workers inherit the head's working directory: the launching one, so that the
+        # jobs' relative outputs/ and MLflow store are the sweep's.
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env)
+    pgid = head.pid  # its own session: the group id is its pid, and outlives it
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -232,15 +237,15 @@ def ray_head(tmp_path):
             pytest.fail("ray head did not listen within 120 s")
         yield python, f"127.0.0.1:{port}"
     finally:
-        import signal
-
-        pgid = os.getpgid(head.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-        shutil.rmtree(tmp_path / "ray", ignore_errors=True)
+        # gcs_server and raylet outlive a SIGTERM by seconds: TERM, a grace period, KILL.
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(grace)
+        head.wait(timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow
