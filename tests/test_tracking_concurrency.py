@@ -56,3 +56,29 @@ def test_four_processes_one_new_store_lose_nothing(tmp_path):
             assert sorted(m.step for m in points) == list(range(1, STEPS + 1)), (run, i)
     for j in range(JOBS):
         assert not (tmp_path / f"job{j}" / "tracking_spool.jsonl").exists(), outputs[j]
+
+
+def test_four_processes_one_mlflow_server_lose_nothing(tmp_path):
+    from rlexp.ui import free_port
+    from test_tracking_server import Server
+
+    srv = Server(tmp_path / "server" / "mlflow.db", free_port()).start()
+    try:
+        go = tmp_path / "go"
+        code = WORKER.replace("STEPS", "60").replace("NAMES", str(NAMES))
+        procs = [subprocess.Popen([sys.executable, "-c", code, srv.url, str(tmp_path / f"job{j}"),
+                                   str(go)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True) for j in range(JOBS)]
+        time.sleep(4)
+        go.touch()
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+        assert all(p.returncode == 0 for p in procs), outputs
+        client = MlflowClient(srv.url)
+        runs = client.search_runs([client.get_experiment_by_name("concurrent").experiment_id])
+        assert len(runs) == JOBS and all(r.info.status == "FINISHED" for r in runs)
+        for run in runs:
+            for i in range(NAMES):
+                points = client.get_metric_history(run.info.run_id, f"m/{i}")
+                assert sorted(m.step for m in points) == list(range(1, 61)), (run, i)
+    finally:
+        srv.stop()
