@@ -133,10 +133,11 @@ def test_config_json_must_match_yaml(tmp_path):
 
 
 @pytest.mark.slow
-def test_hf_checkpoint_loads_and_matches_numpy_forward(tmp_path):
+@pytest.mark.parametrize("rope_theta", [1_000_000.0, 10_000.0])  # Tunix's own base, and not
+def test_hf_checkpoint_loads_and_matches_numpy_forward(tmp_path, rope_theta):
     import jax.numpy as jnp
 
-    m = ModelConfig(**SMALL, path=str(tmp_path / "ckpt"))
+    m = ModelConfig(**{**SMALL, "rope_theta": rope_theta}, path=str(tmp_path / "ckpt"))
     weights = random_hf_weights(m)
     write_checkpoint(tmp_path / "ckpt", m, weights)
     model = models.build_model(m, mesh=None, seed=0)

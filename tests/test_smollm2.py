@@ -3,7 +3,6 @@ checkpoint's greedy completion through Tunix's llama3 model against a NumPy forw
 
 from __future__ import annotations
 
-import functools
 import json
 
 import numpy as np
@@ -115,35 +114,31 @@ def numpy_greedy(w: dict, ids: list[int], cfg: dict, steps: int, eos: int) -> li
     return out
 
 
-def _tunix_model(path):
-    from tunix.models.llama3 import model as llama, params
+def _rlexp_model(path):
+    """The converted checkpoint through rlexp.models.build_model (model=smollm2-135m)."""
+    from hydra import compose, initialize_config_dir
 
-    from rlexp.config import HardwareConfig
-    from rlexp.hardware import role_meshes
+    from rlexp import models
+    from rlexp.config import to_config
+    from rlexp.paths import conf_dir
 
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))
     hf = json.loads((path / "config.json").read_text())
-    config = llama.ModelConfig(
-        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
-        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
-        num_kv_heads=hf["num_key_value_heads"], rope_theta=int(hf["rope_theta"]),
-        norm_eps=hf["rms_norm_eps"], weight_tying=True)
-    mesh = role_meshes(HardwareConfig())["trainer"]  # the cpu profile: one device
-    return params.create_model_from_safe_tensors(str(path), config, mesh), hf
+    return models.build_model(cfg.model, mesh=None, seed=0), hf
 
 
 @pytest.mark.slow
-def test_greedy_completion_through_tunix_matches_numpy(converted, monkeypatch):
+def test_greedy_completion_through_tunix_matches_numpy(converted):
     import jax.numpy as jnp
     from safetensors.numpy import load_file
     from transformers import AutoTokenizer
     from tunix.generate import sampler as sampler_lib
-    from tunix.models.llama3 import model as llama
 
     tok = AutoTokenizer.from_pretrained(str(converted), local_files_only=True)
     text = tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False,
                                    add_generation_prompt=True)
-    model, hf = _tunix_model(converted)
+    model, hf = _rlexp_model(converted)
     weights = load_file(str(converted / "model.safetensors"))
     sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
         cache_size=128, num_layers=hf["num_hidden_layers"],
@@ -151,17 +146,11 @@ def test_greedy_completion_through_tunix_matches_numpy(converted, monkeypatch):
     ids = [int(i) for i in sampler.tokenize(text)]
     assert ids == tok(text)["input_ids"]  # the sampler's BOS handling adds nothing here
 
-    # Tunix 0.1.7's llama3 attention calls apply_rope without the config's rope_theta (it
-    # always uses 1e6); SmolLM2 was trained with 1e5, so give it the right base.
-    tunix_default = np.asarray(model(jnp.asarray([ids]), jnp.arange(len(ids))[None], None,
-                                     jnp.tril(jnp.ones((1, len(ids), len(ids)), bool)))[0][0, -1])
-    monkeypatch.setattr(llama, "apply_rope",
-                        functools.partial(llama.apply_rope, rope_theta=hf["rope_theta"]))
+    # built through rlexp.models, which gives Tunix's llama3 RoPE SmolLM2's base (1e5)
     logits = np.asarray(model(jnp.asarray([ids]), jnp.arange(len(ids))[None], None,
                               jnp.tril(jnp.ones((1, len(ids), len(ids)), bool)))[0][0, -1])
     reference = numpy_logits(weights, ids, hf)
     np.testing.assert_allclose(logits, reference, rtol=0, atol=2e-3 * np.abs(reference).max())
-    assert np.abs(tunix_default - reference).max() > 1e-2  # the rope base matters
 
     out = sampler([text], max_generation_steps=STEPS, max_prompt_length=len(ids),
                   temperature=0.0, eos_tokens=[tok.eos_token_id])

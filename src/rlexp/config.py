@@ -42,7 +42,7 @@ class ModelConfig:
     # Vocabulary size of the embedding table.
     vocab_size: int = 64
     # RoPE base frequency.
-    rope_theta: float = 10000.0
+    rope_theta: float = 1000000.0
     # Whether the output projection reuses the embedding table.
     tie_embeddings: bool = True
     # RMSNorm epsilon.

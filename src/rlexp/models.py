@@ -112,17 +112,34 @@ def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
 
 
 # Tunix 0.1.7's qwen3 and llama3 attention call apply_rope() without the config's theta, so
-# RoPE always uses this base whatever model.rope_theta says (right for Qwen3, not Llama 3).
+# RoPE always uses this base whatever the config says (right for Qwen3, not for Llama 3.1 or
+# SmolLM2): `use_rope_theta` binds the model's theta into the module before it is traced.
 TUNIX_ROPE_THETA = 1_000_000.0
+
+
+def use_rope_theta(m: ModelConfig) -> None:
+    """Make Tunix's `apply_rope` of model.family use model.rope_theta (idempotent)."""
+    import functools
+    import importlib
+
+    module = importlib.import_module(f"tunix.models.{m.family}.model")
+    original = module.__dict__.setdefault("_rlexp_apply_rope", module.apply_rope)
+    module.apply_rope = (original if m.rope_theta == TUNIX_ROPE_THETA
+                         else functools.partial(original, rope_theta=m.rope_theta))
+
+
+def resolve_path(m: ModelConfig, cache_dir: str) -> None:
+    """Models shipped in a package get their path here (smollm2-135m: converted once)."""
+    if m.path is None and m.name == "smollm2-135m":
+        from rlexp.smollm2 import ensure_converted
+
+        m.path = str(ensure_converted(cache_dir))
 
 
 def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded)."""
     path = model_dir(m)
-    if path is not None and m.rope_theta != TUNIX_ROPE_THETA:
-        log.warning("model.rope_theta=%g: Tunix 0.1.7 applies RoPE with theta %g regardless, "
-                    "so logits differ from the reference implementation", m.rope_theta,
-                    TUNIX_ROPE_THETA)
+    use_rope_theta(m)
     config = tunix_config(m)
     if path is not None:
         check_hf_config(m, path)

@@ -104,6 +104,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
     from rlexp import models, rewards
     from rlexp.data import build_splits, load_problems
 
+    models.resolve_path(cfg.model, cfg.run.cache_dir)
     models.model_dir(cfg.model)  # path errors first: cheapest to report
     raw_tok = models.build_tokenizer(cfg.model)
     chat = raw_tok if cfg.model.chat_template and cfg.model.tokenizer == "hf" else None
