@@ -202,3 +202,19 @@ def test_real_multirun_takes_the_command_line_value(tmp_path):
     assert len(launched) == 2, proc.stdout + proc.stderr
     assert "algo.beta=0.5" in launched[0] and "algo.beta=0.7" in launched[1]
     assert not any("algo.beta=0.01" in ln for ln in launched)
+
+
+@pytest.mark.slow
+def test_optuna_sweep_maximizes_what_the_jobs_return(tmp_path):
+    """Two real trials: each job returns its final eval accuracy, Optuna records the best."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    from sweep_helpers import TINY as RUN_TINY, explain, rlexp
+
+    proc = rlexp(["+sweep=optuna", "hydra.sweeper.n_trials=2", "tracker=none", *RUN_TINY],
+                 tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    (result,) = (tmp_path / "outputs" / "sweeps").glob("*/optimization_results.yaml")
+    best = OmegaConf.load(result)
+    assert 0.0 <= float(best.best_value) <= 1.0
+    assert set(best.best_params) >= {"algo.beta", "algo.epsilon", "train.learning_rate"}
+    assert "Directions: ['maximize']" in proc.stdout + proc.stderr
