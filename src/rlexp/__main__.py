@@ -18,11 +18,14 @@ def _task(cfg: DictConfig) -> float | None:
     from rlexp import experiment
     from rlexp.config import to_config
 
+    job = experiment.JobContext.from_hydra()
     try:
         config = to_config(cfg)
     except UserError as exc:
+        if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
+            raise
         fail(str(exc))
-    return experiment.run(config, experiment.JobContext.from_hydra())
+    return experiment.run(config, job)
 
 
 def main() -> None:

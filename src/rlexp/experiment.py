@@ -148,10 +148,10 @@ def run(cfg: Config, job: JobContext) -> float | None:
     if cfg.run.dry_run:
         print_plan(cfg, plan, job)
         if not plan.fits:
-            return _user_error(plan.why, job)
+            _user_error(plan.why, job)
         return None
     if not plan.fits:
-        return _user_error(plan.why, job)
+        _user_error(plan.why, job)
     quiet_libraries()
     run_dir = job.run_dir
     previous = _read_json(run_dir / "summary.json")
@@ -170,7 +170,11 @@ def run(cfg: Config, job: JobContext) -> float | None:
 
         engine = engine_lib.build(cfg, plan, run_dir)
     except UserError as exc:  # bad input found while building: nothing was tracked yet
-        return _user_error(str(exc), job)
+        _user_error(str(exc), job)
+    except Exception as exc:
+        if job.sweep_dir is not None:  # the sweep summary shows this job FAILED, with why
+            _failed_summary(job, _error_line(exc))
+        raise
 
     from rlexp import loop
     from rlexp.checkpoint import Checkpointer, Preempted, StopFlag
@@ -202,7 +206,7 @@ def run(cfg: Config, job: JobContext) -> float | None:
     except loop.NonFinite as exc:
         error = str(exc)
     except Exception as exc:
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        error = _error_line(exc)
         raise
     finally:
         checkpointer.close()
@@ -213,15 +217,28 @@ def run(cfg: Config, job: JobContext) -> float | None:
                        objective=eval_after.get("eval/accuracy"))
         write_summary(run_dir, summary)
         listeners.on_run_end(status, summary)
-    if status == "KILLED":
-        print(f"rlexp: {error}", file=sys.stderr)
-        sys.exit(143)
-    if status == "FAILED":  # a clean stop (NaN/Inf): one line, the last good checkpoint kept
-        if job.sweep_dir is not None:
-            raise RuntimeError(error)
-        print(f"rlexp: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)
+        if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
+            raise JobStopped(error)
+        print(f"rlexp: {'error: ' if status == 'FAILED' else ''}{error}", file=sys.stderr)
+        sys.exit(143 if status == "KILLED" else 1)
     return summary["objective"]
+
+
+class JobStopped(Exception):
+    """A job of a sweep was killed or stopped cleanly; Hydra records it as failed."""
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _failed_summary(job: JobContext, error: str) -> None:
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(job.run_dir, {"name": job.name, "status": "FAILED", "error": error,
+                                "choices": job.choices, "overrides": job.overrides,
+                                "run_dir": str(job.run_dir.resolve()), "objective": None})
 
 
 def _device_count() -> int:
@@ -230,12 +247,13 @@ def _device_count() -> int:
     return jax.device_count()
 
 
-def _user_error(message: str, job: JobContext) -> None:
+def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
     if job.sweep_dir is None:
         from rlexp.errors import fail
 
         _remove_if_empty(job.run_dir)
         fail(message)
+    _failed_summary(job, message)
     raise UserError(message)  # in a sweep: this job fails, the others go on
 
 
