@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,12 @@ class Checkpointer:
                 if meta.get("step") != step or meta.get("seed") != seed:
                     raise ValueError(f"metadata {meta} does not match step {step}, seed {seed}")
             except Exception as exc:  # corrupt or half-written: fall back to the previous one
-                log.warning("checkpoint %s is unusable (%s); trying an earlier one",
-                            self.directory / str(step), str(exc).splitlines()[0][:200])
+                bad = self.directory / str(step)
+                aside = bad.with_name(f"{step}.unusable-{int(time.time())}")
+                log.warning("checkpoint %s is unusable (%s); moved to %s, trying an earlier one",
+                            bad, str(exc).splitlines()[0][:200], aside.name)
+                bad.rename(aside)  # kept for a post-mortem, out of orbax's way (it re-saves)
+                self._orbax.reload()  # orbax caches its list of steps
                 continue
             _set_counters(engine, meta)
             if engine.learner.should_sync_weights:

@@ -261,13 +261,17 @@ class MlflowListener(Listener):
     def _reopen(self, link: Link, start_step: int) -> None:
         """Resume from the checkpoint at `start_step`: same MLflow run, nothing twice."""
         link.gated = self.gated
-        link.checkpoint_step = max(link.checkpoint_step, start_step)
+        # Steps up to the old gate were released to the store (or still wait in the spool, and
+        # will be): keep them, and ignore the loop's second production of them. This matters
+        # when the newest checkpoint proved unusable and the loop resumes from an older one.
+        done = max(link.checkpoint_step, start_step)
+        link.checkpoint_step = done
         link.save(self.run_dir)
         self.run = TrackedRun(self.run_dir, link)
-        self.run.drop_metrics_after(start_step)
-        self._skip_upto = start_step
+        self.run.drop_metrics_after(done)
+        self._skip_upto = done
         if self.gated:
-            self._gate = start_step
+            self._gate = done
         self.run.add(record("status", status="RUNNING", t=now_ms()))
         self.run.add(record("tags", tags={"rlexp.resumed_from_step": str(start_step)}))
         print(f"rlexp: tracking: resuming MLflow run {link.run_id or '(not created yet)'} "
