@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,9 @@ def run_once(seed: int, warm: bool, extra: list[str], keep: Path | None) -> dict
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    # ru_maxrss of the largest child so far (KiB on Linux): the runs are sequential and
+    # similar, so this is this run's peak unless an earlier one was larger.
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     summary_path = tmp / "run" / "summary.json"
     if proc.returncode != 0 or not summary_path.is_file():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
@@ -42,7 +46,7 @@ def run_once(seed: int, warm: bool, extra: list[str], keep: Path | None) -> dict
             "before": s["eval_before"]["eval/accuracy"], "after": s["eval_after"]["eval/accuracy"],
             "pass_before": s["eval_before"]["eval/pass_at_k"],
             "pass_after": s["eval_after"]["eval/pass_at_k"],
-            "warm_start_s": s.get("engine", {}).get("warm_start/seconds", 0.0),
+            "warm_start_s": s.get("engine", {}).get("warm_start/seconds", 0.0), "rss_mb": rss_mb,
             "dir": str(tmp)}
 
 
@@ -54,7 +58,7 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     a = p.parse_args()
     print(f"{'seed':>4} {'steps':>5} {'before':>7} {'after':>7} {'delta':>7} "
-          f"{'pass@k':>13} {'wall s':>7} {'warm-start s':>12}")
+          f"{'pass@k':>13} {'wall s':>7} {'warm-start s':>12} {'peak RSS MB':>11}")
     results = []
     for seed in a.seeds:
         r = run_once(seed, a.warm, a.overrides, a.keep)
@@ -64,7 +68,7 @@ def main() -> None:
             continue
         print(f"{seed:>4} {r['steps']:>5} {r['before']:>7.3f} {r['after']:>7.3f} "
               f"{r['after'] - r['before']:>+7.3f} {r['pass_before']:>6.3f}->{r['pass_after']:<6.3f}"
-              f"{r['wall_s']:>7.0f} {r['warm_start_s']:>12.1f}", flush=True)
+              f"{r['wall_s']:>7.0f} {r['warm_start_s']:>12.1f} {r['rss_mb']:>11.0f}", flush=True)
     ok = [r for r in results if r["ok"]]
     if ok:
         deltas = [r["after"] - r["before"] for r in ok]
