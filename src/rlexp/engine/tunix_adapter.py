@@ -22,7 +22,6 @@ from tunix.rl.rollout import base_rollout
 
 from rlexp.algo import registry
 from rlexp.config import Config
-from rlexp.errors import UserError
 
 Mode = rl_cluster_lib.Mode
 Role = rl_cluster_lib.Role
@@ -53,18 +52,21 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 
 
 def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
-    """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature)."""
+    """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature).
+    rollout=vllm: rlexp.engine.vllm_rollout maps (and checks) the vLLM settings."""
     r = cfg.rollout
+    if r.name == "vllm":
+        from rlexp.engine.vllm_rollout import make_rollout_config
+
+        return {Mode.TRAIN: make_rollout_config(cfg),
+                Mode.EVAL: make_rollout_config(cfg, temperature=cfg.eval.temperature)}
 
     def make(temperature: float) -> base_rollout.RolloutConfig:
         # Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off).
         return base_rollout.RolloutConfig(
             max_tokens_to_generate=r.max_completion_length, temperature=temperature,
             top_p=1.0 if r.top_p is None else r.top_p, top_k=r.top_k,
-            max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size,
-            tensor_parallel_size=r.tensor_parallel_size, data_parallel_size=r.data_parallel_size,
-            rollout_vllm_model_version=cfg.model.path or "",
-            rollout_vllm_hbm_utilization=r.hbm_utilization)
+            max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size)
 
     return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
 
@@ -77,12 +79,6 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
         actor_optimizer=optimizer(cfg), eval_every_n_steps=1, max_steps=None,
         mini_batch_size=mini, train_micro_batch_size=t.micro_batch_size or mini,
         metrics_logging_options=None, checkpoint_root_directory=None)
-    if cfg.rollout.name == "vllm":
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            raise UserError("rollout=vllm needs vLLM (pip install 'rlexp[vllm]' on a GPU/TPU "
-                            "host); use rollout=vanilla") from None
     cluster_config = rl_cluster_lib.ClusterConfig(
         role_to_mesh={Role.ACTOR: meshes["trainer"], Role.REFERENCE: meshes["trainer"],
                       Role.ROLLOUT: meshes["rollout"]},
