@@ -24,7 +24,7 @@ def tiny_config(name: str, cache: Path) -> Config:
     c.model.num_layers, c.model.embed_dim, c.model.hidden_dim = 1, 32, 64
     c.model.num_heads, c.model.num_kv_heads, c.model.head_dim = 2, 1, 16
     c.model.vocab_size = 128
-    c.model.warm_start_steps, c.model.warm_start_batch_size = 10, 8
+    c.model.warm_start_steps, c.model.warm_start_batch_size = 60, 16
     c.algo.name, c.algo.num_generations, c.algo.num_iterations = name, 4, 2
     c.algo.beta, c.algo.epsilon, c.algo.epsilon_high = 0.04, 0.2, 0.28
     c.dataset.num_train, c.dataset.num_eval = 64, 8
@@ -104,7 +104,9 @@ def test_warm_start_is_cached_and_shared(runs):
 def test_gspo_and_grpo_updates_differ_off_policy(runs):
     """Same start, data and keys; only the ratio level differs (num_iterations=2)."""
     g, s = runs["grpo"], runs["gspo"]
-    assert g["rec"].metrics[0][1]["train/clip_fraction"] >= 0
+    # the premise: rewards vary within groups, and the second update is off-policy
+    assert any(m["train/reward_mean"] > 0 for _, m in g["rec"].metrics)
+    assert any(m["train/ratio_max"] > 1.0001 for _, m in g["rec"].metrics)
     diff = max(np.abs(g["after"][k] - s["after"][k]).max() for k in g["after"])
     assert diff > 1e-6
 
