@@ -64,13 +64,15 @@ class Engine:
         rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
         self.keys.reset(key)
         rc.top_p = None if greedy else (1.0 if self.cfg.rollout.top_p is None else self.cfg.rollout.top_p)
-        chunk = self.rollout_batch
+        # Tunix samples training rollouts in micro-batches of micro_batch_size x G rows.
+        chunk = self.step_runner.micro * self.cfg.algo.num_generations
         padded = list(prompts) + [prompts[-1]] * (-len(prompts) % chunk)
         out = self.cluster.generate(padded, mode=Mode.EVAL, micro_batch_size=chunk)
         return list(out.text[: len(prompts)])
 
     @property
     def rollout_batch(self) -> int:
+        """Completions per global step."""
         return self.cfg.train.batch_size * self.cfg.algo.num_generations
 
     def policy_state(self) -> dict[str, Any]:
