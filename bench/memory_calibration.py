@@ -55,35 +55,13 @@ class Measured:
 
 
 def compose(overrides: list[str]) -> Config:
-    """Config from conf/ with `group=option` and `key=value` overrides.
+    """Config from conf/ with `group=option` and `key=value` overrides, as the CLI composes it
+    (the validated dataclass that pre-flight hands to a run)."""
+    from rlexp.cli import preflight
 
-    A plain OmegaConf merge of config.yaml's default options (not Hydra's compose): fast, and
-    independent of the Hydra plugins installed; enough for model x hardware x key overrides.
-    """
-    from omegaconf import OmegaConf
-
-    from rlexp.config import Config as Schema, to_config
-    from rlexp.paths import conf_dir
-
-    root = conf_dir()
-    choices: dict[str, str] = {}
-    for entry in OmegaConf.load(root / "config.yaml").defaults:
-        if isinstance(entry, str) or entry is None:
-            continue
-        for group, option in entry.items():
-            if option is not None and (root / group).is_dir():
-                choices[group] = option
-    dotlist = []
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if "." not in key and (root / key).is_dir():
-            choices[key] = value
-        else:
-            dotlist.append(item)
-    cfg = OmegaConf.structured(Schema)
-    for group, option in choices.items():
-        cfg = OmegaConf.merge(cfg, {group: OmegaConf.load(root / group / f"{option}.yaml")})
-    return to_config(OmegaConf.merge(cfg, OmegaConf.from_dotlist(dotlist)))
+    (cfg,) = preflight(["run.dry_run=true", *overrides]).jobs
+    cfg.run.dry_run = False
+    return cfg
 
 
 def tunix_model(cfg: Config, seed: int = 0):
