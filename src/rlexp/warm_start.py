@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -113,9 +114,11 @@ def save_params(model: Any, path: Path) -> None:
 
     flat = _flatten(nnx.state(model, nnx.Param).to_pure_dict())
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
+    # per-process temporary name + atomic rename: concurrent sweep jobs that all trained the
+    # warm start never read (or write) half a file
+    tmp = path.with_name(f"params.{os.getpid()}.tmp.npz")
     np.savez(tmp, **{k: np.asarray(v) for k, v in flat.items()})
-    tmp.replace(path)  # atomic: concurrent sweep jobs never read half a file
+    tmp.replace(path)
 
 
 def load_params(model: Any, path: Path) -> None:
