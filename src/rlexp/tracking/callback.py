@@ -63,6 +63,10 @@ def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
     return paths
 
 
+# Written by launchers that submit jobs elsewhere (xpk) and return at once.
+REMOTE_FILE = "workloads.json"
+
+
 class SweepCallback(Callback):
     def __init__(self) -> None:
         # {"run_id", "experiment_id", "uri"} of the parent run, once created.
@@ -72,8 +76,8 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = tracker_uri(config)
-        if uri is None:
-            return
+        if uri is None or OmegaConf.select(config, "hydra.launcher.dry_run", default=False):
+            return  # a dry run of a launcher submits nothing: no parent run either
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         store.prepare_store(uri)  # before any job opens the store (migration race)
@@ -139,7 +143,11 @@ class SweepCallback(Callback):
             rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
             for path in write_summary(self.sweep_dir, rows, f"sweep {self.sweep_dir.name}"):
                 client.log_artifact(run_id, str(path))
-            status = parent_status([r.status for r in rows], completed)
+            if not rows and (self.sweep_dir / REMOTE_FILE).exists():
+                # jobs were submitted to a remote scheduler (xpk): they report as they run
+                status = "FINISHED"
+            else:
+                status = parent_status([r.status for r in rows], completed)
             client.set_terminated(run_id, status)
             print(f"rlexp: sweep {self.sweep_dir.name}: {len(rows)} runs, parent MLflow run "
                   f"{run_id} {status}; table in {self.sweep_dir / SUMMARY_MD}", flush=True)
