@@ -76,8 +76,8 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         uri = tracker_uri(config)
-        if uri is None or OmegaConf.select(config, "hydra.launcher.dry_run", default=False):
-            return  # a dry run of a launcher submits nothing: no parent run either
+        if uri is None:
+            return
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         store.prepare_store(uri)  # before any job opens the store (migration race)
