@@ -12,9 +12,9 @@ import itertools
 import logging
 import os
 import sys
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from rlexp.config import Config, to_config, one_line_omegaconf_error
+from rlexp.config import Config, one_line_omegaconf_error, to_config, unknown_key_message
 from rlexp.errors import UserError
 from rlexp.paths import conf_dir
 
@@ -36,28 +36,6 @@ class Preflight:
     print_only: bool = False
 
 
-def _valid_keys(dotted: str) -> tuple[str, list[str]]:
-    """Parent path and its valid child keys, from the schema."""
-    node: type = Config
-    parts = dotted.split(".")
-    for i, part in enumerate(parts[:-1]):
-        match = {f.name: f for f in fields(node)}.get(part)
-        sub = _schema_of(match) if match else None
-        if sub is None:
-            return ".".join(parts[: i + 1]), sorted(f.name for f in fields(node))
-        node = sub
-    parent = ".".join(parts[:-1]) or "the top level"
-    return parent, sorted(f.name for f in fields(node))
-
-
-def _schema_of(f) -> type | None:
-    import rlexp.config as c
-
-    t = f.type if isinstance(f.type, str) else f.type.__name__
-    cls = getattr(c, t, None)
-    return cls if is_dataclass(cls) else None
-
-
 def explain(exc: BaseException, overrides: list[str]) -> str:
     """Hydra/OmegaConf composition error -> one line naming the key and valid choices."""
     from hydra.errors import MissingConfigException, OverrideParseException
@@ -74,9 +52,7 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
                 f"{', '.join(sorted(exc.options))}")
     cause = exc.__cause__ or exc.__context__ or exc
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
-        key = cause.full_key
-        parent, valid = _valid_keys(key)
-        return f"{key} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
+        return unknown_key_message(cause.full_key)
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", None)
         value = next((o.split("=", 1)[1] for o in overrides if key and o.lstrip("+~").split("=")[0] == key), None)
@@ -85,9 +61,7 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
     first = str(exc).strip().splitlines()
     text = " ".join(line.strip() for line in first if line.strip() and "HYDRA_FULL_ERROR" not in line)
     if "Could not override" in text and "append" in text:
-        key = text.split("'")[1]
-        parent, valid = _valid_keys(key)
-        return f"{key} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
+        return unknown_key_message(text.split("'")[1])
     return text or one_line_omegaconf_error(exc)
 
 

@@ -288,14 +288,6 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
 
 
-GROUP_SCHEMAS = {
-    "model": ModelConfig,
-    "algo": AlgoConfig,
-    "hardware": HardwareConfig,
-    "dataset": DatasetConfig,
-    "rollout": RolloutConfig,
-    "tracker": TrackerConfig,
-}
 
 
 def register_configs() -> None:
@@ -418,36 +410,43 @@ def validate(cfg: Config) -> Config:
 # ------------------------------------------------------------------------------ conversion
 
 
+def _sub_schema(schema: type, name: str) -> type | None:
+    """The dataclass of field `name` of `schema` (None for a leaf or an unknown name)."""
+    match = next((f for f in dataclasses.fields(schema) if f.name == name), None)
+    if match is None:
+        return None
+    cls = globals().get(match.type if isinstance(match.type, str) else match.type.__name__)
+    return cls if dataclasses.is_dataclass(cls) else None
+
+
+def unknown_key_message(dotted: str) -> str:
+    """'algo.clip is not a config key; valid keys under algo are: ...' (from the schema)."""
+    schema: type = Config
+    parts = dotted.split(".")
+    for i, part in enumerate(parts[:-1]):
+        sub = _sub_schema(schema, part)
+        if sub is None:  # the unknown part is higher up the path
+            dotted = ".".join(parts[: i + 1])
+            break
+        schema = sub
+    parent = dotted.rsplit(".", 1)[0] if "." in dotted else "the top level"
+    valid = sorted(f.name for f in dataclasses.fields(schema))
+    return f"{dotted} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
+
+
 def _unknown_keys(node: DictConfig, schema: type, prefix: str) -> list[str]:
     """Keys present in the composed config that the schema lacks (e.g. `+algo.clip_eps=1`)."""
-    names = {f.name: f for f in dataclasses.fields(schema)}
+    names = {f.name for f in dataclasses.fields(schema)}
     bad = []
     for key in node.keys():
         dotted = f"{prefix}{key}"
         if key not in names:
-            bad.append((dotted, sorted(names)))
+            bad.append(dotted)
             continue
-        sub_type = names[key].type
-        child = node._get_node(key)
-        sub_schema = _SUBSCHEMAS.get(sub_type if isinstance(sub_type, str) else sub_type.__name__)
-        if sub_schema is not None and isinstance(child, DictConfig):
-            bad.extend(_unknown_keys(child, sub_schema, dotted + "."))
+        sub = _sub_schema(schema, key)
+        if sub is not None and isinstance(node._get_node(key), DictConfig):
+            bad.extend(_unknown_keys(node._get_node(key), sub, dotted + "."))
     return bad
-
-
-_SUBSCHEMAS: dict[str, type] = {}
-
-
-def _index_schemas(schema: type) -> None:
-    for f in dataclasses.fields(schema):
-        t = f.type if isinstance(f.type, str) else f.type.__name__
-        cls = globals().get(t)
-        if dataclasses.is_dataclass(cls):
-            _SUBSCHEMAS[t] = cls
-            _index_schemas(cls)
-
-
-_index_schemas(Config)
 
 
 def to_config(cfg: DictConfig) -> Config:
@@ -456,10 +455,7 @@ def to_config(cfg: DictConfig) -> Config:
         if "hydra" in cfg else cfg
     unknown = _unknown_keys(plain, Config, "")
     if unknown:
-        key, valid = unknown[0]
-        parent = key.rsplit(".", 1)[0] if "." in key else "the top level"
-        raise UserError(f"{key} is not a config key; valid keys under {parent} are: "
-                        f"{', '.join(valid)}")
+        raise UserError(unknown_key_message(unknown[0]))
     try:
         obj = OmegaConf.to_object(plain)
     except Exception as exc:  # interpolation or type errors surfacing late

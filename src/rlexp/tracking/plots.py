@@ -24,44 +24,32 @@ def _figure(panels: int):
 def plot_run(history: History, panels: Mapping[str, Sequence[str]], path: Path,
              title: str = "") -> bool:
     """One panel per entry of `panels` (title -> metric names); False if nothing to plot."""
-    shown = {t: [m for m in names if history.get(m)] for t, names in panels.items()}
-    shown = {t: names for t, names in shown.items() if names}
-    if not shown:
-        return False
-    fig, axes = _figure(len(shown))
-    for ax, (panel, names) in zip(axes, shown.items()):
-        for name in names:
-            steps, values = zip(*history[name])
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=name)
-        ax.set_title(panel)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return True
+    lines = {t: [(m, history[m]) for m in names if history.get(m)] for t, names in panels.items()}
+    return _draw(lines, path, title, legend_size=8)
 
 
 def plot_compare(runs: Sequence[tuple[str, History]], metrics: Sequence[str], path: Path,
                  title: str = "") -> bool:
     """One panel per metric, one line per run (labelled by its swept values)."""
-    shown = [m for m in metrics if any(h.get(m) for _, h in runs)]
+    lines = {m: [(label, h[m]) for label, h in runs if h.get(m)] for m in metrics}
+    return _draw(lines, path, title, legend_size=7)
+
+
+def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
+          legend_size: int) -> bool:
+    """One panel per title, one line per (label, [(step, value), ...]); False if all empty."""
+    shown = {t: lines for t, lines in panels.items() if lines}
     if not shown:
         return False
     fig, axes = _figure(len(shown))
-    for ax, metric in zip(axes, shown):
-        for label, history in runs:
-            points = history.get(metric)
-            if points:
-                steps, values = zip(*points)
-                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3,
-                        label=label)
-        ax.set_title(metric)
+    for ax, (panel, lines) in zip(axes, shown.items()):
+        for label, points in lines:
+            steps, values = zip(*points)
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=label)
+        ax.set_title(panel)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=legend_size)
     if title:
         fig.suptitle(title, fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
