@@ -83,6 +83,7 @@ def part_bare(overrides: list[str]) -> dict:
     from tunix.rl.rollout import base_rollout
 
     from rlexp import models, rewards, warm_start
+    from rlexp.engine import models as engine_models
     from rlexp.data import build_splits, load_problems
     from rlexp.hardware import role_meshes
 
@@ -93,7 +94,7 @@ def part_bare(overrides: list[str]) -> dict:
     splits = build_splits(load_problems(cfg.dataset), cfg.dataset.template, tok.encode, tok.decode,
                           r.max_prompt_length - 1)
     meshes = role_meshes(cfg.hardware)
-    model = models.build_model(cfg.model, meshes["trainer"], t.seed)
+    model = engine_models.build_model(cfg.model, meshes["trainer"], t.seed)
     warm_start.load_params(model, warm_start.cache_path(cfg))  # the rlexp part wrote it
     stamps: list[float] = []
     terms = rewards.terms(cfg.reward, cfg.dataset.template)
@@ -114,7 +115,7 @@ def part_bare(overrides: list[str]) -> dict:
                                          max_prompt_length=r.max_prompt_length,
                                          kv_cache_size=r.kv_cache_size)
     cluster = rlc.RLCluster(
-        actor=model, reference=models.clone(model) if a.beta > 0 else None, tokenizer=raw_tok,
+        actor=model, reference=engine_models.clone(model) if a.beta > 0 else None, tokenizer=raw_tok,
         cluster_config=rlc.ClusterConfig(
             role_to_mesh={rlc.Role.ACTOR: meshes["trainer"], rlc.Role.REFERENCE: meshes["trainer"],
                           rlc.Role.ROLLOUT: meshes["rollout"]},

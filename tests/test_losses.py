@@ -15,7 +15,7 @@ from rlexp.algo.kl import kl_estimate
 from rlexp.algo.losses import LossSettings, aggregate, policy_loss
 from rlexp.config import AlgoConfig
 
-registry = pytest.importorskip("rlexp.algo.registry")
+registry = pytest.importorskip("rlexp.engine.algo_registry")
 from tunix.rl import function_registry  # noqa: E402
 from tunix.rl.common import TrainExample  # noqa: E402
 

@@ -137,10 +137,12 @@ def test_config_json_must_match_yaml(tmp_path):
 def test_hf_checkpoint_loads_and_matches_numpy_forward(tmp_path, rope_theta):
     import jax.numpy as jnp
 
+    from rlexp.engine import models as engine_models
+
     m = ModelConfig(**{**SMALL, "rope_theta": rope_theta}, path=str(tmp_path / "ckpt"))
     weights = random_hf_weights(m)
     write_checkpoint(tmp_path / "ckpt", m, weights)
-    model = models.build_model(m, mesh=None, seed=0)
+    model = engine_models.build_model(m, mesh=None, seed=0)
     tokens = np.array([BOS, 40, 41, 17, 20, 90, 33, 5, 60, 61], dtype=np.int32)
     T = len(tokens)
     logits, _ = model(jnp.asarray(tokens[None]), jnp.arange(T)[None], None,
@@ -149,5 +151,5 @@ def test_hf_checkpoint_loads_and_matches_numpy_forward(tmp_path, rope_theta):
     np.testing.assert_allclose(np.asarray(logits[0]), want, rtol=2e-4, atol=2e-4)
     # and a wrong family is refused in one line rather than crashing in the loader
     with pytest.raises(UserError, match="model.family=llama3 but .*model_type=qwen3"):
-        models.build_model(ModelConfig(**{**SMALL, "family": "llama3"}, path=str(tmp_path / "ckpt")),
-                           mesh=None, seed=0)
+        engine_models.build_model(ModelConfig(**{**SMALL, "family": "llama3"},
+                                              path=str(tmp_path / "ckpt")), mesh=None, seed=0)

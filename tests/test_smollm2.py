@@ -115,17 +115,17 @@ def numpy_greedy(w: dict, ids: list[int], cfg: dict, steps: int, eos: int) -> li
 
 
 def _rlexp_model(path):
-    """The converted checkpoint through rlexp.models.build_model (model=smollm2-135m)."""
+    """The converted checkpoint through rlexp.engine.models.build_model (model=smollm2-135m)."""
     from hydra import compose, initialize_config_dir
 
-    from rlexp import models
     from rlexp.config import to_config
+    from rlexp.engine import models as engine_models
     from rlexp.paths import conf_dir
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))
     hf = json.loads((path / "config.json").read_text())
-    return models.build_model(cfg.model, mesh=None, seed=0), hf
+    return engine_models.build_model(cfg.model, mesh=None, seed=0), hf
 
 
 @pytest.mark.slow

@@ -105,6 +105,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
     """Everything the loop needs. UserError (one line, naming the key) for bad input."""
     from rlexp import models, rewards
     from rlexp.data import build_splits, load_problems
+    from rlexp.engine import models as engine_models
 
     models.resolve_path(cfg.model, cfg.run.cache_dir)
     models.model_dir(cfg.model)  # path errors first: cheapest to report
@@ -125,15 +126,15 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
         log.warning("dataset: skipped %d malformed rows or rows without an answer", splits.skipped)
 
     from rlexp import warm_start
-    from rlexp.algo import registry
+    from rlexp.engine import algo_registry as registry
     from rlexp.engine import tunix_adapter
     from rlexp.engine.probes import StepProbe
     from rlexp.hardware import role_meshes
 
     meshes = role_meshes(cfg.hardware)
-    model = models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
+    model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
     info.update(warm_start.warm_start(cfg, model, tok, splits.train))
-    reference = models.clone(model) if cfg.algo.beta > 0 else None
+    reference = engine_models.clone(model) if cfg.algo.beta > 0 else None
     probe = StepProbe()
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
     learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))

@@ -20,7 +20,7 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import base_rollout
 
-from rlexp.algo import registry
+from rlexp.engine import algo_registry as registry
 from rlexp.config import Config
 
 Mode = rl_cluster_lib.Mode
