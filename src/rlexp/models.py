@@ -91,8 +91,16 @@ def build_tokenizer(m: ModelConfig) -> Any:
 
 
 def resolve_path(m: ModelConfig, cache_dir: str) -> None:
-    """Models shipped in a package get their path here (smollm2-135m: converted once)."""
+    """model.path as a local dir: models shipped in a package (smollm2-135m: converted once),
+    hub ids and bucket URLs (rlexp.sources: downloaded once into their caches)."""
     if m.path is None and m.name == "smollm2-135m":
         from rlexp.smollm2 import ensure_converted
 
         m.path = str(ensure_converted(cache_dir))
+    elif m.path is not None:
+        from rlexp.sources import fetch, parse
+
+        if parse(m.path).kind != "local":
+            log.info("model.path=%s: reading the weights from %s", m.path,
+                     fetched := fetch(m.path, cache_dir))
+            m.path = str(fetched)

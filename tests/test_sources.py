@@ -1,0 +1,164 @@
+"""model.path sources: local dir, Hugging Face hub id (read from a cache this test lays out,
+offline), and fsspec URLs (a memory filesystem standing in for gs://, same copy code)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlexp import sources
+from rlexp.config import ModelConfig
+from rlexp.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+SHA = "0123456789abcdef0123456789abcdef01234567"
+# Qwen/Qwen3-0.6B's config.json, the keys rlexp checks (conf/model/qwen3-0.6b.yaml agrees).
+QWEN3_06B = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+             "intermediate_size": 3072, "vocab_size": 151936}
+
+
+def make_hub_cache(root: Path, repo_id: str, files: dict[str, str], sha: str = SHA,
+                   ref: str = "main") -> Path:
+    """The layout huggingface_hub reads offline: models--org--name/{refs/<ref>, snapshots/<sha>/}."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    snap = repo / "snapshots" / sha
+    snap.mkdir(parents=True)
+    for name, text in files.items():
+        (snap / name).write_text(text)
+    (repo / "refs").mkdir()
+    (repo / "refs" / ref).write_text(sha)
+    return snap
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+@pytest.mark.parametrize("spec,kind", [
+    ("Qwen/Qwen3-0.6B", "hub"), ("Qwen/Qwen3-0.6B@abc123", "hub"), ("gs://b/models/q", "url"),
+    ("memory://b/q", "url"), ("/abs/dir", "local"), ("./rel/dir", "local"), ("model", "local"),
+    ("file:///abs/dir", "local"), ("a/b/c", "local"),
+])
+def test_parse_classifies(spec, kind):
+    assert sources.parse(spec).kind == kind
+
+
+def test_existing_local_dir_wins_over_hub_id(tmp_path, monkeypatch):
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert sources.parse("org/name").kind == "local"
+
+
+def test_hub_id_resolves_from_the_cache_offline(hub_cache):
+    snap = make_hub_cache(hub_cache, "org/tiny", {"config.json": "{}", "model.safetensors": "x"})
+    assert sources.fetch("org/tiny", "unused") == snap
+    assert sources.check("org/tiny", "unused") == snap
+
+
+def test_hub_revision_reads_its_snapshot(hub_cache):
+    other = "f" * 40
+    make_hub_cache(hub_cache, "org/tiny", {"config.json": "{}", "model.safetensors": "x"})
+    snap = hub_cache / "models--org--tiny" / "snapshots" / other
+    snap.mkdir()
+    (snap / "config.json").write_text('{"rev": 2}')
+    (snap / "model.safetensors").write_text("y")
+    assert sources.fetch(f"org/tiny@{other}", "unused") == snap
+
+
+def test_hub_id_not_cached_offline_is_one_line_naming_the_id(hub_cache):
+    with pytest.raises(UserError) as err:
+        sources.check("Qwen/Qwen3-0.6B", "unused")
+    msg = str(err.value)
+    assert "model.path=Qwen/Qwen3-0.6B" in msg and "HF_HUB_OFFLINE=1" in msg and "\n" not in msg
+
+
+def test_cached_hub_config_must_agree_with_the_yaml(hub_cache):
+    bad = dict(QWEN3_06B, num_hidden_layers=12)
+    make_hub_cache(hub_cache, "Qwen/Qwen3-0.6B", {"config.json": json.dumps(bad)})
+    m = ModelConfig(name="qwen3-0.6b", family="qwen3", path="Qwen/Qwen3-0.6B", num_layers=28)
+    with pytest.raises(UserError, match="num_layers=28 but .*num_hidden_layers=12"):
+        sources.check_model(m, "unused")
+
+
+def _memory_model(url: str, files: dict[str, bytes]) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for name, data in files.items():
+        with fs.open(f"{url}/{name}", "wb") as f:
+            f.write(data)
+
+
+def test_url_is_copied_once_into_the_cache(tmp_path):
+    """The gs:// path minus gcsfs: same listing, copy, marker and atomic rename."""
+    import fsspec
+
+    url = "memory://bucket-e11/models/q"
+    _memory_model(url, {"config.json": b"{}", "model.safetensors": b"w" * 10,
+                        "README.md": b"not copied", "sub/tokenizer.json": b"{}"})
+    cache = tmp_path / "cache"
+    assert sources.check(url, str(cache)) is None  # not copied yet, and check copies nothing
+    assert not (cache / "models").exists()
+    local = sources.fetch(url, str(cache))
+    assert local.parent == cache / "models" / "memory"
+    assert (local / "model.safetensors").read_bytes() == b"w" * 10
+    assert (local / "sub" / "tokenizer.json").is_file() and not (local / "README.md").exists()
+    fsspec.filesystem("memory").rm("/bucket-e11", recursive=True)
+    assert sources.fetch(url, str(cache)) == local  # second time: the cache, no listing
+    assert sources.check(url, str(cache)) == local
+
+
+def test_url_without_model_files_is_a_user_error(tmp_path):
+    _memory_model("memory://bucket-e11/empty", {"notes.md": b"x"})
+    with pytest.raises(UserError, match="no config.json"):
+        sources.fetch("memory://bucket-e11/empty", str(tmp_path))
+
+
+def test_gs_without_gcsfs_names_the_extra(tmp_path):
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+        pytest.skip("gcsfs installed: the missing-backend message cannot show")
+    except ImportError:
+        pass
+    with pytest.raises(UserError, match=r"needs gcsfs \(pip install 'rlexp\[gcs\]'\)"):
+        sources.check("gs://bucket/model", str(tmp_path))
+
+
+def _dry_run(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlexp", "model=qwen3-0.6b", "model.path=Qwen/Qwen3-0.6B",
+         "run.dry_run=true", "tracker=none"],
+        cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_dry_run_hub_id_offline(tmp_path):
+    """Acceptance: offline and not cached -> exit 2, one line; cached by the test -> exit 0."""
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "home")}
+    missing = _dry_run(env, tmp_path)
+    assert missing.returncode == 2, missing.stderr
+    lines = missing.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Qwen/Qwen3-0.6B" in lines[0], missing.stderr
+    assert not (tmp_path / "outputs").exists()
+
+    make_hub_cache(cache, "Qwen/Qwen3-0.6B", {"config.json": json.dumps(QWEN3_06B)})
+    cached = _dry_run(env, tmp_path)
+    assert cached.returncode == 0, cached.stderr
+    assert "dry run" in cached.stdout
