@@ -8,12 +8,15 @@ the first mistake into one line and exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
+
 from rlexp.config import Config, one_line_omegaconf_error, to_config, unknown_key_message
 from rlexp.errors import UserError
 from rlexp.paths import conf_dir
@@ -113,9 +116,9 @@ def check_writable(path: Path) -> None:
 def check_inputs(cfg: Config) -> None:
     """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
     from rlexp.data.loaders import dataset_file
-    from rlexp.models import model_dir
+    from rlexp.sources import check_model
 
-    model_dir(cfg.model)
+    check_model(cfg.model, cfg.run.cache_dir)  # local dir, hub cache or bucket; no download
     dataset_file(cfg.dataset)
 
 
@@ -128,9 +131,44 @@ def check_fits(cfg: Config) -> None:
         raise UserError(plan.why)
 
 
+@contextlib.contextmanager
+def search_path_context(args: Any) -> Iterator[None]:
+    """Hydra initialized with the search path `python -m rlexp` itself gets.
+
+    Mirrors hydra._internal.utils._run_hydra (1.3): the primary dir is --config-path (a
+    relative one is relative to rlexp/__main__.py, as for any Hydra app) or the packaged conf/;
+    --config-dir/-cd is prepended ahead of the packaged options, so a user's experiment/,
+    model/, dataset/ ... files compose and shadow packaged ones of the same name.
+    `hydra.searchpath` (override or in a primary config) is read by Hydra's config loader at
+    compose time. A conf/ in the working directory is NOT added: Hydra never searches the
+    cwd implicitly, and rlexp keeps its behaviour; pass `--config-dir conf` for that.
+    """
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import compute_search_path_dir, create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    import rlexp.__main__ as entry
+
+    primary = compute_search_path_dir(entry.__file__, None, args.config_path or str(conf_dir()))
+    search_path = create_config_search_path(primary)
+    if args.config_dir is not None:
+        extra = Path(args.config_dir).expanduser().absolute()
+        if not extra.is_dir():
+            raise UserError(f"--config-dir {args.config_dir}: directory not found")
+        search_path.prepend(provider="command-line", path=f"file://{extra}",
+                            anchor=SearchPathQuery(provider="schema"))
+    GlobalHydra.instance().clear()
+    Hydra.create_main_hydra2(task_name="rlexp", config_search_path=search_path)
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -139,9 +177,10 @@ def preflight(argv: list[str]) -> Preflight | None:
     if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
         return None
     overrides: list[str] = list(args.overrides)
+    config_name = args.config_name or "config"
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(str(conf_dir()), version_base="1.3", job_name="rlexp"):
+        with search_path_context(args):
             from hydra.core.override_parser.overrides_parser import OverridesParser
 
             parsed = OverridesParser.create().parse_overrides(overrides)
@@ -149,7 +188,7 @@ def preflight(argv: list[str]) -> Preflight | None:
             firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
                       if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
                       for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
-            base = compose("config", overrides=firsts, return_hydra_config=True)
+            base = compose(config_name, overrides=firsts, return_hydra_config=True)
             multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
                 or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
             params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
@@ -163,11 +202,17 @@ def preflight(argv: list[str]) -> Preflight | None:
             jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
             configs = []
             for job in jobs:
-                job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")]
-                cfg = to_config(compose("config", overrides=job_overrides))
+                # hydra.searchpath decides which options exist, so it stays in every compose.
+                job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
+                                 or o.lstrip("+~").startswith("hydra.searchpath")]
+                cfg = to_config(compose(config_name, overrides=job_overrides))
                 if not args.cfg and not cfg.run.dry_run:
                     check_inputs(cfg)
                     check_fits(cfg)
+                elif not args.cfg:  # a dry run reads no weights, but model.path must resolve
+                    from rlexp.sources import check_model
+
+                    check_model(cfg.model, cfg.run.cache_dir)
                 configs.append(cfg)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None
