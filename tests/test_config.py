@@ -141,3 +141,45 @@ def test_help_lists_groups(tmp_path):
     assert proc.returncode == 0
     for line in ("algo: grpo, gspo", "hardware: cpu, gpu, v5p-64, v5p-8, v6e-8"):
         assert line in proc.stdout
+
+
+def test_every_numeric_field_has_a_range():
+    """A numeric field added to a schema needs one line in config.RANGES (and vice versa)."""
+    from rlexp.config import RANGES, numeric_keys
+
+    keys = numeric_keys()
+    assert "train.learning_rate" in keys and "hardware.trainer_mesh.fsdp" in keys
+    assert "run.dry_run" not in keys  # bools are not numbers here
+    assert sorted(set(keys) - set(RANGES)) == [], "add these to config.RANGES"
+    assert sorted(set(RANGES) - set(keys)) == [], "these RANGES keys are not fields"
+
+
+@pytest.mark.parametrize("value,interval,ok", [
+    (0, "[0, inf)", True), (-1, "[0, inf)", False), (0, "(0, inf)", False),
+    (1, "(0, 1]", True), (1, "(0, 1)", False), (0.5, "(0, 1)", True),
+    (float("inf"), "(0, inf)", False), (float("nan"), "(-inf, inf)", False),
+    (-3.5, "(-inf, inf)", True), (4294967295, "[0, 4294967295]", True),
+])
+def test_in_range_by_hand(value, interval, ok):
+    from rlexp.config import in_range
+
+    assert in_range(value, interval) is ok
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("rollout.max_prompt_length=-5", "rollout.max_prompt_length=-5 is invalid: must be in [1, inf)"),
+    ("train.learning_rate=inf", "train.learning_rate=inf is invalid: must be in (0, inf)"),
+    ("eval.temperature=-1", "eval.temperature=-1.0 is invalid: must be in (0, inf)"),
+    ("eval.keep_samples=-1", "eval.keep_samples=-1 is invalid: must be in [0, inf)"),
+    ("train.warmup_steps=-3", "train.warmup_steps=-3 is invalid: must be in [0, inf)"),
+    ("train.weight_decay=nan", "train.weight_decay=nan is invalid"),
+    ("hardware.trainer_fraction=0", "hardware.trainer_fraction=0.0 is invalid: must be in (0, 1]"),
+])
+def test_out_of_range_values_are_refused_at_start(override, needle):
+    with pytest.raises(UserError) as err:
+        preflight([override])
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_default_config_and_every_recipe_are_in_range():
+    validate(Config())  # the schema's own defaults

@@ -8,6 +8,7 @@ point; nothing below the entry point sees a DictConfig.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -49,8 +50,12 @@ class ModelConfig:
     norm_eps: float = 1e-6
     # Longest context the model was trained for.
     max_position: int = 512
-    # Parameter dtype: float32 | bfloat16.
+    # Compute dtype (activations, matmuls, the sampler's KV cache): float32 | bfloat16.
     dtype: str = "float32"
+    # Dtype of the trained weights and AdamW's moments (MaxText's weight_dtype): float32 keeps
+    # a float32 master copy that small updates can change (bf16 has 8 mantissa bits: a 5e-6
+    # AdamW step changed 0.98% of SmolLM2's bf16 weights), the forward casts to model.dtype.
+    param_dtype: str = "float32"
     # Tokenizer: char (built in, offline) | hf (tokenizer.json in model.path).
     tokenizer: str = "char"
     # Wrap prompts in the tokenizer's chat template (instruct checkpoints).
@@ -142,10 +147,37 @@ class HardwareConfig:
 
 @dataclass
 class DatasetConfig:
-    # Dataset option: arithmetic | gsm_symbolic | gsm8k.
+    # Name of the dataset option (conf/dataset/<name>.yaml, packaged or in a --config-dir).
     name: str = "arithmetic"
-    # Local jsonl/json/parquet file (gsm8k); None = the hub dataset (needs network).
+    # Builder fn(DatasetConfig) -> RawSplits, or rows (dicts) that the field mapping,
+    # extractor and held-out split below turn into problems. Dotted import path (Hydra's
+    # _target_ convention): rlexp.data.loaders.{arithmetic, gsm_symbolic, generic} or yours.
+    _target_: str = "rlexp.data.loaders.arithmetic"
+    # generic: local jsonl/json/parquet/csv file; None = `hub` (a `datasets` name).
     path: Optional[str] = None
+    # generic: a datasets.load_dataset name (e.g. openai/gsm8k; needs network or the HF cache).
+    hub: Optional[str] = None
+    # generic: the hub dataset's configuration name (gsm8k: main).
+    hub_config: Optional[str] = None
+    # generic: split to train on (hub datasets).
+    split: str = "train"
+    # generic: split held out for evaluation; None = hold out rows of the training data.
+    eval_split: Optional[str] = None
+    # Share of the rows held out (never trained on) when there is no eval_split; None =
+    # dataset.num_eval rows (at most half). At most dataset.num_eval of them are evaluated.
+    eval_fraction: Optional[float] = None
+    # generic: row field holding the question.
+    question_field: str = "question"
+    # generic: row field holding the reference answer (or a solution to extract it from).
+    answer_field: str = "answer"
+    # generic: row field holding worked reasoning (warm-start target); None = none, or the
+    # text before '####' with extractor=gsm8k.
+    reasoning_field: Optional[str] = None
+    # Final answer from the answer field: none (as is) | gsm8k ('#### N') | boxed (last
+    # \boxed{...}) | regex (answer_regex) | a dotted path fn(text) -> str or None.
+    extractor: str = "none"
+    # extractor=regex: pattern whose first group (or whole match) is the answer.
+    answer_regex: Optional[str] = None
     # Training prompts drawn (procedural datasets) or kept (files).
     num_train: int = 2000
     # Held-out prompts, disjoint from training.
@@ -162,6 +194,15 @@ class DatasetConfig:
     max_digits: int = 1
     # Prompt template: reasoning (<reasoning>/<answer> tags) | answer (<answer> tag only).
     template: str = "answer"
+    # Tag around the working out with template=reasoning (think gives <think>...</think>).
+    reasoning_tag: str = "reasoning"
+    # Instruction under the question (system message with a chat template); None = the
+    # template's own ("Answer between <answer> and </answer>." ...); "" = none.
+    system_prompt: Optional[str] = None
+    # User message with a {question} placeholder; None = question + instruction.
+    prompt: Optional[str] = None
+    # File holding `prompt` (read at start); wins over dataset.prompt.
+    prompt_file: Optional[str] = None
     # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
     operators: str = "+-"
     # reasoning-gym arithmetic: allow unary minus on terms ("3 - -2").
@@ -180,12 +221,17 @@ class RolloutConfig:
     top_p: Optional[float] = None
     # Top-k sampling; None = off.
     top_k: Optional[int] = None
-    # Longest prompt in tokens (longer prompts are left-truncated).
-    max_prompt_length: int = 32
-    # Tokens generated per completion.
-    max_completion_length: int = 8
-    # KV-cache size in tokens (prompt + completion + slack).
-    kv_cache_size: int = 64
+    # Longest prompt in tokens (longer prompts are left-truncated). Real-model default from
+    # MaxText's RL recipe (configs/post_train/rl.yml max_prefill_predict_length: 256).
+    max_prompt_length: int = 256
+    # Tokens generated per completion: room for <reasoning> and <answer> (MaxText rl.yml and
+    # Tunix's grpo_demo: 768 generation steps).
+    max_completion_length: int = 768
+    # KV-cache size in tokens: prompt + completion + 256 slack (MaxText's kv_cache_buffer).
+    kv_cache_size: int = 1280
+    # Prompts per sampler call (and per reference/old log-prob pass); None = the train
+    # micro batch. Smaller values cap the KV cache and prefill logits in the memory plan.
+    micro_batch_size: Optional[int] = None
     # vllm: tensor-parallel size.
     tensor_parallel_size: int = 1
     # vllm: data-parallel size.
@@ -204,48 +250,112 @@ class TrackerConfig:
     experiment: str = "rlexp"
     # Seconds between buffered writes of metrics.
     flush_every_s: float = 5.0
+    # MLflow run name; None = what tells the run apart: a sweep job's swept values
+    # ("beta=0.04,epsilon=0.2"), else the algo/model/dataset/hardware choices.
+    run_name: Optional[str] = None
+    # Extra MLflow run tags, e.g. +tracker.tags.team=rl (values are redacted like params).
+    tags: dict[str, str] = field(default_factory=dict)
+    # Seconds between samples of MLflow's system-metrics monitor (CPU, RAM, disk, network,
+    # GPU via psutil/pynvml; accelerator memory from JAX); 0 = off.
+    system_metrics_every_s: float = 10.0
+
+
+@dataclass
+class RewardFunctionConfig:
+    # Dotted import path of fn(prompts, completions, answers, **kwargs) -> one float per
+    # completion (Hydra's instantiate convention; a user package on PYTHONPATH works).
+    _target_: str = "rlexp.rewards.answer_exact_reward"
+    # Weight in the total reward (negative = a penalty; 0 = off).
+    weight: float = 1.0
+    # Logged as train/reward/<name>; None = the function's __name__.
+    name: Optional[str] = None
+    # Keyword arguments passed to the function on every call.
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _builtin_rewards() -> list[RewardFunctionConfig]:
+    # The default run's rewards (MaxText's GSM8K recipe: format + answer + closeness).
+    fmt = {"template": "${dataset.template}", "reasoning_tag": "${dataset.reasoning_tag}"}
+    return [RewardFunctionConfig("rlexp.rewards.format_exact_reward", 0.5, "format_exact", dict(fmt)),
+            RewardFunctionConfig("rlexp.rewards.format_approx_reward", 0.25, "format_approx", dict(fmt)),
+            RewardFunctionConfig("rlexp.rewards.answer_exact_reward", 1.0, "answer_exact"),
+            RewardFunctionConfig("rlexp.rewards.answer_close_reward", 0.5, "answer_close")]
 
 
 @dataclass
 class RewardConfig:
-    # Weight of the exact-format reward (<answer>…</answer> alone, in order).
-    format_exact: float = 0.5
-    # Weight of the approximate-format reward (right tags present, partial credit).
-    format_approx: float = 0.25
-    # Weight of the exact-answer reward.
-    answer_exact: float = 1.0
-    # Weight of numeric closeness (within 10% / 20%).
-    answer_close: float = 0.5
-    # Weight of math-verify equivalence (0 = off; needs the math-verify package).
-    math_verify: float = 0.0
+    # Reward plug-ins, summed with their weights. Setting the list replaces it whole (Hydra
+    # list semantics); one weight: reward.functions.2.weight=2. rlexp.rewards has
+    # format_exact/format_approx/answer_exact/answer_close/math_verify _reward and
+    # overlong_penalty.
+    functions: list[RewardFunctionConfig] = field(default_factory=_builtin_rewards)
+
+
+@dataclass
+class EarlyStopConfig:
+    # Metric watched (a key the loop logs, e.g. eval/accuracy or train/reward_mean); None = off.
+    metric: Optional[str] = None
+    # Checks of the metric without an improvement of min_delta before the run stops
+    # (eval/* metrics are checked at each evaluation, train/* at each step).
+    patience: int = 3
+    # max: higher is better | min: lower is better.
+    mode: str = "max"
+    # Smallest change that counts as an improvement.
+    min_delta: float = 0.0
+
+
+@dataclass
+class PruneConfig:
+    # Prune sweep trials whose eval curve trails the other jobs': none | median (Optuna's
+    # MedianPruner over the sweep's jobs; needs the optuna extra). Sweep jobs only.
+    pruner: str = "none"
+    # The curve compared, reported at each evaluation.
+    metric: str = "eval/accuracy"
+    # max: higher is better | min: lower is better.
+    mode: str = "max"
+    # Jobs that run to the end before any is pruned (MedianPruner n_startup_trials).
+    startup_jobs: int = 2
+    # Steps before a job may be pruned (MedianPruner n_warmup_steps).
+    warmup_steps: int = 0
 
 
 @dataclass
 class TrainConfig:
     # RL steps (one rollout batch each).
-    steps: int = 60
-    # Prompts per step; completions per step = batch_size * num_generations.
+    steps: int = 100
+    # Prompts per step; completions per step = batch_size * num_generations (Tunix's GSM8K
+    # GRPO configs use 8).
     batch_size: int = 8
     # Prompts per policy update (mini-batch); None = batch_size.
     mini_batch_size: Optional[int] = None
     # Prompts per gradient accumulation slice; None = mini_batch_size.
     micro_batch_size: Optional[int] = None
-    # Peak learning rate.
-    learning_rate: float = 3e-3
+    # Peak learning rate. Real-model default 3e-6 (MaxText rl.yml, Tunix grpo_demo); the
+    # tiny model's recipe (conf/recipe/tiny.yaml) uses 1e-3.
+    learning_rate: float = 3e-6
     # constant | cosine | warmup_cosine.
-    lr_schedule: str = "constant"
-    # Linear warm-up steps (warmup_cosine).
-    warmup_steps: int = 0
-    # Global gradient-norm clip; 0 = off.
-    grad_clip: float = 1.0
-    # AdamW weight decay.
-    weight_decay: float = 0.0
+    lr_schedule: str = "warmup_cosine"
+    # Linear warm-up steps (warmup_cosine); the seeds warm up over 10% of the steps.
+    warmup_steps: int = 10
+    # Global gradient-norm clip; 0 = off (MaxText/Tunix GRPO recipes: 0.1, "important to
+    # keep KL divergence in check").
+    grad_clip: float = 0.1
+    # AdamW weight decay (MaxText/Tunix GRPO recipes: 0.1).
+    weight_decay: float = 0.1
+    # Activation rematerialization of the training forward: none | full (recompute each
+    # decoder layer in the backward pass) | dots_saveable (keep matmul outputs, recompute
+    # the rest). The sampler never remats (Tunix's decoder remat crashed there).
+    remat: str = "none"
     # Seed of init, sampling and data order; shared by jobs of a sweep unless swept.
     seed: int = 0
     # Save a checkpoint every N steps; 0 = only at the end.
     checkpoint_every: int = 0
     # Checkpoints kept on disk.
     keep_checkpoints: int = 2
+    # Stop a run whose metric stalls (train.early_stop.metric=eval/accuracy to enable).
+    early_stop: EarlyStopConfig = field(default_factory=EarlyStopConfig)
+    # Stop sweep jobs that trail the others (train.prune.pruner=median).
+    prune: PruneConfig = field(default_factory=PruneConfig)
 
 
 @dataclass
@@ -272,6 +382,15 @@ class RunConfig:
     progress: bool = True
     # Cache shared by runs (warm-start weights keyed by what determines them).
     cache_dir: str = "outputs/cache"
+    # [first, last] global steps traced by the JAX profiler into <run dir>/profile (logged
+    # as an artifact; TensorBoard/Perfetto read it); [] = off.
+    profile_steps: list[int] = field(default_factory=list)
+    # Fork: start from another run's newest checkpoint (its run dir, a checkpoint dir or its
+    # MLflow run id) instead of model.path / random init + warm start; the origin is only read.
+    init_from: Optional[str] = None
+    # At the end of a finished run, write the policy as a Hugging Face dir (<run dir>/export:
+    # safetensors, config.json, tokenizer) and log it to MLflow as artifact `model`.
+    export: bool = True
 
 
 @dataclass
@@ -308,18 +427,148 @@ def register_configs() -> None:
 CHOICES = {
     "model.family": ("qwen3", "llama3"),
     "model.dtype": ("float32", "bfloat16"),
+    "model.param_dtype": ("float32", "bfloat16"),
+    "train.remat": ("none", "full", "dots_saveable"),
     "model.tokenizer": ("char", "hf"),
     "algo.name": ("grpo", "gspo"),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "algo.loss_agg": ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum"),
     "hardware.platform": ("cpu", "tpu", "gpu"),
     "hardware.split": ("colocated", "split"),
-    "dataset.name": ("arithmetic", "gsm_symbolic", "gsm8k"),
     "dataset.template": ("reasoning", "answer"),
     "rollout.name": ("vanilla", "vllm"),
     "tracker.name": ("mlflow", "none"),
     "train.lr_schedule": ("constant", "cosine", "warmup_cosine"),
+    "train.early_stop.mode": ("max", "min"),
+    "train.prune.mode": ("max", "min"),
+    "train.prune.pruner": ("none", "median"),
 }
+
+# Valid interval of every numeric field, in interval notation ("[1, inf)": 1 or more).
+# Every value must also be finite (inf and nan are refused whatever the interval). None
+# (an Optional field left unset) is always allowed. One line per field: a numeric field
+# added to a schema above without a line here fails tests/test_config.py.
+RANGES: dict[str, str] = {
+    "model.num_layers": "[1, inf)",
+    "model.embed_dim": "[1, inf)",
+    "model.num_heads": "[1, inf)",
+    "model.num_kv_heads": "[1, inf)",
+    "model.head_dim": "[1, inf)",
+    "model.hidden_dim": "[1, inf)",
+    "model.vocab_size": "[1, inf)",
+    "model.rope_theta": "(0, inf)",
+    "model.norm_eps": "(0, 1)",
+    "model.max_position": "[1, inf)",
+    "model.warm_start_steps": "[0, inf)",
+    "model.warm_start_lr": "(0, inf)",
+    "model.warm_start_batch_size": "[1, inf)",
+    "algo.beta": "[0, inf)",
+    "algo.epsilon": "(0, 1)",
+    "algo.epsilon_high": "(0, 1)",
+    "algo.num_generations": "[2, inf)",
+    "algo.num_iterations": "[1, inf)",
+    "hardware.chips": "[1, inf)",
+    "hardware.devices": "[1, inf)",
+    "hardware.hosts": "[1, inf)",
+    "hardware.hbm_gib_per_device": "(0, inf)",
+    "hardware.peak_bf16_tflops": "(0, inf)",
+    "hardware.trainer_mesh.fsdp": "[1, inf)",
+    "hardware.trainer_mesh.tp": "[1, inf)",
+    "hardware.rollout_mesh.fsdp": "[1, inf)",
+    "hardware.rollout_mesh.tp": "[1, inf)",
+    "hardware.trainer_fraction": "(0, 1]",
+    "hardware.sampler_fraction": "(0, 1]",
+    "hardware.cpus_per_task": "[1, inf)",
+    "hardware.gpus_per_node": "[0, inf)",
+    "hardware.timeout_min": "[1, inf)",
+    "hardware.host_memory_gib": "(0, inf)",
+    "dataset.num_train": "[1, inf)",
+    "dataset.num_eval": "[1, inf)",
+    "dataset.seed": "[0, 4294967295]",  # NumPy seeds are unsigned 32-bit
+    "dataset.min_terms": "[1, inf)",
+    "dataset.max_terms": "[1, inf)",
+    "dataset.min_digits": "[1, inf)",
+    "dataset.max_digits": "[1, inf)",
+    "dataset.eval_fraction": "(0, 1)",
+    "rollout.temperature": "(0, inf)",
+    "rollout.top_p": "(0, 1]",
+    "rollout.top_k": "[1, inf)",
+    "rollout.max_prompt_length": "[1, inf)",
+    "rollout.max_completion_length": "[1, inf)",
+    "rollout.kv_cache_size": "[2, inf)",
+    "rollout.tensor_parallel_size": "[1, inf)",
+    "rollout.data_parallel_size": "[1, inf)",
+    "rollout.hbm_utilization": "(0, 1]",
+    "tracker.flush_every_s": "[0, inf)",
+    "tracker.system_metrics_every_s": "[0, inf)",  # 0 = off
+    "train.early_stop.patience": "[1, inf)",
+    "train.early_stop.min_delta": "[0, inf)",
+    "train.prune.startup_jobs": "[0, inf)",
+    "train.prune.warmup_steps": "[0, inf)",
+    "run.profile_steps": "[1, inf)",
+    "reward.functions.weight": "(-inf, inf)",  # negative = a penalty
+    "train.steps": "[1, inf)",
+    "train.batch_size": "[1, inf)",
+    "train.mini_batch_size": "[1, inf)",
+    "train.micro_batch_size": "[1, inf)",
+    "rollout.micro_batch_size": "[1, inf)",
+    "train.learning_rate": "(0, inf)",
+    "train.warmup_steps": "[0, inf)",
+    "train.grad_clip": "[0, inf)",  # 0 = off
+    "train.weight_decay": "[0, inf)",
+    "train.seed": "[0, 4294967295]",
+    "train.checkpoint_every": "[0, inf)",  # 0 = only at the end
+    "train.keep_checkpoints": "[1, inf)",
+    "eval.every": "[0, inf)",  # 0 = only before and after
+    "eval.num_samples": "[1, inf)",
+    "eval.pass_k": "[1, inf)",
+    "eval.temperature": "(0, inf)",  # the greedy pass is separate
+    "eval.keep_samples": "[0, inf)",
+}
+
+
+def in_range(value: float, interval: str) -> bool:
+    """value lies in `interval` ("[0, 1)", "(0, inf)", ...) and is finite."""
+    if not math.isfinite(value):
+        return False
+    lo_text, hi_text = interval[1:-1].split(",")
+    lo, hi = float(lo_text), float(hi_text)
+    above = value >= lo if interval[0] == "[" else value > lo
+    below = value <= hi if interval[-1] == "]" else value < hi
+    return above and below
+
+
+def numeric_keys(schema: type = None, prefix: str = "") -> list[str]:  # type: ignore[assignment]
+    """Dotted keys of every int/float field of the schema (Optional ones too; bools are not)."""
+    import typing
+
+    schema = schema or Config
+    out: list[str] = []
+    for name, hint in typing.get_type_hints(schema).items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        if dataclasses.is_dataclass(args[0]):
+            out += numeric_keys(args[0], f"{prefix}{name}.")
+        elif args[0] in (int, float):
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def _leaves(obj: Any, parts: list[str], prefix: str) -> list[tuple[str, Any]]:
+    """(dotted key, value) of `parts` under obj; a list field yields one per item (key.N.x)."""
+    if isinstance(obj, (list, tuple)):
+        return [kv for i, item in enumerate(obj) for kv in _leaves(item, parts, f"{prefix}{i}.")]
+    if not parts:
+        return [(prefix.rstrip("."), obj)]
+    if not hasattr(obj, parts[0]):  # a field renamed or removed: tests/test_config.py says so
+        return []
+    return _leaves(getattr(obj, parts[0]), parts[1:], f"{prefix}{parts[0]}.")
+
+
+def _check_ranges(cfg: Config) -> None:
+    for key, interval in RANGES.items():
+        for shown, value in _leaves(cfg, key.split("."), ""):
+            if value is not None and not isinstance(value, bool):
+                _require(in_range(value, interval), shown, value, f"must be in {interval}")
 
 
 def _get(cfg: Config, dotted: str) -> Any:
@@ -335,7 +584,8 @@ def _require(ok: bool, key: str, value: Any, rule: str) -> None:
 
 
 def validate(cfg: Config) -> Config:
-    """Cross-field checks the types alone cannot express. Raises UserError (exit 2)."""
+    """Ranges, choices and the cross-field checks types alone cannot express (UserError)."""
+    _check_ranges(cfg)
     for key, choices in CHOICES.items():
         value = _get(cfg, key)
         _require(value in choices, key, value, f"valid choices are {', '.join(choices)}")
@@ -354,6 +604,9 @@ def validate(cfg: Config) -> Config:
     _require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, "must be >= 0 (0 = off)")
     _require(t.checkpoint_every >= 0, "train.checkpoint_every", t.checkpoint_every, "must be >= 0")
     _require(t.keep_checkpoints >= 1, "train.keep_checkpoints", t.keep_checkpoints, "must be >= 1")
+    ps = cfg.run.profile_steps
+    _require(len(ps) in (0, 2) and (not ps or ps[0] <= ps[1]), "run.profile_steps", list(ps),
+             "must be [] or [first, last] with first <= last (global steps, e.g. [2,3])")
     mini = t.mini_batch_size or t.batch_size
     micro = t.micro_batch_size or mini
     _require(t.batch_size % mini == 0, "train.mini_batch_size", t.mini_batch_size,
@@ -385,6 +638,11 @@ def validate(cfg: Config) -> Config:
     _require(m.warm_start_lr > 0, "model.warm_start_lr", m.warm_start_lr, "must be > 0")
     _require(1 <= d.min_terms <= d.max_terms, "dataset.max_terms", d.max_terms,
              f"must be >= dataset.min_terms ({d.min_terms}) >= 1")
+    _require(d.extractor in ("none", "gsm8k", "boxed", "regex") or "." in d.extractor,
+             "dataset.extractor", d.extractor,
+             "valid choices are none, gsm8k, boxed, regex, or a dotted path to fn(text)")
+    _require(d.extractor != "regex" or bool(d.answer_regex), "dataset.answer_regex",
+             d.answer_regex, "must be set when dataset.extractor=regex")
     _require(1 <= d.min_digits <= d.max_digits, "dataset.max_digits", d.max_digits,
              f"must be >= dataset.min_digits ({d.min_digits}) >= 1")
     h = cfg.hardware

@@ -1,10 +1,18 @@
-"""Keep secrets (tokens, passwords, API keys) out of MLflow, run dirs and logs.
+"""Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs.
 
-A key is secret when one of its words is a secret word, so `tracker.api_key` and `HF_TOKEN`
-are secrets while `model.tokenizer` and `throughput/tokens_per_s` are not (a plain substring
-test would hide the tokenizer choice). Secret *values* are then replaced wherever they appear:
-the values of secret-named environment variables ($HF_TOKEN, ...) and of secret-named
-`key=value` overrides on the command line.
+Three kinds of secret are masked wherever rlexp writes (params, tags, summary.json,
+tracking.json) and in the files Hydra writes itself (.hydra/*.yaml, a sweep's multirun.yaml):
+  - credentials inside a URI: the userinfo (`postgresql://user:PW@host`, `https://TOKEN@host`)
+    and sensitive query parameters (`?token=`, `&sig=`, `X-Amz-Signature=`), any scheme;
+  - the value of a secret-named key (`tracker.api_key=...`, `+hydra.job.env_set.HF_TOKEN=...`,
+    `Authorization: Bearer ...`), and that value wherever else it reappears;
+  - the values of secret-named environment variables ($HF_TOKEN, ...).
+
+A key is secret when its LAST word is a secret word (or its last two words a secret pair):
+`HF_TOKEN`, `access_token`, `passkey`, `AWS_SECRET_ACCESS_KEY` are secrets, while
+`token_budget`, `train/token_count`, `eval/token_accuracy`, `secret_sauce_weight` and
+`model.tokenizer` are ordinary names (a word test anywhere in the name, or a substring test,
+would hide them from the store).
 """
 
 from __future__ import annotations
@@ -15,55 +23,124 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote
 
 MASK = "***"
-# Words that make a key secret (compared word by word, case-insensitive).
-SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "apikey", "credentials"})
-# Word pairs that make a key secret: api_key, access_key, private_key, secret_key.
-SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key")})
+# Last words that make a key secret (compared whole, case-insensitive).
+SECRET_WORDS = frozenset({
+    "token", "secret", "password", "passwd", "pwd", "passphrase", "passkey", "apikey",
+    "credential", "credentials", "authorization", "bearer", "cookie", "signature", "sig",
+    "privatekey", "accesskey", "secretkey", "sas"})
+# Last two words that make a key secret: api_key, access_key, private_key, secret_key, ...
+SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"),
+                          ("secret", "key"), ("account", "key"), ("master", "key"),
+                          ("client", "secret"), ("session", "token"), ("set", "cookie")})
+# A key that is exactly one of these words is secret (`?key=...` of Google APIs, `?code=`
+# of OAuth redirects); as the last word of a longer name they are ordinary (`dataset.key`).
+SECRET_ALONE = frozenset({"key", "code", "auth"})
 # Shorter values are not replaced inside free text ("1" would be masked everywhere); keys
 # with secret names are masked whatever the length of their value.
 MIN_SECRET_LEN = 6
 # Files Hydra saves in <run dir>/.hydra/ that repeat the command line's overrides.
 HYDRA_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
+# File Hydra's sweeper saves in the sweep dir (the whole multirun config, overrides included).
+MULTIRUN_FILE = "multirun.yaml"
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SPLIT = re.compile(r"[^a-z0-9]+")
-# key=value in free text (an override, a query string); the value ends at a space or quote.
-_ASSIGNMENT = re.compile(r"(?P<key>[+~]{0,2}[A-Za-z_][\w.\-/]*)(?P<sep>=|:\s*)(?P<value>[^\s,'\"]+)")
+# A URI with an authority: scheme://[userinfo@]host[/path][?query][#fragment].
+_URI = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>,]*)")
+# key=value in free text (an override, a query string, a header). The ':' separator must not
+# start a '://' (a URI); the value ends at a space, quote, comma, '&' or ';'.
+_ASSIGNMENT = re.compile(r"(?P<key>[+~]{0,2}[A-Za-z_][\w.\-/]*)(?P<sep>=|:(?!//)\s*)"
+                         r"(?P<value>[^\s,'\"&;]+)")
+# `Authorization: Basic <b64>` and `Bearer <token>` (an HTTP header repeated in text).
+_AUTH_SCHEME = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization\s*[:=]\s*(?:[A-Za-z]+\s+)?"
+                          r"|\bBearer\s+)(?P<value>[^\s'\",;]{6,})")
 
 
-def _words(key: str) -> list[str]:
-    return [w for w in _SPLIT.split(_CAMEL.sub("_", key).lower()) if w]
+def _words(name: str) -> list[str]:
+    return [w for w in _SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
 
 
 def is_secret_key(key: str) -> bool:
-    """True for names like HF_TOKEN, tracker.api_key, db_password, mySecret."""
-    words = _words(key)
-    if any(w in SECRET_WORDS for w in words):
+    """True for HF_TOKEN, tracker.api_key, db_password, mySecret, X-Amz-Signature, passkey;
+    False for token_budget, train/token_count, model.tokenizer, secret_sauce_weight."""
+    last = re.split(r"[./]", str(key).lstrip("+~"))[-1]  # the leaf of a dotted/slashed path
+    words = _words(last)
+    if not words:
+        return False
+    if len(_words(str(key))) == 1 and words[0] in SECRET_ALONE:
         return True
-    return any(pair in SECRET_PAIRS for pair in zip(words, words[1:]))
+    return words[-1] in SECRET_WORDS or tuple(words[-2:]) in SECRET_PAIRS
+
+
+def _mask_query(query: str, found: set[str] | None) -> str:
+    parts = []
+    for item in query.split("&"):
+        name, sep, value = item.partition("=")
+        if sep and value and is_secret_key(unquote(name)):
+            if found is not None:
+                found.update({value, unquote(value)})
+            value = MASK
+        parts.append(f"{name}{sep}{value}")
+    return "&".join(parts)
+
+
+def redact_uri(uri: str, found: set[str] | None = None) -> str:
+    """Mask the credentials of every URI in `uri` (userinfo, secret query parameters);
+    `found` collects the raw secret values (so other copies of them can be masked too)."""
+
+    def one(m: re.Match) -> str:
+        rest = m["rest"]
+        cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0],
+                  default=len(rest))
+        authority, tail = rest[:cut], rest[cut:]
+        if "@" in authority:
+            userinfo, host = authority.rsplit("@", 1)
+            user, colon, password = userinfo.partition(":")
+            if found is not None:
+                found.update(v for v in (password if colon else user, unquote(password if colon else user)) if v)
+            authority = f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+        if "?" in tail:
+            path, _, query = tail.partition("?")
+            query, hash_, fragment = query.partition("#")
+            tail = f"{path}?{_mask_query(query, found)}{hash_}{fragment}"
+        return f"{m['scheme']}{authority}{tail}"
+
+    return _URI.sub(one, uri)
 
 
 def secret_values(argv: Iterable[str] | None = None) -> set[str]:
-    """Values to hide: secret-named env vars and secret-named `key=value` arguments."""
-    values = {v for k, v in os.environ.items() if is_secret_key(k)}
+    """Values to hide: secret-named env vars, secret-named `key=value` arguments and the
+    credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...)."""
+    found: set[str] = set()
+    for k, v in os.environ.items():
+        if is_secret_key(k):
+            found.add(v)
+        elif "://" in v:
+            redact_uri(v, found)
     for arg in sys.argv[1:] if argv is None else argv:
         key, sep, value = arg.partition("=")
         if sep and is_secret_key(key):
-            values.add(value)
-    return {v for v in values if len(v) >= MIN_SECRET_LEN}
+            found.add(value)
+        if "://" in arg:
+            redact_uri(arg, found)
+    return {v for v in found if len(v) >= MIN_SECRET_LEN}
 
 
 def redact_text(text: str, extra: Iterable[str] = ()) -> str:
-    """Mask secret values anywhere in `text`, and the value of any secret-named assignment."""
+    """Mask URI credentials, secret-named assignments and known secret values in `text`."""
+    text = redact_uri(text)
     for value in sorted(secret_values() | set(extra), key=len, reverse=True):
         if len(value) >= MIN_SECRET_LEN:
             text = text.replace(value, MASK)
 
     def mask(m: re.Match) -> str:
-        return f"{m['key']}{m['sep']}{MASK}" if is_secret_key(m["key"]) else m[0]
+        return f"{m['key']}{m['sep']}{MASK}" if is_secret_key(m["key"]) and m["value"] != MASK \
+            else m[0]
 
+    text = _AUTH_SCHEME.sub(lambda m: f"{m['head']}{MASK}", text)
     return _ASSIGNMENT.sub(mask, text)
 
 
@@ -90,7 +167,7 @@ def redact_params(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:
-    """Values of secret-named keys and `k=v` strings anywhere in a loaded YAML tree."""
+    """Values of secret-named keys, `k=v` strings and URI credentials in a loaded YAML tree."""
     if isinstance(node, dict):
         for k, v in node.items():
             _collect_secrets(v, found, str(k))
@@ -103,26 +180,62 @@ def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:
         for m in _ASSIGNMENT.finditer(node):
             if is_secret_key(m["key"]):
                 found.add(m["value"])
+        redact_uri(node, found)
 
 
-def scrub_run_dir(run_dir: Path) -> None:
-    """Rewrite Hydra's saved config files in place so no secret value persists on disk."""
+def scrub_files(paths: Iterable[Path]) -> None:
+    """Rewrite YAML files Hydra saved so no secret value persists on disk (atomic, in place)."""
     import yaml  # PyYAML comes with hydra/omegaconf
 
-    hydra_dir = Path(run_dir) / ".hydra"
-    files = [hydra_dir / name for name in HYDRA_FILES if (hydra_dir / name).is_file()]
+    files = [Path(p) for p in paths if Path(p).is_file()]
     found: set[str] = set()
     for path in files:
         try:
             _collect_secrets(yaml.safe_load(path.read_text()), found)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, OSError):
             pass  # still scrubbed as text below
+    found = {v for v in found if v and v != MASK}
     for path in files:
         text = path.read_text()
         # Values found under secret keys are also masked where they reappear (override_dirname,
         # job name); short ones are masked only next to their key, by redact_text's assignments.
-        scrubbed = redact_text(text, extra=found)
+        scrubbed = redact_text(text, extra={v for v in found if len(v) >= MIN_SECRET_LEN})
         if scrubbed != text:
-            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(scrubbed)
             tmp.replace(path)
+
+
+def scrub_run_dir(run_dir: Path) -> None:
+    """Hydra's saved config files of one run (<run dir>/.hydra/*.yaml)."""
+    hydra_dir = Path(run_dir) / ".hydra"
+    scrub_files(hydra_dir / name for name in HYDRA_FILES)
+
+
+def scrub_sweep_dir(sweep_dir: Path) -> None:
+    """The sweep's multirun.yaml (it keeps `+hydra.job.env_set.HF_TOKEN=...` in clear)."""
+    scrub_files([Path(sweep_dir) / MULTIRUN_FILE])
+
+
+try:  # a Hydra callback, listed in conf/config.yaml; hydra is always installed with rlexp
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object  # type: ignore[assignment,misc]
+
+
+class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
+    """Masks secrets in the files Hydra writes, right after it writes them: a job's .hydra/
+    (saved just before on_job_start) and the sweep's multirun.yaml (saved by the sweeper
+    before any job starts; rewritten again when the sweep ends)."""
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        scrub_run_dir(Path(hc.runtime.output_dir))
+        if hc.mode == RunMode.MULTIRUN:
+            scrub_sweep_dir(Path(hc.sweep.dir))
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        scrub_sweep_dir(Path(config.hydra.sweep.dir))

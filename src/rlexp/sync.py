@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import os
 from pathlib import Path
 
 from rlexp.errors import UserError, fail
+from rlexp.redact import MASK, redact_uri
 from rlexp.tracking import store
 from rlexp.tracking.run import ALWAYS, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, Link
@@ -26,6 +28,12 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None) -> str:
         raise UserError(f"{run_dir} has no tracking.json (was it tracked with tracker=mlflow?)")
     if uri:
         link.uri = store.resolve_uri(uri)  # the store moved (e.g. a server's new address)
+    elif MASK in link.uri:  # tracking.json keeps the URI with its credentials masked
+        env = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not env or redact_uri(env) != link.uri:
+            raise UserError(f"{run_dir}/tracking.json names {link.uri} with its credentials "
+                            "masked: pass the full URI with --uri (or set MLFLOW_TRACKING_URI)")
+        link.uri = env
     with open(run_dir / LOCK_FILE, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -59,6 +59,13 @@ def clean_params(flat: dict[str, Any]) -> dict[str, str]:
             for k, v in redact_params(flat).items()}
 
 
+def same_store(saved: str, uri: str) -> bool:
+    """tracking.json's URI (credentials masked) names the same store as `uri`."""
+    from rlexp.redact import redact_uri
+
+    return saved == uri or saved == redact_uri(uri)
+
+
 def clean_tags(tags: dict[str, Any]) -> dict[str, str]:
     return {store.sanitize_key(k): store.truncate(redact_text(str(v)), store.MAX_TAG_VAL_LEN)
             for k, v in tags.items()}
@@ -95,11 +102,18 @@ class MlflowListener(Listener):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._hold_lock()
         link = Link.load(self.run_dir)
-        if link is not None and info.start_step > 0 and link.uri == self.uri and \
+        if link is None and Link.damaged(self.run_dir):
+            link = self._recover_link()
+        # One MLflow run per run dir: a rerun reopens it, also when it restarts from step 0
+        # (no checkpoint yet, or checkpoint_every=0).
+        if link is not None and same_store(link.uri, self.uri) and \
                 (link.run_id is not None or _has_start(self.run_dir)):
+            link.uri = self.uri  # tracking.json keeps the URI with its credentials masked
             self._reopen(link, info.start_step)
         else:
             if link is not None:
+                if same_store(link.uri, self.uri):
+                    link.uri = self.uri
                 self._close_previous(link)
             self._start(info)
         self._writer = threading.Thread(target=self._write_loop, name="rlexp-mlflow",
@@ -266,16 +280,59 @@ class MlflowListener(Listener):
         # when the newest checkpoint proved unusable and the loop resumes from an older one.
         done = max(link.checkpoint_step, start_step)
         link.checkpoint_step = done
-        link.save(self.run_dir)
         self.run = TrackedRun(self.run_dir, link)
+        # Without a gate, every step the store or the spool has is released (the store's are
+        # in link.logged_step): a restart from an earlier step skips them rather than log them
+        # twice. Steps are pure functions of (seed, step), so the rerun reproduces them.
+        if not self.gated:
+            spooled = [r["step"] for r in self.run.records if r["kind"] == "metrics"]
+            done = max(done, link.logged_step, *spooled)
+        link.save(self.run_dir)
         self.run.drop_metrics_after(done)
         self._skip_upto = done
         if self.gated:
             self._gate = done
         self.run.add(record("status", status="RUNNING", t=now_ms()))
         self.run.add(record("tags", tags={"rlexp.resumed_from_step": str(start_step)}))
-        print(f"rlexp: tracking: resuming MLflow run {link.run_id or '(not created yet)'} "
-              f"from step {start_step}", flush=True)
+        rid = link.run_id or "(not created yet)"
+        if start_step == 0:
+            already = f"; steps up to {done} are logged already and not logged again" \
+                if done > 0 else ""
+            print(f"rlexp: tracking: no checkpoint to resume from: training restarts from step "
+                  f"0 in the same MLflow run {rid}{already}", flush=True)
+        else:
+            print(f"rlexp: tracking: resuming MLflow run {rid} from step {start_step}",
+                  flush=True)
+
+    def _recover_link(self) -> Link | None:
+        """tracking.json is damaged: find the run again (summary.json's mlflow_run_id, else the
+        store's run tagged with this dir) rather than silently start a second one."""
+        aside = Link.set_aside(self.run_dir)
+        try:
+            summary = json.loads((self.run_dir / "summary.json").read_bytes().decode("utf-8"))
+            hint = summary.get("mlflow_run_id") if isinstance(summary, dict) else None
+        except (OSError, ValueError):
+            hint = None
+        hint = hint if isinstance(hint, str) else None
+        try:
+            store.ensure_store(self.uri)
+            client = store.client(self.uri)
+            rid = store.find_run(client, self.experiment, self.run_dir, hint)
+            logged = store.max_logged_step(client, rid) if rid else -1
+            where = "the store (runs tagged with this dir)"
+        except Exception as exc:  # unreachable: the summary's id is the best there is
+            rid, logged = hint, -1
+            where = f"summary.json (store unreachable: {store.first_line(exc)})"
+        if rid is None:
+            warn(f"{self.run_dir / 'tracking.json'} was damaged (kept as {aside.name}) and no "
+                 f"MLflow run of this dir was found; starting a new run")
+            return None
+        warn(f"{self.run_dir / 'tracking.json'} was damaged (kept as {aside.name}); recovered "
+             f"MLflow run {rid} from {where}")
+        link = Link(uri=self.uri, experiment=self.experiment, run_id=rid, gated=self.gated,
+                    checkpoint_step=logged if self.gated else -1, logged_step=logged)
+        link.save(self.run_dir)
+        return link
 
     def _close_previous(self, link: Link) -> None:
         """This dir starts over (no checkpoint to resume from): finish the run it logged to."""

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -54,20 +55,76 @@ class Link:
     gated: bool = False
     # Step of the latest checkpoint reported (the gate; -1 = none yet).
     checkpoint_step: int = -1
+    # Highest metrics step the store has (saved after each flush; -1 = none): a rerun that
+    # restarts from an earlier step does not log these steps again.
+    logged_step: int = -1
 
     @classmethod
     def load(cls, run_dir: Path) -> "Link | None":
+        """The link, or None when tracking.json is missing or damaged (see `damaged`)."""
         try:
-            data = json.loads((Path(run_dir) / LINK_FILE).read_text())
+            data = json.loads((Path(run_dir) / LINK_FILE).read_bytes().decode("utf-8"))
         except (OSError, ValueError):
             return None
-        names = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(data, dict) or "uri" not in data:
+        if not isinstance(data, dict):
             return None
-        return cls(**{k: v for k, v in data.items() if k in names})
+        names = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in data.items() if k in names}
+        types = {"uri": (str,), "experiment": (str,), "run_id": (str, type(None)),
+                 "experiment_id": (str, type(None)), "gated": (bool,),
+                 "checkpoint_step": (int,), "logged_step": (int,)}
+        if "uri" not in fields or "experiment" not in fields or \
+                any(not isinstance(v, types[k]) for k, v in fields.items()):
+            return None
+        return cls(**fields)
+
+    @staticmethod
+    def damaged(run_dir: Path) -> bool:
+        """tracking.json exists but cannot be used (garbage, truncated, wrong types)."""
+        return (Path(run_dir) / LINK_FILE).exists() and Link.load(run_dir) is None
+
+    @staticmethod
+    def set_aside(run_dir: Path) -> Path:
+        """Move a damaged tracking.json out of the way (kept for a post-mortem)."""
+        path = Path(run_dir) / LINK_FILE
+        aside = path.with_name(f"{LINK_FILE}.damaged-{int(time.time())}")
+        os.replace(path, aside)
+        return aside
 
     def save(self, run_dir: Path) -> None:
-        write_json_atomic(Path(run_dir) / LINK_FILE, dataclasses.asdict(self))
+        from rlexp.redact import redact_uri
+
+        # Credentials in the URI stay out of the file (a rerun or `rlexp.sync --uri` has them).
+        data = {**dataclasses.asdict(self), "uri": redact_uri(self.uri)}
+        write_json_atomic(Path(run_dir) / LINK_FILE, data)
+
+
+# Fields each kind must have, with their types: a record without them cannot be sent, and
+# one such record must not stop the others (it would block every flush behind it).
+_NUMBER = (int, float)
+REQUIRED: dict[str, dict[str, tuple]] = {
+    "start": {"name": (str,)},
+    "params": {"params": (dict,)},
+    "tags": {"tags": (dict,)},
+    "metrics": {"step": (int,), "values": (dict,), "t": (int, type(None))},
+    "artifact": {"path": (str,)},
+    "json": {"artifact_file": (str,), "data": (dict, list)},
+    "curves": {},
+    "status": {"status": (str,)},
+}
+
+
+def is_valid(record: Any) -> bool:
+    """A record the sender can handle: a known kind with its fields, of the right types."""
+    if not isinstance(record, dict) or record.get("kind") not in REQUIRED:
+        return False
+    for name, types in REQUIRED[record["kind"]].items():
+        value = record.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            return False
+    if record["kind"] == "metrics":
+        return all(isinstance(v, _NUMBER) for v in record["values"].values())
+    return True
 
 
 class Spool:
@@ -76,16 +133,28 @@ class Spool:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._handle: IO[str] | None = None
+        # Damaged lines the latest read() skipped (torn by a crash, edited, random bytes).
+        self.skipped = 0
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
+        """The valid records, in order; damaged lines are skipped and counted in `skipped`."""
+        self.skipped = 0
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
             return []
         records = []
-        for line in self.path.read_text().splitlines():
+        for line in raw.split(b"\n"):
+            if not line.strip():
+                continue
             try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a line cut short by a crash: its step was not checkpointed anyway
+                record = json.loads(line.decode("utf-8"))
+            except ValueError:  # UnicodeDecodeError is a ValueError too
+                record = None
+            if is_valid(record):
+                records.append(record)
+            else:
+                self.skipped += 1
         return records
 
     def append(self, record: dict) -> None:

@@ -134,6 +134,10 @@ def client(uri: str) -> "MlflowClient":
     if uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        from rlexp.redact import redact_uri
+
+        if redact_uri(uri) != uri:  # MLflow's "View run at <url>" line would print them
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     return MlflowClient(tracking_uri=uri)
 
 
@@ -176,3 +180,38 @@ def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     line = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
     return line if len(line) <= 200 else line[:197] + "..."
+
+
+# Tag every run carries: the absolute run dir it logs from (how a lost link is found again).
+RUN_DIR_TAG = "rlexp.run_dir"
+
+
+def find_run(mlflow_client: "MlflowClient", experiment: str, run_dir: Path,
+             hint: str | None = None) -> str | None:
+    """The MLflow run of `run_dir` when its tracking.json is lost: `hint` (summary.json's
+    mlflow_run_id) if the store has it for this dir, else the newest run tagged with the dir."""
+    from mlflow.exceptions import MlflowException
+
+    where = str(Path(run_dir).resolve())
+    if hint:
+        try:
+            run = mlflow_client.get_run(hint)
+            if run.data.tags.get(RUN_DIR_TAG) in (None, where):
+                return hint
+        except MlflowException:
+            pass  # deleted, or another store's id: search by the dir instead
+    exp = mlflow_client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    quoted = where.replace("\\", "\\\\").replace("'", "\\'")
+    runs = mlflow_client.search_runs([exp.experiment_id],
+                                     filter_string=f"tags.`{RUN_DIR_TAG}` = '{quoted}'",
+                                     order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def max_logged_step(mlflow_client: "MlflowClient", run_id: str) -> int:
+    """Highest step of any metric the run has (-1 when none)."""
+    keys = mlflow_client.get_run(run_id).data.metrics
+    steps = [m.step for key in keys for m in mlflow_client.get_metric_history(run_id, key)]
+    return max(steps, default=-1)
