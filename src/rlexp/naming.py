@@ -14,7 +14,10 @@ from collections.abc import Iterable, Mapping
 from omegaconf import OmegaConf
 
 # Overrides that do not change what a run computes, so they do not change its identity.
-NEUTRAL_PREFIXES = ("hydra.", "hydra/", "run.", "+run.", "~run.", "tracker.", "+sweep", "sweep=")
+NEUTRAL_PREFIXES = ("hydra.", "hydra/", "run.", "+run.", "~run.", "tracker.", "+tracker.",
+                    "+sweep", "sweep=")
+# run.* keys that do change what a run computes: a fork is a new run, never its origin's dir.
+IDENTITY_RUN_KEYS = ("run.init_from=",)
 # Groups whose choice is part of every run name, in this order.
 NAMED_GROUPS = ("algo", "model", "dataset", "hardware")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -23,7 +26,8 @@ MAX_NAME = 80
 
 def identity_overrides(overrides: Iterable[str]) -> list[str]:
     """The overrides that define a run, normalized (sorted, neutral ones dropped)."""
-    kept = [o.strip() for o in overrides if not o.strip().startswith(NEUTRAL_PREFIXES)]
+    kept = [o.strip() for o in overrides if not o.strip().startswith(NEUTRAL_PREFIXES)
+            or o.strip().lstrip("+").startswith(IDENTITY_RUN_KEYS)]
     return sorted(kept)
 
 
@@ -35,6 +39,8 @@ def _short(override: str) -> str:
         return ""
     if is_secret_key(key):  # never in a dir name (the digest still tells runs apart)
         return ""
+    if key == "run.init_from":  # a path or run id: the digest tells origins apart
+        return "fork"
     return f"{key.rsplit('.', 1)[-1]}{value}"
 
 
