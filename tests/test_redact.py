@@ -17,13 +17,18 @@ API_KEY = "sk-planted-api-key-987654"
 
 @pytest.mark.parametrize("key", ["HF_TOKEN", "tracker.api_key", "db.password", "mySecret",
                                  "apiKey", "AWS_SECRET_ACCESS_KEY", "hydra.launcher.token",
-                                 "MLFLOW_TRACKING_PASSWORD"])
+                                 "MLFLOW_TRACKING_PASSWORD", "passkey", "authorization", "bearer",
+                                 "cookie", "api_key", "hf_token", "password", "secret",
+                                 "credentials", "X-Amz-Signature", "sig", "key",
+                                 "hydra.job.env_set.HF_TOKEN", "client_secret"])
 def test_secret_names(key):
     assert is_secret_key(key)
 
 
 @pytest.mark.parametrize("key", ["model.tokenizer", "throughput/tokens_per_s", "max_tokens",
-                                 "train.batch_size", "keyboard", "algo.kl_estimator"])
+                                 "train.batch_size", "keyboard", "algo.kl_estimator",
+                                 "token_budget", "train/token_count", "eval/token_accuracy",
+                                 "secret_sauce_weight", "dataset.key", "X-Amz-Date"])
 def test_names_that_only_look_secret(key):
     assert not is_secret_key(key)
 
@@ -101,3 +106,46 @@ def test_planted_secrets_are_nowhere_in_store_or_run_dir(tmp_path, monkeypatch):
         "secrets").experiment_id])[0]
     assert run.data.params["tracker.api_key"] == MASK
     assert API_KEY not in run.data.tags["overrides"]
+
+
+@pytest.mark.parametrize("text,secret,kept", [
+    ("tracker.uri=http://user:PlantedPw99@host:5000/", "PlantedPw99", "http://user:***@host:5000/"),
+    ("postgresql+psycopg2://mlf:PlantedPw99@db:5432/m", "PlantedPw99", "postgresql+psycopg2://mlf:***@db"),
+    ("https://ghp_PlantedTok99@github.com/o/r", "ghp_PlantedTok99", "https://***@github.com/o/r"),
+    ("sqlite:///tmp/m.db?token=PlantedTok99&mode=ro", "PlantedTok99", "?token=***&mode=ro"),
+    ("gs://b/o?X-Goog-Signature=PlantedSig99&X-Goog-Date=20260101", "PlantedSig99",
+     "X-Goog-Signature=***&X-Goog-Date=20260101"),
+    ("https://acct.blob.core.windows.net/c?sv=2020&sig=PlantedSig99", "PlantedSig99", "sv=2020&sig=***"),
+    ("Authorization: Bearer PlantedTok99", "PlantedTok99", "Authorization: "),
+    ("+hydra.job.env_set.HF_TOKEN=PlantedTok99 algo.beta=0", "PlantedTok99", "algo.beta=0"),
+])
+def test_uri_credentials_and_query_secrets_are_masked(text, secret, kept, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["rlexp"])
+    out = redact_text(text)
+    assert secret not in out and kept in out, out
+
+
+def test_ordinary_text_is_left_alone(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["rlexp"])
+    text = ("Basic arithmetic: 3 + 4 = 7. sqlite:///outputs/mlflow.db http://127.0.0.1:5000/ "
+            "eval/token_accuracy=0.5 token_budget=128")
+    assert redact_text(text) == text
+
+
+def test_credentials_of_a_uri_are_masked_where_they_reappear(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["rlexp", "tracker.uri=http://u:PlantedPw99@h/"])
+    assert redact_text("retrying with PlantedPw99") == f"retrying with {MASK}"
+
+
+def test_multirun_yaml_is_scrubbed(tmp_path, monkeypatch):
+    from rlexp.redact import scrub_sweep_dir
+
+    monkeypatch.setattr("sys.argv", ["rlexp"])
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - +hydra.job.env_set.HF_TOKEN=PlantedTok99\n"
+        "  job:\n    env_set:\n      HF_TOKEN: PlantedTok99\n"
+        "tracker:\n  uri: http://u:PlantedPw99@h:5000\neval:\n  token_budget: 3\n")
+    scrub_sweep_dir(tmp_path)
+    text = (tmp_path / "multirun.yaml").read_text()
+    assert "PlantedTok99" not in text and "PlantedPw99" not in text
+    assert "token_budget: 3" in text and "uri: http://u:***@h:5000" in text

@@ -192,7 +192,8 @@ def test_optuna_sweep_maximizes_accuracy(hydra_conf):
 
 @pytest.mark.slow
 def test_real_multirun_takes_the_command_line_value(tmp_path):
-    """Hydra itself (not our reading of it): the CLI value replaces the sweep file's list."""
+    """The CLI value replaces the sweep file's list, in the jobs a dry run lists (a dry run
+    expands the sweep in pre-flight and launches nothing, so no dirs or MLflow runs)."""
     proc = subprocess.run(
         [sys.executable, "-m", "rlexp", "+sweep=beta", "algo.beta=0.5,0.7", "run.dry_run=true",
          "tracker=none", f"hydra.sweep.dir={tmp_path}/sweep", *TINY],

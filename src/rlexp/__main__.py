@@ -36,6 +36,12 @@ def main() -> None:
         pre = cli.preflight(argv)
     except UserError as exc:
         fail(str(exc))
+    if pre is not None and pre.dry_run:
+        try:
+            cli.dry_run(pre)  # no dirs, no MLflow runs: Hydra never launches
+        except UserError as exc:
+            fail(str(exc))
+        return
     if pre is not None:
         cli.before_launch(pre)
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rlexp.engine import Engine
 
+from rlexp.prune import prune_unusable
+
 log = logging.getLogger("rlexp")
 
 
@@ -48,25 +50,23 @@ class StopFlag:
 class Checkpointer:
     """Saves every `train.checkpoint_every` steps (and at the end), keeps the newest N."""
 
-    def __init__(self, directory: Path, keep: int):
-        from rlexp.engine.checkpointing import EngineCheckpoints
-
+    def __init__(self, directory: Path, keep: int, engine: "Engine"):
         self.directory = directory
-        self.store = EngineCheckpoints(str(directory), keep)
+        self.store = engine.checkpoint_store(str(directory), keep)
 
-    def save(self, step: int, engine: "Engine", seed: int, extra: dict[str, Any]) -> Path:
+    def save(self, step: int, seed: int, extra: dict[str, Any]) -> Path:
         """Save synchronously: when this returns, step `step` is durable."""
-        self.store.save(step, engine, {"step": step, "seed": seed, **extra})
+        self.store.save(step, {"step": step, "seed": seed, **extra})
         return self.directory / str(step)
 
     def steps(self) -> list[int]:
         return self.store.steps()
 
-    def restore_latest(self, engine: "Engine", seed: int) -> dict[str, Any] | None:
+    def restore_latest(self, seed: int) -> dict[str, Any] | None:
         """Restore the newest checkpoint that loads; returns its metadata (None when none)."""
         for step in self.steps():
             try:
-                meta = self.store.restore(step, engine)
+                meta = self.store.restore(step)
                 if meta.get("step") != step or meta.get("seed") != seed:
                     raise ValueError(f"metadata {meta} does not match step {step}, seed {seed}")
             except Exception as exc:  # corrupt or half-written: fall back to the previous one
@@ -75,9 +75,10 @@ class Checkpointer:
                 log.warning("checkpoint %s is unusable (%s); moved to %s, trying an earlier one",
                             bad, str(exc).splitlines()[0][:200], aside.name)
                 bad.rename(aside)  # kept for a post-mortem, out of orbax's way (it re-saves)
+                prune_unusable(self.directory)  # only the newest few (rlexp.prune)
                 self.store.steps()  # re-read: orbax caches its list of steps
                 continue
-            self.store.resume(engine, meta)
+            self.store.resume(meta)
             log.info("resumed from checkpoint %s (step %d)", self.directory / str(step), step)
             return meta
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
 import sys
@@ -37,6 +38,17 @@ class Preflight:
     swept: dict[str, list[str]] = field(default_factory=dict)
     # --cfg/--resolve: Hydra only prints the config, nothing runs.
     print_only: bool = False
+    # Each job's overrides, as the launcher would pass them (parallel to `jobs`).
+    job_overrides: list[list[str]] = field(default_factory=list)
+    # The command's overrides as typed.
+    overrides: list[str] = field(default_factory=list)
+    # Where the run (or the sweep) would write: hydra.run.dir, or hydra.sweep.dir.
+    out_dir: Path | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        """Every job is a dry run: the plans are printed here, Hydra never launches."""
+        return bool(self.jobs) and not self.print_only and all(j.run.dry_run for j in self.jobs)
 
 
 def explain(exc: BaseException, overrides: list[str]) -> str:
@@ -48,6 +60,14 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
         return str(exc)
     if isinstance(exc, OverrideParseException):
         return f"cannot parse override {exc.override!r}: {exc.message.splitlines()[0]}"
+    missing = getattr(exc, "missing_cfg_file", None) or ""
+    if isinstance(exc, MissingConfigException) and missing.startswith("hydra/launcher/"):
+        # A launcher preset whose plugin is absent ("Could not load 'hydra/launcher/ray'").
+        name = missing.rsplit("/", 1)[-1]
+        what, fix = LAUNCHER_NEEDS.get(name, (name, "install its Hydra plugin"))
+        options = f"; valid choices are: {', '.join(sorted(exc.options))}" if exc.options else ""
+        return f"hydra/launcher needs the '{name}' launcher plugin, which is not installed: {fix}" + (
+            "" if name in LAUNCHER_NEEDS else options)
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group = (exc.missing_cfg_file or "").rsplit("/", 1)[0]
         bad = (exc.missing_cfg_file or "").rsplit("/", 1)[-1]
@@ -120,6 +140,25 @@ def check_inputs(cfg: Config) -> None:
 
     check_model(cfg.model, cfg.run.cache_dir)  # local dir, hub cache or bucket; no download
     dataset_file(cfg.dataset)
+    check_plugins(cfg)
+    if cfg.run.init_from:  # the origin has a checkpoint (read only when the run builds)
+        from rlexp.export import find_checkpoint
+        from rlexp.tracking import default_uri
+
+        find_checkpoint(cfg.run.init_from, default_uri(cfg))
+
+
+def check_plugins(cfg: Config) -> None:
+    """User code named by `_target_`s imports, and each reward function returns one float
+    per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
+    from rlexp import rewards
+    from rlexp.data.templates import PromptTemplate
+
+    rewards.for_run(cfg)  # resolves and probes every entry
+    rewards.resolve(cfg.dataset._target_, "dataset._target_")
+    if "." in cfg.dataset.extractor:
+        rewards.resolve(cfg.dataset.extractor, "dataset.extractor")
+    PromptTemplate.from_config(cfg.dataset)  # prompt_file readable, {question} present
 
 
 def check_fits(cfg: Config) -> None:
@@ -166,6 +205,151 @@ def search_path_context(args: Any) -> Iterator[None]:
         GlobalHydra.instance().clear()
 
 
+# ------------------------------------------------------------------- refusals (exit 2, one line)
+
+# Tracking URI schemes MLflow 3 can log to (a database dialect may name its driver:
+# postgresql+psycopg2://). `file:` stores are refused by MLflow 3 itself.
+TRACKING_SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+# Launchers that need a program or a plugin this process can check before any job starts:
+# option of hydra/launcher -> (executable on PATH or importable module, what to do).
+LAUNCHER_NEEDS = {
+    "rlexp_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
+                              "slurm-client) on a host of the cluster, or use hydra/launcher=rlexp_local"),
+    "submitit_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
+                                 "slurm-client) on a host of the cluster"),
+    "ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'rlexp[ray]' (hydra-ray-launcher "
+                                                "and ray)"),
+    "rlexp_ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'rlexp[ray]' "
+                                                      "(hydra-ray-launcher and ray)"),
+}
+
+
+def check_tracker(cfg: Config) -> None:
+    """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to; only a store
+    that is down spools, a URI that can never work is a user error."""
+    from rlexp.redact import redact_uri
+
+    if cfg.tracker.name != "mlflow":
+        return
+    if not cfg.tracker.experiment.strip():
+        raise UserError("tracker.experiment='' is invalid: give the MLflow experiment a name "
+                        "(default: rlexp)")
+    key, uri = "tracker.uri", cfg.tracker.uri
+    if uri is None and os.environ.get("MLFLOW_TRACKING_URI"):
+        key, uri = "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
+    if uri is None:
+        return
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if scheme == "file" or not scheme:
+        raise UserError(f"{key}={redact_uri(uri)} is a file store, which MLflow 3 refuses; "
+                        "use sqlite:///path/mlflow.db or http://host:port")
+    if scheme not in TRACKING_SCHEMES:
+        raise UserError(f"{key}={redact_uri(uri)}: unknown scheme '{scheme}'; valid schemes are "
+                        f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
+                        "postgresql+psycopg2://)")
+
+
+def check_rollout(cfg: Config) -> None:
+    """rollout=vllm imports vLLM only when the engine builds (minutes in): check it now."""
+    import importlib.util
+
+    if cfg.rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise UserError("rollout.name=vllm needs vLLM, which is not installed: "
+                        "pip install 'rlexp[vllm]' on a GPU/TPU host, or use rollout=vanilla")
+
+
+def check_cache_dir(cfg: Config) -> None:
+    path = Path(cfg.run.cache_dir).expanduser()
+    if "://" in cfg.run.cache_dir:
+        return  # a bucket: checked by its filesystem when used
+    if path.exists() and not path.is_dir():
+        raise UserError(f"run.cache_dir={cfg.run.cache_dir} is a file, not a directory; point "
+                        "it at a directory (default: outputs/cache)")
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"run.cache_dir={cfg.run.cache_dir}: cannot write under {probe}")
+
+
+def check_dataset_text(cfg: Config) -> None:
+    """A jsonl/json/csv dataset.path must be text (a binary file fails deep in the loader)."""
+    path = Path(cfg.dataset.path).expanduser() if cfg.dataset.path else None
+    if path is None or not path.is_file() or path.suffix.lower() in (".parquet", ".arrow"):
+        return
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    try:
+        if b"\0" in head:
+            raise UnicodeDecodeError("utf-8", head, 0, 1, "NUL byte")
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason.startswith("unexpected end") and len(head) == 1 << 16:
+            return  # a multi-byte character cut at the end of the sample
+        raise UserError(f"dataset.path={cfg.dataset.path} is not a UTF-8 text file (jsonl, json "
+                        "or csv) nor .parquet; valid formats are jsonl, json, csv, parquet") from None
+
+
+def check_chat_template(cfg: Config) -> None:
+    """model.chat_template=true needs a tokenizer that has one."""
+    m = cfg.model
+    if not m.chat_template:
+        return
+    if m.tokenizer != "hf":
+        raise UserError(f"model.chat_template=true but model.tokenizer={m.tokenizer} has no chat "
+                        "template; set model.chat_template=false or use tokenizer=hf")
+    path = Path(m.path).expanduser() if m.path else None
+    if path is None or not path.is_dir():
+        return  # a hub id or bucket: the template is checked when the files are fetched
+    if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
+        return
+    try:
+        has = bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        has = False
+    if not has:
+        raise UserError(f"model.chat_template=true but {m.path} has no chat template "
+                        "(tokenizer_config.json 'chat_template' or chat_template.jinja); set "
+                        "model.chat_template=false for a base model")
+
+
+def check_refusals(cfg: Config) -> None:
+    """Settings that can never work, found in milliseconds instead of minutes into a run."""
+    check_tracker(cfg)
+    check_rollout(cfg)
+    check_cache_dir(cfg)
+    check_dataset_text(cfg)
+    check_chat_template(cfg)
+
+
+def check_launcher(base: Any) -> None:
+    """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
+    import importlib.util
+    import shlex
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
+    n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)
+    if isinstance(n_jobs, int) and (n_jobs == 0 or n_jobs < -1):
+        raise UserError(f"hydra.launcher.n_jobs={n_jobs} is invalid: must be >= 1 "
+                        "(or -1 = one job per CPU)")
+    if choice == "xpk":
+        xpk = shlex.split(str(OmegaConf.select(base, "hydra.launcher.xpk", default="xpk")))
+        if xpk and shutil.which(xpk[0]) is None:
+            raise UserError(f"hydra/launcher=xpk needs the xpk CLI ({xpk[0]} not on PATH): "
+                            "pip install xpk in its own venv and set RLEXP_XPK_BIN to it")
+    need = LAUNCHER_NEEDS.get(str(choice))
+    if need is None:
+        return
+    what, fix = need
+    found = importlib.util.find_spec(what) if "." in what else shutil.which(what)
+    if not found:
+        raise UserError(f"hydra/launcher={choice} needs {what}, which is not "
+                        f"{'installed' if '.' in what else 'on PATH'}: {fix}")
+
+
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
     from hydra import compose
@@ -196,9 +380,19 @@ def preflight(argv: list[str]) -> Preflight | None:
             if not multirun and any(o.is_sweep_override() for o in parsed):
                 sweep = next(o.input_line for o in parsed if o.is_sweep_override())
                 raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
+            out = None
             if not args.cfg:
                 out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
+                if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
+                    from rlexp.naming import sweep_name  # as Hydra resolves it for the sweep
+
+                    out = str(Path(str(out)).parent / sweep_name(overrides))
                 check_writable(Path(out))
+                if multirun:
+                    check_launcher(base)
+                    from rlexp.remote import check_sweep_store
+
+                    check_sweep_store(base)  # jobs on other machines reach the store
             jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
             configs = []
             for job in jobs:
@@ -206,6 +400,8 @@ def preflight(argv: list[str]) -> Preflight | None:
                 job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
                                  or o.lstrip("+~").startswith("hydra.searchpath")]
                 cfg = to_config(compose(config_name, overrides=job_overrides))
+                if not args.cfg:
+                    check_refusals(cfg)
                 if not args.cfg and not cfg.run.dry_run:
                     check_inputs(cfg)
                     check_fits(cfg)
@@ -218,7 +414,8 @@ def preflight(argv: list[str]) -> Preflight | None:
         raise UserError(explain(exc, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
-    return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg))
+    return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
+                     job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None)
 
 
 def before_launch(pre: Preflight) -> None:
@@ -237,3 +434,33 @@ def before_launch(pre: Preflight) -> None:
         from rlexp.hardware import setup_platform
 
         setup_platform(pre.jobs[0].hardware)
+
+
+def dry_run(pre: Preflight) -> None:
+    """run.dry_run=true: print each job's plan from here, without Hydra launching anything,
+    so no run or sweep dir, no multirun.yaml and no MLflow run is made. A plan that does not
+    fit ends in exit 2 after it is printed."""
+    from rlexp.experiment import JobContext, print_plan
+    from rlexp.naming import run_name
+    from rlexp.plan import make_plan
+
+    if pre.multirun:
+        # Range/interval sweeps (Optuna) are kept as their override line: values come later.
+        lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}
+        print(f"rlexp dry run: a sweep of {len(pre.jobs)} job(s) into {pre.out_dir} "
+              "(nothing launched, nothing written)")
+        if lazy:
+            print(f"  chosen by the sweeper at run time: {', '.join(lazy.values())}")
+    for i, (cfg, overrides) in enumerate(zip(pre.jobs, pre.job_overrides)):
+        plan = make_plan(cfg)
+        if pre.multirun:
+            choices = {"algo": cfg.algo.name, "model": cfg.model.name,
+                       "dataset": cfg.dataset.name, "hardware": cfg.hardware.name}
+            out = (pre.out_dir or Path(".")) / run_name(choices, overrides)
+            print(f"#{i} : {' '.join(overrides)}")
+        else:
+            out = pre.out_dir or Path(".")
+        print_plan(cfg, plan, JobContext(run_dir=out.absolute(), name=out.name, choices={},
+                                         overrides=overrides))
+        if not plan.fits:
+            raise UserError(plan.why)

@@ -102,6 +102,8 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
             **_git(), **_versions()}
     if job.sweep_dir is not None:
         tags["sweep"] = job.sweep_dir.name
+    if cfg.run.init_from:  # a fork names its origin (run dir, checkpoint or MLflow run id)
+        tags["rlexp.init_from"] = cfg.run.init_from
     return tags
 
 
@@ -118,6 +120,24 @@ def write_summary(run_dir: Path, summary: dict) -> None:
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))), indent=2))
     tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
+
+
+# Fields that describe one attempt: never taken from an earlier attempt's summary.
+ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
+
+
+def carry_over(previous: dict | None, summary: dict) -> dict:
+    """A rerun's summary keeps what the earlier attempt knew and this one does not (a rerun
+    killed at once has no metrics of its own): a rewritten summary.json, and the MLflow
+    artifact made from it, never lose results to an emptier one."""
+    if not isinstance(previous, dict):
+        return summary
+    empty = (None, {}, [], "")
+    out = dict(summary)
+    for key, value in previous.items():
+        if key not in ATTEMPT_FIELDS and out.get(key) in empty and value not in empty:
+            out[key] = value
+    return out
 
 
 def _forget_previous(run_dir: Path) -> None:
@@ -137,7 +157,9 @@ def print_plan(cfg: Config, plan, job: JobContext) -> None:
     for line in plan.lines:
         print(f"  {line}")
     print(f"  outputs    {job.run_dir}")
-    print(f"  tracking   {default_uri(cfg) or 'off (tracker=none)'}"
+    from rlexp.redact import redact_uri
+
+    print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
           f" experiment={cfg.tracker.experiment}")
 
 
@@ -152,6 +174,27 @@ def run(cfg: Config, job: JobContext) -> float | None:
         return None
     if not plan.fits:
         _user_error(plan.why, job)
+    lock = _lock_run_dir(job)  # before rlexp writes anything: a second identical command exits 2
+    try:
+        return _run_locked(cfg, job, plan)
+    finally:
+        lock.release()
+
+
+def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
+    from rlexp.lock import Busy, DirLock
+
+    try:
+        return DirLock(job.run_dir).acquire()
+    except Busy as exc:
+        if job.sweep_dir is None:
+            from rlexp.errors import fail
+
+            fail(str(exc))
+        raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
+
+
+def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     quiet_libraries()
     run_dir = job.run_dir
     previous = _read_json(run_dir / "summary.json")
@@ -179,26 +222,34 @@ def run(cfg: Config, job: JobContext) -> float | None:
     from rlexp import loop
     from rlexp.checkpoint import Checkpointer, Preempted, StopFlag
 
-    checkpointer = Checkpointer(run_dir / "checkpoints", cfg.train.keep_checkpoints)
-    resumed = checkpointer.restore_latest(engine, cfg.train.seed) if cfg.run.resume else None
+    checkpointer = Checkpointer(run_dir / "checkpoints", cfg.train.keep_checkpoints, engine)
+    resumed = checkpointer.restore_latest(cfg.train.seed) if cfg.run.resume else None
     engine.start_step = resumed["step"] if resumed else 0
-    listeners = Listeners(_listeners(cfg, run_dir))
+    listener_list = _listeners(cfg, run_dir)
+    progress = listener_list[0]  # the last step this attempt reached (KILLED/FAILED summaries)
+    listeners = Listeners(listener_list)
     info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params(flatten(cfg)),
                    tags=run_tags(cfg, job), start_step=engine.start_step,
                    total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
-                   extra={**_parent(job), "resumed": resumed is not None})
+                   extra={**_parent(job), "resumed": resumed is not None,
+                          **_display(cfg, job, engine)})
     summary: dict[str, Any] = {
         "name": job.name, "status": "RUNNING", "choices": job.choices,
         "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
         "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
     }
     status, error = "FAILED", None
+    from rlexp import stopping
+
+    stops = stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name)
     try:
         with StopFlag() as stop:
             listeners.on_run_start(info)
             summary.update(loop.run(cfg, engine, listeners, run_dir, checkpointer=checkpointer,
-                                    stop=stop, resumed=resumed))
+                                    stop=stop, resumed=resumed, stops=stops))
         status = "FINISHED"
+        if cfg.run.export:
+            summary["export"] = _export(cfg, engine, run_dir, listeners)
     except Preempted as exc:
         status, error = "KILLED", f"preempted (SIGTERM) after {exc}: rerun the command to resume"
     except KeyboardInterrupt:
@@ -215,14 +266,33 @@ def run(cfg: Config, job: JobContext) -> float | None:
         summary.update(status=status, error=error, wall_s=round(time.time() - started, 3),
                        mlflow_run_id=tracking.get("run_id"),
                        objective=eval_after.get("eval/accuracy"))
+        summary.setdefault("steps_done", max(engine.start_step, progress.step))
+        summary = carry_over(previous if cfg.run.resume else None, summary)
         write_summary(run_dir, summary)
         listeners.on_run_end(status, summary)
+        stops.finish(status, summary)
     if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)
         if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
             raise JobStopped(error)
         print(f"rlexp: {'error: ' if status == 'FAILED' else ''}{error}", file=sys.stderr)
         sys.exit(143 if status == "KILLED" else 1)
     return summary["objective"]
+
+
+def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> str | None:
+    """The final policy as a Hugging Face dir, handed to the tracker as artifact `model`.
+    Never fails the run: the checkpoint holds the same weights (python -m rlexp.export)."""
+    from rlexp import export
+
+    try:
+        source = Path(cfg.model.path) if cfg.model.path else None
+        out = export.write(run_dir / export.EXPORT_DIR, engine.policy_state(), cfg.model, source)
+    except Exception as exc:
+        log.warning("export failed (%s); retry with: python -m rlexp.export %s",
+                    _error_line(exc), run_dir)
+        return None
+    listeners.on_artifact(out, "model")
+    return str(out)
 
 
 class JobStopped(Exception):
@@ -259,7 +329,7 @@ def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
 
 def _remove_if_empty(run_dir: Path) -> None:
     """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
-    hydra_only = {".hydra", "rlexp.log", "__main__.log"}
+    hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock"}
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -269,8 +339,11 @@ class ProgressFile(Listener):
 
     def __init__(self, run_dir: Path):
         self.path = run_dir / "progress.json"
+        # Latest step whose metrics were emitted by this process (-1: none yet).
+        self.step = -1
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.step = step
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"step": step, "time": time.time()}))
         tmp.replace(self.path)
@@ -283,12 +356,29 @@ def quiet_libraries() -> None:
 
 
 def _parent(job: JobContext) -> dict[str, Any]:
-    if job.sweep_dir is None:
-        return {}
-    from rlexp.tracking import parent_run_id
+    """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
+    launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
+    from rlexp.remote import parent_from_env
 
-    parent = parent_run_id(job.sweep_dir)
+    parent = None
+    if job.sweep_dir is not None:
+        from rlexp.tracking import parent_run_id
+
+        parent = parent_run_id(job.sweep_dir)
+    parent = parent or parent_from_env()
     return {"parent_run_id": parent} if parent else {}
+
+
+def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
+    """What trackers show besides params: a short run name, the resolved config, the data."""
+    from rlexp.tracking import swept_keys
+    from rlexp.tracking.conventions import display_name
+
+    return {"run_name": display_name(cfg.tracker.run_name, job.choices, job.overrides,
+                                     swept_keys(job.sweep_dir)),
+            "config": dataclasses.asdict(cfg), "user_tags": dict(cfg.tracker.tags),
+            "datasets": {"name": cfg.dataset.name, "source": cfg.dataset.path or cfg.dataset.name,
+                         "train": engine.splits.train, "eval": engine.splits.eval}}
 
 
 def _listeners(cfg: Config, run_dir: Path) -> list:
@@ -301,4 +391,11 @@ def _listeners(cfg: Config, run_dir: Path) -> list:
     tracker = make_listener(cfg, run_dir)
     if tracker is not None:
         out.append(tracker)
+        from rlexp.remote import expected_jobs, parent_from_env
+
+        if parent_from_env() and expected_jobs():  # after the tracker: this run has ended
+            from rlexp.tracking import default_uri
+            from rlexp.tracking.callback import RemoteParentCloser
+
+            out.append(RemoteParentCloser(default_uri(cfg), parent_from_env(), expected_jobs()))
     return out

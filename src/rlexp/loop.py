@@ -18,11 +18,15 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from rlexp import guards
 from rlexp.config import Config
 from rlexp.events import Listeners
+
+if TYPE_CHECKING:
+    from rlexp.checkpoint import Checkpointer, StopFlag
+    from rlexp.engine import Engine
 
 log = logging.getLogger("rlexp")
 
@@ -72,8 +76,8 @@ def check_finite(step: int, metrics: dict[str, float]) -> None:
                         "the last good checkpoint is kept")
 
 
-def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path, *,
-        checkpointer: Any = None, stop: Any = None,
+def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
+        checkpointer: "Checkpointer | None" = None, stop: "StopFlag | None" = None,
         resumed: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train cfg.train.steps global steps; returns the summary fields.
 
@@ -101,7 +105,7 @@ def run(cfg: Config, engine: Any, listeners: Listeners, run_dir: Path, *,
         if checkpointer is None:
             return
         with phase("checkpoint"):
-            path = checkpointer.save(state.step, engine, state.seed,
+            path = checkpointer.save(state.step, state.seed,
                                      {"eval_before": state.eval_before, **extra})
         listeners.on_checkpoint(state.step, path)
 

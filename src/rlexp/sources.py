@@ -214,6 +214,10 @@ def check_model(m: "ModelConfig", cache_dir: str) -> None:
     from rlexp.models import check_hf_config, model_dir
 
     if m.path is None:
+        # Random init is for the tiny qwen3 profile: its char tokenizer needs no files.
+        if m.tokenizer == "hf" or m.family != "qwen3":
+            raise UserError(f"model={m.name} needs model.path (a local Hugging Face dir, a hub "
+                            "id or a gs:// path): random init is only for the tiny model")
         return
     src = parse(m.path)
     if src.kind == "local":

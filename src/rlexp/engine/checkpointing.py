@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlexp.engine import Engine
+    from rlexp.engine import TunixEngine
 
 
-def counters(engine: "Engine") -> dict[str, int]:
+def counters(engine: "TunixEngine") -> dict[str, int]:
     """Tunix's private step counters (all four must move together on resume)."""
     learner, cluster = engine.learner, engine.cluster
     trainer = cluster.actor_trainer
@@ -25,7 +25,7 @@ def counters(engine: "Engine") -> dict[str, int]:
             "cluster_global_steps": int(cluster.global_steps)}
 
 
-def set_counters(engine: "Engine", meta: dict[str, Any]) -> None:
+def set_counters(engine: "TunixEngine", meta: dict[str, Any]) -> None:
     learner, cluster = engine.learner, engine.cluster
     trainer = cluster.actor_trainer
     learner._iter_steps = meta["learner_iter_steps"]
@@ -36,22 +36,24 @@ def set_counters(engine: "Engine", meta: dict[str, Any]) -> None:
 
 
 class EngineCheckpoints:
-    """Save and restore an Engine's policy + optimizer in `directory`, newest `keep` kept."""
+    """rlexp.engine.CheckpointStore of a TunixEngine: its policy + optimizer in `directory`,
+    the newest `keep` steps kept."""
 
-    def __init__(self, directory: str, keep: int):
+    def __init__(self, engine: "TunixEngine", directory: str, keep: int):
         import orbax.checkpoint as ocp
         from tunix.sft.checkpoint_manager import CheckpointManager
 
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                                enable_async_checkpointing=False)
+        self.engine = engine
         self.manager = CheckpointManager(directory, options=options)
         self._orbax = self.manager._checkpoint_manager
 
-    def save(self, step: int, engine: "Engine", meta: dict[str, Any]) -> None:
+    def save(self, step: int, meta: dict[str, Any]) -> None:
         """Synchronous: when this returns, step `step` is durable."""
-        trainer = engine.cluster.actor_trainer
+        trainer = self.engine.cluster.actor_trainer
         self.manager.save(step, trainer.model, trainer.optimizer, force=True,
-                          custom_metadata={**meta, **counters(engine)})
+                          custom_metadata={**meta, **counters(self.engine)})
         self._orbax.wait_until_finished()
 
     def steps(self) -> list[int]:
@@ -59,18 +61,18 @@ class EngineCheckpoints:
         self._orbax.reload()
         return sorted(self._orbax.all_steps(), reverse=True)
 
-    def restore(self, step: int, engine: "Engine") -> dict[str, Any]:
+    def restore(self, step: int) -> dict[str, Any]:
         """Load step `step` into the engine's policy and optimizer; returns its metadata.
         Raises whatever orbax raises for a corrupt or half-written step."""
-        trainer = engine.cluster.actor_trainer
+        trainer = self.engine.cluster.actor_trainer
         _, meta = self.manager.maybe_restore(trainer.model, trainer.optimizer, step=step)
         return dict(meta)
 
-    def resume(self, engine: "Engine", meta: dict[str, Any]) -> None:
+    def resume(self, meta: dict[str, Any]) -> None:
         """After a restore: Tunix's counters back, and the rollout model given the weights."""
-        set_counters(engine, meta)
-        if engine.learner.should_sync_weights:
-            engine.cluster.sync_weights()
+        set_counters(self.engine, meta)
+        if self.engine.learner.should_sync_weights:
+            self.engine.cluster.sync_weights()
 
     def close(self) -> None:
         self.manager.close()

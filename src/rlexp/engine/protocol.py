@@ -1,0 +1,65 @@
+"""What the loop, evaluation and checkpointing may ask of an engine (no Tunix here).
+
+`rlexp.engine.build` returns a TunixEngine; anything else with these members (a fake in a
+test, another backend) runs through the same loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rlexp.config import Config
+    from rlexp.data import Splits
+    from rlexp.rewards import Term
+
+
+class CheckpointStore(Protocol):
+    """One engine's policy + optimizer + counters on disk, by step."""
+
+    def save(self, step: int, meta: dict[str, Any]) -> None:
+        """Synchronous: when it returns, `step` is durable with `meta` as its metadata."""
+
+    def steps(self) -> list[int]:
+        """Committed steps, newest first, re-read from disk."""
+
+    def restore(self, step: int) -> dict[str, Any]:
+        """Load `step` into the engine; its metadata. Raises for a corrupt step."""
+
+    def resume(self, meta: dict[str, Any]) -> None:
+        """After a restore that rlexp accepted: the engine's own counters and weight sync."""
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    cfg: "Config"
+    splits: "Splits"
+    # Weighted reward terms (rlexp.rewards), shared by training and evaluation.
+    terms: "list[Term]"
+    # Global step the loop starts from (> 0 after a resume).
+    start_step: int
+    # What build() did (warm start, data counts), for logs and the summary.
+    info: dict[str, Any]
+    # Learning rate as a function of the optimizer update count.
+    schedule: Callable[[int], Any]
+    # Optimizer updates per global step (mini-batches x num_iterations).
+    updates_per_step: int
+
+    @property
+    def rollout_batch(self) -> int:
+        """Completions per global step."""
+
+    def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
+        """One RL global step sampled with `key`; the step's metrics as host floats."""
+
+    def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
+        """Evaluation completions of `prompts` (greedy, or sampled at eval.temperature)."""
+
+    def policy_state(self) -> "dict[str, np.ndarray]":
+        """A NumPy copy of the policy parameters (flattened names -> arrays)."""
+
+    def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
+        """The store that saves and restores this engine under `directory`."""

@@ -1,0 +1,174 @@
+"""Every private (or monkeypatched) Tunix name rlexp relies on, in one list.
+
+Tunix has no public hook for what rlexp needs (one global step at a time, per-update
+metrics, resumable step counters, a fresh PRNG key per sampler call, RoPE theta), so the
+engine reaches into these names. They were read from google-tunix 0.1.7. `problems()` checks
+them against the installed Tunix without building anything: the fast test
+tests/test_tunix_contract.py runs it (and checks that the engine's sources use no private
+name missing from this list), and `rlexp.engine.build` runs it so a Tunix upgrade stops with
+one line naming what changed instead of a traceback deep in a step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+
+# What the pins in pyproject.toml install; named in the error so the fix is obvious.
+TESTED_VERSION = "0.1.7"
+
+
+@dataclasses.dataclass(frozen=True)
+class Name:
+    # "module:Class" or "module" (for a module-level global).
+    owner: str
+    # The attribute, method, field or global.
+    name: str
+    # method | attribute (set as self.<name> in the class or a base) | field (dataclass) |
+    # function (module global that is callable) | property
+    kind: str
+    # Parameters rlexp passes: positionally (the first ones after self, in this order) when
+    # `positional`, else by keyword (each must exist); None = not checked.
+    params: tuple[str, ...] | None = None
+    positional: bool = False
+    # Where rlexp uses it and why.
+    why: str = ""
+
+    def label(self) -> str:
+        return f"{self.owner.replace(':', '.')}.{self.name}"
+
+
+_LEARNER = "tunix.rl.rl_learner:RLLearner"
+_GRPO = "tunix.rl.grpo.grpo_learner:GRPOLearner"
+_PEFT = "tunix.sft.peft_trainer:PeftTrainer"
+_CLUSTER = "tunix.rl.rl_cluster:RLCluster"
+_VANILLA = "tunix.rl.rollout.vanilla_rollout:VanillaRollout"
+
+NAMES: tuple[Name, ...] = (
+    # engine/tunix_adapter.py StepRunner: one global step without RLLearner.train's loop.
+    Name(_LEARNER, "_training_config", "attribute", why="mini/micro batch sizes"),
+    Name(_LEARNER, "_rollout_micro_batch_size", "attribute", why="rollout micro-batch"),
+    Name(_LEARNER, "_compute_logps_micro_batch_size", "attribute", why="logps micro-batch"),
+    Name(_LEARNER, "_create_micro_batch_iterator", "method",
+         ("full_batch_iterator", "micro_batch_size"), True, why="StepRunner splits the batch"),
+    Name(_LEARNER, "_run_global_step", "method",
+         ("full_batch_size", "mini_batch_size", "service_target_batch_size", "grad_acc_steps",
+          "train_iterator", "eval_ds", "skip_jit"), True, why="StepRunner"),
+    Name(_LEARNER, "should_sync_weights", "attribute", why="StepRunner and resume"),
+    # engine/checkpointing.py: the counters a resume sets back.
+    Name(_LEARNER, "_iter_steps", "attribute", why="checkpoint counters"),
+    Name(_LEARNER, "_last_iter_step", "attribute", why="checkpoint counters"),
+    Name(_PEFT, "_train_steps", "attribute", why="checkpoint counters"),
+    Name(_PEFT, "_iter_steps", "attribute", why="checkpoint counters"),
+    Name(_CLUSTER, "global_steps", "attribute", why="checkpoint counters, StepRunner"),
+    Name("tunix.sft.checkpoint_manager:CheckpointManager", "_checkpoint_manager", "attribute",
+         why="orbax manager: wait_until_finished, reload, all_steps"),
+    Name("tunix.sft.checkpoint_manager:CheckpointManager", "save", "method",
+         ("step", "model", "optimizer", "save_only_lora_params", "force", "custom_metadata")),
+    Name("tunix.sft.checkpoint_manager:CheckpointManager", "maybe_restore", "method",
+         ("model", "optimizer", "step")),
+    # engine/probes.py: per-update metrics and rollout timing, wrapped on the instances.
+    Name(_PEFT, "_post_process_train_step", "method", ("aux",), True, why="probe wraps it"),
+    Name(_PEFT, "_buffered_train_metrics", "attribute", why="probe reads loss, grad_norm"),
+    Name("tunix.sft.peft_trainer:MetricsBuffer", "losses", "field", why="probe"),
+    Name("tunix.sft.peft_trainer:MetricsBuffer", "additional_metrics", "field",
+         why="probe reads ['grad_norm']"),
+    Name("tunix.rl.trainer:Trainer", "with_rl_metrics_to_log", "method", ("rl_metrics_to_log",),
+         why="probe turns off Tunix's aux logging"),
+    Name(_GRPO, "_generate_and_compute_advantage", "method", ("training_input", "mode"),
+         why="probe times it and reads the completion mask"),
+    Name(_CLUSTER, "generate", "method", ("prompts", "mode", "micro_batch_size"),
+         why="probe wraps it; evaluation calls it"),
+    # engine/tunix_adapter.py SamplingKeys and trap 6 (old log-probs at temperature).
+    Name(_CLUSTER, "rollout", "property", why="SamplingKeys patches rollout.generate"),
+    Name(_VANILLA, "_sampler", "attribute", why="old log-probs at the sampling temperature"),
+    Name(_VANILLA, "generate", "method", ("prompts", "rollout_config"), True,
+         why="SamplingKeys wraps it with a fresh seed"),
+    Name(_VANILLA, "get_per_token_logps", "method", ("prompt_tokens", "completion_tokens"),
+         True, why="replaced to pass the temperature"),
+    Name("tunix.generate.sampler:Sampler", "model_def_and_state", "method", ()),
+    Name("tunix.rl.rollout.base_rollout:RolloutConfig", "seed", "field",
+         why="SamplingKeys replaces it per call"),
+    # engine/models.py: the RoPE base patch (attention calls the module global).
+    Name("tunix.models.qwen3.model", "apply_rope", "function",
+         ("inputs", "positions", "head_dim", "rope_theta")),
+    Name("tunix.models.llama3.model", "apply_rope", "function",
+         ("inputs", "positions", "head_dim", "rope_theta")),
+    # engine/algo_registry.py: rlexp's loss and advantage registered by name.
+    Name("tunix.rl.function_registry", "register_policy_loss_fn", "function", ("name",)),
+    Name("tunix.rl.function_registry", "register_advantage_estimator", "function", ("name",)),
+    Name("tunix.rl.common", "compute_per_token_logps", "function",
+         ("graphdef", "state", "prompt_tokens", "completion_tokens", "pad_id", "eos_id",
+          "stop_gradient", "return_logits", "temperature")),
+)
+
+
+def _resolve(owner: str) -> object:
+    module_name, _, cls = owner.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, cls) if cls else module
+
+
+def _assigns(cls: type, name: str) -> bool:
+    """Some class in cls's MRO assigns self.<name> in its source."""
+    pattern = re.compile(rf"self\.{re.escape(name)}\s*(:[^=]*)?=[^=]")
+    for klass in inspect.getmro(cls):
+        if klass.__module__.startswith("tunix"):
+            try:
+                if pattern.search(inspect.getsource(klass)):
+                    return True
+            except (OSError, TypeError):
+                continue
+    return False
+
+
+def check(entry: Name) -> str | None:
+    """None when the installed Tunix has `entry` as rlexp uses it; else why not."""
+    try:
+        owner = _resolve(entry.owner)
+    except (ImportError, AttributeError) as exc:
+        return f"{entry.owner} is gone ({type(exc).__name__}: {exc})"
+    if entry.kind == "attribute":
+        return None if _assigns(owner, entry.name) else "is no longer set by the class"
+    if entry.kind == "field":
+        names = {f.name for f in dataclasses.fields(owner)}
+        return None if entry.name in names else "is no longer a field"
+    target = inspect.getattr_static(owner, entry.name, None)
+    if target is None:
+        return "is gone"
+    if entry.kind == "property":
+        return None if isinstance(target, property) else "is no longer a property"
+    if not callable(target) and not isinstance(target, (staticmethod, classmethod)):
+        return "is no longer callable"
+    if entry.params is None:
+        return None
+    params = [p for p in inspect.signature(getattr(owner, entry.name)).parameters.values()
+              if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    if entry.positional:
+        got = tuple(p.name for p in params[: len(entry.params)])
+        if got != entry.params:
+            return f"positional parameters changed: expected {entry.params}, found {got}"
+        return None
+    missing = [n for n in entry.params if n not in {p.name for p in params}]
+    return f"lost parameter(s) {', '.join(missing)}" if missing else None
+
+
+def problems() -> list[str]:
+    """One line per name that no longer matches (empty when all hold)."""
+    out = []
+    for entry in NAMES:
+        why = check(entry)
+        if why:
+            out.append(f"{entry.label()} {why}")
+    return out
+
+
+def installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("google-tunix")
+    except PackageNotFoundError:
+        return "unknown"
