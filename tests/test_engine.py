@@ -30,6 +30,9 @@ def tiny_config(name: str, cache: Path) -> Config:
     c.dataset.num_train, c.dataset.num_eval = 64, 8
     c.rollout.max_prompt_length, c.rollout.max_completion_length, c.rollout.kv_cache_size = 64, 16, 80
     c.train.steps, c.train.batch_size, c.train.learning_rate = STEPS, 4, 1e-3
+    # The toy settings these tests were written with (the schema's defaults are real-model's).
+    c.train.lr_schedule, c.train.grad_clip, c.train.weight_decay = "constant", 1.0, 0.0
+    c.train.remat = "none"
     c.eval.num_samples, c.eval.pass_k, c.eval.every = 8, 2, 2
     c.run.cache_dir = str(cache)
     return validate(c)

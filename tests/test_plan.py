@@ -51,13 +51,19 @@ def test_param_count_matches_the_published_checkpoints(model, published):
 # ------------------------------------------------------------------ memory by hand
 
 
+# The by-hand shape: bf16 weights and compute, 32 + 8 tokens, no remat, 8 prompts x 4.
+HAND = ("model.param_dtype=bfloat16", "rollout.max_prompt_length=32",
+        "rollout.max_completion_length=8", "rollout.kv_cache_size=64", "train.remat=none",
+        "train.batch_size=8", "algo.num_generations=4")
+
+
 def test_memory_items_by_hand_llama8b_on_v6e8():
-    cfg = _pair("llama3.1-8b", "v6e-8")
+    cfg = _pair("llama3.1-8b", "v6e-8", *HAND)
     mem = memory_plan(cfg)
     p, shards = 8_030_261_248, 8  # bf16 weights, fsdp=8 x tp=1
     assert mem.trainer["policy"] == pytest.approx(p * 2 / shards)
     assert mem.trainer["reference"] == pytest.approx(p * 2 / shards)  # beta=0.04 > 0
-    assert mem.trainer["optimizer"] == pytest.approx(p * 8 / shards)  # 2 f32 moments
+    assert mem.trainer["optimizer"] == pytest.approx(p * 4 / shards)  # 2 bf16 moments
     assert mem.trainer["new weights"] == pytest.approx(p * 2 / shards)
     assert mem.trainer["gradients"] == 0  # no accumulation: fused into the update
     # Same mesh for both roles: Tunix shares the weights, no rollout copy.
@@ -77,6 +83,58 @@ def test_memory_items_by_hand_llama8b_on_v6e8():
     assert mem.capacity == 32 * GIB
 
 
+def test_float32_master_weights_with_bfloat16_compute():
+    # qwen3 computes in model.dtype: weights, new weights and AdamW moments in float32, the
+    # reference and the KV cache in bfloat16, activations in bfloat16 bytes off CPU.
+    over = [o for o in HAND if not o.startswith("model.param_dtype")]
+    mixed = memory_plan(_pair("qwen3-0.6b", "v5p-8", "model.param_dtype=float32", *over))
+    bf16 = memory_plan(_pair("qwen3-0.6b", "v5p-8", "model.param_dtype=bfloat16", *over))
+    p, shards = 596_049_920, 4
+    assert mixed.trainer["policy"] == pytest.approx(p * 4 / shards)
+    assert mixed.trainer["new weights"] == pytest.approx(p * 4 / shards)
+    assert mixed.trainer["optimizer"] == pytest.approx(p * 8 / shards)
+    assert mixed.trainer["reference"] == pytest.approx(p * 2 / shards)
+    assert bf16.trainer["optimizer"] == pytest.approx(p * 4 / shards)
+    assert mixed.trainer["activations"] == pytest.approx(bf16.trainer["activations"])
+    assert mixed.rollout["kv cache"] == pytest.approx(bf16.rollout["kv cache"])
+    # Tunix 0.1.7's llama3 computes in the weights' dtype: float32 weights, float32 compute.
+    llama = memory_plan(_pair("smollm2-135m", "gpu", "model.dtype=bfloat16", *over,
+                              "model.param_dtype=float32"))
+    llama_bf16 = memory_plan(_pair("smollm2-135m", "gpu", "model.dtype=bfloat16", *HAND))
+    assert llama.trainer["activations"] == pytest.approx(2 * llama_bf16.trainer["activations"])
+
+
+def test_remat_keeps_one_hidden_vector_per_layer():
+    base = ("model.param_dtype=bfloat16", "rollout.max_prompt_length=128",
+            "rollout.max_completion_length=128", "rollout.kv_cache_size=256",
+            "train.batch_size=8", "algo.num_generations=4")
+    cfg = _pair("llama3.1-8b", "v6e-8", *base, "train.remat=full")
+    full = memory_plan(cfg)
+    none = memory_plan(_pair("llama3.1-8b", "v6e-8", *base, "train.remat=none"))
+    dots = memory_plan(_pair("llama3.1-8b", "v6e-8", *base, "train.remat=dots_saveable"))
+    rows, seq, h = 8 * 4, 256, 4096
+    # layers x 1 stored input + one layer recomputed + the per-token terms, bf16, fsdp=8
+    units = 32 * 1.0 + activation_factor(cfg.model, seq) + 13
+    assert full.trainer["activations"] == pytest.approx(rows * seq * h * units * 2 / 8)
+    # dots: q (4096) + k, v (2 x 1024) + o, down (2 x 4096) + gate, up (2 x 14336) per layer
+    dots_units = 32 * (2 * 4096 + 4096 + 2 * 1024 + 2 * 14336) / 4096 + 3.5 * 32 * seq / 4096 + 13
+    assert dots.trainer["activations"] == pytest.approx(rows * seq * h * dots_units * 2 / 8)
+    assert full.trainer["activations"] < dots.trainer["activations"] < none.trainer["activations"]
+    assert full.trainer["logits"] == none.trainer["logits"]
+
+
+def test_rollout_micro_batch_caps_the_kv_cache():
+    over = [*HAND, "train.batch_size=16"]
+    whole = memory_plan(_pair("llama3.1-8b", "v6e-8", *over))
+    micro = memory_plan(_pair("llama3.1-8b", "v6e-8", *over, "rollout.micro_batch_size=4"))
+    assert whole.rollout["kv cache"] == 16 * 4 * 64 * 32 * 2 * 8 * 128 * 2
+    assert micro.rollout["kv cache"] == pytest.approx(whole.rollout["kv cache"] / 4)
+    assert micro.rollout["sampler logits"] == pytest.approx(whole.rollout["sampler logits"] / 4)
+    # The train micro batch sets the sampler's micro batch unless rollout's is given.
+    train_micro = memory_plan(_pair("llama3.1-8b", "v6e-8", *over, "train.micro_batch_size=4"))
+    assert train_micro.rollout["kv cache"] == pytest.approx(micro.rollout["kv cache"])
+
+
 def test_beta_zero_drops_the_reference():
     with_ref = memory_plan(_pair("qwen3-0.6b", "v5p-8"))
     without = memory_plan(_pair("qwen3-0.6b", "v5p-8", "algo.beta=0"))
@@ -87,7 +145,7 @@ def test_beta_zero_drops_the_reference():
 def test_gradient_accumulation_keeps_a_gradient_buffer():
     cfg = _pair("qwen3-0.6b", "cpu", "train.mini_batch_size=8", "train.micro_batch_size=2")
     mem = memory_plan(cfg)
-    assert mem.trainer["gradients"] == pytest.approx(596_049_920 * 2)
+    assert mem.trainer["gradients"] == pytest.approx(596_049_920 * 4)  # float32 master
     full = memory_plan(_pair("qwen3-0.6b", "cpu"))
     assert mem.trainer["activations"] == pytest.approx(full.trainer["activations"] / 4)
 
@@ -96,8 +154,8 @@ def test_split_roles_hold_their_own_items():
     mem = memory_plan(_pair("llama3.1-70b", "v5p-64"))
     p = 70_553_706_496
     assert not mem.colocated
-    assert mem.trainer["policy"] == pytest.approx(p * 2 / 16)
-    assert mem.rollout["rollout weights"] == pytest.approx(p * 2 / 16)
+    assert mem.trainer["policy"] == pytest.approx(p * 4 / 16)  # float32 master by default
+    assert mem.rollout["rollout weights"] == pytest.approx(p * 4 / 16)
     trainer_dev = sum(v for k, v in mem.trainer.items())
     rollout_dev = sum(mem.rollout.values())
     assert mem.peak == pytest.approx(max(trainer_dev, rollout_dev))
@@ -106,7 +164,7 @@ def test_split_roles_hold_their_own_items():
 def test_a_different_rollout_mesh_costs_a_weight_copy():
     cfg = _pair("llama3.1-8b", "v5p-8", "hardware.rollout_mesh.fsdp=1", "hardware.rollout_mesh.tp=4")
     mem = memory_plan(cfg)
-    assert mem.rollout["rollout weights"] == pytest.approx(8_030_261_248 * 2 / 4)
+    assert mem.rollout["rollout weights"] == pytest.approx(8_030_261_248 * 4 / 4)
 
 
 def test_bfloat16_on_cpu_is_costed_in_float32():
@@ -119,9 +177,12 @@ def test_bfloat16_on_cpu_is_costed_in_float32():
 
 # ------------------------------------------------------------------------- feasibility
 
-# (model, hardware) pairs that cannot run with the default experiment settings.
+# (model, hardware) pairs that cannot run with the default settings (each model's recipe, or
+# the schema's real-model defaults: 8 prompts x 4 of 256 + 768 tokens, remat, f32 master).
 INFEASIBLE = {
-    ("llama3.1-8b", "cpu"), ("llama3.1-8b", "gpu"),          # ~113 GiB on one device
+    ("qwen3-0.6b", "cpu"),                                   # ~100 GiB of activations on CPU
+    ("llama3.1-8b", "cpu"), ("llama3.1-8b", "gpu"),          # ~210 GiB on one device
+    ("llama3.1-8b", "gpu-h200"),
     ("llama3.1-70b", "cpu"), ("llama3.1-70b", "gpu"), ("llama3.1-70b", "gpu-h200"),
     ("llama3.1-70b", "v5p-8"), ("llama3.1-70b", "v6e-8"),   # needs the v5p-64 split
 }
@@ -225,3 +286,94 @@ def test_estimate_within_25_percent_of_measured_memory():
     assert [r["config"] for r in results] == ["tiny", "smollm2-135m"]
     for r in results:
         assert 0.75 <= r["ratio"] <= 1.25, r
+
+
+# ------------------------------------------------------- refusals that name the fix, recipes
+
+# The 32 x 8 x (128 + 128) step, in one slice (the smollm2 recipe accumulates over 4).
+BIG_STEP = ("train.batch_size=32", "algo.num_generations=8", "rollout.max_prompt_length=128",
+            "rollout.max_completion_length=128", "train.micro_batch_size=null")
+
+
+def test_refusal_names_the_micro_batch_that_fits_and_it_does():
+    plan = make_plan(_pair("smollm2-135m", "gpu", *BIG_STEP))
+    assert not plan.fits
+    assert "it fits with train.micro_batch_size=" in plan.why
+    fix = plan.why.split("it fits with ", 1)[1].split(" (", 1)[0].split()
+    assert all(f.startswith(("train.micro_batch_size=", "train.remat=")) for f in fix)
+    assert make_plan(_pair("smollm2-135m", "gpu", *BIG_STEP, *fix)).fits
+    # The micro batch named is the largest that fits: one size up does not.
+    micro = int(fix[0].split("=")[1])
+    bigger = [d for d in range(micro + 1, 33) if 32 % d == 0][0]
+    assert not make_plan(_pair("smollm2-135m", "gpu", *BIG_STEP,
+                               f"train.micro_batch_size={bigger}")).fits
+
+
+def test_refusal_names_remat_when_micro_batching_alone_is_not_enough():
+    # One prompt per slice still does not fit without remat; remat makes it fit.
+    over = ("model.param_dtype=bfloat16", "train.remat=none", "train.batch_size=8",
+            "rollout.max_prompt_length=1024", "rollout.max_completion_length=3072",
+            "rollout.kv_cache_size=4352")
+    plan = make_plan(_pair("llama3.1-8b", "v6e-8", *over))
+    assert not plan.fits
+    assert "train.remat=full" in plan.why, plan.why
+    fix = plan.why.split("it fits with ", 1)[1].split(" (", 1)[0].split()
+    assert make_plan(_pair("llama3.1-8b", "v6e-8", *over, *fix)).fits
+
+
+def test_nothing_fits_says_so():
+    plan = make_plan(_pair("llama3.1-70b", "v6e-8"))
+    assert "micro-batching and train.remat=full do not make it fit" in plan.why
+
+
+def test_gpu_memory_figures_are_marked_unverified():
+    text = "\n".join(make_plan(_pair("smollm2-135m", "gpu")).lines)
+    assert "GPU figures unverified" in text
+    assert "unverified" not in "\n".join(make_plan(_pair("smollm2-135m", "v5p-8")).lines)
+
+
+def test_real_models_get_real_model_settings():
+    cfg = _pair("llama3.1-8b", "v5p-8")
+    assert 1e-7 <= cfg.train.learning_rate <= 1e-5
+    assert cfg.train.lr_schedule == "warmup_cosine" and cfg.train.warmup_steps > 0
+    assert cfg.rollout.max_prompt_length >= 256 and cfg.rollout.max_completion_length >= 512
+    assert cfg.model.dtype == "bfloat16" and cfg.model.param_dtype == "float32"
+    plan = make_plan(cfg)
+    assert plan.fits, plan.why
+    assert not any(line.startswith("warning") for line in plan.lines)
+
+
+def test_another_models_recipe_warns_in_one_line():
+    plan = make_plan(_pair("llama3.1-8b", "v5p-8", "recipe=tiny"))
+    warnings = [line for line in plan.lines if line.startswith("warning")]
+    assert warnings == ["warning: train.learning_rate=0.001 and 64 + 24 tokens are "
+                        "recipe=tiny's settings (made for model=tiny), not model=llama3.1-8b's"]
+    plan = make_plan(_pair("qwen3-0.6b", "v5p-8", "train.learning_rate=0.001"))
+    assert [line for line in plan.lines if line.startswith("warning")] == [
+        "warning: train.learning_rate=0.001 is a toy-model value for a 0.60B-parameter model "
+        "(real-model RL recipes use 1e-6 to 1e-5)"]
+    assert not any(line.startswith("warning") for line in make_plan(_pair("tiny", "cpu")).lines)
+
+
+def test_model_files_carry_only_model_facts():
+    import yaml
+
+    for path in sorted((ROOT / "conf" / "model").glob("*.yaml")):
+        text = path.read_text()
+        assert "@package _global_" not in text, path.name
+        keys = set(yaml.safe_load(text))
+        assert not keys & {"train", "rollout", "eval", "algo", "warm_start_steps",
+                           "warm_start_lr", "warm_start_batch_size"}, path.name
+
+
+def test_default_run_keeps_the_tiny_recipe():
+    cfg = _compose([])
+    assert (cfg.model.name, cfg.train.steps, cfg.train.batch_size, cfg.train.learning_rate,
+            cfg.train.lr_schedule, cfg.train.warmup_steps, cfg.train.grad_clip,
+            cfg.train.weight_decay, cfg.train.remat) == (
+        "tiny", 900, 32, 1e-3, "cosine", 0, 1.0, 0.0, "none")
+    assert (cfg.rollout.max_prompt_length, cfg.rollout.max_completion_length,
+            cfg.rollout.kv_cache_size, cfg.eval.every, cfg.eval.num_samples) == (64, 24, 96, 150, 128)
+    assert (cfg.model.warm_start_steps, cfg.model.param_dtype) == (300, "float32")
+    # recipe=none: the schema's real-model defaults on the same model.
+    assert _compose(["recipe=none"]).train.learning_rate == pytest.approx(3e-6)

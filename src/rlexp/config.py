@@ -15,6 +15,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from rlexp.algo.family import algorithms
 from rlexp.errors import UserError
 
 # ----------------------------------------------------------------------------------- groups
@@ -70,7 +71,8 @@ class ModelConfig:
 
 @dataclass
 class AlgoConfig:
-    # Policy-gradient variant: grpo (token-level ratio) | gspo (sequence-level ratio).
+    # Algorithm of rlexp.algo.variants: grpo | gspo | dapo | dr_grpo (its ratio level and
+    # advantage estimator; everything else is the settings below).
     name: str = "grpo"
     # Weight of the KL penalty to the reference model (0 drops the reference model).
     beta: float = 0.04
@@ -84,8 +86,25 @@ class AlgoConfig:
     num_iterations: int = 1
     # KL estimator: k1 (log-ratio) | k2 (squared log-ratio / 2) | k3 (Schulman's unbiased).
     kl_estimator: str = "k3"
-    # Loss aggregation: token-mean | sequence-mean-token-mean | sequence-mean-token-sum.
+    # Loss aggregation: token-mean | sequence-mean-token-mean | sequence-mean-token-sum |
+    # sequence-mean-token-scale (Dr.GRPO: token sums / the completion budget).
     loss_agg: str = "sequence-mean-token-mean"
+    # Importance ratio per token (GRPO) or per sequence (GSPO; TRL importance_sampling_level);
+    # None = the algorithm's own.
+    ratio_level: Optional[str] = None
+    # Advantage std scaling (TRL scale_rewards): group | batch | none (Dr.GRPO).
+    scale_rewards: str = "group"
+    # Drop completions that hit the budget without EOS from the loss (TRL
+    # mask_truncated_completions).
+    mask_truncated: bool = False
+    # Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling, without
+    # DAPO's re-sampling: the step trains on fewer groups).
+    dynamic_sampling: bool = False
+    # DAPO overlong shaping: share of the completion budget (its last tokens) over which a
+    # penalty grows linearly to -overlong_penalty (the paper: 4096 of 20480 = 0.2); 0 = off.
+    overlong_buffer: float = 0.0
+    # DAPO overlong shaping: weight of the penalty (logged as train/reward/overlong).
+    overlong_penalty: float = 1.0
 
 
 @dataclass
@@ -269,15 +288,15 @@ class RewardFunctionConfig:
     weight: float = 1.0
     # Logged as train/reward/<name>; None = the function's __name__.
     name: Optional[str] = None
-    # Keyword arguments passed to the function on every call.
+    # Keyword arguments passed to the function on every call (besides template and
+    # reasoning_tag, which every function gets from dataset.*).
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def _builtin_rewards() -> list[RewardFunctionConfig]:
     # The default run's rewards (MaxText's GSM8K recipe: format + answer + closeness).
-    fmt = {"template": "${dataset.template}", "reasoning_tag": "${dataset.reasoning_tag}"}
-    return [RewardFunctionConfig("rlexp.rewards.format_exact_reward", 0.5, "format_exact", dict(fmt)),
-            RewardFunctionConfig("rlexp.rewards.format_approx_reward", 0.25, "format_approx", dict(fmt)),
+    return [RewardFunctionConfig("rlexp.rewards.format_exact_reward", 0.5, "format_exact"),
+            RewardFunctionConfig("rlexp.rewards.format_approx_reward", 0.25, "format_approx"),
             RewardFunctionConfig("rlexp.rewards.answer_exact_reward", 1.0, "answer_exact"),
             RewardFunctionConfig("rlexp.rewards.answer_close_reward", 0.5, "answer_close")]
 
@@ -344,8 +363,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     # Activation rematerialization of the training forward: none | full (recompute each
     # decoder layer in the backward pass) | dots_saveable (keep matmul outputs, recompute
-    # the rest). The sampler never remats (Tunix's decoder remat crashed there).
-    remat: str = "none"
+    # the rest). The sampler never remats (Tunix's decoder remat crashed there). Real-model
+    # default full, as MaxText's RL recipes remat (remat_policy: custom, with offloading).
+    remat: str = "full"
     # Seed of init, sampling and data order; shared by jobs of a sweep unless swept.
     seed: int = 0
     # Save a checkpoint every N steps; 0 = only at the end.
@@ -382,6 +402,9 @@ class RunConfig:
     progress: bool = True
     # Cache shared by runs (warm-start weights keyed by what determines them).
     cache_dir: str = "outputs/cache"
+    # Warm-start cache entries kept under cache_dir; the least recently used beyond this are
+    # deleted when a run adds or uses one.
+    cache_keep: int = 8
     # [first, last] global steps traced by the JAX profiler into <run dir>/profile (logged
     # as an artifact; TensorBoard/Perfetto read it); [] = off.
     profile_steps: list[int] = field(default_factory=list)
@@ -430,9 +453,11 @@ CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "train.remat": ("none", "full", "dots_saveable"),
     "model.tokenizer": ("char", "hf"),
-    "algo.name": ("grpo", "gspo"),
+    "algo.name": tuple(algorithms()),
     "algo.kl_estimator": ("k1", "k2", "k3"),
-    "algo.loss_agg": ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum"),
+    "algo.loss_agg": ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum",
+                      "sequence-mean-token-scale"),
+    "algo.scale_rewards": ("group", "batch", "none"),
     "hardware.platform": ("cpu", "tpu", "gpu"),
     "hardware.split": ("colocated", "split"),
     "dataset.template": ("reasoning", "answer"),
@@ -467,6 +492,8 @@ RANGES: dict[str, str] = {
     "algo.epsilon_high": "(0, 1)",
     "algo.num_generations": "[2, inf)",
     "algo.num_iterations": "[1, inf)",
+    "algo.overlong_buffer": "[0, 1]",  # 0 = off
+    "algo.overlong_penalty": "[0, inf)",
     "hardware.chips": "[1, inf)",
     "hardware.devices": "[1, inf)",
     "hardware.hosts": "[1, inf)",
@@ -506,6 +533,7 @@ RANGES: dict[str, str] = {
     "train.prune.startup_jobs": "[0, inf)",
     "train.prune.warmup_steps": "[0, inf)",
     "run.profile_steps": "[1, inf)",
+    "run.cache_keep": "[1, inf)",
     "reward.functions.weight": "(-inf, inf)",  # negative = a penalty
     "train.steps": "[1, inf)",
     "train.batch_size": "[1, inf)",
@@ -597,6 +625,9 @@ def validate(cfg: Config) -> Config:
         _require(a.epsilon <= a.epsilon_high < 1, "algo.epsilon_high", a.epsilon_high,
                  f"must be >= algo.epsilon ({a.epsilon}) and < 1")
     _require(a.beta >= 0, "algo.beta", a.beta, "must be >= 0")
+    if a.ratio_level is not None:
+        _require(a.ratio_level in ("token", "sequence"), "algo.ratio_level", a.ratio_level,
+                 "valid choices are token, sequence, null (the algorithm's own)")
     _require(a.num_iterations >= 1, "algo.num_iterations", a.num_iterations, "must be >= 1")
     _require(t.steps >= 1, "train.steps", t.steps, "must be >= 1")
     _require(t.batch_size >= 1, "train.batch_size", t.batch_size, "must be >= 1")

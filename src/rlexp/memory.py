@@ -4,28 +4,34 @@ Pure arithmetic on the config (no JAX): `run.dry_run=true` prints it and a run t
 stops with exit 2. The estimate follows what Tunix holds on each device:
 
 trainer devices (policy + reference, the trainer mesh)
-  policy      params x dtype bytes, sharded over fsdp x tp (Tunix shards every weight on both)
-  reference   the same again when algo.beta > 0 (Tunix drops the reference model at beta = 0)
-  optimizer   AdamW's two moments in float32 (8 bytes/param; optax keeps them in the param
-              dtype by default, so for bfloat16 params this is an upper bound)
-  gradients   params x dtype bytes, only with gradient accumulation (train.micro_batch_size <
+  policy      params x model.param_dtype bytes (the trained master weights), sharded over
+              fsdp x tp (Tunix shards every weight on both)
+  reference   params x compute dtype bytes when algo.beta > 0 (the frozen reference is kept
+              in model.dtype; Tunix drops it at beta = 0)
+  optimizer   AdamW's two moments in the param dtype (optax's default: 8 bytes/param for a
+              float32 master, 4 for bfloat16 weights)
+  gradients   params x param bytes, only with gradient accumulation (train.micro_batch_size <
               mini batch): optax.MultiSteps keeps an accumulator. Otherwise XLA fuses each
               weight's gradient into its AdamW update (the optimizer is donated) and a full
               gradient tree never exists: measured, the step needs no gradient-sized buffer.
-  new weights params x dtype bytes: the updated weights before the old ones are released
+  new weights params x param bytes: the updated weights before the old ones are released
   activations what the backward pass keeps: micro-batch tokens x hidden x (layers x factor +
-              ACTIVATION_TOKEN_H) x dtype bytes (float32 bytes on CPU), the factor from
-              ACTIVATION_* below; sharded over fsdp (the batch; only when it divides) and tp
+              ACTIVATION_TOKEN_H) x compute bytes (float32 bytes on CPU), the factor from
+              ACTIVATION_* below, or from REMAT_* with train.remat; sharded over fsdp (the
+              batch; only when it divides) and tp
   logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes (float32 logits,
               log-softmax and its gradient; CPU_BF16_LOGIT_COPIES for bfloat16 on CPU), same
               sharding as activations
 rollout devices (the sampler, the rollout mesh)
   rollout weights  a second copy of the policy, unless trainer and rollout use the very same
               mesh (Tunix then shares one backbone)
-  kv cache    batch x num_generations x kv_cache_size x layers x 2 (k, v) x kv_heads x head_dim x
-              dtype bytes. NOT divided by the mesh: Tunix's sampler allocates it with jnp.zeros
-              outside jit, i.e. whole on one device, before the first prefill.
-  sampler logits  batch x num_generations x prompt length x vocab x 4 bytes (the prefill).
+  kv cache    rollout micro batch x num_generations x kv_cache_size x layers x 2 (k, v) x
+              kv_heads x head_dim x compute bytes. NOT divided by the mesh: Tunix's sampler
+              allocates it with jnp.zeros outside jit, i.e. whole on one device, before the
+              first prefill. The rollout micro batch is rollout.micro_batch_size, else the
+              train micro batch (Tunix samples a step's prompts in micro-batches).
+  sampler logits  rollout micro batch x num_generations x prompt length x vocab x 4 bytes
+              (the prefill).
   vllm reserve    rollout=vllm instead of the three above: vLLM takes rollout.hbm_utilization
               of each device's HBM up front for its weights and paged KV cache, and keeps it
               while the trainer runs.
@@ -38,7 +44,11 @@ is the larger of the two.
 
 Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU, and
 checked against runs built by the engine (bench/memory_calibration.py --engine;
-tests/test_plan.py holds tiny and SmolLM2-135M to +-25%).
+tests/test_plan.py holds tiny and SmolLM2-135M to +-25%). NOT verified on GPUs: on a lent H100
+(SmolLM2-135M shapes, bs8xG4 ... bs32xG8, bf16 and f32) the measured peak was 1.35-1.41x
+BELOW this plan, the excess in activations and logits (memory after build matched: 1.51 vs
+1.50 GiB); the plan therefore errs on the safe side there and says GPU figures are unverified.
+The remat terms are first-principles estimates, not yet fitted.
 """
 
 from __future__ import annotations
@@ -51,8 +61,8 @@ from rlexp.hardware import usable_hbm_fraction
 GIB = 1024**3
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-# AdamW: first and second moment, float32.
-OPTIMIZER_BYTES_PER_PARAM = 8
+# AdamW: first and second moment, each in the param dtype (optax.adamw's mu_dtype=None).
+OPTIMIZER_MOMENTS = 2
 
 # Elements the jitted update keeps live per token per layer, as multiples of each width. With
 # h = embed_dim, q = num_heads x head_dim, kv = num_kv_heads x head_dim, f = hidden_dim and
@@ -80,6 +90,12 @@ LOGIT_COPIES = 1.75
 # (measured on qwen3-0.6b shapes: 16.7 bytes per token x vocab entry, 7.4 in float32).
 # TPUs and GPUs compute in bfloat16 natively and keep the float32 figures above.
 CPU_BF16_LOGIT_COPIES = 4.0
+# train.remat: what the backward pass keeps per token per layer instead of ACTIVATION_*.
+# full (jax.checkpoint of each decoder layer): the layer's input (1 x embed_dim) per layer,
+# plus one layer's full activations while it is recomputed. dots_saveable (matmul outputs
+# kept: q, k, v, o projections, gate, up, down): h + q + 2 kv + 2 f + h elements per layer,
+# plus one layer's attention scores recomputed. First-principles counts, not fitted.
+REMAT_FULL_H = 1.0
 
 # Order of the items in the printed plan.
 TRAINER_ITEMS = ("policy", "reference", "optimizer", "gradients", "new weights", "activations",
@@ -103,6 +119,17 @@ def micro_batch_prompts(cfg: Config) -> int:
     return t.micro_batch_size or t.mini_batch_size or t.batch_size
 
 
+def rollout_micro_prompts(cfg: Config) -> int:
+    """Prompts per sampler call: rollout.micro_batch_size, else the train micro batch."""
+    return cfg.rollout.micro_batch_size or micro_batch_prompts(cfg)
+
+
+def compute_dtype(m: ModelConfig) -> str:
+    """The dtype the forward pass runs in. Tunix 0.1.7's qwen3 casts weights to
+    ModelConfig.dtype; its llama3 has no compute dtype and computes in the weights' dtype."""
+    return m.dtype if m.family == "qwen3" else m.param_dtype
+
+
 def sequence_length(cfg: Config) -> int:
     """Tokens of one training sequence: prompt + completion."""
     return cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length
@@ -115,6 +142,18 @@ def activation_factor(m: ModelConfig, seq: int) -> float:
     elems = (ACTIVATION_H * m.embed_dim + ACTIVATION_Q * q + ACTIVATION_KV * kv
              + ACTIVATION_F * m.hidden_dim + ACTIVATION_SCORES * m.num_heads * seq)
     return elems / m.embed_dim
+
+
+def activation_units(m: ModelConfig, seq: int, remat: str) -> float:
+    """Elements kept per token over all layers, in units of embed_dim, for train.remat."""
+    full = activation_factor(m, seq)
+    if remat == "none":
+        return m.num_layers * full
+    if remat == "full":
+        return m.num_layers * REMAT_FULL_H + full
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    dots = (2 * m.embed_dim + q + 2 * kv + 2 * m.hidden_dim) / m.embed_dim
+    return m.num_layers * dots + ACTIVATION_SCORES * m.num_heads * seq / m.embed_dim
 
 
 def _batch_shards(mesh: MeshConfig, rows: int) -> int:
@@ -149,11 +188,12 @@ class MemoryPlan:
 def memory_plan(cfg: Config) -> MemoryPlan:
     m, h, r, a = cfg.model, cfg.hardware, cfg.rollout, cfg.algo
     n = param_count(m)
-    wb = DTYPE_BYTES[m.dtype]
+    pb = DTYPE_BYTES[m.param_dtype]
+    cb = DTYPE_BYTES[compute_dtype(m)]
     on_cpu = h.emulate or h.platform == "cpu"
     # Bytes per activation element and float32 copies of the logits (see the constants).
-    ab = 4 if on_cpu else wb
-    logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and m.dtype == "bfloat16" else LOGIT_COPIES
+    ab = 4 if on_cpu else cb
+    logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES
     tm, rm = h.trainer_mesh, h.rollout_mesh
     t_shards, r_shards = tm.fsdp * tm.tp, rm.fsdp * rm.tp
     seq = sequence_length(cfg)
@@ -165,28 +205,28 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     shared_backbone = colocated and tm == rm
 
     trainer = {
-        "policy": n * wb / t_shards,
-        "reference": n * wb / t_shards if a.beta > 0 else 0.0,
-        "optimizer": n * OPTIMIZER_BYTES_PER_PARAM / t_shards,
-        "gradients": n * wb / t_shards if accumulates else 0.0,
+        "policy": n * pb / t_shards,
+        "reference": n * DTYPE_BYTES[m.dtype] / t_shards if a.beta > 0 else 0.0,
+        "optimizer": n * OPTIMIZER_MOMENTS * pb / t_shards,
+        "gradients": n * pb / t_shards if accumulates else 0.0,
         # Tunix's jitted step donates the optimizer state but not the model: the updated
         # weights are new buffers while the old ones are still alive.
-        "new weights": n * wb / t_shards,
-        "activations": rows * seq * m.embed_dim * (m.num_layers * activation_factor(m, seq)
+        "new weights": n * pb / t_shards,
+        "activations": rows * seq * m.embed_dim * (activation_units(m, seq, cfg.train.remat)
                                                    + ACTIVATION_TOKEN_H) * ab / act_shards,
         "logits": rows * seq * m.vocab_size * logit_copies * 4 / act_shards,
     }
     capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
-    roll_rows = cfg.train.batch_size * a.num_generations
+    roll_rows = rollout_micro_prompts(cfg) * a.num_generations
     if r.name == "vllm":
         # vLLM's gpu_memory_utilization is a share of the device's whole memory.
         rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
                    "vllm reserve": r.hbm_utilization * h.hbm_gib_per_device * GIB}
     else:
         rollout = {
-            "rollout weights": 0.0 if shared_backbone else n * wb / r_shards,
+            "rollout weights": 0.0 if shared_backbone else n * pb / r_shards,
             "kv cache": roll_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
-            * m.head_dim * wb,
+            * m.head_dim * cb,
             "sampler logits": roll_rows * r.max_prompt_length * m.vocab_size * 4
             / _batch_shards(rm, roll_rows),
             "vllm reserve": 0.0,

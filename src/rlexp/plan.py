@@ -6,12 +6,15 @@ with exit 2 and the one line in `plan.why`. Pure: imports neither JAX nor Tunix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlexp.config import Config, HardwareConfig
-from rlexp.memory import (GIB, ROLLOUT_ITEMS, TRAINER_ITEMS, MemoryPlan, memory_plan,
-                          micro_batch_prompts, param_count, sharding_problem)
+from rlexp.memory import (GIB, ROLLOUT_ITEMS, TRAINER_ITEMS, MemoryPlan, compute_dtype,
+                          memory_plan, micro_batch_prompts, param_count,
+                          rollout_micro_prompts, sharding_problem)
 from rlexp.hardware import role_device_ranges
 
 __all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts"]
@@ -64,8 +67,11 @@ def mesh_lines(hw: HardwareConfig) -> list[str]:
                   f"rollout devices {r0}-{r1 - 1} (fsdp={r.fsdp}, tp={r.tp})"]
 
 
-def memory_lines(mem: MemoryPlan) -> list[str]:
+def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
     roles = "per device" if mem.colocated else "per trainer / rollout device"
+    if platform == "gpu":
+        # Calibrated on XLA:CPU; a lent H100 measured peaks 1.35-1.41x below this estimate.
+        roles += " (GPU figures unverified: calibrated on CPU, likely over-estimates)"
     lines = [f"memory     {roles}:"]
     for role, items, names in (("trainer", mem.trainer, TRAINER_ITEMS),
                                ("rollout", mem.rollout, ROLLOUT_ITEMS)):
@@ -102,28 +108,104 @@ def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
             f"emulate with a smaller model (e.g. model=tiny) or use the real hardware")
 
 
+def _with(cfg: Config, **train: object) -> Config:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **train))
+
+
+def fitting_fix(cfg: Config) -> str | None:
+    """The smallest change that makes the memory plan fit: a smaller train micro batch (the
+    sampler and the reference pass follow it unless rollout.micro_batch_size is set), then
+    train.remat=full, then both; as overrides to paste. None when none of them fits."""
+    t = cfg.train
+    mini = t.mini_batch_size or t.batch_size
+    current = micro_batch_prompts(cfg)
+    micros = [d for d in range(current - 1, 0, -1) if mini % d == 0]
+    remats = [t.remat] + (["full"] if t.remat != "full" else [])
+    for remat in remats:
+        for micro in [current, *micros]:
+            if micro == current and remat == t.remat:
+                continue
+            if memory_plan(_with(cfg, micro_batch_size=micro, remat=remat)).fits:
+                parts = [f"train.micro_batch_size={micro}"] if micro != current else []
+                parts += [f"train.remat={remat}"] if remat != t.remat else []
+                return " ".join(parts)
+    return None
+
+
+# Above this many parameters a model is "real": tiny's recipe values on it are a mistake.
+REAL_MODEL_PARAMS = 50_000_000
+
+
+def _recipes() -> dict[str, dict]:
+    """conf/recipe/*.yaml as plain dicts (train.learning_rate, rollout lengths, ...)."""
+    from omegaconf import OmegaConf
+
+    from rlexp.paths import conf_dir
+
+    out = {}
+    for path in sorted(Path(conf_dir(), "recipe").glob("*.yaml")):
+        node = OmegaConf.to_container(OmegaConf.load(path)) or {}
+        if node:
+            out[path.stem] = node
+    return out
+
+
+def recipe_warning(cfg: Config) -> str | None:
+    """One line when the effective lr and lengths are another model's recipe (e.g. the tiny
+    model's lr 1e-3 and 64 + 24 tokens on a billion-parameter model)."""
+    n = param_count(cfg.model)
+    t, r = cfg.train, cfg.rollout
+    for name, rec in _recipes().items():
+        if name == cfg.model.name:
+            continue
+        lr = rec.get("train", {}).get("learning_rate")
+        lengths = (rec.get("rollout", {}).get("max_prompt_length"),
+                   rec.get("rollout", {}).get("max_completion_length"))
+        if lr == t.learning_rate and lengths == (r.max_prompt_length, r.max_completion_length):
+            return (f"warning: train.learning_rate={t.learning_rate} and {r.max_prompt_length} + "
+                    f"{r.max_completion_length} tokens are recipe={name}'s settings (made for "
+                    f"model={name}), not model={cfg.model.name}'s")
+    if n >= REAL_MODEL_PARAMS and t.learning_rate >= 1e-4:
+        return (f"warning: train.learning_rate={t.learning_rate} is a toy-model value for a "
+                f"{n / 1e9:.2f}B-parameter model (real-model RL recipes use 1e-6 to 1e-5)")
+    return None
+
+
 def make_plan(cfg: Config) -> Plan:
     n = param_count(cfg.model)
     t, a, h = cfg.train, cfg.algo, cfg.hardware
     mem = memory_plan(cfg)
+    m = cfg.model
+    dtypes = (m.dtype if m.param_dtype == m.dtype and compute_dtype(m) == m.dtype else
+              f"weights {m.param_dtype}, compute {compute_dtype(m)}")
     lines = [
-        f"model      {cfg.model.name} ({cfg.model.family}, {n / 1e6:.2f}M parameters, {cfg.model.dtype})",
+        f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
         f"G={a.num_generations} mu={a.num_iterations} kl={a.kl_estimator}",
         *mesh_lines(h),
         f"train      {t.steps} steps x {t.batch_size} prompts x {a.num_generations} completions, "
-        f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate}",
+        f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate} "
+        f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
         f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
-        f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}",
+        f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
+        f"micro batch {rollout_micro_prompts(cfg)} prompts",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
-        *memory_lines(mem),
+        *memory_lines(mem, "cpu" if h.emulate else h.platform),
     ]
+    warning = recipe_warning(cfg)
+    if warning:
+        lines.append(warning)
     why = sharding_problem(cfg) or ""
     if not why and not mem.fits:
         worst = max(mem.items, key=mem.items.get)
+        fix = fitting_fix(cfg)
+        fix = (f"it fits with {fix} (micro-batching and remat shrink activations, logits and "
+               f"the KV cache)" if fix else
+               "micro-batching and train.remat=full do not make it fit: use more or larger "
+               "devices, a smaller model or batch, or algo.beta=0")
         why = (f"model={cfg.model.name} hardware={h.name}: needs {_gib(mem.peak)} GiB per device, "
                f"has {mem.capacity / GIB:.3g} (largest item: {worst} {_gib(mem.items[worst])} GiB); "
-               f"use more or larger devices, a smaller model or batch, or algo.beta=0")
+               f"{fix}")
     if not why:
         why = _host_problem(cfg, mem) or ""
     if why:

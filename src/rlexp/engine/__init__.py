@@ -1,9 +1,11 @@
 """The engine: data, tokenizer, models, Tunix cluster and learner, built from a Config.
 
-`build()` checks every user input (paths, tokenizer, dataset, rewards) and raises UserError
-naming the key before anything is written. The Engine offers the loop three operations:
-`train_step` (one RL global step: rollout, reward, advantage, update(s) inside Tunix's
-learner), `generate` (evaluation rollouts, greedy or sampled) and `policy_state`.
+Everything in rlexp that imports Tunix lives in this subpackage; the rest of rlexp sees the
+typed `Engine` protocol (rlexp.engine.protocol). `build()` checks every user input (paths,
+tokenizer, dataset, rewards) and raises UserError naming the key before anything is written.
+The TunixEngine offers the loop `train_step` (one RL global step: rollout, reward, advantage,
+update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sampled),
+`policy_state` and `checkpoint_store`.
 """
 
 from __future__ import annotations
@@ -15,15 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 from rlexp.config import Config
 from rlexp.data import Splits
+from rlexp.engine.protocol import CheckpointStore, Engine
 
 if TYPE_CHECKING:
     from rlexp.plan import Plan
+
+__all__ = ["CheckpointStore", "Engine", "TunixEngine", "build", "eval_key", "rollout_key"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Engine:
+class TunixEngine:
+    """The Engine protocol over Tunix's RLCluster + GRPOLearner."""
+
     cfg: Config
     # Tunix TokenizerAdapter around the char or HF tokenizer.
     tokenizer: Any
@@ -85,6 +92,11 @@ class Engine:
         state = nnx.state(self.cluster.actor_trainer.model, nnx.Param).to_pure_dict()
         return {k: np.array(v) for k, v in _flatten(state).items()}
 
+    def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
+        from rlexp.engine.checkpointing import EngineCheckpoints
+
+        return EngineCheckpoints(self, directory, keep)
+
 
 def rollout_key(seed: int, step: int) -> Any:
     """The sampling key of global step `step`: fresh every step (DESIGN trap 1), pure."""
@@ -101,7 +113,19 @@ def eval_key(seed: int) -> Any:
     return jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
 
 
-def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
+def check_tunix(problems: list[str]) -> None:
+    """Stop in one line when the installed Tunix lacks a private name the engine uses."""
+    if problems:
+        from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
+        from rlexp.errors import UserError
+
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"google-tunix {installed_version()} is not the version rlexp was "
+                        f"tested with: {problems[0]}{more}; install "
+                        f"google-tunix=={TESTED_VERSION}")
+
+
+def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     """Everything the loop needs. UserError (one line, naming the key) for bad input."""
     from rlexp import models, rewards
     from rlexp.data import build_splits, load_problems
@@ -116,6 +140,9 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
 
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
+    from rlexp.engine import tunix_names
+
+    check_tunix(tunix_names.problems())
     tok = TokenizerAdapter(raw_tok)
     # One position is left for the BOS token the sampler prepends.
     splits = build_splits(raw, cfg.dataset.template, tok.encode, tok.decode,
@@ -142,7 +169,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> Engine:
     keys = tunix_adapter.SamplingKeys()
     keys.attach(cluster)
     runner = tunix_adapter.StepRunner(learner, cfg.train.batch_size)
-    return Engine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
+    return TunixEngine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
                   learner=learner, probe=probe, step_runner=runner, keys=keys,
                   schedule=tunix_adapter.lr_schedule(cfg),
                   updates_per_step=tunix_adapter.updates_per_step(cfg), info=info)
