@@ -75,6 +75,15 @@ if BaseSubmititLauncher is not None:
                 res = job_resources(self.params, job_cfg, self._RESOURCE_KEYS)
                 groups.setdefault(tuple(sorted(res.items())), []).append(i)
 
+            # Each job gets the sweep's store and parent run in its environment (sbatch and
+            # the local executor pass the submitting environment on), so its run nests under
+            # the parent even where the sweep dir's parent_run.json is not readable.
+            from rlexp.remote import ENV_JOBS, job_env
+
+            env = job_env(sweep_dir, num_jobs)
+            env.pop(ENV_JOBS, None)  # this process waits for the jobs and closes the parent
+            os.environ.update(env)
+
             base_keys = set(OmegaConf.structured(BaseQueueConf).keys())
             init_keys = {"submitit_folder", "max_num_timeout"}
             jobs: List[Any] = [None] * num_jobs

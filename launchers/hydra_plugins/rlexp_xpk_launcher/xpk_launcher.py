@@ -25,6 +25,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
 from .commands import workload_name
 
+ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"  # rlexp.remote's names
+
 log = logging.getLogger(__name__)
 
 WORKLOADS_FILE = "workloads.json"
@@ -50,6 +52,9 @@ class XpkLauncher(Launcher):
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
+        # What every workload's container is given so its run nests under the sweep's
+        # parent MLflow run (rlexp.remote: MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID, ...).
+        self.tracking_env: dict = {}
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -112,8 +117,8 @@ class XpkLauncher(Launcher):
             command=command, cluster=p["cluster"], project=project, zone=zone,
             docker_image=p["docker_image"], base_docker_image=p["base_docker_image"],
             script_dir=p["script_dir"], priority=p["priority"], num_slices=p["num_slices"],
-            max_restarts=p["max_restarts"], env=p["env"] or {}, extra_args=p["extra_args"] or [],
-            dry_run=dry_run)
+            max_restarts=p["max_restarts"], env={**(p["env"] or {}), **self.tracking_env},
+            extra_args=p["extra_args"] or [], dry_run=dry_run)
         wl = Workload(name=name, subcommand="create-pathways" if pathways else "create",
                       tpu_type=tpu_type, command=command, argv=argv)
         return _Planned(job_num=job_num, overrides=list(overrides), job_subdir=subdir,
@@ -126,10 +131,16 @@ class XpkLauncher(Launcher):
         from concurrent.futures import ThreadPoolExecutor
         from hydra.core.hydra_config import HydraConfig
 
+        import tempfile
+
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        dry = " (dry run)" if self.params["dry_run"] else ""
+        dry_run = bool(self.params["dry_run"])
+        # A dry run creates nothing: no parent run (the sweep callback skips it), no sweep
+        # dir, no workloads.json; xpk's output goes to a temporary dir.
+        scratch = tempfile.TemporaryDirectory(prefix="rlexp-xpk-") if dry_run else None
+        self.tracking_env = _tracking_env(self.config, sweep_dir, len(job_overrides), dry_run)
+        dry = " (dry run)" if dry_run else ""
         log.info(f"XPK launcher{dry}: {len(job_overrides)} workload(s), sweep dir {sweep_dir}")
 
         # Plan every job before submitting any: a job xpk cannot take (a CPU profile, no
@@ -146,7 +157,9 @@ class XpkLauncher(Launcher):
         finally:
             HydraConfig.instance().cfg = original  # type: ignore[assignment]
 
-        logs = sweep_dir / "xpk"
+        if scratch is None:
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+        logs = Path(scratch.name) if scratch is not None else sweep_dir / "xpk"
         logs.mkdir(exist_ok=True)
         with ThreadPoolExecutor(max_workers=max(1, int(self.params["max_parallel"]))) as pool:
             outcomes = list(pool.map(lambda pl: self._submit(pl, logs), plans))
@@ -154,7 +167,10 @@ class XpkLauncher(Launcher):
         records = []
         for plan, (rc, error, seconds) in zip(plans, outcomes):
             wl = plan.workload
-            print(f"[xpk #{plan.job_num}] {shlex.join(wl.argv)}", flush=True)
+            print(f"[xpk #{plan.job_num}] {_redacted(shlex.join(wl.argv))}", flush=True)
+            if self.tracking_env:
+                print(f"    tracking: {_redacted(self.tracking_env.get(ENV_URI, ''))} "
+                      f"parent run: {self.tracking_env.get(ENV_PARENT)}", flush=True)
             if self.params["dry_run"]:
                 for cmd in _dry_run_commands(logs / f"{wl.name}.log"):
                     print(f"    would run: {cmd}", flush=True)
@@ -173,8 +189,12 @@ class XpkLauncher(Launcher):
                 "error": error, "submit_s": round(seconds, 3), "time": time.time(),
                 "log": str(logs / f"{wl.name}.log"),
             })
-        _record_workloads(sweep_dir, records)
-        _tag_parent_run(sweep_dir, records)
+        if scratch is not None:
+            scratch.cleanup()
+            _remove_dry_run_dir(sweep_dir)
+        else:
+            _record_workloads(sweep_dir, records)
+            _tag_parent_run(sweep_dir, records)
         return [self._job_return(plan, rc, error) for plan, (rc, error, _) in zip(plans, outcomes)]
 
     def _submit(self, plan: _Planned, logs: Path) -> tuple[int, Optional[str], float]:
@@ -215,6 +235,45 @@ class XpkLauncher(Launcher):
 
 
 # -------------------------------------------------------------------------------- helpers
+
+
+def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: bool) -> dict:
+    """MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID and RLEXP_SWEEP_JOBS for every workload; in a
+    dry run the parent does not exist yet (or is the one this sweep got when submitted)."""
+    from rlexp.remote import ENV_JOBS, job_env
+
+    env = job_env(sweep_dir, num_jobs)
+    if env or not dry_run or OmegaConf.select(config, "tracker.name", default="mlflow") == "none":
+        return env
+    from rlexp.tracking.store import resolve_uri
+
+    return {ENV_URI: resolve_uri(OmegaConf.select(config, "tracker.uri", default=None)),
+            ENV_PARENT: "<the sweep's parent run, created at submission>",
+            ENV_JOBS: str(num_jobs)}
+
+
+def _redacted(text: str) -> str:
+    from rlexp.redact import redact_text
+
+    return redact_text(text)
+
+
+def _remove_dry_run_dir(sweep_dir: Path) -> None:
+    """Hydra's sweeper made the sweep dir (multirun.yaml) before the launcher ran: a dry run
+    leaves nothing, so remove it and the empty parents it made (up to the working dir)."""
+    import shutil
+
+    if not sweep_dir.is_dir() or {p.name for p in sweep_dir.iterdir()} - {"multirun.yaml"}:
+        return
+    shutil.rmtree(sweep_dir, ignore_errors=True)
+    cwd = Path.cwd().resolve()
+    parent = sweep_dir.resolve().parent
+    while parent != cwd and cwd in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent
 
 
 def _task_part(cfg: DictConfig) -> dict:

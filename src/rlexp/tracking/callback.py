@@ -25,8 +25,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlexp.events import Listener
 from rlexp.redact import redact_text
-from rlexp.tracking import PARENT_FILE, store
+from rlexp.tracking import PARENT_FILE, SWEPT_FILE, store
 from rlexp.tracking.spool import write_json_atomic
 
 SUMMARY_CSV = "summary.csv"
@@ -73,8 +74,14 @@ class SweepCallback(Callback):
         self.parent: dict[str, str] | None = None
         self.sweep_dir: Path | None = None
         self._closed = False
+        # Held from on_multirun_start to on_multirun_end (rlexp.lock).
+        self._dir_lock: Any = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if OmegaConf.select(config, "hydra.launcher.dry_run", default=False):
+            return  # a launcher dry run (xpk) prints what it would submit; it creates nothing
+        if not OmegaConf.select(config, "run.dry_run", default=False):
+            self._hold_sweep_dir(Path(str(config.hydra.sweep.dir)))
         uri = tracker_uri(config)
         if uri is None:
             return
@@ -91,10 +98,36 @@ class SweepCallback(Callback):
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
             return
         write_json_atomic(self.sweep_dir / PARENT_FILE, self.parent)
+        self._write_swept_keys(config, overrides)
         atexit.register(self.close, False)
+
+    def _write_swept_keys(self, config: DictConfig, overrides: list[str]) -> None:
+        """What the jobs vary, for their MLflow run names ('beta=0.04,epsilon=0.2')."""
+        from rlexp.tracking.conventions import swept_keys
+
+        assert self.sweep_dir is not None
+        params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+        try:
+            keys = swept_keys(overrides, OmegaConf.to_container(params) if params else None)
+        except Exception:  # names are a nicety: jobs then fall back to their choices
+            return
+        write_json_atomic(self.sweep_dir / SWEPT_FILE, {"keys": keys})
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.close(True)
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+
+    def _hold_sweep_dir(self, sweep_dir: Path) -> None:
+        """The same sweep already running would run every job twice in the same dirs: exit 2
+        before any job starts (the lock is held until the sweep ends or the process dies)."""
+        from rlexp.errors import fail
+        from rlexp.lock import Busy, DirLock
+
+        try:
+            self._dir_lock = DirLock(sweep_dir, "sweep dir").acquire()
+        except Busy as exc:
+            fail(str(exc))
 
     def _open_parent(self, uri: str, experiment: str, overrides: list[str]) -> dict[str, str]:
         from mlflow.exceptions import MlflowException
@@ -138,19 +171,59 @@ class SweepCallback(Callback):
 
             client = store.client(self.parent["uri"])
             run_id = self.parent["run_id"]
+            if (self.sweep_dir / REMOTE_FILE).exists():
+                # jobs were submitted to a remote scheduler (xpk) and report as they run: the
+                # parent stays RUNNING and the last child to end closes it (close_if_complete)
+                print(f"rlexp: sweep {self.sweep_dir.name}: parent MLflow run {run_id} stays "
+                      f"RUNNING until its jobs report (python -m rlexp.report {run_id})",
+                      flush=True)
+                return
             tracked = [compare.row_from_run(client, r, None)
                        for r in compare.child_runs(client, run_id)]
             rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
             for path in write_summary(self.sweep_dir, rows, f"sweep {self.sweep_dir.name}"):
                 client.log_artifact(run_id, str(path))
-            if not rows and (self.sweep_dir / REMOTE_FILE).exists():
-                # jobs were submitted to a remote scheduler (xpk): they report as they run
-                status = "FINISHED"
-            else:
-                status = parent_status([r.status for r in rows], completed)
+            status = parent_status([r.status for r in rows], completed)
             client.set_terminated(run_id, status)
             print(f"rlexp: sweep {self.sweep_dir.name}: {len(rows)} runs, parent MLflow run "
                   f"{run_id} {status}; table in {self.sweep_dir / SUMMARY_MD}", flush=True)
         except Exception as exc:  # never fatal
             print(f"rlexp: warning: could not close the sweep's MLflow parent run "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
+
+
+def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
+    """A remotely launched sweep (RLEXP_SWEEP_JOBS=expected): once `expected` children have
+    ended, give the parent its summary table and final status. Called by each child after
+    its own run ended; returns the status set, None while children are still running.
+    Two last children ending at once both set the same status (idempotent)."""
+    import tempfile
+
+    from rlexp.tracking import compare
+
+    client = store.client(uri)
+    children = compare.child_runs(client, parent_id)
+    rows = [compare.row_from_run(client, r, None) for r in children]
+    ended = [r.status for r in rows if r.status in ("FINISHED", "FAILED", "KILLED")]
+    if len(ended) < expected:
+        return None
+    status = parent_status(ended, True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in write_summary(Path(tmp), rows, f"sweep {parent_id}"):
+            client.log_artifact(parent_id, str(path))
+    client.set_terminated(parent_id, status)
+    return status
+
+
+class RemoteParentCloser(Listener):
+    """Listener of a remotely launched job (rlexp.remote env): after the job's own MLflow
+    listener ended its run, close the sweep's parent if every job has now reported."""
+
+    def __init__(self, uri: str, parent_id: str, expected: int) -> None:
+        self.uri, self.parent_id, self.expected = uri, parent_id, expected
+
+    def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
+        done = close_if_complete(self.uri, self.parent_id, self.expected)
+        if done is not None:
+            print(f"rlexp: all {self.expected} jobs reported: sweep parent MLflow run "
+                  f"{self.parent_id} {done}", flush=True)
