@@ -315,18 +315,31 @@ def test_sync_marks_a_crashed_run_killed(uri, client, tmp_path):
     assert history(client, rid, "train/loss") == [1, 2, 3]
 
 
-def test_starting_over_closes_the_previous_run(uri, client, tmp_path):
+def test_restart_from_step_0_reopens_the_same_run(uri, client, tmp_path, capsys):
+    """checkpoint_every=0 (no gate): a crashed run restarts from step 0 in the same MLflow run;
+    steps the store or the spool already has are not logged twice, later ones are logged."""
     run_dir = tmp_path / "run"
     first = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=3600.0)
     first.on_run_start(info(run_dir))
-    first.on_metrics(1, metrics(1))
+    for step in (1, 2):
+        first.on_metrics(step, metrics(step))
+    assert first.flush(timeout=30)  # steps 1-2 in the store
+    first.on_metrics(3, metrics(3))  # step 3 only in the spool
     old = run_id(run_dir)
     crash(first)
     second = MlflowListener(uri, "restart", run_dir, gated=False, flush_every_s=3600.0)
-    second.on_run_start(info(run_dir))  # no checkpoint to resume from: a new run
+    second.on_run_start(info(run_dir))  # no checkpoint: training restarts from step 0
+    assert "restarts from step 0 in the same MLflow run" in capsys.readouterr().out
+    for step in range(1, 6):
+        second.on_metrics(step, metrics(step, offset=100.0))
     second.on_run_end("FINISHED", {})
-    assert run_id(run_dir) != old
-    assert client.get_run(old).info.status == "KILLED"
+    assert run_id(run_dir) == old
+    assert history(client, old, "train/loss") == [1, 2, 3, 4, 5]
+    values = {m.step: m.value for m in client.get_metric_history(old, "train/reward_mean")}
+    assert values[3] == pytest.approx(3.0) and values[4] == pytest.approx(104.0)
+    assert client.get_run(old).info.status == "FINISHED"
+    exp = client.get_experiment_by_name("restart")
+    assert len(client.search_runs([exp.experiment_id])) == 1  # one run per run dir
 
 
 def test_uri_and_listener_follow_the_config(tmp_path, monkeypatch):
@@ -445,7 +458,8 @@ def test_sweep_callback_is_silent_without_tracking(tmp_path):
     callback = SweepCallback()
     callback.on_multirun_start(config)
     callback.on_multirun_end(config)
-    assert not (tmp_path / "sweep").exists()
+    # only the sweep-dir lock (rlexp.lock): no parent run, no summary
+    assert [p.name for p in (tmp_path / "sweep").iterdir()] == ["rlexp.lock"]
 
 
 def test_import_is_light():

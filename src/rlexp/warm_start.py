@@ -148,6 +148,14 @@ def _unflatten(flat: dict[str, Any], like: dict, prefix: str = "") -> dict:
             for k, v in like.items()}
 
 
+def _keep_cache(cfg: Config, path: Path) -> None:
+    """This entry was used now; the cache keeps the run.cache_keep entries used last."""
+    from rlexp.prune import mark_used, prune_cache
+
+    mark_used(path)
+    prune_cache(path.parent.parent, cfg.run.cache_keep, protect=path.parent)
+
+
 def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example]) -> dict[str, Any]:
     """Apply the (cached) warm start to `model` in place; returns what happened."""
     m = cfg.model
@@ -155,14 +163,20 @@ def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Examp
         return {"warm_start/steps": 0}
     path = cache_path(cfg)
     if path.is_file():
-        load_params(model, path)
-        log.info("warm start: loaded %s", path)
-        return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
+        try:
+            load_params(model, path)
+        except FileNotFoundError:  # pruned by another run a moment ago: train it again
+            log.info("warm start: %s was pruned meanwhile; training it again", path)
+        else:
+            log.info("warm start: loaded %s", path)
+            _keep_cache(cfg, path)
+            return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
     started = time.perf_counter()
     length = cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length + 2
     losses = train(model, tok, train_examples, m.warm_start_steps, m.warm_start_lr,
                    m.warm_start_batch_size, length, cfg.train.seed)
     save_params(model, path)
+    _keep_cache(cfg, path)
     took = time.perf_counter() - started
     log.info("warm start: %d steps in %.1fs, loss %.3f -> %.3f, saved %s",
              m.warm_start_steps, took, losses[0], losses[-1], path)

@@ -8,6 +8,7 @@ at and MLflow drops a (key, step, time, value) row it already has, artifacts ove
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,12 @@ class TrackedRun:
         self.spool = Spool(self.run_dir / SPOOL_FILE)
         # Records not yet in the store (mirror of the spool file).
         self.records: list[dict] = self.spool.read()
+        # Damaged spool lines skipped on reading (each one said once, here).
+        self.skipped = self.spool.skipped
+        if self.skipped:
+            print(f"rlexp: warning: {self.spool.path}: skipped {self.skipped} damaged "
+                  f"record(s) (torn or unreadable lines); the others are sent", file=sys.stderr,
+                  flush=True)
         # Re-entrant: an on_run_end called by a signal handler may interrupt an add.
         self._lock = threading.RLock()
         # True inside add(): a signal handler that lands there must not wait for the writer,
@@ -97,6 +104,10 @@ class TrackedRun:
         if not ready:
             return 0
         self._send(ready)
+        sent_step = max((r["step"] for r in ready if r["kind"] == "metrics"), default=-1)
+        if sent_step > self.link.logged_step:  # before the spool forgets them (crash-safe)
+            self.link.logged_step = sent_step
+            self.link.save(self.run_dir)
         with self._lock:
             self.records = [r for r in self.records[:count] if not is_ready(r, gate)] \
                 + self.records[count:]
@@ -128,6 +139,10 @@ class TrackedRun:
                 self._log_artifact(run_id, Path(r["path"]), r.get("artifact_path"))
             elif r["kind"] == "json":
                 self.client.log_dict(run_id, r["data"], r["artifact_file"])
+            elif r["kind"] == "text":
+                self.client.log_text(run_id, r["text"], r["artifact_file"])
+            elif r["kind"] == "inputs":
+                self._log_inputs(run_id, r["datasets"])
         self._log_metrics(run_id, [r for r in ready if r["kind"] == "metrics"])
         if any(r["kind"] == "curves" for r in ready):
             self._log_curves(run_id)
@@ -178,6 +193,17 @@ class TrackedRun:
         n = store.MAX_METRICS_PER_BATCH
         for i in range(0, len(metrics), n):
             self.client.log_batch(run_id, metrics=metrics[i:i + n])
+
+    def _log_inputs(self, run_id: str, datasets: list[dict]) -> None:
+        """Run inputs (the Datasets column and the run page's Inputs); the store keeps one
+        row per dataset digest, so sending them again adds nothing."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        self.client.log_inputs(run_id, datasets=[
+            DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"],
+                                 d.get("schema"), d.get("profile")),
+                         tags=[InputTag("mlflow.data.context", d["context"])])
+            for d in datasets])
 
     def _log_artifact(self, run_id: str, path: Path, artifact_path: str | None) -> None:
         if path.is_dir():

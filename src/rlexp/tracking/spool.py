@@ -14,6 +14,10 @@ Record kinds (one JSON object per line, "kind" says which):
   json       {artifact_file, data}        a small JSON artifact (summary.json)
   curves     {}                           draw curves.png from the store's history, upload it
   status     {status, t}                  RUNNING (resume) or the final status
+  text       {artifact_file, text}        a small text artifact
+  inputs     {datasets}                   MLflow run inputs (datasets)
+A line that is not a record of these shapes (torn by a crash, edited, random bytes) is
+skipped with a warning and counted; the others are still sent.
 """
 
 from __future__ import annotations
@@ -111,13 +115,18 @@ REQUIRED: dict[str, dict[str, tuple]] = {
     "json": {"artifact_file": (str,), "data": (dict, list)},
     "curves": {},
     "status": {"status": (str,)},
+    "text": {"artifact_file": (str,), "text": (str,)},
+    "inputs": {"datasets": (list,)},
 }
 
 
 def is_valid(record: Any) -> bool:
-    """A record the sender can handle: a known kind with its fields, of the right types."""
-    if not isinstance(record, dict) or record.get("kind") not in REQUIRED:
+    """A record the sender can handle: a kind with its fields, of the right types. A kind
+    this version does not know (written by a newer rlexp) is kept: the sender skips it."""
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
         return False
+    if record["kind"] not in REQUIRED:
+        return True
     for name, types in REQUIRED[record["kind"]].items():
         value = record.get(name)
         if not isinstance(value, types) or isinstance(value, bool):

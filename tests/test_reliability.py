@@ -1,0 +1,375 @@
+"""Reliability without training: the run/sweep-dir lock, damaged tracking state, one MLflow
+run per run dir, summary fields, keep-N pruning. Fast: no JAX compile (the `python -m rlexp`
+commands here stop at the lock, before anything is built)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from rlexp.errors import UserError
+from rlexp.events import RunInfo
+from rlexp.lock import LOCK_FILE, Busy, DirLock
+from rlexp.tracking import prepare_store, run_id
+from rlexp.tracking.listener import MlflowListener
+from rlexp.tracking.spool import LINK_FILE, SPOOL_FILE, Spool
+
+# A process that takes a dir's lock the way a running job does, says so, then sleeps.
+HOLDER = ("import sys, time; from rlexp.lock import DirLock; "
+          "lock = DirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")
+
+
+@pytest.fixture
+def holder():
+    """Start a process holding the lock of a dir; killed at the end of the test."""
+    procs = []
+
+    def hold(directory: Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory)],
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "held"
+        return proc
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+    prepare_store(uri)
+    return uri
+
+
+@pytest.fixture(scope="module")
+def client(uri) -> MlflowClient:
+    return MlflowClient(uri)
+
+
+def info(run_dir: Path, start_step: int = 0) -> RunInfo:
+    return RunInfo(name="run", run_dir=run_dir, params={"algo.beta": 0.04}, tags={"algo": "grpo"},
+                   start_step=start_step, total_steps=8, extra={})
+
+
+def metrics(step: int, offset: float = 0.0) -> dict[str, float]:
+    return {"train/loss": step + offset, "train/reward_mean": step / 10 + offset}
+
+
+def crash(listener: MlflowListener) -> None:
+    """The process dies: no on_run_end; its writer thread and its lock go with it."""
+    listener._stop_writer()
+    listener._release_lock()
+
+
+def history(client: MlflowClient, rid: str, name: str = "train/loss") -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(rid, name))
+
+
+def runs_of(client: MlflowClient, experiment: str) -> list:
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+# ---------------------------------------------------------------------------------- item 1
+
+
+def test_a_held_dir_names_its_holder_and_a_dead_holder_holds_nothing(tmp_path, holder):
+    proc = holder(tmp_path)
+    with pytest.raises(Busy) as busy:
+        DirLock(tmp_path).acquire()
+    message = str(busy.value)
+    assert f"pid {proc.pid} on {socket.gethostname()}" in message
+    assert "since 20" in message and "\n" not in message
+    proc.kill()
+    proc.wait()  # SIGKILL: the lock file stays, the lock does not
+    assert (tmp_path / LOCK_FILE).exists()
+    with DirLock(tmp_path) as lock:
+        assert lock.held
+        assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    DirLock(tmp_path).acquire().release()  # released: free again
+
+
+def _listing(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*")}
+
+
+def test_second_identical_command_exits_2_before_touching_anything(tmp_path, holder):
+    run_dir = tmp_path / "outputs" / "runs" / "same"
+    run_dir.mkdir(parents=True)
+    proc = holder(run_dir)  # the first command, running in this dir
+    (run_dir / "tracking_spool.jsonl").write_text("")  # what the first one already wrote
+    before = _listing(run_dir)
+    second = subprocess.run(
+        [sys.executable, "-m", "rlexp", f"hydra.run.dir={run_dir}", "train.steps=2",
+         "run.progress=false"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 2, second.stderr[-2000:]
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"pid {proc.pid}" in lines[0] and "Traceback" not in second.stderr
+    after = _listing(run_dir)
+    # Hydra rewrites its own .hydra files and log before the job runs; rlexp writes nothing
+    rlexp_files = {k: v for k, v in after.items()
+                   if not k.startswith(".hydra") and not k.endswith(".log")}
+    assert rlexp_files == {k: v for k, v in before.items() if k in rlexp_files}
+    assert set(rlexp_files) == {LOCK_FILE, "tracking_spool.jsonl"}
+    db = tmp_path / "outputs" / "mlflow.db"
+    assert not db.exists() or not runs_of(MlflowClient(f"sqlite:///{db}"), "rlexp")
+
+
+def test_second_identical_sweep_exits_2_before_any_job(tmp_path, holder):
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "same"
+    proc = holder(sweep_dir)  # the first sweep, running
+    second = subprocess.run(
+        [sys.executable, "-m", "rlexp", "-m", f"hydra.sweep.dir={sweep_dir}",
+         "train.steps=1,2", "run.progress=false", "tracker=none"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 2, second.stderr[-2000:]
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"pid {proc.pid}" in lines[0], second.stderr[-2000:]
+    assert [p.name for p in sweep_dir.iterdir()] == [LOCK_FILE]  # no job dir, no parent run
+
+
+# ---------------------------------------------------------------------------------- item 3
+
+
+@pytest.mark.parametrize("garbage", [b"\x00\xff garbage", b'{"uri": 5}', b"[1, 2]"])
+def test_damaged_tracking_json_recovers_the_same_run(uri, client, tmp_path, capsys, garbage):
+    experiment = f"damaged-{len(garbage)}-{garbage[:2].hex()}"
+    run_dir = tmp_path / "run"
+    first = MlflowListener(uri, experiment, run_dir, gated=True, flush_every_s=3600.0)
+    first.on_run_start(info(run_dir))
+    for step in range(1, 5):
+        first.on_metrics(step, metrics(step))
+    first.on_checkpoint(4, run_dir / "ckpt")
+    assert first.flush(timeout=30)
+    rid = run_id(run_dir)
+    crash(first)
+    (run_dir / LINK_FILE).write_bytes(garbage)
+
+    second = MlflowListener(uri, experiment, run_dir, gated=True, flush_every_s=3600.0)
+    second.on_run_start(info(run_dir, start_step=4))  # found by the run-dir tag in the store
+    assert f"recovered MLflow run {rid}" in capsys.readouterr().err
+    for step in range(5, 9):
+        second.on_metrics(step, metrics(step))
+    second.on_run_end("FINISHED", {})
+    assert run_id(run_dir) == rid and len(runs_of(client, experiment)) == 1
+    assert history(client, rid) == list(range(1, 9))
+    assert client.get_run(rid).info.status == "FINISHED"
+    assert list(run_dir.glob(f"{LINK_FILE}.damaged-*"))  # kept for a post-mortem
+
+
+def test_damaged_tracking_json_recovers_from_the_summary_when_the_store_is_down(tmp_path,
+                                                                                capsys):
+    from rlexp.ui import free_port
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LINK_FILE).write_text("{not json")
+    (run_dir / "summary.json").write_text(json.dumps({"mlflow_run_id": "abc123"}))
+    down = f"http://127.0.0.1:{free_port()}"
+    listener = MlflowListener(down, "down", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir, start_step=2))
+    assert "recovered MLflow run abc123 from summary.json" in capsys.readouterr().err
+    crash(listener)
+    assert run_id(run_dir) == "abc123"
+
+
+def test_damaged_spool_records_are_skipped_counted_and_tracking_stays_on(uri, client, tmp_path,
+                                                                         capsys):
+    run_dir = tmp_path / "run"
+    first = MlflowListener(uri, "bad-spool", run_dir, gated=True, flush_every_s=3600.0)
+    first.on_run_start(info(run_dir))
+    for step in range(1, 5):
+        first.on_metrics(step, metrics(step))
+    first.on_checkpoint(4, run_dir / "ckpt")
+    rid = run_id(run_dir)
+    crash(first)  # steps 1-4 still spooled (never flushed)
+    with open(run_dir / SPOOL_FILE, "ab") as f:
+        f.write(b'{"kind":"metrics"}\n' + bytes(range(11, 256)) + b"\n"
+                + b'{"kind":"metrics","step":"x","t":1,"values":{}}\n')
+
+    second = MlflowListener(uri, "bad-spool", run_dir, gated=True, flush_every_s=3600.0)
+    second.on_run_start(info(run_dir, start_step=4))
+    for step in range(5, 9):
+        second.on_metrics(step, metrics(step))
+    second.on_run_end("FINISHED", {})
+    err = capsys.readouterr().err
+    assert "skipped 3 damaged record(s)" in err
+    assert "unreachable" not in err  # one bad line must not look like a dead store
+    assert history(client, rid) == list(range(1, 9))
+    assert client.get_run(rid).info.status == "FINISHED"
+
+
+def test_spool_reader_validates_each_kind(tmp_path):
+    path = tmp_path / SPOOL_FILE
+    good = [{"kind": "metrics", "step": 1, "t": 5, "values": {"a": 1.0}},
+            {"kind": "status", "status": "KILLED", "t": None}, {"kind": "curves"}]
+    bad = [{"kind": "metrics", "step": True, "t": 5, "values": {}}, {"kind": 5},
+           {"kind": "metrics", "step": 2, "t": 5, "values": {"a": "x"}}, {"kind": "artifact"},
+           ["a", "list"], "text"]
+    path.write_bytes(b"\n".join(json.dumps(r).encode() for r in good[:2] + bad + good[2:])
+                     + b"\n\xc3\x28\n")
+    spool = Spool(path)
+    assert spool.read() == good and spool.skipped == len(bad) + 1
+
+
+def test_sync_survives_bad_bytes_and_rebuilds_a_damaged_link(uri, client, tmp_path):
+    from rlexp.sync import sync
+
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "sync-bad", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    rid = run_id(run_dir)
+    for step in range(1, 4):
+        listener.on_metrics(step, metrics(step))
+    crash(listener)
+    with open(run_dir / SPOOL_FILE, "ab") as f:
+        f.write(b"\xff\xfe\x00 random bytes\n")
+    (run_dir / LINK_FILE).write_bytes(b"\xff garbage")
+    with pytest.raises(UserError, match="--uri"):
+        sync(run_dir)
+    message = sync(run_dir, uri=uri, experiment="sync-bad", send_all=True)
+    assert "1 damaged spool records skipped" in message and "rebuilt" in message
+    assert run_id(run_dir) == rid and history(client, rid) == [1, 2, 3]
+    assert client.get_run(rid).info.status == "KILLED"  # crashed: nothing holds the lock
+
+
+def test_sync_new_run_delivers_a_spool_whose_store_was_deleted(tmp_path):
+    from rlexp.sync import main, sync
+
+    old_store = tmp_path / "old" / "mlflow.db"
+    old_uri = f"sqlite:///{old_store}"
+    prepare_store(old_uri)
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(old_uri, "lost", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    old = run_id(run_dir)
+    for step in range(1, 6):
+        listener.on_metrics(step, metrics(step))
+    listener.on_run_end("FINISHED", {"status": "FINISHED"})
+    (run_dir / SPOOL_FILE).write_text("\n".join(json.dumps(
+        {"kind": "metrics", "step": s, "t": 1000 + s, "values": {"train/loss": float(s)}})
+        for s in (6, 7)) + "\n")  # what the store never got
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"name": "run", "status": "FINISHED", "mlflow_run_id": old, "choices": {"algo": "grpo"}}))
+    new_uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"  # the old store is gone
+    with pytest.raises(UserError, match="--new-run"):
+        sync(run_dir, uri=new_uri)
+    main([str(run_dir), "--uri", new_uri, "--new-run"])
+    client = MlflowClient(new_uri)
+    rid = run_id(run_dir)
+    assert rid not in (None, old)
+    run = client.get_run(rid)
+    assert history(client, rid) == [6, 7]
+    assert run.data.tags["rlexp.synced_from_run"] == old and run.data.tags["algo"] == "grpo"
+    assert run.data.tags["rlexp.run_dir"] == str(run_dir.resolve())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mlflow_run_id"] == rid
+
+
+# ---------------------------------------------------------------------------------- item 6
+
+
+def test_crash_before_the_first_checkpoint_keeps_one_run(uri, client, tmp_path, capsys):
+    """Gated: killed during the first save (step 0 never checkpointed): the rerun restarts
+    from step 0 in the same run, with no extra empty KILLED run."""
+    run_dir = tmp_path / "run"
+    first = MlflowListener(uri, "first-save", run_dir, gated=True, flush_every_s=3600.0)
+    first.on_run_start(info(run_dir))
+    first.on_eval(0, {"eval/accuracy": 0.1}, [])
+    rid = run_id(run_dir)
+    crash(first)
+    second = MlflowListener(uri, "first-save", run_dir, gated=True, flush_every_s=3600.0)
+    second.on_run_start(info(run_dir))
+    assert "restarts from step 0 in the same MLflow run" in capsys.readouterr().out
+    second.on_eval(0, {"eval/accuracy": 0.1}, [])
+    second.on_checkpoint(0, run_dir / "ckpt")
+    for step in range(1, 5):
+        second.on_metrics(step, metrics(step))
+    second.on_run_end("FINISHED", {})
+    assert run_id(run_dir) == rid and len(runs_of(client, "first-save")) == 1
+    assert history(client, rid, "eval/accuracy") == [0] and history(client, rid) == [1, 2, 3, 4]
+    assert client.get_run(rid).info.status == "FINISHED"
+
+
+# ---------------------------------------------------------------------------------- item 7
+
+
+def test_summary_of_a_rerun_keeps_what_the_earlier_attempt_knew():
+    from rlexp.experiment import carry_over
+
+    earlier = {"status": "KILLED", "error": "preempted", "steps_done": 6, "wall_s": 50.0,
+               "eval_before": {"eval/accuracy": 0.2}, "train_final": {"train/loss": 0.5},
+               "mlflow_run_id": "r1", "engine": {"rollout": "vanilla"}}
+    now = {"status": "KILLED", "error": "interrupted", "steps_done": 6, "wall_s": 3.0,
+           "eval_before": {}, "mlflow_run_id": None, "objective": None}
+    merged = carry_over(earlier, now)
+    assert merged == {**now, "eval_before": {"eval/accuracy": 0.2},
+                      "train_final": {"train/loss": 0.5}, "mlflow_run_id": "r1",
+                      "engine": {"rollout": "vanilla"}}
+    assert carry_over(None, now) == now
+    assert carry_over(earlier, {**now, "mlflow_run_id": "r2"})["mlflow_run_id"] == "r2"
+
+
+def test_sync_fills_the_summary_run_id(uri, client, tmp_path):
+    from rlexp.sync import sync
+    from rlexp.ui import free_port
+
+    run_dir = tmp_path / "run"
+    down = f"http://127.0.0.1:{free_port()}"
+    listener = MlflowListener(down, "fill-id", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    listener.on_metrics(1, metrics(1))
+    summary = {"name": "run", "status": "FINISHED", "mlflow_run_id": None, "steps_done": 1}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    listener.on_run_end("FINISHED", summary)
+    sync(run_dir, uri=uri)
+    rid = run_id(run_dir)
+    assert json.loads((run_dir / "summary.json").read_text())["mlflow_run_id"] == rid
+    art = json.loads(Path(client.download_artifacts(rid, "summary.json", str(tmp_path)))
+                     .read_text())
+    assert art["mlflow_run_id"] == rid and art["steps_done"] == 1
+
+
+def test_unusable_checkpoints_keep_the_newest(tmp_path):
+    from rlexp.prune import prune_unusable
+
+    for name in ("4", "6", "6.unusable-100", "6.unusable-300", "8.unusable-200", "2.unusable-50"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "3.unusable-999").write_text("a file, not ours")
+    removed = prune_unusable(tmp_path, keep=2)
+    assert sorted(p.name for p in removed) == ["2.unusable-50", "6.unusable-100"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["3.unusable-999", "4", "6", "6.unusable-300", "8.unusable-200"]
+
+
+def test_warm_start_cache_keeps_the_entries_used_last(tmp_path):
+    from rlexp.prune import STALE_TMP_S, mark_used, prune_cache
+
+    now = time.time()
+    for i, name in enumerate(["a", "b", "c", "d"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "params.npz").write_bytes(b"x")
+        os.utime(tmp_path / name / "params.npz", (now - 1000 + i, now - 1000 + i))
+    mark_used(tmp_path / "a" / "params.npz")  # loaded just now: the newest
+    (tmp_path / "writing").mkdir()  # a job is writing this entry right now
+    (tmp_path / "writing" / "params.123.tmp.npz").write_bytes(b"x")
+    dead = tmp_path / "dead"  # a job killed while writing, long ago
+    dead.mkdir()
+    (dead / "params.9.tmp.npz").write_bytes(b"x")
+    old = now - STALE_TMP_S - 10
+    os.utime(dead / "params.9.tmp.npz", (old, old))
+    os.utime(dead, (old, old))
+    removed = prune_cache(tmp_path, keep=2, protect=tmp_path / "b")
+    assert sorted(p.name for p in removed) == ["c", "dead"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "d", "writing"]
