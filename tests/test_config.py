@@ -64,7 +64,7 @@ def test_cli_override_values_reach_the_dataclass():
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    (["algo=ppo"], "valid choices are: grpo, gspo"),
+    (["algo=ppo"], "valid choices are: dapo, dr_grpo, grpo, gspo"),
     (["+algo.clip_epsilon=0.3"], "algo.clip_epsilon is not a config key"),
     (["algo.clip=0.3"], "algo.clip is not a config key"),
     (["+foo=1"], "foo is not a config key"),
@@ -140,7 +140,7 @@ def test_cfg_job_prints_the_composed_config(tmp_path):
 def test_help_lists_groups(tmp_path):
     proc = _cli("--help", cwd=tmp_path)
     assert proc.returncode == 0
-    for line in ("algo: grpo, gspo", "hardware: cpu, gpu, v5p-64, v5p-8, v6e-8"):
+    for line in ("algo: dapo, dr_grpo, grpo, gspo", "hardware: cpu, gpu, v5p-64, v5p-8, v6e-8"):
         assert line in proc.stdout
 
 

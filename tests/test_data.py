@@ -23,9 +23,20 @@ def write_jsonl(path, rows, extra_lines=()):
     return path
 
 
+def shipped(name, **over) -> DatasetConfig:
+    """conf/dataset/<name>.yaml over the schema, as a run composes it."""
+    from omegaconf import OmegaConf
+
+    from rlexp.paths import conf_dir
+
+    node = OmegaConf.merge(OmegaConf.structured(DatasetConfig),
+                           OmegaConf.load(conf_dir() / "dataset" / f"{name}.yaml"), over)
+    return OmegaConf.to_object(node)
+
+
 def gsm8k(path, **kw):
-    return DatasetConfig(name="gsm8k", path=str(path), num_eval=kw.pop("num_eval", 3),
-                         num_train=kw.pop("num_train", 100), **kw)
+    return shipped("gsm8k", path=str(path), num_eval=kw.pop("num_eval", 3),
+                   num_train=kw.pop("num_train", 100), **kw)
 
 
 def test_gsm8k_jsonl_skips_malformed_rows(tmp_path):
@@ -77,7 +88,7 @@ def test_gsm8k_user_errors(tmp_path, content, match):
 
 
 def test_unsupported_suffix_is_user_error(tmp_path):
-    path = tmp_path / "g.csv"
+    path = tmp_path / "g.xlsx"
     path.write_text("question,answer\n")
     with pytest.raises(UserError, match="unsupported file type"):
         load_problems(gsm8k(path))
@@ -132,3 +143,126 @@ def test_templates():
             return "|".join(f"{m['role']}:{m['content']}" for m in messages)
 
     assert render_prompt("2+2?", "answer", Chat()).endswith("user:2+2?")
+
+
+# ------------------------------------------------------------------ generic dataset, plug-ins
+
+def generic(path, **kw):
+    return DatasetConfig(name="mine", _target_="rlexp.data.loaders.generic", path=str(path),
+                         num_train=kw.pop("num_train", 100), num_eval=kw.pop("num_eval", 2), **kw)
+
+
+def test_field_mapping_and_boxed_extractor_on_csv(tmp_path):
+    import csv
+
+    path = tmp_path / "m.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, ["problem", "solution"])
+        w.writeheader()
+        for i in range(6):
+            w.writerow({"problem": f"Halve {2 * i + 1}.", "solution": f"So \\boxed{{\\frac{{{2 * i + 1}}}{{2}}}}."})
+        w.writerow({"problem": "no box", "solution": "42"})
+    raw = load_problems(generic(path, question_field="problem", answer_field="solution",
+                                extractor="boxed"))
+    assert raw.skipped == 1 and len(raw.train) + len(raw.eval) == 6 and len(raw.eval) == 2
+    p = next(p for p in raw.train + raw.eval if p.question == "Halve 3.")
+    assert p.answer == "\\frac{3}{2}"
+
+
+def test_regex_extractor_and_eval_fraction_on_json(tmp_path):
+    rows = [{"q": f"What is {i} squared?", "a": f"The answer: {i * i}!"} for i in range(20)]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"data": rows}))
+    raw = load_problems(generic(path, question_field="q", answer_field="a", extractor="regex",
+                                answer_regex=r"answer: (-?\d+)", eval_fraction=0.25, num_eval=100))
+    assert len(raw.eval) == 5 and len(raw.train) == 15
+    assert {p.answer for p in raw.train + raw.eval} == {str(i * i) for i in range(20)}
+
+
+def test_numeric_answers_and_none_extractor_are_canonical(tmp_path):
+    path = write_jsonl(tmp_path / "n.jsonl", [{"question": f"q{i}", "answer": v}
+                                              for i, v in enumerate([3, 2.0, "1,200", " x+1 "])])
+    raw = load_problems(generic(path, num_eval=1))
+    assert sorted(p.answer for p in raw.train + raw.eval) == ["1200", "2", "3", "x+1"]
+
+
+def test_extractors_by_hand():
+    from rlexp.data.extract import boxed_answer, canonical_answer, regex_answer
+
+    assert boxed_answer("a \\boxed{1} then \\boxed{\\frac{1}{2}} end") == "\\frac{1}{2}"
+    assert boxed_answer("\\boxed{unclosed") is None and boxed_answer("none") is None
+    assert regex_answer("x=1; x=2", r"x=(\d)") == "2"
+    assert canonical_answer(" 1,234.0 ") == "1234" and canonical_answer("1/2") == "1/2"
+
+
+BUILDERS = '''
+from rlexp.data.loaders import Problem, RawSplits
+
+def rows(d):
+    return [{"question": f"twice {i}", "answer": str(2 * i)} for i in range(10)]
+
+def splits(d):
+    return RawSplits(train=[Problem("a", "1")], eval=[Problem("b", "2")])
+
+def extract_last_word(text):
+    return text.split()[-1] if text.split() else None
+
+def not_rows(d):
+    return 5
+'''
+
+
+@pytest.fixture
+def builders(tmp_path, monkeypatch):
+    (tmp_path / "mydata_e12.py").write_text(BUILDERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "mydata_e12"
+
+
+def test_target_builders_rows_splits_and_extractor(builders):
+    d = DatasetConfig(name="mine", _target_=f"{builders}.rows", num_eval=3)
+    raw = load_problems(d)
+    assert len(raw.eval) == 3 and len(raw.train) == 7
+    assert {p.answer for p in raw.train} | {p.answer for p in raw.eval} == {str(2 * i) for i in range(10)}
+    assert load_problems(DatasetConfig(_target_=f"{builders}.splits")).eval[0].question == "b"
+    d = DatasetConfig(_target_=f"{builders}.rows", extractor=f"{builders}.extract_last_word")
+    assert load_problems(d).train  # answers are single words already
+    with pytest.raises(UserError, match="must return RawSplits or an iterable"):
+        load_problems(DatasetConfig(_target_=f"{builders}.not_rows"))
+    with pytest.raises(UserError, match="dataset._target_='nope_e12.x'"):
+        load_problems(DatasetConfig(_target_="nope_e12.x"))
+
+
+def test_builtins_are_instances_of_the_same_mechanism():
+    for name, target in (("arithmetic", "rlexp.data.loaders.arithmetic"),
+                         ("gsm_symbolic", "rlexp.data.loaders.gsm_symbolic"),
+                         ("gsm8k", "rlexp.data.loaders.generic")):
+        assert shipped(name)._target_ == target
+
+
+def test_prompt_template_inline_file_system_prompt_and_think_tag(tmp_path):
+    from rlexp.data.templates import PromptTemplate
+
+    d = DatasetConfig(template="reasoning", reasoning_tag="think",
+                      prompt="Problem: {question}\nThink in <think>, answer in <answer>.\n")
+    t = PromptTemplate.from_config(d)
+    assert t.render("1+1?") == "Problem: 1+1?\nThink in <think>, answer in <answer>.\n"
+    assert t.reference("2", "1+1=2") == "<think>1+1=2</think>\n<answer>2</answer>"
+    f = tmp_path / "p.txt"
+    f.write_text("Q: {question} {not_a_field}\n")
+    t = PromptTemplate.from_config(DatasetConfig(prompt_file=str(f), prompt="ignored {question}"))
+    assert t.render("hi") == "Q: hi {not_a_field}\n"  # other braces stay as written
+    default = PromptTemplate.from_config(DatasetConfig(template="reasoning", reasoning_tag="think"))
+    assert "<think>" in default.render("q") and "<reasoning>" not in default.render("q")
+    sys_t = PromptTemplate.from_config(DatasetConfig(system_prompt="Be brief."))
+    assert sys_t.render("q") == "q\nBe brief.\n"
+
+    class Chat:
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return "|".join(f"{m['role']}:{m['content']}" for m in messages)
+
+    assert sys_t.render("q", Chat()) == "system:Be brief.|user:q"
+    with pytest.raises(UserError, match="no {question} placeholder"):
+        PromptTemplate.from_config(DatasetConfig(prompt="no placeholder"))
+    with pytest.raises(UserError, match="dataset.prompt_file"):
+        PromptTemplate.from_config(DatasetConfig(prompt_file=str(tmp_path / "missing.txt")))

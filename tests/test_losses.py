@@ -30,6 +30,8 @@ def np_aggregate(x, mask, mode):
         return x.sum() / max(mask.sum(), 1)
     if mode == "sequence-mean-token-mean":
         return (x.sum(-1) / np.maximum(lengths, 1)).sum() / rows
+    if mode == "sequence-mean-token-scale":
+        return (x.sum(-1) / x.shape[-1]).sum() / rows
     return x.sum() / rows
 
 
@@ -38,7 +40,16 @@ def np_kl(logp, ref, est):
     return {"k1": -d, "k2": 0.5 * d * d, "k3": np.exp(d) - 1 - d}[est]
 
 
-def np_loss(logp, old, ref, adv, mask, level, eps, eps_high, beta, est, agg):
+def np_loss(logp, old, ref, adv, mask, level, eps, eps_high, beta, est, agg,
+            group=None, truncated=None):
+    """`group`: G for dynamic sampling (loops over groups); `truncated`: rows to drop."""
+    mask = mask.copy()
+    if group is not None:
+        for g in range(0, len(adv), group):
+            if all(a == 0 for a in adv[g:g + group]):
+                mask[g:g + group] = 0
+    if truncated is not None:
+        mask[truncated] = 0
     log_r = np.clip(logp - old, -20, 20)
     if level == "sequence":
         seq = (log_r * mask).sum(-1) / np.maximum(mask.sum(-1), 1)
@@ -189,3 +200,123 @@ def test_on_policy_loss_ignores_epsilon():
     a = policy_loss(*args, settings(eps=0.2))[0]
     b = policy_loss(*args, settings(eps=1e-4, eps_high=1e-4))[0]
     assert float(a) == float(b)
+
+
+# ------------------------------------------------------------------ DAPO, Dr.GRPO, TRL knobs
+
+def test_advantage_scales_hand_computed():
+    r = np.array([1.0, 0, 0, 0, 2, 2, 2, 2])
+    # none (Dr.GRPO): r - group mean
+    np.testing.assert_allclose(group_advantages(r, 4, scale="none"),
+                               [0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0], atol=1e-6)
+    # batch: group-centred / batch std (ddof=1): mean 1.125, std = sqrt(sum (r-1.125)^2 / 7)
+    std = math.sqrt((0.125**2 + 3 * 1.125**2 + 4 * 0.875**2) / 7)
+    np.testing.assert_allclose(group_advantages(r, 4, scale="batch"),
+                               np.array([0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0]) / (std + 1e-6),
+                               rtol=1e-5)
+    # equal rewards whose float mean is off by an ulp (0.1 * 3 / 3) are exactly 0
+    assert not group_advantages(np.array([0.1, 0.1, 0.1]), 3, scale="none").any()
+
+
+def test_dynamic_sampling_drops_equal_groups_from_token_mean():
+    # two groups of 2 rows x 2 tokens; group 0 had equal rewards (advantages 0)
+    logp = jnp.log(jnp.full((4, 2), 0.5))
+    mask = jnp.ones((4, 2))
+    base = dict(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
+                loss_agg="token-mean")
+    # on-policy, ratio 1: the per-token loss is -A
+    adv = jnp.array([0.0, 0.0, 1.0, 0.5])
+    kept, _ = policy_loss(logp, None, None, adv, mask, LossSettings(**base))
+    dropped, _ = policy_loss(logp, None, None, adv, mask,
+                             LossSettings(**base, dynamic_sampling=True, group_size=2))
+    assert float(kept) == pytest.approx(-(2 * 1.0 + 2 * 0.5) / 8)  # 8 tokens
+    assert float(dropped) == pytest.approx(-(2 * 1.0 + 2 * 0.5) / 4)  # group 0's 4 tokens dropped
+
+
+def test_token_scale_divides_by_the_budget_not_the_length():
+    x = jnp.array([[1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = jnp.array([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    # (6/4 + 4/4) / 2 rows
+    assert float(aggregate(x, mask, "sequence-mean-token-scale")) == pytest.approx(1.25)
+
+
+def test_mask_truncated_drops_rows_without_eos():
+    from rlexp.algo.losses import truncated_rows
+
+    eos = 9
+    ids = jnp.array([[5, 9, 0], [5, 6, 7], [5, 6, 9], [5, 0, 0]])
+    mask = jnp.array([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 0, 0]], jnp.float32)
+    np.testing.assert_array_equal(np.asarray(truncated_rows(ids, mask, eos)),
+                                  [False, True, False, False])
+    logp = jnp.log(jnp.full((4, 3), 0.5))
+    adv = jnp.array([1.0, 10.0, 1.0, 1.0])
+    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0, kl_estimator="k3",
+                     loss_agg="token-mean", mask_truncated=True)
+    loss, _ = policy_loss(logp, None, None, adv, mask, s, truncated_rows(ids, mask, eos))
+    assert float(loss) == pytest.approx(-1.0)  # row 1 (advantage 10) is out: mean of -1s
+
+
+def test_clip_ratio_low_high_region_hand_computed():
+    # four tokens: ratio 0.5 (A<0: low-clipped), 1.5 (A>0: high-clipped), 1.5 (A<0: not
+    # clipped, the max picks the unclipped side), 1.0
+    old = jnp.log(jnp.array([[0.5, 0.2, 0.2, 0.3]]))
+    logp = jnp.log(jnp.array([[0.25, 0.3, 0.3, 0.3]]))
+    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
+                     loss_agg="token-mean")
+    adv = jnp.array([[-1.0, 1.0, -1.0, 1.0]])
+    _, aux = policy_loss(logp, old, None, adv, jnp.ones((1, 4)), s)
+    assert float(aux["clip_ratio/low_mean"]) == pytest.approx(0.25)
+    assert float(aux["clip_ratio/high_mean"]) == pytest.approx(0.25)
+    assert float(aux["clip_ratio/region_mean"]) == pytest.approx(0.5)
+
+
+def _algo_from_yaml(name: str, **over) -> AlgoConfig:
+    from omegaconf import OmegaConf
+
+    from rlexp.paths import conf_dir
+
+    node = OmegaConf.merge(OmegaConf.structured(AlgoConfig),
+                           OmegaConf.load(conf_dir() / "algo" / f"{name}.yaml"), over)
+    return OmegaConf.to_object(node)
+
+
+@pytest.mark.parametrize("name", ["grpo", "gspo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("truncate", [False, True])
+def test_shipped_algorithms_match_numpy(name, truncate):
+    """Each conf/algo YAML's settings, off-policy, through the registered path."""
+    logp, old, ref, adv, mask = example(logp_shape=(6, 5), seed=3)
+    adv[0:2] = 0.0  # one group of equal rewards (G = 2 here)
+    ids = np.full(mask.shape, 4, np.int32)
+    ids[3, -1] = 7  # row 3 ends in EOS at the budget; rows 0, 4, 5 are truncated (full, no EOS)
+    algo = _algo_from_yaml(name, num_generations=2, num_iterations=2, beta=0.1,
+                           mask_truncated=truncate)
+    cfg = registry.algo_settings(algo)
+    ex = TrainExample(prompt_ids=None, prompt_mask=None, completion_ids=jnp.asarray(ids),
+                      completion_mask=jnp.asarray(mask), advantages=jnp.asarray(adv),
+                      ref_per_token_logps=jnp.asarray(ref), old_per_token_logps=jnp.asarray(old))
+    loss, aux = registry.loss_from_logps(jnp.asarray(logp), ex, cfg, eos_id=7)
+    level = "sequence" if name == "gspo" else "token"
+    eps_high = algo.epsilon if algo.epsilon_high is None else algo.epsilon_high
+    truncated = [0, 4, 5] if truncate else None
+    want = np_loss(logp, old, ref, adv, mask, level, algo.epsilon, eps_high, 0.1,
+                   algo.kl_estimator, algo.loss_agg,
+                   group=2 if algo.dynamic_sampling else None, truncated=truncated)
+    np.testing.assert_allclose(float(loss), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, scale", [("dr_grpo", "none"), ("dapo", "group"), ("grpo", "batch")])
+def test_registered_advantages_follow_scale_rewards(name, scale):
+    algo = _algo_from_yaml(name, scale_rewards=scale)
+    cfg = registry.algo_settings(algo)
+    fn = function_registry.get_advantage_estimator(cfg.advantage_estimator)
+    r = np.array([1.0, 0.0, 3.0, 3.0, 2.0, 0.0])
+    np.testing.assert_allclose(fn(rewards=r, num_generations=2),
+                               group_advantages(r, 2, scale=scale), rtol=1e-6)
+
+
+def test_dr_grpo_advantages_match_tunix():
+    """Tunix 0.1.7 ships Dr.GRPO's estimator (algo_core "drgrpo"): the same numbers."""
+    tunix_fn = function_registry.get_advantage_estimator("drgrpo")
+    r = np.array([1.0, 0.0, 0.5, 3.0, 3.0, 2.0])
+    np.testing.assert_allclose(np.asarray(tunix_fn(r, 3)), group_advantages(r, 3, scale="none"),
+                               rtol=1e-6)

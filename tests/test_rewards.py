@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlexp import rewards
-from rlexp.config import RewardConfig
+from rlexp.config import RewardConfig, RewardFunctionConfig
 from rlexp.data.extract import extract_answer, gsm8k_final_answer, parse_number
 from rlexp.errors import UserError
 
@@ -45,12 +45,24 @@ def test_reasoning_template_format():
     assert rewards.format_approx(good, "42", "reasoning") == 1.0
 
 
+def entry(target: str, weight: float = 1.0, name: str | None = None, **kwargs) -> RewardFunctionConfig:
+    return RewardFunctionConfig(target, weight, name, kwargs)
+
+
 def test_weights_scale_and_zero_weights_drop_terms():
-    cfg = RewardConfig(format_exact=0.5, format_approx=0.0, answer_exact=2.0, answer_close=0.0)
+    cfg = RewardConfig([entry("rlexp.rewards.format_exact_reward", 0.5, "format_exact"),
+                        entry("rlexp.rewards.format_approx_reward", 0.0),
+                        entry("rlexp.rewards.answer_exact_reward", 2.0)])
     terms = rewards.terms(cfg, "answer")
-    assert [t.name for t in terms] == ["format_exact", "answer_exact"]
+    assert [t.name for t in terms] == ["format_exact", "answer_exact_reward"]
     scored = rewards.score_all(terms, [RIGHT, "<answer>7</answer>", ""], ["42", "42", "42"])
-    assert scored == {"format_exact": [0.5, 0.5, 0.0], "answer_exact": [2.0, 0.0, 0.0]}
+    assert scored == {"format_exact": [0.5, 0.5, 0.0], "answer_exact_reward": [2.0, 0.0, 0.0]}
+
+
+def test_default_list_is_the_four_builtins_with_their_weights():
+    terms = rewards.terms(RewardConfig(), "answer")
+    assert [(t.name, t.weight) for t in terms] == [
+        ("format_exact", 0.5), ("format_approx", 0.25), ("answer_exact", 1.0), ("answer_close", 0.5)]
 
 
 def test_tunix_adapters_record_each_term():
@@ -65,13 +77,104 @@ def test_tunix_adapters_record_each_term():
 
 
 def test_all_zero_weights_and_missing_math_verify_are_user_errors():
-    with pytest.raises(UserError, match="every weight is 0"):
-        rewards.terms(RewardConfig(0, 0, 0, 0, 0), "answer")
+    with pytest.raises(UserError, match="no function with a non-zero weight"):
+        rewards.terms(RewardConfig([entry("rlexp.rewards.answer_exact_reward", 0.0)]), "answer")
     try:
         import math_verify  # noqa: F401
     except ImportError:
-        with pytest.raises(UserError, match="reward.math_verify"):
-            rewards.terms(RewardConfig(math_verify=1.0), "answer")
+        with pytest.raises(UserError, match="math-verify"):
+            rewards.terms(RewardConfig([entry("rlexp.rewards.math_verify_reward")]), "answer")
+
+
+# A user's package: written to a temp dir that goes on sys.path, as PYTHONPATH would put it.
+USER_MODULE = """
+def length_bonus(prompts, completions, answers, scale=1.0, **kwargs):
+    return [scale * min(len(c), 10) / 10 for c in completions]
+
+def scalar(prompts, completions, answers, **kwargs):
+    return 1.0
+
+def one_short(prompts, completions, answers, **kwargs):
+    return [0.0] * (len(completions) - 1)
+
+def broken(prompts, completions, answers, **kwargs):
+    raise KeyError("solution")
+
+not_a_function = 3
+"""
+
+
+@pytest.fixture
+def user_pkg(tmp_path, monkeypatch):
+    pkg = tmp_path / "myrewards_e12"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fns.py").write_text(USER_MODULE)
+    (pkg / "bad_import.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "myrewards_e12"
+
+
+def test_user_function_with_kwargs_weight_and_name(user_pkg):
+    cfg = RewardConfig([entry(f"{user_pkg}.fns.length_bonus", 2.0, "brevity", scale=0.5)])
+    (term,) = rewards.terms(cfg, "answer")
+    assert term.name == "brevity"
+    # len 5 -> 0.5 * 5/10 = 0.25, weighted x2 = 0.5; len 20 capped at 10 -> 0.5 -> 1.0
+    assert term(["p", "p"], ["abcde", "x" * 20], ["1", "2"]) == [0.5, 1.0]
+    (unnamed,) = rewards.terms(RewardConfig([entry(f"{user_pkg}.fns.length_bonus")]), "answer")
+    assert unnamed.name == "length_bonus"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("no_such_pkg_e12.fns.f", "no module 'no_such_pkg_e12'"),
+    ("{pkg}.fns.missing", "has no attribute 'missing'"),
+    ("{pkg}.bad_import.f", "importing '{pkg}.bad_import' failed (ModuleNotFoundError"),
+    ("{pkg}.fns.not_a_function", "not callable"),
+    ("{pkg}.fns.scalar", "must return one float per completion"),
+    ("{pkg}.fns.one_short", "returned 2 values for 3 completions"),
+    ("{pkg}.fns.broken", "raised KeyError"),
+    ("nodots", "not a dotted path"),
+])
+def test_bad_targets_are_one_line_user_errors(user_pkg, target, message):
+    cfg = RewardConfig([entry(target.format(pkg=user_pkg))])
+    with pytest.raises(UserError) as info:
+        rewards.terms(cfg, "answer")
+    assert message.format(pkg=user_pkg) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_duplicate_names_are_rejected():
+    cfg = RewardConfig([entry("rlexp.rewards.answer_exact_reward"),
+                        entry("rlexp.rewards.answer_exact_reward")])
+    with pytest.raises(UserError, match="two reward functions have this name"):
+        rewards.terms(cfg, "answer")
+
+
+def test_reasoning_tag_reaches_format_rewards():
+    cfg = RewardConfig([entry("rlexp.rewards.format_exact_reward", 1.0, "fmt")])
+    (term,) = rewards.terms(cfg, "reasoning", reasoning_tag="think")
+    assert term(["p"] * 2, ["<think>2+2</think><answer>4</answer>",
+                            "<reasoning>2+2</reasoning><answer>4</answer>"], ["4", "4"]) == [1.0, 0.0]
+
+
+def test_overlong_penalty_by_hand():
+    # budget 10, buffer 4: no penalty up to 6 tokens, then -(n-6)/4, and -1 at 10 and beyond.
+    got = rewards.overlong_penalty([], [], [], completion_lengths=[3, 6, 7, 8, 10, 12],
+                                   max_length=10, buffer=4)
+    assert got == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
+
+
+def test_overlong_term_counts_tokens_with_the_run_tokenizer():
+    from rlexp.config import Config
+
+    cfg = Config()
+    cfg.algo.overlong_buffer, cfg.algo.overlong_penalty = 0.5, 2.0
+    cfg.rollout.max_completion_length = 8
+    terms = rewards.for_run(cfg)
+    assert terms[-1].name == "overlong" and terms[-1].kwargs == {"max_length": 8, "buffer": 4}
+    # words as tokens: 6 words -> (4 - 6) / 4 = -0.5, weighted x2 = -1.0
+    counted = rewards.with_token_counter(terms, lambda text: len(text.split()))
+    assert counted[-1](["p"], ["a b c d e f"], ["1"]) == [-1.0]
 
 
 def test_extraction_helpers():

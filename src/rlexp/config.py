@@ -644,6 +644,13 @@ def validate(cfg: Config) -> Config:
              f"must divide train.batch_size ({t.batch_size})")
     _require(mini % micro == 0, "train.micro_batch_size", t.micro_batch_size,
              f"must divide the mini-batch size ({mini})")
+    rm = r.micro_batch_size
+    # Tunix merges (or splits) train micro-batches into sampler calls of this many prompts,
+    # within one mini-batch: other sizes leave a ragged last call (another compile).
+    _require(rm is None or ((rm % micro == 0 or micro % rm == 0)
+                            and (mini % rm == 0 or rm % mini == 0)),
+             "rollout.micro_batch_size", rm, f"must divide or be a multiple of both the train "
+             f"micro batch ({micro}) and the mini-batch ({mini})")
     _require(r.temperature > 0, "rollout.temperature", r.temperature, "must be > 0")
     if r.top_p is not None:
         _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "must be in (0, 1]")

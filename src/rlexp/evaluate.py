@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answers: Sequence[str],
-                 terms: Sequence[rewards.Term], template: str) -> dict[str, float]:
+                 terms: Sequence[rewards.Term], template: str, reasoning_tag: str = "reasoning",
+                 prompts: Sequence[str] | None = None) -> dict[str, float]:
     """Metrics of one evaluation.
 
     greedy[i]: the greedy completion of prompt i; sampled[i]: its k sampled completions.
@@ -27,7 +28,7 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
     pass_at_k = fraction of prompts with at least one exactly right sampled answer.
     """
     correct = [rewards.answer_exact(c, a) for c, a in zip(greedy, answers)]
-    weighted = rewards.score_all(terms, greedy, answers)
+    weighted = rewards.score_all(terms, greedy, answers, prompts)
     total = np.sum([v for v in weighted.values()], axis=0)
     sampled_correct = [[rewards.answer_exact(c, a) for c in group]
                        for group, a in zip(sampled, answers)]
@@ -35,7 +36,7 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
         "eval/accuracy": float(np.mean(correct)),
         "eval/partial_accuracy": float(np.mean([rewards.answer_close(c, a)
                                                 for c, a in zip(greedy, answers)])),
-        "eval/format_accuracy": float(np.mean([rewards.format_exact(c, a, template)
+        "eval/format_accuracy": float(np.mean([rewards.format_exact(c, a, template, reasoning_tag)
                                                for c, a in zip(greedy, answers)])),
         "eval/mean_reward": float(np.mean(total)),
         "eval/pass_at_k": float(np.mean([max(g) if g else 0.0 for g in sampled_correct])),
@@ -54,10 +55,11 @@ def evaluate(engine: "Engine", key: Any) -> tuple[dict[str, float], list[dict[st
     greedy = engine.generate(prompts, key, greedy=True)
     flat = engine.generate([p for p in prompts for _ in range(k)], key, greedy=False)
     sampled = [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
-    metrics = eval_metrics(greedy, sampled, answers, engine.terms, cfg.dataset.template)
+    metrics = eval_metrics(greedy, sampled, answers, engine.terms, cfg.dataset.template,
+                           cfg.dataset.reasoning_tag, prompts)
     metrics["eval/k"] = float(k)
     metrics["time/eval_s"] = time.perf_counter() - started
-    weighted = rewards.score_all(engine.terms, greedy, answers)
+    weighted = rewards.score_all(engine.terms, greedy, answers, prompts)
     samples = [{"prompt": e.prompt, "completion": c, "answer": e.answer,
                 "reward": float(sum(v[i] for v in weighted.values())),
                 "correct": bool(rewards.answer_exact(c, e.answer))}

@@ -1,42 +1,56 @@
-"""Rewards: pure functions of (completion, reference answer) -> score in [0, 1].
+"""Rewards as plug-ins: `reward.functions` lists `{_target_, weight, name, kwargs}` entries.
 
-A run's total reward is sum_i weight_i * score_i with weights from cfg.reward; each weighted
-term is reported separately as train/reward/<name>. `tunix_reward_fns` adapts them to the
-call Tunix's learner makes: fn(prompts, completions, answer=..., **kwargs) -> list[float].
+A reward function (Hydra's `_target_` convention: a dotted import path) is called as
+fn(prompts, completions, answers, **kwargs) and returns one float per completion, like TRL's
+reward_funcs. The run's total reward is sum_i weight_i * fn_i(...), each weighted term
+reported as train/reward/<name>. The built-ins below are entries of the same list; their
+pure scorers of (completion, reference answer) -> [0, 1] are tested by hand.
+`terms()` resolves and probes the entries before anything runs (a bad `_target_` or a
+function returning the wrong length is a UserError, exit 2); `tunix_reward_fns` adapts them
+to the call Tunix's learner makes: fn(prompts, completions, answer=..., **kwargs).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
+import math
 import re
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
-from rlexp.config import RewardConfig
+from rlexp.config import RewardConfig, RewardFunctionConfig
 from rlexp.data.extract import extract_answer, parse_number
 from rlexp.errors import UserError
 
 Score = Callable[[str, str], float]
 
 _ANSWER_ONLY = re.compile(r"\s*<answer>[^<]*</answer>\s*", re.DOTALL)
-_REASONING_THEN_ANSWER = re.compile(
-    r"\s*<reasoning>.*?</reasoning>\s*<answer>[^<]*</answer>\s*", re.DOTALL)
 
 
-def format_exact(completion: str, answer: str, template: str = "answer") -> float:
+def _reasoning_then_answer(tag: str) -> re.Pattern:
+    t = re.escape(tag)
+    return re.compile(rf"\s*<{t}>.*?</{t}>\s*<answer>[^<]*</answer>\s*", re.DOTALL)
+
+
+def format_exact(completion: str, answer: str, template: str = "answer",
+                 reasoning_tag: str = "reasoning") -> float:
     """1 when the completion is exactly the template's tags and nothing else, else 0."""
-    pattern = _REASONING_THEN_ANSWER if template == "reasoning" else _ANSWER_ONLY
+    pattern = _reasoning_then_answer(reasoning_tag) if template == "reasoning" else _ANSWER_ONLY
     return 1.0 if pattern.fullmatch(completion) else 0.0
 
 
-def format_approx(completion: str, answer: str, template: str = "answer") -> float:
+def format_approx(completion: str, answer: str, template: str = "answer",
+                  reasoning_tag: str = "reasoning") -> float:
     """Fraction of the template's tags that occur exactly once (partial format credit)."""
     tags = ["<answer>", "</answer>"]
     if template == "reasoning":
-        tags = ["<reasoning>", "</reasoning>", *tags]
+        tags = [f"<{reasoning_tag}>", f"</{reasoning_tag}>", *tags]
     return sum(completion.count(t) == 1 for t in tags) / len(tags)
 
 
-def answer_exact(completion: str, answer: str) -> float:
+def answer_exact(completion: str, answer: str, **_: object) -> float:
     """1 when the <answer> block holds the reference number (or the same string), else 0."""
     got = extract_answer(completion)
     if got is None:
@@ -47,7 +61,7 @@ def answer_exact(completion: str, answer: str) -> float:
     return 1.0 if a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b)) else 0.0
 
 
-def answer_close(completion: str, answer: str) -> float:
+def answer_close(completion: str, answer: str, **_: object) -> float:
     """1 within 10% of the reference, 0.5 within 20%, else 0 (MaxText's ratio bands)."""
     got, ref = parse_number(extract_answer(completion)), parse_number(answer)
     if got is None or ref is None:
@@ -61,7 +75,7 @@ def answer_close(completion: str, answer: str) -> float:
     return 0.0
 
 
-def math_verify(completion: str, answer: str) -> float:
+def math_verify(completion: str, answer: str, **_: object) -> float:
     """1 when math-verify judges the <answer> block equivalent to the reference."""
     from math_verify import parse, verify  # optional extra, imported only when weighted
 
@@ -74,43 +88,193 @@ def math_verify(completion: str, answer: str) -> float:
         return 0.0
 
 
+# ------------------------------------------------------------- built-ins, plug-in signature
+
+def _batched(score: Callable[..., float], name: str) -> Callable[..., list[float]]:
+    def fn(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+           **kwargs: Any) -> list[float]:
+        return [score(c, str(a), **kwargs) for c, a in zip(completions, answers)]
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = score.__doc__
+    return fn
+
+
+format_exact_reward = _batched(format_exact, "format_exact_reward")
+format_approx_reward = _batched(format_approx, "format_approx_reward")
+answer_exact_reward = _batched(answer_exact, "answer_exact_reward")
+answer_close_reward = _batched(answer_close, "answer_close_reward")
+math_verify_reward = _batched(math_verify, "math_verify_reward")
+
+
+def overlong_penalty(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                     completion_lengths: Sequence[int], max_length: int, buffer: int,
+                     **_: Any) -> list[float]:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13), in tokens:
+    0 up to max_length - buffer, then falling linearly to -1 at max_length (and -1 beyond)."""
+    start = max_length - buffer
+    return [0.0 if n <= start else max(-1.0, (start - n) / buffer) for n in completion_lengths]
+
+
+# ----------------------------------------------------------------------------- the list
+
+
 @dataclass(frozen=True)
 class Term:
     # Name reported as train/reward/<name>.
     name: str
-    # Score function (completion, answer) -> [0, 1].
-    score: Score
-    # Weight from cfg.reward.
+    # The plug-in: fn(prompts, completions, answers, **kwargs) -> one float per completion.
+    fn: Callable[..., Sequence[float]]
+    # Weight from the reward.functions entry.
     weight: float
+    # Keyword arguments of the entry, passed on every call.
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    # The run's prompt format (template, reasoning_tag), passed too; entry kwargs win.
+    context: dict[str, Any] = field(default_factory=dict)
+    # Token count of a completion, for functions that take `completion_lengths` (the
+    # engine sets the tokenizer's; characters until then).
+    count_tokens: Callable[[str], int] = len
 
-
-def terms(cfg: RewardConfig, template: str) -> list[Term]:
-    """The weighted reward terms of a run; zero-weight terms are dropped."""
-    def fmt(fn):
-        return lambda c, a: fn(c, a, template)
-
-    candidates = [Term("format_exact", fmt(format_exact), cfg.format_exact),
-                  Term("format_approx", fmt(format_approx), cfg.format_approx),
-                  Term("answer_exact", answer_exact, cfg.answer_exact),
-                  Term("answer_close", answer_close, cfg.answer_close),
-                  Term("math_verify", math_verify, cfg.math_verify)]
-    chosen = [t for t in candidates if t.weight != 0]
-    if any(t.name == "math_verify" for t in chosen):
+    @property
+    def needs_lengths(self) -> bool:
+        """The function takes completion token counts (overlong shaping)."""
         try:
-            import math_verify as _  # noqa: F401
-        except ImportError:
-            raise UserError("reward.math_verify: needs the math-verify package "
-                            "(pip install 'rlexp[math]') or reward.math_verify=0") from None
+            return "completion_lengths" in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str],
+                 answers: Sequence[Any], **extra: Any) -> list[float]:
+        """Weighted values, one per completion (shape checked by `probe`)."""
+        if self.needs_lengths and "completion_lengths" not in extra:
+            extra = {**extra, "completion_lengths": [self.count_tokens(c) for c in completions]}
+        out = self.fn(list(prompts), list(completions), [str(a) for a in answers],
+                      **{**self.context, **extra, **self.kwargs})
+        return [self.weight * float(v) for v in out]
+
+
+def resolve(target: str, key: str) -> Callable[..., Any]:
+    """Dotted path 'pkg.module.fn' -> the callable (Hydra's `_target_` rule), or UserError."""
+    parts = target.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise UserError(f"{key}={target!r}: not a dotted path 'package.module.function'")
+    obj: Any = None
+    for i in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+        module = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(module)
+            break
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                continue  # this prefix is not a module: try a shorter one
+            raise UserError(f"{key}={target!r}: importing {module!r} failed "
+                            f"(ModuleNotFoundError: {exc})") from None
+        except Exception as exc:  # the user's module itself fails at import
+            raise UserError(f"{key}={target!r}: importing {module!r} failed "
+                            f"({type(exc).__name__}: {_first_line(exc)})") from None
+    if obj is None:
+        raise UserError(f"{key}={target!r}: no module {parts[0]!r} (is its directory on "
+                        f"PYTHONPATH, or the package installed?)")
+    for part in parts[i:]:
+        if not hasattr(obj, part):
+            raise UserError(f"{key}={target!r}: {getattr(obj, '__name__', type(obj).__name__)!r} "
+                            f"has no attribute {part!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(f"{key}={target!r}: not callable")
+    return obj
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning"
+          ) -> list[Term]:
+    """The weighted reward terms of a run, resolved and probed; zero-weight entries dropped.
+
+    Every function also gets template= and reasoning_tag= (the prompt format the format
+    rewards check); a function that does not want them takes **kwargs.
+    """
+    context = {"template": template, "reasoning_tag": reasoning_tag}
+    chosen: list[Term] = []
+    for i, entry in enumerate(cfg.functions):
+        key = f"reward.functions[{i}]"
+        if not math.isfinite(entry.weight):
+            raise UserError(f"{key}.weight={entry.weight!r} is invalid: must be finite")
+        if entry.weight == 0:
+            continue
+        if entry._target_ == f"{__name__}.math_verify_reward":
+            try:
+                import math_verify as _  # noqa: F401
+            except ImportError:
+                raise UserError(f"{key}: math_verify_reward needs the math-verify package "
+                                "(pip install 'rlexp[math]'), or weight 0") from None
+        fn = resolve(entry._target_, f"{key}._target_")
+        name = entry.name or getattr(fn, "__name__", entry._target_.rsplit(".", 1)[-1])
+        if any(t.name == name for t in chosen):
+            raise UserError(f"{key}.name={name!r}: two reward functions have this name; give "
+                            f"one a distinct `name` (logged as train/reward/<name>)")
+        chosen.append(Term(name, fn, float(entry.weight), dict(entry.kwargs), context))
     if not chosen:
-        raise UserError("reward: every weight is 0; give at least one reward a non-zero weight")
+        raise UserError("reward.functions: no function with a non-zero weight; give at least "
+                        "one entry a non-zero weight")
+    for t in chosen:
+        probe(t)
     return chosen
 
 
-def score_all(ts: Sequence[Term], completions: Sequence[str], answers: Sequence[str]
-              ) -> dict[str, list[float]]:
+def for_run(cfg: "Config") -> list[Term]:  # noqa: F821
+    """The run's terms: reward.functions, plus DAPO's overlong shaping when algo asks for it."""
+    ts = terms(cfg.reward, cfg.dataset.template, cfg.dataset.reasoning_tag)
+    a = cfg.algo
+    if a.overlong_buffer > 0 and a.overlong_penalty > 0:
+        budget = cfg.rollout.max_completion_length
+        buffer = max(1, round(a.overlong_buffer * budget))
+        ts.append(Term("overlong", overlong_penalty, a.overlong_penalty,
+                       {"max_length": budget, "buffer": buffer}))
+    return ts
+
+
+# One example per shape a reward must cope with: a right, a wrong and an empty completion.
+PROBE_PROMPTS = ["What is 2 + 3?", "What is 4 + 4?", "What is 1 + 0?"]
+PROBE_COMPLETIONS = ["<answer>5</answer>", "<answer>7</answer>", ""]
+PROBE_ANSWERS = ["5", "8", "1"]
+
+
+def probe(term: Term) -> None:
+    """Call the function once on three examples: it must return 3 finite numbers."""
+    key = f"reward.functions (name={term.name})"
+    extra = {"completion_lengths": [len(c) for c in PROBE_COMPLETIONS]} if term.needs_lengths else {}
+    try:
+        out = term.fn(list(PROBE_PROMPTS), list(PROBE_COMPLETIONS), list(PROBE_ANSWERS),
+                      **{**term.context, **extra, **term.kwargs})
+    except Exception as exc:
+        raise UserError(f"{key}: calling it on 3 example completions raised "
+                        f"{type(exc).__name__}: {_first_line(exc)}") from None
+    try:
+        values = [float(v) for v in out]
+    except (TypeError, ValueError):
+        raise UserError(f"{key}: must return one float per completion (a list of 3 here), "
+                        f"got {type(out).__name__} {str(out)[:60]!r}") from None
+    if len(values) != len(PROBE_COMPLETIONS):
+        raise UserError(f"{key}: returned {len(values)} values for {len(PROBE_COMPLETIONS)} "
+                        f"completions; it must return one float per completion")
+    if not all(math.isfinite(v) for v in values):
+        raise UserError(f"{key}: returned a non-finite value {values}")
+
+
+def score_all(ts: Sequence[Term], completions: Sequence[str], answers: Sequence[str],
+              prompts: Sequence[str] | None = None) -> dict[str, list[float]]:
     """Weighted score of every term for every completion: {name: [w * score, ...]}."""
-    return {t.name: [t.weight * t.score(c, str(a)) for c, a in zip(completions, answers)]
-            for t in ts}
+    prompts = list(prompts) if prompts is not None else [""] * len(completions)
+    return {t.name: t(prompts, completions, answers) for t in ts}
+
+
+def with_token_counter(ts: Sequence[Term], count_tokens: Callable[[str], int]) -> list[Term]:
+    """The terms, counting completion lengths with the run's tokenizer."""
+    return [dataclasses.replace(t, count_tokens=count_tokens) for t in ts]
 
 
 def tunix_reward_fns(ts: Sequence[Term], record: Callable[[str, list[float]], None]
@@ -118,7 +282,10 @@ def tunix_reward_fns(ts: Sequence[Term], record: Callable[[str, list[float]], No
     """Adapters Tunix's learner calls; each also hands its values to `record(name, values)`."""
     def adapter(term: Term):
         def fn(prompts: list[str], completions: list[str], answer: Sequence[str], **_) -> list[float]:
-            values = [term.weight * term.score(c, str(a)) for c, a in zip(completions, answer)]
+            values = term(prompts, completions, answer)
+            if len(values) != len(completions):  # probed at start; a data-dependent slip
+                raise ValueError(f"reward {term.name} returned {len(values)} values for "
+                                 f"{len(completions)} completions")
             record(term.name, values)
             return values
 

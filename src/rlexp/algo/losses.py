@@ -10,6 +10,14 @@ Both: loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)), aggregated 
 completion mask, plus beta * KL(pi || pi_ref) with the chosen estimator. When the old
 log-probs are the current ones (on-policy, one update per rollout) r = 1 and both losses,
 and their gradients, coincide.
+
+DAPO (Yu et al. 2025, arXiv:2503.14476) and Dr.GRPO (Liu et al. 2025, arXiv:2503.20783) are
+settings of the same loss: DAPO = token-mean aggregation, eps_high > eps_low (clip-higher) and
+dynamic sampling (groups whose rewards are all equal, hence all advantages exactly 0, are
+dropped from the mask, so they do not dilute the token mean); Dr.GRPO = unscaled advantages
+and "sequence-mean-token-scale" (each sequence's token sum divided by the same constant, the
+completion budget, instead of its own length). `mask_truncated` drops completions that hit
+the budget without EOS (TRL's mask_truncated_completions).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import jax.numpy as jnp
 from rlexp.algo.kl import kl_estimate
 
 LEVELS = ("token", "sequence")
-AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum")
+AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum",
+                "sequence-mean-token-scale")
 # Log-ratios are clipped before exp() so one wild token cannot overflow (as Tunix does).
 MAX_LOG_RATIO = 20.0
 
@@ -39,8 +48,14 @@ class LossSettings:
     beta: float
     # k1 | k2 | k3.
     kl_estimator: str
-    # token-mean | sequence-mean-token-mean | sequence-mean-token-sum.
+    # token-mean | sequence-mean-token-mean | sequence-mean-token-sum | sequence-mean-token-scale.
     loss_agg: str
+    # Drop whole groups whose advantages are all exactly 0 (DAPO dynamic sampling).
+    dynamic_sampling: bool = False
+    # Completions per prompt (contiguous rows of a group), for dynamic sampling.
+    group_size: int = 1
+    # Drop completions truncated at the budget (no EOS) from the loss.
+    mask_truncated: bool = False
 
 
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
@@ -60,6 +75,8 @@ def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str) -> jnp.ndarr
         return (x.sum(axis=-1) / jnp.maximum(lengths, 1.0)).sum() / nonempty
     if mode == "sequence-mean-token-sum":
         return x.sum() / nonempty
+    if mode == "sequence-mean-token-scale":  # Dr.GRPO: a constant norm, the padded length T
+        return (x.sum(axis=-1) / x.shape[-1]).sum() / nonempty
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
 
 
@@ -76,21 +93,48 @@ def importance_log_ratio(logp: jnp.ndarray, old_logp: jnp.ndarray, mask: jnp.nda
     raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(LEVELS)}")
 
 
+def kept_rows(advantages: jnp.ndarray, truncated: jnp.ndarray | None, s: LossSettings
+              ) -> jnp.ndarray:
+    """[B] 1.0 for rows the loss keeps: not in an all-zero-advantage group (dynamic
+    sampling), not truncated (mask_truncated)."""
+    adv = advantages.astype(jnp.float32)
+    adv = adv if adv.ndim == 1 else adv[:, 0]
+    keep = jnp.ones(adv.shape, jnp.float32)
+    if s.dynamic_sampling:
+        varied = (adv.reshape(-1, s.group_size) != 0).any(axis=-1)
+        keep = keep * jnp.repeat(varied, s.group_size).astype(jnp.float32)
+    if s.mask_truncated and truncated is not None:
+        keep = keep * (1.0 - truncated.astype(jnp.float32))
+    return keep
+
+
+def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int) -> jnp.ndarray:
+    """[B] True where the completion fills the budget and does not end in EOS."""
+    return (mask[:, -1] > 0) & (completion_ids[:, -1] != eos_id)
+
+
 def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.ndarray | None,
-                advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings
+                advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings,
+                truncated: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B].
 
     `old_logp` None means on-policy: the sampling policy is the current one (ratio 1).
     `ref_logp` None means no reference model (no KL term, KL reported as 0).
+    `truncated` [B] bool marks completions cut at the budget (for s.mask_truncated).
     """
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
+    if s.dynamic_sampling or s.mask_truncated:
+        mask = mask.astype(jnp.float32) * kept_rows(advantages, truncated, s)[:, None]
     adv = advantages.astype(jnp.float32)
     adv = adv if adv.ndim == 2 else adv[:, None]
     ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
     unclipped = -adv * ratio
     clipped = -adv * jnp.clip(ratio, 1.0 - s.epsilon, 1.0 + s.epsilon_high)
+    # TRL's clip statistics: tokens whose update the clip removed, below and above.
+    low = ((ratio < 1.0 - s.epsilon) & (adv < 0)).astype(jnp.float32)
+    high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).astype(jnp.float32)
     pg = aggregate(jnp.maximum(unclipped, clipped), mask, s.loss_agg)
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp, s.kl_estimator)
@@ -108,5 +152,8 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
         "ratio_mean": masked_mean(ratio, mask),
         "ratio_max": jnp.where(any_token, jnp.max(jnp.where(m, ratio, -jnp.inf)), 1.0),
         "ratio_min": jnp.where(any_token, jnp.min(jnp.where(m, ratio, jnp.inf)), 1.0),
+        "clip_ratio/low_mean": masked_mean(low, mask),
+        "clip_ratio/high_mean": masked_mean(high, mask),
+        "clip_ratio/region_mean": masked_mean(jnp.maximum(low, high), mask),
     }
     return loss, aux

@@ -12,9 +12,10 @@ from typing import Any, Callable
 import numpy as np
 
 from rlexp.data.loaders import Problem, RawSplits, load_problems
-from rlexp.data.templates import reference_completion, render_prompt
+from rlexp.data.templates import PromptTemplate
 
-__all__ = ["Example", "Splits", "Problem", "build_splits", "batch_indices", "load_problems"]
+__all__ = ["Example", "Splits", "Problem", "PromptTemplate", "build_splits", "batch_indices",
+           "load_problems"]
 
 
 @dataclass(frozen=True)
@@ -62,21 +63,25 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:
     return out
 
 
-def build_splits(raw: RawSplits, template: str, encode: Callable[[str], list[int]],
+def build_splits(raw: RawSplits, template: str | PromptTemplate, encode: Callable[[str], list[int]],
                  decode: Callable[[list[int]], str], max_prompt_tokens: int,
                  chat_tokenizer: Any | None = None) -> Splits:
-    """Render prompts (and chat format), left-truncating those over `max_prompt_tokens`."""
+    """Render prompts (and chat format), left-truncating those over `max_prompt_tokens`.
+
+    `template`: a PromptTemplate (PromptTemplate.from_config(cfg.dataset)) or a built-in name.
+    """
+    tpl = PromptTemplate(template=template) if isinstance(template, str) else template
     truncated = 0
 
     def convert(p: Problem) -> Example:
         nonlocal truncated
-        prompt = render_prompt(p.question, template, chat_tokenizer)
+        prompt = tpl.render(p.question, chat_tokenizer)
         ids = encode(prompt)
         if len(ids) > max_prompt_tokens:
             truncated += 1
             prompt = decode(ids[-max_prompt_tokens:])
         return Example(prompt=prompt, answer=p.answer,
-                       reference=reference_completion(p.answer, p.reasoning, template),
+                       reference=tpl.reference(p.answer, p.reasoning),
                        question=p.question)
 
     return Splits(train=[convert(p) for p in raw.train], eval=[convert(p) for p in raw.eval],

@@ -45,3 +45,37 @@ def gsm8k_reasoning(solution: str) -> str:
     """The worked solution before '####', with GSM8K's <<calc>> annotations removed."""
     body = solution.rsplit("####", 1)[0]
     return re.sub(r"<<[^>]*>>", "", body).strip()
+
+
+_NUMBER_ONLY = re.compile(r"\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)\s*")
+
+
+def boxed_answer(text: str) -> str | None:
+    """Content of the last \\boxed{...} (or \\fbox{...}) in LaTeX, braces balanced; None if none."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start) + 1
+    depth, j = 1, i
+    while j < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        j += 1
+    return text[i:j - 1].strip() if depth == 0 else None
+
+
+def regex_answer(text: str, pattern: str) -> str | None:
+    """First group (or the whole match) of the LAST match of `pattern`; None if none."""
+    matches = list(re.finditer(pattern, text, re.DOTALL))
+    if not matches:
+        return None
+    m = matches[-1]
+    return (m.group(1) if m.groups() else m.group(0)).strip()
+
+
+def canonical_answer(text: str) -> str:
+    """A plain number is written canonically ('1,234.0' -> '1234'); anything else is kept."""
+    if _NUMBER_ONLY.fullmatch(text):
+        value = parse_number(text)
+        if value is not None:
+            return canonical_number(value)
+    return text.strip()

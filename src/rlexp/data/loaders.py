@@ -1,7 +1,10 @@
-"""Dataset loaders: arithmetic and gsm_symbolic (reasoning-gym, offline) and gsm8k (files/hub).
+"""Dataset builders: `dataset._target_` names one, called as fn(DatasetConfig).
 
-Every loader returns disjoint train and eval lists of `Problem`s (disjoint by question text),
-seeded by dataset.seed so all jobs of a sweep see the same data.
+Built-ins: `arithmetic` and `gsm_symbolic` (reasoning-gym, offline) and `generic` (a local
+jsonl/json/parquet/csv file or a `datasets` name; gsm8k is an instance of it). A builder
+returns RawSplits, or rows (dicts) that `splits_from_rows` maps (dataset.question_field,
+answer_field, extractor) and splits (eval_split, or a held-out share). Train and eval are
+disjoint by question text and seeded by dataset.seed, so all jobs of a sweep see the same data.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from rlexp.config import DatasetConfig
-from rlexp.data.extract import canonical_number, gsm8k_final_answer, gsm8k_reasoning, parse_number
+from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number,
+                                gsm8k_final_answer, gsm8k_reasoning, parse_number, regex_answer)
 from rlexp.errors import UserError
 
 
@@ -47,9 +51,18 @@ def dataset_file(d: DatasetConfig) -> Path | None:
 
 
 def load_problems(d: DatasetConfig) -> RawSplits:
-    loaders: dict[str, Callable[[DatasetConfig], RawSplits]] = {
-        "arithmetic": _arithmetic, "gsm_symbolic": _gsm_symbolic, "gsm8k": _gsm8k}
-    return loaders[d.name](d)
+    """The dataset's train/eval problems from its builder (dataset._target_)."""
+    from rlexp.rewards import resolve
+
+    out = resolve(d._target_, "dataset._target_")(d)
+    if isinstance(out, RawSplits):
+        return out
+    try:
+        rows = list(out)
+    except TypeError:
+        raise UserError(f"dataset._target_={d._target_!r}: must return RawSplits or an iterable "
+                        f"of rows (dicts), got {type(out).__name__}") from None
+    return splits_from_rows(rows, None, d)
 
 
 # ------------------------------------------------------------------------- procedural
@@ -74,7 +87,7 @@ def _procedural_splits(d: DatasetConfig, make: Callable[[int, int], Iterable[Pro
     return RawSplits(train=train, eval=list(eval_set.values()))
 
 
-def _arithmetic(d: DatasetConfig) -> RawSplits:
+def arithmetic(d: DatasetConfig) -> RawSplits:
     import reasoning_gym
 
     def make(seed: int, size: int) -> Iterator[Problem]:
@@ -90,7 +103,7 @@ def _arithmetic(d: DatasetConfig) -> RawSplits:
     return _procedural_splits(d, make)
 
 
-def _gsm_symbolic(d: DatasetConfig) -> RawSplits:
+def gsm_symbolic(d: DatasetConfig) -> RawSplits:
     import reasoning_gym
 
     def make(seed: int, size: int) -> Iterator[Problem]:
@@ -104,29 +117,89 @@ def _gsm_symbolic(d: DatasetConfig) -> RawSplits:
     return _procedural_splits(d, make)
 
 
-# ------------------------------------------------------------------------------ gsm8k
+# ---------------------------------------------------------------------------- generic
 
-def _gsm8k(d: DatasetConfig) -> RawSplits:
-    if d.path is None:
-        train_rows, eval_rows = _gsm8k_hub()
-        train, s1 = _parse_gsm8k_rows(train_rows)
-        held, s2 = _parse_gsm8k_rows(eval_rows)
-        rng = random.Random(d.seed)
-        rng.shuffle(held)
-        rng.shuffle(train)
-        return _disjoint(train, held, d, s1 + s2)
-    path = dataset_file(d)
-    rows, bad_rows = _read_rows(path)
-    problems, skipped = _parse_gsm8k_rows(rows)
-    skipped += bad_rows
+def generic(d: DatasetConfig) -> RawSplits:
+    """Rows of dataset.path (a file) or dataset.hub (a `datasets` name), mapped and split."""
+    if d.path is not None:
+        rows, bad_rows = _read_rows(dataset_file(d))
+        return splits_from_rows(rows, None, d, bad_rows)
+    if d.hub is None:
+        raise UserError("dataset.path=null and dataset.hub=null: the generic dataset needs a "
+                        "local file (dataset.path=<jsonl/json/parquet/csv>) or a hub name")
+    train_rows = _hub_rows(d, d.split)
+    eval_rows = _hub_rows(d, d.eval_split) if d.eval_split is not None else None
+    return splits_from_rows(train_rows, eval_rows, d)
+
+
+def _hub_rows(d: DatasetConfig, split: str) -> list[dict]:
+    try:
+        import datasets
+
+        return list(datasets.load_dataset(d.hub, d.hub_config, split=split))
+    except Exception as exc:  # offline, hub down, auth, no such split...
+        raise UserError(f"dataset.hub={d.hub}: loading split {split!r} failed "
+                        f"({type(exc).__name__}); pass dataset.path=<local jsonl/json/parquet/csv>"
+                        ) from None
+
+
+def extract(d: DatasetConfig, text: str) -> tuple[str | None, str]:
+    """(final answer or None, reasoning) of one answer-field value, by dataset.extractor."""
+    if d.extractor == "gsm8k":
+        return gsm8k_final_answer(text), gsm8k_reasoning(text)
+    if d.extractor == "boxed":
+        found = boxed_answer(text)
+    elif d.extractor == "regex":
+        found = regex_answer(text, d.answer_regex or "")
+    elif d.extractor == "none":
+        found = text
+    else:
+        from rlexp.rewards import resolve
+
+        found = resolve(d.extractor, "dataset.extractor")(text)
+    return (canonical_answer(str(found)) if found is not None and str(found).strip() else None), ""
+
+
+def problems_from_rows(rows: Iterable[Any], d: DatasetConfig) -> tuple[list[Problem], int]:
+    """Field mapping + answer extraction; rows without a question or answer are skipped."""
+    problems, skipped = [], 0
+    for row in rows:
+        q = row.get(d.question_field) if isinstance(row, dict) else None
+        a = row.get(d.answer_field) if isinstance(row, dict) else None
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            a = canonical_number(a)
+        answer, reasoning = extract(d, a) if isinstance(a, str) else (None, "")
+        if d.reasoning_field is not None and isinstance(row, dict):
+            reasoning = str(row.get(d.reasoning_field) or "")
+        if not isinstance(q, str) or not q.strip() or answer is None:
+            skipped += 1
+            continue
+        problems.append(Problem(q.strip(), answer, reasoning))
+    return problems, skipped
+
+
+def splits_from_rows(rows: list[Any], eval_rows: list[Any] | None, d: DatasetConfig,
+                     skipped: int = 0) -> RawSplits:
+    """Disjoint train/eval problems: eval from `eval_rows`, else held out of `rows`."""
+    problems, s1 = problems_from_rows(rows, d)
+    skipped += s1
+    where = f"dataset.path={d.path}" if d.path is not None else f"dataset {d.name}"
     if not problems:
-        raise UserError(f"dataset.path={d.path}: no usable rows (need 'question' and an 'answer' "
-                        f"ending in '#### <number>'; {skipped} skipped)")
-    random.Random(d.seed).shuffle(problems)
-    n_eval = min(d.num_eval, len(problems) // 2) if len(problems) > 1 else 0
+        raise UserError(f"{where}: no usable rows (need a string '{d.question_field}' and an "
+                        f"'{d.answer_field}' that dataset.extractor={d.extractor} can read; "
+                        f"{skipped} skipped)")
+    rng = random.Random(d.seed)
+    if eval_rows is not None:
+        held, s2 = problems_from_rows(eval_rows, d)
+        rng.shuffle(held)
+        rng.shuffle(problems)
+        return _disjoint(problems, held, d, skipped + s2)
+    rng.shuffle(problems)
+    n_eval = round(d.eval_fraction * len(problems)) if d.eval_fraction is not None \
+        else min(d.num_eval, len(problems) // 2)
     if n_eval < 1 or len(problems) - n_eval < 1:
-        raise UserError(f"dataset.path={d.path}: {len(problems)} usable rows; need at least 2 "
-                        f"for disjoint train and eval splits")
+        raise UserError(f"{where}: {len(problems)} usable rows; need at least 2 for disjoint "
+                        f"train and eval splits")
     return _disjoint(problems[n_eval:], problems[:n_eval], d, skipped)
 
 
@@ -139,19 +212,8 @@ def _disjoint(train: list[Problem], held: list[Problem], d: DatasetConfig, skipp
     return RawSplits(train=train, eval=eval_split, skipped=skipped)
 
 
-def _gsm8k_hub() -> tuple[list[dict], list[dict]]:
-    try:
-        import datasets
-
-        ds = datasets.load_dataset("openai/gsm8k", "main")
-    except Exception as exc:  # offline, hub down, auth...
-        raise UserError(f"dataset.path=null: loading openai/gsm8k from the hub failed "
-                        f"({type(exc).__name__}); pass dataset.path=<local jsonl/json/parquet>") from None
-    return list(ds["train"]), list(ds["test"])
-
-
 def _read_rows(path: Path) -> tuple[list[Any], int]:
-    """Rows of a jsonl/json/parquet file, plus how many lines could not be parsed (jsonl)."""
+    """Rows of a jsonl/json/parquet/csv file, plus how many lines could not be parsed (jsonl)."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -176,18 +238,10 @@ def _read_rows(path: Path) -> tuple[list[Any], int]:
             except json.JSONDecodeError:
                 bad += 1
         return rows, bad
+    if suffix in (".csv", ".tsv"):
+        import csv
+
+        with path.open(newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")), 0
     raise UserError(f"dataset.path={path}: unsupported file type {suffix!r}; "
-                    f"use .jsonl, .json or .parquet")
-
-
-def _parse_gsm8k_rows(rows: Iterable[Any]) -> tuple[list[Problem], int]:
-    problems, skipped = [], 0
-    for row in rows:
-        q = row.get("question") if isinstance(row, dict) else None
-        a = row.get("answer") if isinstance(row, dict) else None
-        final = gsm8k_final_answer(a) if isinstance(a, str) else None
-        if not isinstance(q, str) or not q.strip() or final is None:
-            skipped += 1
-            continue
-        problems.append(Problem(q.strip(), final, gsm8k_reasoning(a)))
-    return problems, skipped
+                    f"use .jsonl, .json, .parquet or .csv")

@@ -1,39 +1,98 @@
 """Prompt templates: what the policy sees, and the reference completion warm start imitates.
 
-`reasoning` follows MaxText's GSM8K GRPO recipe (reasoning in <reasoning>, final number in
-<answer>); `answer` asks for the <answer> block only (short completions for the tiny model).
-Instruct checkpoints get the same text wrapped in their tokenizer's chat template.
+`reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, final answer
+in <answer>); `answer` asks for the <answer> block only (short completions for the tiny
+model). The reasoning tag is configurable (dataset.reasoning_tag=think gives DeepSeek-R1's
+<think>...</think>); the instruction can be replaced (dataset.system_prompt) and the whole
+user message given inline or as a file (dataset.prompt / dataset.prompt_file, with a
+{question} placeholder). Instruct checkpoints get the text wrapped in their tokenizer's chat
+template (model.chat_template=true): the instruction as the system message.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-# MaxText grpo_llama3_1_8b_demo (GSM8K): the system prompt that defines the format rewards.
-REASONING_INSTRUCTION = (
-    "You are given a problem. Think about the problem and provide your working out. "
-    "Place it between <reasoning> and </reasoning>. Then, provide your final answer "
-    "between <answer> and </answer>."
-)
+from rlexp.errors import UserError
+
+TEMPLATES = ("reasoning", "answer")
 ANSWER_INSTRUCTION = "Answer between <answer> and </answer>."
 
 
-def instruction(template: str) -> str:
-    return REASONING_INSTRUCTION if template == "reasoning" else ANSWER_INSTRUCTION
+def reasoning_instruction(tag: str = "reasoning") -> str:
+    # MaxText grpo_llama3_1_8b_demo (GSM8K): the system prompt that defines the format rewards.
+    return ("You are given a problem. Think about the problem and provide your working out. "
+            f"Place it between <{tag}> and </{tag}>. Then, provide your final answer "
+            "between <answer> and </answer>.")
+
+
+REASONING_INSTRUCTION = reasoning_instruction()
+
+
+def instruction(template: str, tag: str = "reasoning") -> str:
+    return reasoning_instruction(tag) if template == "reasoning" else ANSWER_INSTRUCTION
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    # reasoning | answer: which tags the completion is asked for (and format rewards check).
+    template: str = "answer"
+    # Tag name around the working out when template=reasoning (<reasoning>, <think>, ...).
+    reasoning_tag: str = "reasoning"
+    # Instruction (system message with a chat template); None = the template's own.
+    system_prompt: str | None = None
+    # User message with a {question} placeholder; None = "{question}\n<instruction>\n".
+    prompt: str | None = None
+
+    @classmethod
+    def from_config(cls, d: Any) -> "PromptTemplate":
+        """From a DatasetConfig: dataset.prompt_file is read here (UserError if unreadable)."""
+        prompt = d.prompt
+        if d.prompt_file is not None:
+            path = Path(d.prompt_file).expanduser()
+            try:
+                prompt = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UserError(f"dataset.prompt_file={d.prompt_file}: cannot read it "
+                                f"({type(exc).__name__})") from None
+        if prompt is not None and "{question}" not in prompt:
+            key = "dataset.prompt_file" if d.prompt_file is not None else "dataset.prompt"
+            raise UserError(f"{key}: the template has no {{question}} placeholder")
+        return cls(template=d.template, reasoning_tag=d.reasoning_tag,
+                   system_prompt=d.system_prompt, prompt=prompt)
+
+    @property
+    def instruction(self) -> str:
+        return self.system_prompt if self.system_prompt is not None \
+            else instruction(self.template, self.reasoning_tag)
+
+    def render(self, question: str, chat_tokenizer: Any | None = None) -> str:
+        """The prompt string. With `chat_tokenizer` (an HF tokenizer) it is chat-formatted."""
+        if chat_tokenizer is not None:
+            user = self.prompt.replace("{question}", question) if self.prompt else question
+            messages = [{"role": "user", "content": user}]
+            if self.instruction:
+                messages.insert(0, {"role": "system", "content": self.instruction})
+            return chat_tokenizer.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=True)
+        if self.prompt is not None:  # str.replace: other braces in the file stay as written
+            return self.prompt.replace("{question}", question)
+        return f"{question}\n{self.instruction}\n" if self.instruction else f"{question}\n"
+
+    def reference(self, answer: str, reasoning: str) -> str:
+        """The completion a perfect policy writes: the target of the warm-start stage."""
+        if self.template == "reasoning":
+            t = self.reasoning_tag
+            return f"<{t}>{reasoning}</{t}>\n<answer>{answer}</answer>"
+        return f"<answer>{answer}</answer>"
 
 
 def render_prompt(question: str, template: str, chat_tokenizer: Any | None = None) -> str:
-    """The prompt string. With `chat_tokenizer` (an HF tokenizer) it is chat-formatted."""
-    if chat_tokenizer is not None:
-        messages = [{"role": "system", "content": instruction(template)},
-                    {"role": "user", "content": question}]
-        return chat_tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
-    return f"{question}\n{instruction(template)}\n"
+    """The prompt string of a built-in template (see PromptTemplate.render)."""
+    return PromptTemplate(template=template).render(question, chat_tokenizer)
 
 
 def reference_completion(answer: str, reasoning: str, template: str) -> str:
-    """The completion a perfect policy writes: the target of the warm-start stage."""
-    if template == "reasoning":
-        return f"<reasoning>{reasoning}</reasoning>\n<answer>{answer}</answer>"
-    return f"<answer>{answer}</answer>"
+    return PromptTemplate(template=template).reference(answer, reasoning)

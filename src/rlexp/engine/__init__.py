@@ -58,8 +58,11 @@ class TunixEngine:
         self.probe.reset()
         self.step_runner(batch)
         out = self.probe.metrics()
+        # host seconds: sampler calls (incl. their device wait), rollout + rewards +
+        # advantages + log-probs, and the one metrics fetch (waits for the last update)
         out["time/rollout_s"] = self.probe.rollout_s
         out["time/prepare_s"] = self.probe.prepare_s
+        out["time/fetch_s"] = self.probe.fetch_s
         return out
 
     def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
@@ -71,8 +74,8 @@ class TunixEngine:
         rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
         self.keys.reset(key)
         rc.top_p = None if greedy else (1.0 if self.cfg.rollout.top_p is None else self.cfg.rollout.top_p)
-        # Tunix samples training rollouts in micro-batches of micro_batch_size x G rows.
-        chunk = self.step_runner.micro * self.cfg.algo.num_generations
+        # Tunix samples training rollouts in calls of rollout micro-batch x G rows.
+        chunk = self.step_runner.rollout_rows
         padded = list(prompts) + [prompts[-1]] * (-len(prompts) % chunk)
         out = self.cluster.generate(padded, mode=Mode.EVAL, micro_batch_size=chunk)
         return list(out.text[: len(prompts)])
@@ -128,7 +131,7 @@ def check_tunix(problems: list[str]) -> None:
 def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     """Everything the loop needs. UserError (one line, naming the key) for bad input."""
     from rlexp import models, rewards
-    from rlexp.data import build_splits, load_problems
+    from rlexp.data import PromptTemplate, build_splits, load_problems
     from rlexp.engine import models as engine_models
 
     models.resolve_path(cfg.model, cfg.run.cache_dir)
@@ -136,17 +139,22 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     raw_tok = models.build_tokenizer(cfg.model)
     chat = raw_tok if cfg.model.chat_template and cfg.model.tokenizer == "hf" else None
     raw = load_problems(cfg.dataset)
-    terms = rewards.terms(cfg.reward, cfg.dataset.template)
+    terms = rewards.for_run(cfg)
 
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
     from rlexp.engine import tunix_names
 
     check_tunix(tunix_names.problems())
+    from rlexp.engine.numerics import dedicated_pad
+
     tok = TokenizerAdapter(raw_tok)
     # One position is left for the BOS token the sampler prepends.
-    splits = build_splits(raw, cfg.dataset.template, tok.encode, tok.decode,
+    terms = rewards.with_token_counter(terms, lambda text: len(tok.encode(text)))
+    splits = build_splits(raw, PromptTemplate.from_config(cfg.dataset), tok.encode, tok.decode,
                           cfg.rollout.max_prompt_length - 1, chat)
+    # A pad id that no prompt contains (Tunix masks every prompt token equal to pad_id).
+    dedicated_pad(raw_tok, (tok.encode(e.prompt) for e in [*splits.train, *splits.eval]))
     info: dict[str, Any] = {"data/train": len(splits.train), "data/eval": len(splits.eval),
                             "data/skipped": splits.skipped, "data/truncated": splits.truncated}
     if splits.skipped:
@@ -160,9 +168,17 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
 
     meshes = role_meshes(cfg.hardware)
     model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
-    info.update(warm_start.warm_start(cfg, model, tok, splits.train))
-    reference = engine_models.clone(model) if cfg.algo.beta > 0 else None
-    probe = StepProbe()
+    if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
+        from rlexp.export import init_from
+
+        info.update(init_from(cfg, model))
+    else:
+        info.update(warm_start.warm_start(cfg, model, tok, splits.train))
+    reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
+    from rlexp.engine.numerics import use_training_remat
+
+    use_training_remat(cfg.model.family, cfg.train.remat)
+    probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
     learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))
     probe.attach(learner, cluster, registry.AUX_KEYS)
@@ -171,5 +187,5 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     runner = tunix_adapter.StepRunner(learner, cfg.train.batch_size)
     return TunixEngine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
                   learner=learner, probe=probe, step_runner=runner, keys=keys,
-                  schedule=tunix_adapter.lr_schedule(cfg),
+                  schedule=tunix_adapter.host_lr_schedule(cfg),
                   updates_per_step=tunix_adapter.updates_per_step(cfg), info=info)

@@ -19,17 +19,20 @@ from tunix.rl.grpo.grpo_learner import GRPOConfig
 
 from rlexp.algo.advantages import group_advantages
 from rlexp.algo.kl import TUNIX_KL_MODE
-from rlexp.algo.losses import LossSettings, policy_loss
+from rlexp.algo import family
+from rlexp.algo.losses import LossSettings, policy_loss, truncated_rows
 from rlexp.config import AlgoConfig
 
 POLICY_LOSS = "rlexp"
 ADVANTAGE = "rlexp_group"
-# Our aggregation names -> Tunix's (only the last differs).
+# Our aggregation names -> Tunix's (only seq-mean-token-sum differs).
 TUNIX_LOSS_AGG = {"token-mean": "token-mean",
                   "sequence-mean-token-mean": "sequence-mean-token-mean",
-                  "sequence-mean-token-sum": "seq-mean-token-sum"}
+                  "sequence-mean-token-sum": "seq-mean-token-sum",
+                  "sequence-mean-token-scale": "sequence-mean-token-scale"}
 # Keys of the loss's aux dict, collected by the engine every update.
-AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_min")
+AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_min",
+            "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -42,30 +45,57 @@ class AlgoSettings(GRPOConfig):
     kl_estimator: str = "k3"
     # rlexp's aggregation name (loss_agg_mode carries Tunix's).
     loss_agg: str = "sequence-mean-token-mean"
+    # Drop groups with all-equal rewards from the loss (DAPO dynamic sampling).
+    dynamic_sampling: bool = False
+    # Drop completions truncated at the budget from the loss.
+    mask_truncated: bool = False
 
     def loss_settings(self) -> LossSettings:
         return LossSettings(level=self.ratio_level, epsilon=self.epsilon,
                             epsilon_high=self.epsilon_high, beta=self.beta,
-                            kl_estimator=self.kl_estimator, loss_agg=self.loss_agg)
+                            kl_estimator=self.kl_estimator, loss_agg=self.loss_agg,
+                            dynamic_sampling=self.dynamic_sampling,
+                            group_size=self.num_generations, mask_truncated=self.mask_truncated)
 
 
 def algo_settings(a: AlgoConfig) -> AlgoSettings:
+    alg = family.get(a.name)
     return AlgoSettings(
-        policy_loss_fn=POLICY_LOSS, advantage_estimator=ADVANTAGE,
-        loss_algo="gspo-token" if a.name == "gspo" else "grpo",
-        ratio_level="sequence" if a.name == "gspo" else "token",
+        policy_loss_fn=POLICY_LOSS, advantage_estimator=advantage_estimator(a),
+        loss_algo=alg.tunix_loss_algo, ratio_level=a.ratio_level or alg.ratio_level,
         num_generations=a.num_generations, num_iterations=a.num_iterations, beta=a.beta,
         epsilon=a.epsilon, epsilon_high=a.epsilon if a.epsilon_high is None else a.epsilon_high,
         kl_estimator=a.kl_estimator, kl_loss_mode=TUNIX_KL_MODE[a.kl_estimator],
-        loss_agg=a.loss_agg, loss_agg_mode=TUNIX_LOSS_AGG[a.loss_agg])
+        loss_agg=a.loss_agg, loss_agg_mode=TUNIX_LOSS_AGG[a.loss_agg],
+        dynamic_sampling=a.dynamic_sampling, mask_truncated=a.mask_truncated)
 
 
-def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings
-                    ) -> tuple[Any, dict[str, Any]]:
+def advantage_estimator(a: AlgoConfig) -> str:
+    """Tunix calls estimators as fn(rewards, num_generations): one registered name per
+    (algorithm, scale_rewards) carries the rest. Returns the name."""
+    alg, scale = family.get(a.name), a.scale_rewards
+    if alg.advantages is family.default_advantages and scale == "group":
+        return ADVANTAGE
+    name = f"rlexp_{a.name}_{scale}"
+    if name not in _REGISTERED:
+        function_registry.register_advantage_estimator(name)(
+            lambda rewards, num_generations: alg.advantages(rewards, num_generations, scale))
+        _REGISTERED.add(name)
+    return name
+
+
+_REGISTERED: set[str] = set()
+
+
+def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings,
+                    eos_id: int = -1) -> tuple[Any, dict[str, Any]]:
     """The part of the registered loss after the forward pass (tested on its own)."""
+    settings = algo_config.loss_settings()
+    truncated = truncated_rows(train_example.completion_ids, train_example.completion_mask,
+                               eos_id) if settings.mask_truncated else None
     return policy_loss(per_token_logps, train_example.old_per_token_logps,
                        train_example.ref_per_token_logps, train_example.advantages,
-                       train_example.completion_mask, algo_config.loss_settings())
+                       train_example.completion_mask, settings, truncated)
 
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS)
@@ -77,7 +107,7 @@ def policy_loss_fn(model: nnx.Module, train_example: Any, algo_config: AlgoSetti
         graphdef, state, prompt_tokens=train_example.prompt_ids,
         completion_tokens=train_example.completion_ids, pad_id=pad_id, eos_id=eos_id,
         stop_gradient=False, return_logits=False, temperature=algo_config.temperature)
-    return loss_from_logps(logps, train_example, algo_config)
+    return loss_from_logps(logps, train_example, algo_config, eos_id)
 
 
 @function_registry.register_advantage_estimator(ADVANTAGE)

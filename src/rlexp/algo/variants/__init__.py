@@ -1,0 +1,1 @@
+"""One module per algorithm, each defining ALGORITHM (see rlexp.algo.family)."""
