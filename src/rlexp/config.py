@@ -402,6 +402,10 @@ class RunConfig:
     progress: bool = True
     # Cache shared by runs (warm-start weights keyed by what determines them).
     cache_dir: str = "outputs/cache"
+    # JAX's persistent compilation cache under <cache_dir>/jax: a sweep's jobs and reruns
+    # load compiled programs instead of compiling again (false = off; JAX_COMPILATION_CACHE_DIR
+    # in the environment wins).
+    compilation_cache: bool = True
     # Warm-start cache entries kept under cache_dir; the least recently used beyond this are
     # deleted when a run adds or uses one.
     cache_keep: int = 8

@@ -351,8 +351,9 @@ class ProgressFile(Listener):
 
 def quiet_libraries() -> None:
     """orbax/absl log every checkpoint at INFO; keep the console for rlexp's own lines."""
-    for name in ("absl", "orbax", "jax._src", "tunix"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    from rlexp.console import quiet_third_party
+
+    quiet_third_party()
 
 
 def _parent(job: JobContext) -> dict[str, Any]:
@@ -385,9 +386,8 @@ def _listeners(cfg: Config, run_dir: Path) -> list:
     from rlexp.console import ConsoleListener
     from rlexp.tracking import make_listener
 
-    out: list[Listener] = [ProgressFile(run_dir)]
-    if cfg.run.progress:
-        out.append(ConsoleListener(cfg))
+    # The console hides only its bar/step lines with run.progress=false (evals, table stay).
+    out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg)]
     tracker = make_listener(cfg, run_dir)
     if tracker is not None:
         out.append(tracker)

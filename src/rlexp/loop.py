@@ -27,6 +27,7 @@ from rlexp.events import Listeners
 if TYPE_CHECKING:
     from rlexp.checkpoint import Checkpointer, StopFlag
     from rlexp.engine import Engine
+    from rlexp.stopping import Stops
 
 log = logging.getLogger("rlexp")
 
@@ -51,6 +52,7 @@ class PhaseTimer:
     def __init__(self) -> None:
         self.total: dict[str, float] = {}
         self.last: dict[str, float] = {}
+        self.since: dict[str, float] = {}
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -61,6 +63,12 @@ class PhaseTimer:
             took = time.perf_counter() - started
             self.last[name] = took
             self.total[name] = self.total.get(name, 0.0) + took
+            self.since[name] = self.since.get(name, 0.0) + took
+
+    def take(self) -> dict[str, float]:
+        """Seconds per phase since the previous take (a step's metrics carry them)."""
+        out, self.since = self.since, {}
+        return out
 
 
 class NonFinite(Exception):
@@ -78,20 +86,27 @@ def check_finite(step: int, metrics: dict[str, float]) -> None:
 
 def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
         checkpointer: "Checkpointer | None" = None, stop: "StopFlag | None" = None,
-        resumed: dict[str, Any] | None = None) -> dict[str, Any]:
+        resumed: dict[str, Any] | None = None, stops: "Stops | None" = None) -> dict[str, Any]:
     """Train cfg.train.steps global steps; returns the summary fields.
 
     `checkpointer` saves every train.checkpoint_every steps, at the end, and when `stop`
-    (SIGTERM) is set; `resumed` is the metadata of the checkpoint the engine was restored from.
+    (SIGTERM) is set; `resumed` is the metadata of the checkpoint the engine was restored from;
+    `stops` (early stopping, sweep pruning) may end training before cfg.train.steps.
     """
     from rlexp.checkpoint import Preempted
     from rlexp.engine import eval_key, rollout_key
     from rlexp.evaluate import evaluate
+    from rlexp.perf import peak_tflops, step_flops, utilization
+    from rlexp.profile import StepProfiler
 
     guards.warn_if_noop(cfg)
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
     every_ckpt = cfg.train.checkpoint_every
+    flops = step_flops(cfg, engine.rollout_batch)
+    peak = peak_tflops(cfg)
+    profiler = StepProfiler(cfg.run.profile_steps, run_dir)
+    stopped: str | None = None
 
     def run_eval() -> dict[str, float]:
         with phase("evaluate"):
@@ -115,7 +130,8 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
             checkpoint()
     else:
         state.eval_before = resumed.get("eval_before", {})
-    while state.step < cfg.train.steps:
+    while state.step < cfg.train.steps and stopped is None:
+        profiler.before(state.step + 1)
         with phase("data"):
             batch = engine.splits.train_batch(state.step, cfg.train.batch_size, state.seed)
         lr = float(engine.schedule(state.step * engine.updates_per_step))
@@ -127,13 +143,28 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
         metrics.update({"train/learning_rate": lr, "time/step_s": step_s,
                         "time/train_s": max(step_s - metrics.get("time/prepare_s", 0.0), 0.0),
                         "time/data_s": phase.last["data"],
-                        "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0})
+                        "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+                        **utilization(flops, step_s, peak)})
+        # evaluate, checkpoint and log since the previous step: time/<phase>_s
+        metrics.update({f"time/{k}_s": v for k, v in phase.take().items()
+                        if k not in ("step", "data")})
         check_finite(state.step, metrics)
         state.train_last = metrics
         with phase("log"):
             listeners.on_metrics(state.step, metrics)
-        if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:
-            run_eval()
+        traced = profiler.after(state.step)
+        if traced is not None:
+            listeners.on_artifact(traced, traced.name)
+        if stops is not None:
+            stopped = stops.check(state.step, metrics)
+        if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps \
+                and stopped is None:
+            evaluated = run_eval()
+            if stops is not None:
+                stopped = stops.check(state.step, evaluated)
+        if stopped is not None:
+            log.info("rlexp: stopping at step %d: %s", state.step, stopped)
+            break
         saved = bool(every_ckpt) and state.step % every_ckpt == 0 and state.step < cfg.train.steps
         if saved:
             checkpoint()
@@ -146,7 +177,12 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
     else:
         eval_after = run_eval()
         checkpoint(eval_after=eval_after)
-    return {"steps_done": state.step, "eval_before": state.eval_before, "eval_after": eval_after,
+    traced = profiler.close()  # the run ended inside the traced steps
+    if traced is not None:
+        listeners.on_artifact(traced, traced.name)
+    stop_fields = {"stop_reason": stopped} if stopped else {}
+    return {"steps_done": state.step, **stop_fields,
+            "eval_before": state.eval_before, "eval_after": eval_after,
             "train_final": state.train_last,
             "phase_seconds": {k: round(v, 3) for k, v in phase.total.items()},
             "engine": engine.info}

@@ -22,9 +22,11 @@ if TYPE_CHECKING:
     from rlexp.events import Listener
 
 PARENT_FILE = "parent_run.json"
+# The keys a sweep varies (written by callback.SweepCallback), for its jobs' run names.
+SWEPT_FILE = "swept_keys.json"
 
 __all__ = ["default_uri", "prepare_store", "resolve_uri", "make_listener", "parent_run_id",
-           "run_id", "PARENT_FILE"]
+           "run_id", "swept_keys", "PARENT_FILE", "SWEPT_FILE"]
 
 
 def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
@@ -33,9 +35,15 @@ def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
         return None
     from rlexp.tracking.listener import MlflowListener
 
+    from rlexp.tracking.conventions import constant_metrics
+
+    t = cfg.train
     return MlflowListener(uri=uri, experiment=cfg.tracker.experiment, run_dir=Path(run_dir),
-                          gated=cfg.train.checkpoint_every > 0,
-                          flush_every_s=cfg.tracker.flush_every_s)
+                          gated=t.checkpoint_every > 0,
+                          flush_every_s=cfg.tracker.flush_every_s,
+                          constant=constant_metrics(cfg.algo.num_iterations, t.batch_size,
+                                                    t.mini_batch_size),
+                          system_metrics_every_s=cfg.tracker.system_metrics_every_s)
 
 
 def parent_run_id(sweep_dir: Path) -> str | None:
@@ -45,6 +53,18 @@ def parent_run_id(sweep_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return data.get("run_id") if isinstance(data, dict) else None
+
+
+def swept_keys(sweep_dir: Path | None) -> list[str] | None:
+    """The keys the sweep in `sweep_dir` varies; None outside a sweep or when unknown."""
+    if sweep_dir is None:
+        return None
+    try:
+        data = json.loads((Path(sweep_dir) / SWEPT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    keys = data.get("keys") if isinstance(data, dict) else None
+    return [str(k) for k in keys] if isinstance(keys, list) else None
 
 
 def run_id(run_dir: Path) -> str | None:

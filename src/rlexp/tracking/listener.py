@@ -73,7 +73,9 @@ def clean_tags(tags: dict[str, Any]) -> dict[str, str]:
 
 class MlflowListener(Listener):
     def __init__(self, uri: str, experiment: str, run_dir: Path, gated: bool,
-                 flush_every_s: float):
+                 flush_every_s: float,
+                 constant: tuple[set[str], tuple[str, ...]] = (set(), ()),
+                 system_metrics_every_s: float = 0.0):
         self.uri = uri
         self.experiment = experiment
         self.run_dir = Path(run_dir)
@@ -95,6 +97,10 @@ class MlflowListener(Listener):
         self._writer: threading.Thread | None = None
         self._offline_since: float | None = None
         self._last_ok = True
+        # Series left out because they cannot vary in this run (names, prefixes).
+        self._constant_names, self._constant_prefixes = constant
+        self._system_every_s = system_metrics_every_s
+        self._system: Any = None
 
     # ------------------------------------------------------------------------------ events
 
@@ -120,6 +126,7 @@ class MlflowListener(Listener):
                                         daemon=True)
         self._writer.start()
         self.flush(timeout=START_WAIT_S)  # the run exists (tracking.json) before step 1
+        self._start_system_metrics(resume=info.start_step > 0)
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         if not self._live or step <= self._skip_upto:
@@ -128,7 +135,10 @@ class MlflowListener(Listener):
         for key, value in metrics.items():
             name = self._names.get(key)
             if name is None:
-                name = self._names[key] = store.sanitize_key(key)
+                constant = key in self._constant_names or key.startswith(self._constant_prefixes)
+                name = self._names[key] = "" if constant else store.sanitize_key(key)
+            if not name:
+                continue
             try:
                 values[name] = float(value)
             except (TypeError, ValueError):
@@ -166,6 +176,13 @@ class MlflowListener(Listener):
             return
         self._ended = True
         interrupted_add = self.run.adding  # a signal landed inside add(): see below
+        if self._system is not None and not interrupted_add:
+            self._system.stop()
+        if summary.get("stop_reason"):  # early stop or pruning: the run says why it is short
+            reason = str(summary["stop_reason"])
+            self.run.add(record("tags", tags=clean_tags({
+                "rlexp.stopped": reason.split(":", 1)[0], "rlexp.stop_reason": reason,
+                "rlexp.steps_done": summary.get("steps_done", "")})))
         status = status if status in TERMINAL else "FAILED"
         if status == "FINISHED":
             self._gate = ALWAYS  # the final checkpoint covers every step
@@ -266,11 +283,23 @@ class MlflowListener(Listener):
         link = Link(uri=self.uri, experiment=self.experiment, gated=self.gated)
         link.save(self.run_dir)
         self.run = TrackedRun(self.run_dir, link)
-        tags = clean_tags({**info.tags, "rlexp.run_dir": str(self.run_dir.resolve()),
-                           "rlexp.total_steps": info.total_steps})
-        self.run.add(record("start", name=info.name, tags=tags, t=now_ms(),
-                            parent_run_id=info.extra.get("parent_run_id")))
+        from rlexp.tracking.conventions import standard_tags
+
+        run_dir = str(self.run_dir.resolve())
+        tags = clean_tags({**info.tags, "rlexp.run_dir": run_dir,
+                           "rlexp.dir_name": info.name, "rlexp.total_steps": info.total_steps,
+                           **standard_tags(info.tags, {**info.extra, "run_dir": run_dir})})
+        self.run.add(record("start", name=info.extra.get("run_name") or info.name, tags=tags,
+                            t=now_ms(), parent_run_id=info.extra.get("parent_run_id")))
         self.run.add(record("params", params=clean_params(info.params)))
+        if info.extra.get("config") is not None:  # the resolved config, as a user would write it
+            import yaml
+
+            self.run.add(record("text", artifact_file="config.yaml", text=yaml.safe_dump(
+                redact_obj(info.extra["config"]), sort_keys=False)))
+        inputs = self._dataset_inputs(info.extra.get("datasets"))
+        if inputs:
+            self.run.add(record("inputs", datasets=inputs))
 
     def _reopen(self, link: Link, start_step: int) -> None:
         """Resume from the checkpoint at `start_step`: same MLflow run, nothing twice."""
@@ -369,6 +398,34 @@ class MlflowListener(Listener):
         self.run.add(record("artifact", path=str(path.resolve()), artifact_path=SAMPLES_DIR))
         self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(listed)}))
         self._request()
+
+    def _dataset_inputs(self, datasets: dict | None) -> list[dict]:
+        """{'name', 'source', 'train': [examples], 'eval': [...]} -> MLflow dataset inputs."""
+        if not datasets:
+            return []
+        from rlexp.tracking.conventions import dataset_input, rows_of
+
+        out = []
+        for context in ("train", "eval"):
+            if datasets.get(context):
+                try:
+                    out.append(dataset_input(f"{datasets['name']}-{context}",
+                                             str(datasets.get("source", datasets["name"])),
+                                             context, redact_obj(rows_of(datasets[context]))))
+                except Exception as exc:  # a run input is a nicety: never stop the run
+                    warn(f"dataset {context} not logged as an MLflow input: {exc}")
+        return out
+
+    def _start_system_metrics(self, resume: bool) -> None:
+        if self._system_every_s <= 0 or self.run is None or self.run.link.run_id is None:
+            return  # off, or the store is unreachable now (the monitor writes directly)
+        try:
+            from rlexp.tracking.conventions import SystemMetrics
+
+            self._system = SystemMetrics(self.uri, self.run.link.run_id, self._system_every_s,
+                                         resume)
+        except Exception as exc:
+            warn(f"no system metrics: {store.first_line(exc)}")
 
     def _hold_lock(self) -> None:
         """Held while the run is live, so `rlexp.sync` does not replay the spool at once."""

@@ -145,8 +145,15 @@ def slug(name: str) -> str:
     return re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
 
 
+# MLflow's experiment type (mlflow/demo/generators/traces.py sets "genai_development"; the
+# UI's ExperimentKind enum has custom_model_development for model training): rlexp's
+# experiments are training experiments, not GenAI apps.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def experiment_id(mlflow_client: "MlflowClient", name: str, uri: str) -> str:
-    """Id of experiment `name`, created (artifacts next to a sqlite db) or restored if needed."""
+    """Id of experiment `name`, created (artifacts next to a sqlite db) or restored if needed,
+    and typed as a model-training experiment."""
     from mlflow.exceptions import MlflowException
 
     exp = mlflow_client.get_experiment_by_name(name)
@@ -154,13 +161,17 @@ def experiment_id(mlflow_client: "MlflowClient", name: str, uri: str) -> str:
         root = artifact_root(uri)
         location = str(root / slug(name)) if root is not None else None
         try:
-            return mlflow_client.create_experiment(name, artifact_location=location)
+            return mlflow_client.create_experiment(name, artifact_location=location,
+                                                   tags=EXPERIMENT_KIND)
         except MlflowException as exc:  # another job created it a moment ago
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
             exp = mlflow_client.get_experiment_by_name(name)
     if exp.lifecycle_stage == "deleted":
         mlflow_client.restore_experiment(exp.experiment_id)
+    if "mlflow.experimentKind" not in exp.tags:  # made by an older rlexp or by hand
+        for key, value in EXPERIMENT_KIND.items():
+            mlflow_client.set_experiment_tag(exp.experiment_id, key, value)
     return exp.experiment_id
 
 

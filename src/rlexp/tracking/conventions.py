@@ -1,0 +1,201 @@
+"""What MLflow's UI and its users expect of a run: standard tags, a short name, dataset inputs,
+system metrics, and no series that cannot vary. Pure functions, except the monitor.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import logging
+import os
+import sys
+from typing import Any, Iterable, Mapping
+
+log = logging.getLogger("rlexp")
+
+# MLflow's run-name column and chart legends show ~20-30 characters.
+MAX_RUN_NAME = 48
+# Group choices that make up the default name of a run that is not part of a sweep.
+NAME_GROUPS = ("algo", "model", "dataset", "hardware")
+
+
+def _leaf(key: str) -> str:
+    return key.lstrip("+~").rsplit(".", 1)[-1]
+
+
+def _short_value(value: str) -> str:
+    """'0.012345678' -> '0.01235' (Optuna's sampled floats); other values as they are."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return f"{number:.4g}" if "." in value or "e" in value.lower() else value
+
+
+def _item(key: str, value: str) -> str:
+    """A group choice by its value ('gspo'), a key as leaf=value ('beta=0.04')."""
+    if "." not in key and "/" not in key:
+        return value
+    return f"{_leaf(key)}={_short_value(value)}"
+
+
+def display_name(run_name: str | None, choices: Mapping[str, str], overrides: Iterable[str],
+                 swept: Iterable[str] | None) -> str:
+    """The MLflow run name: tracker.run_name if set; a sweep job's swept values first
+    ('beta=0.04,epsilon=0.2'); else the group choices plus the command's own overrides
+    ('grpo-tiny-arithmetic-cpu steps=2'). Run dirs keep their long unique names."""
+    from rlexp.naming import identity_overrides
+    from rlexp.redact import is_secret_key
+
+    if run_name:
+        return run_name
+    pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
+    pairs = [(k, v) for k, v in pairs if not is_secret_key(k)]
+    if swept is not None:
+        swept = set(swept)
+        picked = [_item(k, v) for k, v in pairs if k in swept]
+        if picked:
+            return ",".join(picked)[:MAX_RUN_NAME]
+    base = "-".join(str(choices[g]) for g in NAME_GROUPS if choices.get(g))
+    # What the command changed leads (a group choice by its value, a key as leaf=value).
+    extra = ",".join(_item(k, v) for k, v in pairs if k not in NAME_GROUPS)
+    return (f"{extra} ({base})" if extra and base else extra or base)[:MAX_RUN_NAME] or "rlexp"
+
+
+def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | None) -> list[str]:
+    """Keys a multirun varies: sweep overrides on the command line (a=1,2 / range / choice /
+    interval) and the sweeper's params (sweeps/*.yaml) whose value is not a single fixed one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    keys = []
+    parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
+    for o in parsed:
+        if o.is_sweep_override():
+            keys.append(o.get_key_element().lstrip("+~"))
+    for key, spec in (sweeper_params or {}).items():
+        try:
+            one = OverridesParser.create().parse_overrides([f"{key}={spec}"])[0]
+        except Exception:
+            continue
+        if one.is_sweep_override() and key not in keys:
+            keys.append(str(key))
+    return keys
+
+
+def standard_tags(tags: Mapping[str, str], extra: Mapping[str, Any]) -> dict[str, str]:
+    """MLflow's reserved tags (mlflow.utils.mlflow_tags) the UI shows as Source, Created by,
+    git commit and description, from rlexp's own tags and the user's tracker.tags."""
+    out = {
+        "mlflow.source.name": "python -m rlexp",
+        "mlflow.source.type": "LOCAL",
+        "mlflow.project.entryPoint": "rlexp",
+        "mlflow.user": _user(),
+    }
+    commit = tags.get("git.commit")
+    if commit and commit != "unknown":
+        out["mlflow.source.git.commit"] = commit
+    command = tags.get("command")
+    if command:
+        out["mlflow.note.content"] = (f"`{command}`\n\nrun dir: {extra.get('run_dir', '')}"
+                                      f"\n\ngit: {commit or 'unknown'}"
+                                      f"{' (uncommitted changes)' if tags.get('git.dirty') == 'true' else ''}")
+    out.update({str(k): str(v) for k, v in (extra.get("user_tags") or {}).items()})
+    return out
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return os.environ.get("USER", "unknown")
+
+
+def constant_metrics(num_iterations: int, batch_size: int,
+                     mini_batch_size: int | None) -> tuple[set[str], tuple[str, ...]]:
+    """(names, prefixes) of series that cannot differ from their one value in this run.
+
+    On-policy (one update per rollout batch and one mini-batch) the importance ratio is
+    exactly 1, so the ratio stats and clip fractions are constants; eval/k is a setting."""
+    off_policy = num_iterations > 1 or (mini_batch_size or batch_size) < batch_size
+    return {"eval/k"}, (() if off_policy else ("train/ratio", "train/clip"))
+
+
+def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dict:
+    """A run input as MLflow's dataset entity (mlflow.data.pandas_dataset: name, digest,
+    source, schema, profile), JSON-ready for the spool."""
+    import warnings
+
+    import mlflow.data
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    with warnings.catch_warnings():  # "source can be interpreted in multiple ways": a name
+        warnings.simplefilter("ignore")
+        ds = mlflow.data.from_pandas(df, source=source, name=name)
+    entity = ds._to_mlflow_entity()
+    return {"name": entity.name, "digest": entity.digest, "source_type": entity.source_type,
+            "source": entity.source, "schema": entity.schema, "profile": entity.profile,
+            "context": context}
+
+
+def rows_of(examples: Iterable[Any]) -> list[dict]:
+    return [{"question": getattr(e, "question", ""), "answer": getattr(e, "answer", ""),
+             "prompt": getattr(e, "prompt", "")} for e in examples]
+
+
+def digest(rows: list[dict]) -> str:
+    return hashlib.sha1(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:8]
+
+
+class SystemMetrics:
+    """MLflow's own system-metrics monitor (CPU, RAM, disk, network; NVIDIA GPUs through
+    pynvml when installed) logging system/* into the run, plus JAX's device memory on
+    accelerators (jax.Device.memory_stats: bytes in use and peak)."""
+
+    def __init__(self, uri: str, run_id: str, every_s: float, resume: bool):
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # It logs "Started/Stopping monitoring" at INFO on every run.
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=every_s,
+                                            resume_logging=resume, tracking_uri=uri)
+        device = _jax_memory_monitor()
+        if device is not None:
+            self.monitor.monitors.append(device)
+        self.monitor.start()
+
+    def stop(self) -> None:
+        try:
+            self.monitor.finish()
+        except Exception as exc:  # diagnostics only
+            log.warning("system metrics monitor: %s", exc)
+
+
+def _jax_memory_monitor() -> Any:
+    """A BaseMetricsMonitor of jax device memory, or None on CPU / without jax loaded."""
+    jax = sys.modules.get("jax")  # the run imported it; never import JAX for this
+    if jax is None:
+        return None
+    try:
+        devices = [d for d in jax.local_devices() if d.platform != "cpu"]
+    except Exception:
+        return None
+    if not devices:
+        return None
+    from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
+
+    class JaxMemoryMonitor(BaseMetricsMonitor):
+        def collect_metrics(self) -> None:
+            for d in devices:
+                stats = d.memory_stats() or {}
+                for key, name in (("bytes_in_use", "memory_usage_megabytes"),
+                                  ("peak_bytes_in_use", "memory_peak_megabytes"),
+                                  ("bytes_limit", "memory_limit_megabytes")):
+                    if key in stats:
+                        self._metrics[f"{d.platform}_{d.id}_{name}"].append(stats[key] / 2**20)
+
+        def aggregate_metrics(self) -> dict:
+            return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
+
+    return JaxMemoryMonitor()
