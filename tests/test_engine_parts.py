@@ -18,7 +18,7 @@ def test_probe_metrics_by_hand():
         p.updates["ratio_max"].append(ratio_max)
         p.updates["ratio_min"].append(ratio_min)
         p.updates["kl"].append(kl)
-    p.completion_tokens, p.completions = 30, 4
+    p.lengths = [5, 10, 8, 7]
     m = p.metrics()
     assert m["train/reward/answer_exact"] == 0.5 and m["train/reward/format_exact"] == 0.375
     assert m["train/reward_mean"] == pytest.approx(0.875)  # the weighted terms add up
@@ -27,6 +27,62 @@ def test_probe_metrics_by_hand():
     assert m["train/updates"] == 2 and m["train/completion_length"] == 7.5
     p.reset()
     assert p.metrics() == {}
+
+
+def test_probe_fetches_device_values_once_and_counts_tokens():
+    import jax.numpy as jnp
+
+    p = StepProbe(num_generations=2, max_tokens=4)
+    p.updates["loss"] += [jnp.float32(1.0), jnp.float32(3.0)]  # device arrays, as in a step
+    p.updates["clip_ratio/low_mean"].append(jnp.float32(0.25))  # any aux key the loss declares
+    p.record_rollout([np.arange(4), np.arange(2), np.arange(6)], np.array([[0, 5, 6], [7, 8, 9]]),
+                     pad_id=0)
+    m = p.metrics()
+    assert m["train/loss"] == 2.0 and m["train/clip_ratio/low_mean"] == 0.25
+    # lengths capped at the budget: 4, 2, 4; prompt tokens (non-pad) 5
+    assert m["train/tokens_seen"] == 15
+    p.reset()
+    p.record_rollout([np.arange(3)], None, pad_id=0)
+    assert p.metrics()["train/tokens_seen"] == 18  # cumulative over steps
+
+
+def test_completion_stats_by_hand():
+    from rlexp.engine.probes import completion_stats
+
+    m = completion_stats([4, 2, 4, 1], max_tokens=4)
+    assert m["train/completion_length"] == 2.75
+    assert m["train/completion_length_min"] == 1 and m["train/completion_length_max"] == 4
+    assert m["train/clipped_ratio"] == 0.5  # two rows used the whole budget
+    assert m["train/terminated_length"] == 1.5  # mean of the rows that ended: (2 + 1) / 2
+    assert completion_stats([4, 4], 4)["train/terminated_length"] == 0.0
+    assert completion_stats([], 4) == {}
+
+
+def test_reward_stats_against_numpy():
+    from rlexp.engine.probes import reward_stats
+
+    a = [1.0, 1.0, 0.0, 1.0, 0.5, 0.5]
+    b = [0.0, 0.0, 0.5, 0.5, 0.0, 0.0]
+    m = reward_stats({"a": a, "b": b}, group=2)
+    total = np.add(a, b)  # per completion: 1, 1, .5, 1.5, .5, .5
+    np.testing.assert_allclose(m["train/reward_mean"], total.mean())
+    np.testing.assert_allclose(m["train/reward_std"], total.std())
+    np.testing.assert_allclose(m["train/reward_std/a"], np.std(a))
+    assert m["train/reward/b"] == pytest.approx(1 / 6)
+    # groups (1, 1), (.5, 1.5), (.5, .5): two of three have identical rewards
+    assert m["train/zero_std_groups"] == pytest.approx(2 / 3)
+    assert "train/zero_std_groups" not in reward_stats({"a": a[:5]}, group=2)  # ragged
+
+
+def test_host_schedule_matches_optax():
+    from rlexp.engine.tunix_adapter import host_lr_schedule, lr_schedule
+
+    cfg = Config()
+    cfg.train.steps, cfg.train.learning_rate, cfg.train.warmup_steps = 10, 1e-3, 2
+    host, ref = host_lr_schedule(cfg), lr_schedule(cfg)
+    got = [host(k) for k in range(12)]
+    assert all(isinstance(x, float) for x in got)
+    np.testing.assert_allclose(got, [float(ref(min(k, 10))) for k in range(12)], rtol=1e-6)
 
 
 def test_learning_rate_schedules():

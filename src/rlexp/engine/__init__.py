@@ -116,6 +116,25 @@ def eval_key(seed: int) -> Any:
     return jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
 
 
+def use_compilation_cache(cfg: Config) -> Path | None:
+    """Turn on JAX's persistent compilation cache under <run.cache_dir>/jax (before the
+    first compile). Thresholds at zero: the tiny model's programs compile in well under
+    JAX's default 1 s minimum, yet a run compiles dozens of them (prefill, decode per
+    shape, log-probs, the update, the warm start)."""
+    import os
+
+    if not cfg.run.compilation_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None
+    import jax
+
+    path = Path(cfg.run.cache_dir).expanduser().resolve() / "jax"
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
 def check_tunix(problems: list[str]) -> None:
     """Stop in one line when the installed Tunix lacks a private name the engine uses."""
     if problems:
@@ -141,6 +160,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     raw = load_problems(cfg.dataset)
     terms = rewards.for_run(cfg)
 
+    use_compilation_cache(cfg)  # user input checked; before the first compile
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
     from rlexp.engine import tunix_names

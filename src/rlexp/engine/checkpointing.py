@@ -16,13 +16,15 @@ if TYPE_CHECKING:
 
 
 def counters(engine: "TunixEngine") -> dict[str, int]:
-    """Tunix's private step counters (all four must move together on resume)."""
+    """Tunix's private step counters (all four must move together on resume), and the
+    cumulative token count the step metrics report."""
     learner, cluster = engine.learner, engine.cluster
     trainer = cluster.actor_trainer
     return {"learner_iter_steps": int(learner._iter_steps),
             "trainer_train_steps": int(trainer._train_steps),
             "trainer_iter_steps": int(trainer._iter_steps),
-            "cluster_global_steps": int(cluster.global_steps)}
+            "cluster_global_steps": int(cluster.global_steps),
+            "tokens_seen": int(engine.probe.tokens_seen)}
 
 
 def set_counters(engine: "TunixEngine", meta: dict[str, Any]) -> None:
@@ -33,6 +35,7 @@ def set_counters(engine: "TunixEngine", meta: dict[str, Any]) -> None:
     trainer._train_steps = meta["trainer_train_steps"]
     trainer._iter_steps = meta["trainer_iter_steps"]
     cluster.global_steps = meta["cluster_global_steps"]
+    engine.probe.tokens_seen = int(meta.get("tokens_seen", 0))
 
 
 class EngineCheckpoints:

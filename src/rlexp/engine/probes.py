@@ -1,38 +1,112 @@
-"""What one training step did, gathered where Tunix computes it, synchronously.
+"""What one training step did, gathered where Tunix computes it, fetched once per step.
 
 Tunix logs its own metrics one step late (it overlaps I/O with the next step) and through a
 global jax.monitoring listener (DESIGN trap 4). rlexp instead records, during the step:
 reward values (our reward functions), loss/grad-norm/aux of every update (the actor
-trainer's post-step hook), and rollout timing and token counts (the learner's rollout
-call), so step k's metrics are complete when step k returns.
+trainer's post-step hook, kept as device arrays), and rollout timing and completion lengths
+(the rollout's host-side token lists), so step k's metrics are complete when step k returns.
+
+No device->host transfer happens inside the step: the update's values stay on the device
+until `metrics()` fetches all of them in one `jax.device_get` (one sync per step instead of
+one per value), and completion lengths come from the tokens the sampler already copied to
+the host.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+# aux/metric name -> how the per-update values of a step combine (default: mean).
+_EXTREMES = {"ratio_max": np.max, "ratio_min": np.min}
+# rlexp's stable names for the per-update values (others: train/<name>).
+_NAMES = {"loss": "train/loss", "kl": "train/kl", "clip_fraction": "train/clip_fraction",
+          "grad_norm": "train/grad_norm", "pg_loss": "train/pg_loss",
+          "ratio_mean": "train/ratio_mean", "ratio_max": "train/ratio_max",
+          "ratio_min": "train/ratio_min"}
+
+
+def completion_stats(lengths: Sequence[int], max_tokens: int) -> dict[str, float]:
+    """Length diagnostics of a step's completions (TRL GRPOTrainer's completions/* family).
+
+    A completion is clipped when it used the whole budget without an end token (Tunix's
+    sampler cuts each row at its first EOS, excluded, so clipped <=> length == max_tokens).
+    """
+    n = np.asarray(lengths, dtype=np.float64)
+    if n.size == 0:
+        return {}
+    clipped = n >= max_tokens
+    ended = n[~clipped]
+    return {"train/completion_length": float(n.mean()),
+            "train/completion_length_min": float(n.min()),
+            "train/completion_length_max": float(n.max()),
+            "train/clipped_ratio": float(clipped.mean()),
+            "train/terminated_length": float(ended.mean()) if ended.size else 0.0}
+
+
+def reward_stats(rewards: dict[str, Sequence[float]], group: int) -> dict[str, float]:
+    """Reward mean/std per function and of the total, and the fraction of groups (the
+    `group` consecutive completions of one prompt) whose total rewards are all equal: those
+    have zero advantage and teach nothing (TRL: frac_reward_zero_std)."""
+    if not rewards:
+        return {}
+    per_fn = {k: np.asarray(v, dtype=np.float64) for k, v in rewards.items()}
+    total = np.sum(list(per_fn.values()), axis=0)
+    out = {"train/reward_mean": float(total.mean()), "train/reward_std": float(total.std())}
+    for k, v in per_fn.items():
+        out[f"train/reward/{k}"] = float(v.mean())
+        out[f"train/reward_std/{k}"] = float(v.std())
+    if group > 0 and total.size % group == 0:
+        groups = total.reshape(-1, group)
+        out["train/zero_std_groups"] = float(np.mean(np.ptp(groups, axis=1) == 0))
+    return out
+
+
+def update_stats(updates: dict[str, list[Any]]) -> dict[str, float]:
+    """Per-update values (already on the host) combined over the step's updates."""
+    out: dict[str, float] = {}
+    for k, v in updates.items():
+        vals = np.asarray([np.asarray(x, dtype=np.float64) for x in v])
+        out[_NAMES.get(k, f"train/{k}")] = float(_EXTREMES.get(k, np.mean)(vals))
+    if updates:
+        out["train/updates"] = float(len(next(iter(updates.values()))))
+    return out
+
 
 class StepProbe:
-    def __init__(self) -> None:
+    def __init__(self, num_generations: int = 0, max_tokens: int = 0) -> None:
+        # Completions per prompt (groups for the zero-std fraction).
+        self.num_generations = num_generations
+        # rollout.max_completion_length (a completion this long was clipped).
+        self.max_tokens = max_tokens
+        # Completion + prompt tokens of every training step so far (resumed from checkpoints).
+        self.tokens_seen = 0
         self.reset()
 
     def reset(self) -> None:
         # reward name -> weighted values of every completion this step
         self.rewards: dict[str, list[float]] = defaultdict(list)
-        # metric name -> one value per policy update this step
-        self.updates: dict[str, list[float]] = defaultdict(list)
-        self.completion_tokens = 0
-        self.completions = 0
+        # metric name -> one value per policy update this step (device arrays until fetched)
+        self.updates: dict[str, list[Any]] = defaultdict(list)
+        # completion lengths in tokens, every completion this step
+        self.lengths: list[int] = []
+        self.prompt_tokens = 0
         self.rollout_s = 0.0
         self.prepare_s = 0.0
+        self.fetch_s = 0.0
         self.texts: list[str] = []
 
     def record_reward(self, name: str, values: list[float]) -> None:
         self.rewards[name].extend(values)
+
+    def record_rollout(self, tokens: Sequence[Any], prompt_tokens: Any, pad_id: int) -> None:
+        """Host-side token lists of one sampler call (no device transfer)."""
+        self.lengths.extend(min(len(t), self.max_tokens or len(t)) for t in tokens)
+        if prompt_tokens is not None:
+            self.prompt_tokens += int(np.count_nonzero(np.asarray(prompt_tokens) != pad_id))
 
     def attach(self, learner: Any, cluster: Any, aux_keys: tuple[str, ...]) -> None:
         """Wrap the three Tunix calls whose results a step's metrics need (instance-level)."""
@@ -46,7 +120,8 @@ class StepProbe:
             probe.updates["loss"].append(buf.losses[-1])
             probe.updates["grad_norm"].append(buf.additional_metrics["grad_norm"][0][-1])
             for k in aux_keys:
-                probe.updates[k].append(aux[k])
+                if k in aux:
+                    probe.updates[k].append(aux[k])
 
         trainer._post_process_train_step = post_process
         # Tunix would log aux["pg_clipfrac"], which our loss does not produce.
@@ -58,41 +133,34 @@ class StepProbe:
             t = time.perf_counter()
             out = prepare(*args, **kw)
             probe.prepare_s += time.perf_counter() - t
-            mask = np.asarray(out.completion_mask)
-            probe.completion_tokens += int(mask.sum())
-            probe.completions += mask.shape[0]
             return out
 
         learner._generate_and_compute_advantage = timed_prepare
 
         generate = cluster.generate
+        pad_id = cluster.rollout.pad_id()
 
         def timed_generate(*args: Any, **kw: Any) -> Any:
             t = time.perf_counter()
             out = generate(*args, **kw)
             probe.rollout_s += time.perf_counter() - t
             probe.texts.extend(out.text)
+            probe.record_rollout(out.tokens, out.left_padded_prompt_tokens, pad_id)
             return out
 
         cluster.generate = timed_generate
 
     def metrics(self) -> dict[str, float]:
-        """Step metrics with rlexp's stable names (per-update values averaged)."""
-        out: dict[str, float] = {}
-        if self.rewards:
-            per_fn = {k: float(np.mean(v)) for k, v in self.rewards.items()}
-            out["train/reward_mean"] = float(np.sum(list(per_fn.values())))
-            out.update({f"train/reward/{k}": v for k, v in per_fn.items()})
-        names = {"loss": "train/loss", "kl": "train/kl", "clip_fraction": "train/clip_fraction",
-                 "grad_norm": "train/grad_norm", "pg_loss": "train/pg_loss",
-                 "ratio_mean": "train/ratio_mean", "ratio_max": "train/ratio_max",
-                 "ratio_min": "train/ratio_min"}
-        for k, v in self.updates.items():
-            vals = np.asarray([np.asarray(x, dtype=np.float64) for x in v])
-            agg = vals.max() if k == "ratio_max" else vals.min() if k == "ratio_min" else vals.mean()
-            out[names.get(k, f"train/{k}")] = float(agg)
-        if self.updates:
-            out["train/updates"] = float(len(next(iter(self.updates.values()))))
-        if self.completions:
-            out["train/completion_length"] = self.completion_tokens / self.completions
+        """Step metrics with rlexp's stable names; the one device->host fetch of the step."""
+        import jax
+
+        t = time.perf_counter()
+        updates = jax.device_get(dict(self.updates))
+        self.fetch_s = time.perf_counter() - t
+        out = reward_stats(self.rewards, self.num_generations)
+        out.update(update_stats(updates))
+        out.update(completion_stats(self.lengths, self.max_tokens or 10**9))
+        if self.lengths:
+            self.tokens_seen += self.prompt_tokens + int(np.sum(self.lengths))
+            out["train/tokens_seen"] = float(self.tokens_seen)
         return out

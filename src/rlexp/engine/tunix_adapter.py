@@ -22,6 +22,7 @@ from tunix.rl.rollout import base_rollout
 
 from rlexp.engine import algo_registry as registry
 from rlexp.config import Config
+from rlexp.memory import rollout_micro_prompts
 
 Mode = rl_cluster_lib.Mode
 Role = rl_cluster_lib.Role
@@ -43,6 +44,28 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
         return optax.cosine_decay_schedule(t.learning_rate, total)
     warmup = min(t.warmup_steps * updates_per_step(cfg), total - 1)
     return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total)
+
+
+class HostSchedule:
+    """The learning-rate schedule as host floats: evaluated for every update count once, so
+    the loop's per-step read is a table lookup, not a device computation and sync."""
+
+    def __init__(self, schedule: optax.Schedule, total: int):
+        self.schedule, self.total = schedule, total
+        self.table: Any = None
+
+    def __call__(self, count: int) -> float:
+        if self.table is None:
+            import jax
+            import numpy as np
+
+            with jax.default_device(jax.devices("cpu")[0]):
+                self.table = np.asarray(jax.vmap(self.schedule)(np.arange(self.total + 1)))
+        return float(self.table[min(int(count), self.total)])
+
+
+def host_lr_schedule(cfg: Config) -> HostSchedule:
+    return HostSchedule(lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg))
 
 
 def optimizer(cfg: Config) -> optax.GradientTransformation:
@@ -75,9 +98,14 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
                  meshes: dict[str, Any]) -> rl_cluster_lib.RLCluster:
     t = cfg.train
     mini = t.mini_batch_size or t.batch_size
+    # Sampler calls (and the reference/old log-prob passes) take rollout.micro_batch_size
+    # prompts: generation keeps no activations for backprop, so it can batch more rows than
+    # the update (one place decides the default: rlexp.memory.rollout_micro_prompts).
+    rollout_micro = rollout_micro_prompts(cfg)
     training = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=optimizer(cfg), eval_every_n_steps=1, max_steps=None,
         mini_batch_size=mini, train_micro_batch_size=t.micro_batch_size or mini,
+        rollout_micro_batch_size=rollout_micro, compute_logps_micro_batch_size=rollout_micro,
         metrics_logging_options=None, checkpoint_root_directory=None)
     cluster_config = rl_cluster_lib.ClusterConfig(
         role_to_mesh={Role.ACTOR: meshes["trainer"], Role.REFERENCE: meshes["trainer"],
@@ -169,6 +197,10 @@ class StepRunner:
 
         self.service = math.lcm(learner._rollout_micro_batch_size,
                                 learner._compute_logps_micro_batch_size)
+        # Rows per sampler call: Tunix merges micro-batches up to the service size, never
+        # past a mini-batch (it stops after one mini-batch's micro-batches).
+        num_generations = learner.algo_config.num_generations
+        self.rollout_rows = min(learner._rollout_micro_batch_size, self.mini) * num_generations
 
     def __call__(self, batch: dict[str, Any]) -> None:
         L = self.learner

@@ -96,6 +96,10 @@ NAMES: tuple[Name, ...] = (
          ("inputs", "positions", "head_dim", "rope_theta")),
     Name("tunix.models.llama3.model", "apply_rope", "function",
          ("inputs", "positions", "head_dim", "rope_theta")),
+    # engine/numerics.py: training-only remat wraps DecoderLayer.__call__ around its block.
+    *(Name(f"tunix.models.{family}.model:DecoderLayer", method, "method",
+           ("x", "segment_pos", "cache", "attn_mask"), True, why="train.remat wrapper")
+      for family in ("qwen3", "llama3") for method in ("__call__", "block")),
     # engine/algo_registry.py: rlexp's loss and advantage registered by name.
     Name("tunix.rl.function_registry", "register_policy_loss_fn", "function", ("name",)),
     Name("tunix.rl.function_registry", "register_advantage_estimator", "function", ("name",)),
