@@ -256,3 +256,90 @@ def test_ray_launcher_runs_the_jobs_on_a_local_head(tmp_path, ray_head):
     assert proc.returncode == 0, explain(proc)
     runs = summaries(only_sweep_dir(tmp_path))
     assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
+
+
+# ------------------------------------------------- remote jobs: tracking store and parent
+
+
+@pytest.mark.parametrize("target,kind", [
+    (LAUNCHERS["xpk"], "xpk"), (LAUNCHERS["rlexp_slurm"], "slurm"),
+    (LAUNCHERS["submitit_slurm"], "slurm"), (LAUNCHERS["rlexp_ray"], "ray"),
+    (LAUNCHERS["rlexp_local"], "local"), (LAUNCHERS["submitit_local"], "local"),
+    (LAUNCHERS["joblib"], "local"), (LAUNCHERS["basic"], "local"), (None, "local"),
+])
+def test_launcher_kind(target, kind):
+    from rlexp.remote import launcher_kind
+
+    assert launcher_kind(target) == kind
+
+
+def test_xpk_refuses_a_store_on_this_machine(tmp_path):
+    from rlexp.errors import UserError
+    from rlexp.remote import check_store
+
+    for uri in (f"sqlite:///{tmp_path}/mlflow.db", f"file://{tmp_path}/mlruns"):
+        with pytest.raises(UserError) as err:
+            check_store("xpk", uri, tmp_path / "sweep", "xpk")
+        assert "tracker.uri=http://" in str(err.value) and "\n" not in str(err.value)
+    check_store("xpk", "http://mlflow.internal:5000", tmp_path / "sweep", "xpk")
+    check_store("xpk", None, tmp_path / "sweep", "xpk")  # tracker=none
+
+
+def test_slurm_takes_sqlite_only_on_the_sweep_dirs_filesystem(tmp_path):
+    from rlexp.errors import UserError
+    from rlexp.remote import check_store
+
+    sweep = tmp_path / "outputs" / "sweeps" / "s"
+    check_store("slurm", f"sqlite:///{tmp_path}/outputs/mlflow.db", sweep)  # same filesystem
+    check_store("local", "sqlite:////anywhere/mlflow.db", sweep)
+    other = Path("/dev/shm")
+    if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem to put a store on")
+    with pytest.raises(UserError, match="hydra/launcher=rlexp_slurm: .* not on the sweep dir"):
+        check_store("slurm", f"sqlite:///{other}/rlexp-test.db", sweep, "rlexp_slurm")
+
+
+def test_job_env_comes_from_the_parent_file(tmp_path):
+    from rlexp.remote import ENV_JOBS, ENV_PARENT, ENV_URI, job_env
+
+    assert job_env(tmp_path, 3) == {}  # tracking off: no parent, nothing passed
+    (tmp_path / "parent_run.json").write_text(json.dumps(
+        {"run_id": "abc", "uri": "http://h:5000", "experiment_id": "1"}))
+    assert job_env(tmp_path, 3) == {ENV_URI: "http://h:5000", ENV_PARENT: "abc", ENV_JOBS: "3"}
+
+
+def test_a_remote_job_finds_its_parent_in_the_environment(tmp_path, monkeypatch):
+    from rlexp.experiment import JobContext, _parent
+
+    job = JobContext(run_dir=tmp_path / "run", name="run", choices={}, overrides=[])
+    monkeypatch.delenv("RLEXP_PARENT_RUN_ID", raising=False)
+    assert _parent(job) == {}
+    monkeypatch.setenv("RLEXP_PARENT_RUN_ID", "p123")
+    assert _parent(job) == {"parent_run_id": "p123"}
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "parent_run.json").write_text(json.dumps({"run_id": "local", "uri": "x"}))
+    job.sweep_dir = sweep  # a job of a local multirun: the sweep dir's parent wins
+    assert _parent(job) == {"parent_run_id": "local"}
+
+
+def test_the_last_remote_child_closes_the_parent(tmp_path):
+    """xpk: the launching process returns at once; the parent stays RUNNING until the
+    expected number of children has ended, then gets its table and final status."""
+    from mlflow import MlflowClient
+
+    from rlexp.tracking.callback import close_if_complete
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("remote")
+    parent = client.create_run(exp, run_name="sweep").info.run_id
+    kids = [client.create_run(exp, run_name=f"job{i}", tags={"mlflow.parentRunId": parent})
+            .info.run_id for i in range(2)]
+    client.set_terminated(kids[0], "FINISHED")
+    assert close_if_complete(uri, parent, 2) is None
+    assert client.get_run(parent).info.status == "RUNNING"
+    client.set_terminated(kids[1], "FAILED")
+    assert close_if_complete(uri, parent, 2) == "FAILED"
+    assert client.get_run(parent).info.status == "FAILED"
+    assert {a.path for a in client.list_artifacts(parent)} >= {"summary.csv", "summary.md"}

@@ -95,17 +95,35 @@ def test_argv_create_vs_pathways_and_dry_run():
 # --------------------------------------------------------------------- real xpk, dry run
 
 
-def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RLEXP_XPK_BIN": xpk, "HYDRA_FULL_ERROR": "0"}
+def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300,
+         env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RLEXP_XPK_BIN": xpk, "HYDRA_FULL_ERROR": "0", **(env or {})}
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
+SERVER = "http://127.0.0.1:5999"  # never contacted: a dry run creates no MLflow run
+
+
+def _env_of(argv: list[str]) -> dict[str, str]:
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--env")
+
+
+def test_a_store_on_this_machine_is_refused_in_one_line(tmp_path, xpk_bin):
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+                 "hardware=v6e-8,v5p-64"], tmp_path, xpk_bin)  # default: sqlite under cwd
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "sqlite:///" in lines[0] and "tracker.uri=http://" in lines[0]
+    assert not (tmp_path / "outputs").exists()
+
+
 @pytest.mark.slow
 def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
     proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
-                 "hardware=v6e-8,v5p-64", "train.steps=2"], tmp_path, xpk_bin)
+                 "hardware=v6e-8,v5p-64", "train.steps=2", f"tracker.uri={SERVER}"],
+                tmp_path, xpk_bin)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("[xpk #")]
@@ -121,30 +139,87 @@ def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
         assert command[:3] == ["python", "-m", "rlexp"]
         assert f"hardware={tpu}" in command and "train.steps=2" in command
         assert not any(c.startswith(("hydra", "+sweep")) for c in command)
+        # what the pod is given to log into the sweep's store, under its parent run
+        env = _env_of(argv)
+        assert env["MLFLOW_TRACKING_URI"] == SERVER and env["RLEXP_SWEEP_JOBS"] == "2"
+        assert "created at submission" in env["RLEXP_PARENT_RUN_ID"]
+    assert proc.stdout.count(f"tracking: {SERVER} parent run: ") == 2
     # xpk itself ran: its dry run lists the kubectl apply it skipped, for each workload.
     assert out.count("would run: kubectl apply") == 2, out[-3000:]
+    # A dry run creates nothing: no sweep dir, no workloads.json, no MLflow parent run.
+    assert not (tmp_path / "outputs").exists()
 
-    (sweep_dir,) = (tmp_path / "outputs" / "sweeps").iterdir()
-    workloads = json.loads((sweep_dir / "workloads.json").read_text())["workloads"]
-    assert {w["tpu_type"]: w["subcommand"] for w in workloads} == \
-        {"v6e-8": "create", "v5p-64": "create-pathways"}
-    assert all(w["dry_run"] and w["returncode"] == 0 and w["state"] == "dry-run"
-               for w in workloads)
-    # The names reached the sweep's MLflow parent run (made by the tracking callback).
-    parent = json.loads((sweep_dir / "parent_run.json").read_text())
-    import mlflow
-
-    tags = mlflow.MlflowClient(parent["uri"]).get_run(parent["run_id"]).data.tags
-    assert tags["xpk.workloads"].split(",") == [w["workload"] for w in workloads]
-
-    # Same command again: same sweep dir, same workload names (xpk refuses duplicates).
+    # Same command again: same workload names (xpk refuses duplicates).
     again = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
-                  "hardware=v6e-8,v5p-64", "train.steps=2"], tmp_path, xpk_bin)
+                  "hardware=v6e-8,v5p-64", "train.steps=2", f"tracker.uri={SERVER}"],
+                 tmp_path, xpk_bin)
     assert again.returncode == 0, again.stderr[-2000:]
     names2 = [shlex.split(ln.split("] ", 1)[1]) for ln in again.stdout.splitlines()
               if ln.startswith("[xpk #")]
     assert sorted(a[a.index("--workload") + 1] for a in names2) == \
-        sorted(w["workload"] for w in workloads)
+        sorted(a[a.index("--workload") + 1] for a in argvs)
+
+
+FAKE_XPK = """#!/bin/sh
+# Stands in for xpk on a real cluster: records its argv, creates nothing.
+printf '%s\\n' "$@" >> "$XPK_ARGV_LOG"; printf '%s\\n' "--" >> "$XPK_ARGV_LOG"
+"""
+
+
+@pytest.mark.slow
+def test_submitted_jobs_report_to_the_parent_which_stays_running(tmp_path):
+    """Acceptance chain for xpk against a real `mlflow server`: the workload gets the store
+    and the parent run id; the parent stays RUNNING after submission; the job, started the
+    way the pod starts it, becomes the parent's child and (last of 1) closes the parent;
+    `python -m rlexp.report <parent id>` shows it."""
+    from mlflow import MlflowClient
+
+    from rlexp.ui import free_port
+    from sweep_helpers import TINY
+    from test_tracking_server import Server
+
+    fake = tmp_path / "xpk"
+    fake.write_text(FAKE_XPK)
+    fake.chmod(0o755)
+    log = tmp_path / "argv.log"
+    server = Server(tmp_path / "server" / "mlflow.db", free_port()).start()
+    try:
+        proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.docker_image=img",
+                     "hydra.launcher.project=p", "hydra.launcher.zone=z", "hardware=v6e-8",
+                     f"tracker.uri={server.url}", "tracker.experiment=xpk-remote"],
+                    tmp_path, str(fake), env={"XPK_ARGV_LOG": str(log)})
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        (argv,) = [chunk.strip().splitlines() for chunk in log.read_text().split("--\n")
+                   if chunk.strip()]
+        env = _env_of(argv)
+        (sweep_dir,) = (tmp_path / "outputs" / "sweeps").iterdir()
+        parent = json.loads((sweep_dir / "parent_run.json").read_text())
+        assert env == {"MLFLOW_TRACKING_URI": server.url, "RLEXP_PARENT_RUN_ID": parent["run_id"],
+                       "RLEXP_SWEEP_JOBS": "1"}
+        client = MlflowClient(server.url)
+        assert client.get_run(parent["run_id"]).info.status == "RUNNING"
+        assert "stays RUNNING" in proc.stdout
+
+        # The pod: `python -m rlexp <overrides>` with the workload's environment (tiny on CPU).
+        pod_cwd = tmp_path / "pod"
+        pod_cwd.mkdir()
+        child = subprocess.run(
+            [sys.executable, "-m", "rlexp", *TINY, "tracker.experiment=xpk-remote"],
+            cwd=pod_cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+        assert child.returncode == 0, child.stderr[-3000:]
+        assert "all 1 jobs reported" in child.stdout
+        run = client.get_run(parent["run_id"])
+        assert run.info.status == "FINISHED"
+        (kid,) = client.search_runs([parent["experiment_id"]],
+                                    f"tags.mlflow.parentRunId = '{parent['run_id']}'")
+        assert kid.info.status == "FINISHED"
+        report = subprocess.run([sys.executable, "-m", "rlexp.report", parent["run_id"]],
+                                cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": server.url},
+                                capture_output=True, text=True, timeout=300)
+        assert report.returncode == 0, report.stderr[-2000:]
+        assert kid.info.run_name in report.stdout
+    finally:
+        server.stop()
 
 
 @pytest.mark.slow
