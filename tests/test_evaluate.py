@@ -37,15 +37,14 @@ def test_on_policy_guard():
     assert guards.on_policy_noop(cfg)
     cfg.algo.num_iterations = 2
     assert not guards.on_policy_noop(cfg)
-    assert guards.NOOP_KEYS == ("algo.epsilon", "algo.epsilon_high", "algo.name")
+    assert guards.NOOP_KEYS == ("algo.epsilon", "algo.epsilon_high", "algo.name", "algo.ratio_level")
 
 
-def test_noop_warning_is_one_line(caplog):
+def test_noop_warning_is_one_line():
     cfg = Config()
     cfg.algo.num_iterations = 1
-    with caplog.at_level("WARNING", logger="rlexp"):
-        assert guards.warn_if_noop(cfg)
-    assert len(caplog.records) == 1 and "\n" not in caplog.records[0].getMessage()
+    line = guards.noop_warning([cfg], ["algo.epsilon=0.1"], {}, multirun=False)
+    assert line and "algo.epsilon" in line and "\n" not in line
 
 
 def test_before_after_table_and_console_listener():

@@ -21,6 +21,9 @@ def _task(cfg: DictConfig) -> float | None:
     job = experiment.JobContext.from_hydra()
     try:
         config = to_config(cfg)
+        from rlexp.hardware import setup_platform
+
+        setup_platform(config.hardware)  # a no-op when pre-flight set it for the whole command
     except UserError as exc:
         if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
             raise
@@ -32,6 +35,9 @@ def main() -> None:
     from rlexp import cli
 
     argv = sys.argv[1:]
+    from rlexp.console import quiet_third_party
+
+    quiet_third_party()  # before MLflow is imported: it reads its log level once
     try:
         pre = cli.preflight(argv)
     except UserError as exc:

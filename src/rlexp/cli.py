@@ -422,17 +422,18 @@ def before_launch(pre: Preflight) -> None:
     """What must happen in the launching process, once, before any job starts."""
     if pre.print_only:
         return
-    if pre.multirun:
-        from rlexp.guards import NOOP_KEYS, noop_message, on_policy_noop
+    from rlexp.guards import noop_warning
+    from rlexp.hardware import platform_env, setup_platform
 
-        noop_swept = [k for k in NOOP_KEYS if k in pre.swept and len(pre.swept[k]) > 1]
-        if noop_swept and all(on_policy_noop(job) for job in pre.jobs):
-            print(f"rlexp: WARNING: this sweep varies {', '.join(noop_swept)} but every job is "
-                  f"on-policy: {noop_message(pre.jobs[0])}", file=sys.stderr, flush=True)
-    elif pre.jobs and not pre.jobs[0].run.dry_run:
-        # Device count for emulation must be fixed before JAX starts its backend.
-        from rlexp.hardware import setup_platform
-
+    warning = noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun)
+    if warning:  # once per command, only for a knob the user set (or swept)
+        print(f"rlexp: warning: {warning}", file=sys.stderr, flush=True)
+    # Device count for emulation (XLA_FLAGS) and the GPU memory fraction must be in the
+    # environment before JAX starts its backend, for a sweep's jobs too: jobs of the basic
+    # launcher run in this process, other launchers' workers inherit the environment. Jobs
+    # that need different settings get theirs in the job (rlexp.__main__), or a one-line error.
+    envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
+    if pre.jobs and len(envs) == 1:
         setup_platform(pre.jobs[0].hardware)
 
 

@@ -199,7 +199,7 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     run_dir = job.run_dir
     previous = _read_json(run_dir / "summary.json")
     if cfg.run.resume and previous and previous.get("status") == "FINISHED":
-        print(f"rlexp: {run_dir} already finished (run.resume=false to run it again)")
+        print(already_finished(run_dir, previous, _git()))
         return previous.get("objective")
     if not cfg.run.resume:
         _forget_previous(run_dir)
@@ -237,6 +237,8 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         "name": job.name, "status": "RUNNING", "choices": job.choices,
         "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
         "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
+        # The code that produced the run ("already finished" names it on a rerun).
+        **{k.replace(".", "_"): v for k, v in _git().items()},
     }
     status, error = "FAILED", None
     from rlexp import stopping
@@ -293,6 +295,23 @@ def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> st
         return None
     listeners.on_artifact(out, "model")
     return str(out)
+
+
+def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
+    """A rerun of a finished command: which code finished it, and how to train again.
+    The run's identity is its config, not the code: a resume after a code change must
+    find its run dir, so a finished one is reported, not silently redone."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(previous["started"] + previous.get(
+        "wall_s", 0))) if isinstance(previous.get("started"), (int, float)) else "earlier"
+    then, now = previous.get("git_commit"), git.get("git.commit")
+    by = f" by commit {then[:10]}" if then and then != "unknown" else ""
+    changed = ""
+    if then and now and "unknown" not in (then, now) and then != now:
+        changed = f"; the code is now at {now[:10]}"
+    elif previous.get("git_dirty") == "true" or git.get("git.dirty") == "true":
+        changed = "; the checkout has uncommitted changes"
+    return (f"rlexp: {run_dir} already finished {when}{by}{changed}: add run.resume=false "
+            "to train it again (its checkpoints and summary are replaced)")
 
 
 class JobStopped(Exception):

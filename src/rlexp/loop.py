@@ -13,7 +13,6 @@ and evaluation were emitted, so a resume from s repeats none of them.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -76,9 +75,7 @@ class NonFinite(Exception):
 
 
 def check_finite(step: int, metrics: dict[str, float]) -> None:
-    bad = [k for k in ("train/loss", "train/reward_mean") if k in metrics
-           and not math.isfinite(metrics[k])]
-    bad += [k for k in metrics if k.startswith("train/reward/") and not math.isfinite(metrics[k])]
+    bad = guards.nonfinite(metrics)
     if bad:
         raise NonFinite(f"step {step}: {', '.join(f'{k}={metrics[k]}' for k in bad)}; stopped, "
                         "the last good checkpoint is kept")
@@ -99,7 +96,6 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
     from rlexp.perf import peak_tflops, step_flops, utilization
     from rlexp.profile import StepProfiler
 
-    guards.warn_if_noop(cfg)
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
     every_ckpt = cfg.train.checkpoint_every
