@@ -85,13 +85,39 @@ def test_a_preset_interpolating_hardware_is_not_per_job(tmp_path):
 
 
 def test_rlexp_sweep_on_slurm(tmp_path):
-    proc = rlexp(["-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", *TINY], tmp_path)
-    assert proc.returncode == 0, explain(proc)
-    sweep_dir = only_sweep_dir(tmp_path)
-    runs = summaries(sweep_dir)
-    assert len(runs) == 2, runs
-    assert all(s["status"] == "FINISHED" for s in runs.values()), runs
-    assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2  # ran as SLURM jobs
-    parent, children = mlflow_children(sweep_dir)
-    assert sorted(r.data.params["train.seed"] for r in children) == ["0", "1"]
-    assert all(r.info.status == "FINISHED" for r in children)
+    """A real SLURM sweep against a real `mlflow server` on 127.0.0.1: one parent run, FINISHED,
+    with one child per job (each job is given the store and the parent in its environment)."""
+    from rlexp.ui import free_port
+    from test_tracking_server import Server
+
+    server = Server(tmp_path / "server" / "mlflow.db", free_port()).start()
+    try:
+        proc = rlexp(["-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", *TINY,
+                      f"tracker.uri={server.url}"], tmp_path)
+        assert proc.returncode == 0, explain(proc)
+        sweep_dir = only_sweep_dir(tmp_path)
+        runs = summaries(sweep_dir)
+        assert len(runs) == 2, runs
+        assert all(s["status"] == "FINISHED" for s in runs.values()), runs
+        assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2  # ran as SLURM jobs
+        parent, children = mlflow_children(sweep_dir)
+        assert parent["info"]["uri"] == server.url and parent["run"].info.status == "FINISHED"
+        assert sorted(r.data.params["train.seed"] for r in children) == ["0", "1"]
+        assert all(r.info.status == "FINISHED" for r in children)
+        assert not (tmp_path / "outputs" / "mlflow.db").exists()  # nothing went to sqlite
+    finally:
+        server.stop()
+
+
+def test_slurm_refuses_a_sqlite_store_off_the_shared_filesystem(tmp_path):
+    import os
+    from pathlib import Path
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("/dev/shm is not a separate filesystem here")
+    proc = rlexp(["-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", *TINY,
+                  f"tracker.uri=sqlite:///{shm}/rlexp-e11-never.db"], tmp_path, timeout=120)
+    assert proc.returncode == 2, explain(proc)
+    assert "not on the sweep dir's filesystem" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (shm / "rlexp-e11-never.db").exists() and not (tmp_path / "outputs").exists()
