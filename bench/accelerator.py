@@ -1,8 +1,15 @@
 """Throughput and MFU of rlexp's GRPO step on the accelerator at hand (CPU when there is none).
 
     python bench/accelerator.py                        # auto: GPU -> smollm2-135m, else tiny on CPU
-    python bench/accelerator.py --steps 5 model=smollm2-135m train.batch_size=2
+    python bench/accelerator.py --batch-sizes 2 --steps 5 model=smollm2-135m
     python bench/accelerator.py --hardware v6e-8 model=qwen3-0.6b model.path=/ckpt/qwen3-0.6b
+    python bench/accelerator.py --compare trl          # + TRL's GRPOTrainer, same shapes
+
+Each batch size (prompts per step; rows = prompts x num_generations) is a fresh engine whose
+sampler takes the whole batch in one call (rollout.micro_batch_size = batch size), so rollout
+tokens/s shows how generation scales with rows. With `--compare trl`, bench/peers/trl_grpo.py
+runs TRL's GRPOTrainer on the same Hugging Face checkpoint, rows and lengths (it needs torch and
+trl, and a model.path, e.g. model=smollm2-135m) and the table adds rlexp/TRL step time.
 
 One global step is the real engine step (`rlexp.engine.build` + `Engine.train_step`, the code
 `rlexp.loop.run` calls): rollout, rewards, reference log-probs and the policy update inside
@@ -126,7 +133,35 @@ def run(overrides: list[str], steps: int, warmup: int) -> dict:
         "mfu_update": flops["update"] / (update_s * peak),
         "mfu_step": (flops["rollout"] + flops["update"] + flops["extra"]) / (step_s * peak),
         "peak_tflops": peak / 1e12,
+        # what a peer needs to run the same workload
+        "model_path": cfg.model.path,
+        "shape": {"prompts": cfg.train.batch_size, "generations": cfg.algo.num_generations,
+                  "prompt_length": cfg.rollout.max_prompt_length,
+                  "completion_length": cfg.rollout.max_completion_length,
+                  "dtype": cfg.model.dtype},
     }
+
+
+def default_batch_sizes(base: list[str]) -> list[int]:
+    """Prompts per step: 32/128/256 rows at 4 generations on a GPU (the shapes measured
+    against TRL), 2/4/8 prompts on the CPU (kept small: a few minutes in all)."""
+    return [8, 32, 64] if "hardware=gpu" in base else [2, 4, 8]
+
+
+def run_trl(model_path: str, shape: dict, steps: int, warmup: int) -> dict | str:
+    """bench/peers/trl_grpo.py on the same checkpoint and shape; its figures, or why not."""
+    peer = Path(__file__).resolve().parent / "peers" / "trl_grpo.py"
+    cmd = [sys.executable, str(peer), "--model-dir", model_path, "--json",
+           "--prompts", str(shape["prompts"]), "--num-generations", str(shape["generations"]),
+           "--prompt-length", str(shape["prompt_length"]),
+           "--completion-length", str(shape["completion_length"]),
+           "--steps", str(steps), "--warmup", str(warmup), "--dtype", shape["dtype"]]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("{")), None)
+    if proc.returncode or line is None:
+        return (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
+                or ["TRL peer failed"])[-1]
+    return json.loads(line)
 
 
 def main(argv: list[str]) -> None:
@@ -135,16 +170,43 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--hardware", help="hardware profile instead of the auto choice")
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (compilation)")
+    parser.add_argument("--batch-sizes", help="prompts per step, comma-separated "
+                        "(default: 8,32,64 on a GPU, 2,4,8 on the CPU)")
+    parser.add_argument("--compare", choices=["trl"], help="also run a peer on the same shapes")
     args = parser.parse_args(argv)
     base = [f"hardware={args.hardware}"] if args.hardware else detect_hardware()
-    # Benchmarks measure speed: no warm-start stage, no tracking.
-    out = run([*base, "model.warm_start_steps=0", "tracker=none", *args.overrides],
-              args.steps, args.warmup)
-    print(json.dumps(out))
-    print(f"{out['model']} on {out['device']}: rollout {out['rollout_tokens_per_s']:.0f} tok/s, "
-          f"train {out['train_tokens_per_s']:.0f} tok/s, step {out['step_s']:.3f} s, MFU "
-          f"rollout {out['mfu_rollout']:.2e} update {out['mfu_update']:.2e} step "
-          f"{out['mfu_step']:.2e} (peak {out['peak_tflops']:g} TFLOP/s)")
+    sizes = ([int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes
+             else default_batch_sizes(base))
+    rows = []
+    for b in sizes:
+        # Benchmarks measure speed: no warm-start stage, no tracking; one sampler call a step.
+        out = run([*base, "model.warm_start_steps=0", "tracker=none", *args.overrides,
+                   f"train.batch_size={b}", f"rollout.micro_batch_size={b}"],
+                  args.steps, args.warmup)
+        print(json.dumps(out), flush=True)
+        if args.compare == "trl":
+            out["trl"] = (run_trl(out["model_path"], out["shape"], args.steps, args.warmup)
+                          if out["model_path"] else
+                          "TRL needs a Hugging Face checkpoint: use model=smollm2-135m or model.path")
+        rows.append(out)
+    first = rows[0]
+    print(f"{first['model']} ({first['dtype']}) on {first['device']}, {first['seq']} tokens/row, "
+          f"peak {first['peak_tflops']:g} TFLOP/s")
+    head = f"{'rows':>6} {'step s':>8} {'rollout tok/s':>14} {'train tok/s':>12} " \
+           f"{'MFU roll':>9} {'MFU upd':>9}"
+    print(head + (f" {'TRL step s':>11} {'rlexp/TRL':>10}" if args.compare else ""))
+    for r in rows:
+        line = (f"{r['rows']:>6} {r['step_s']:>8.3f} {r['rollout_tokens_per_s']:>14.0f} "
+                f"{r['train_tokens_per_s']:>12.0f} {r['mfu_rollout']:>9.2e} {r['mfu_update']:>9.2e}")
+        trl = r.get("trl")
+        if isinstance(trl, dict):
+            line += f" {trl['step_s']:>11.3f} {r['step_s'] / trl['step_s']:>10.3f}"
+        elif trl:
+            line += f"  TRL: {trl}"
+        print(line)
+    tps = [r["rollout_tokens_per_s"] for r in rows]
+    print(f"rollout tokens/s {'grows' if all(b >= a for a, b in zip(tps, tps[1:])) else 'does NOT grow'}"
+          f" with rows ({' -> '.join(f'{t:.0f}' for t in tps)})")
 
 
 if __name__ == "__main__":
