@@ -164,3 +164,52 @@ def test_cli_dry_run_hub_id_offline(tmp_path):
     cached = _dry_run(env, tmp_path)
     assert cached.returncode == 0, cached.stderr
     assert "dry run" in cached.stdout
+
+
+# ------------------------------------------------------- outputs on a bucket (run.output_uri)
+
+
+def test_checkpoint_dir_is_local_or_keeps_the_bucket_scheme(tmp_path):
+    from rlexp import storage
+
+    assert storage.checkpoint_dir(None, tmp_path, "run") == tmp_path / "checkpoints"
+    remote = storage.checkpoint_dir("gs://bucket/rlexp/", tmp_path, "grpo-tiny_1a2b3c")
+    # what orbax is given, and what a step and a set-aside step are called (no I/O here)
+    assert str(remote) == "gs://bucket/rlexp/grpo-tiny_1a2b3c/checkpoints"
+    assert str(remote / "3") == "gs://bucket/rlexp/grpo-tiny_1a2b3c/checkpoints/3"
+    assert str((remote / "3").with_name("3.unusable-1")).startswith("gs://bucket/")
+    from rlexp.prune import prune_unusable
+
+    assert prune_unusable(remote) == []  # never turned into a local path
+
+
+def test_output_uri_is_checked_at_start(tmp_path):
+    from rlexp import storage
+
+    storage.check(None)
+    with pytest.raises(UserError, match="run.output_uri=outputs/x: not a URL"):
+        storage.check("outputs/x")
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        with pytest.raises(UserError, match=r"run.output_uri=gs://b/p: .*needs gcsfs"):
+            storage.check("gs://b/p")
+
+
+def test_summary_and_export_are_copied_under_the_run_root(tmp_path):
+    """Same fsspec calls as gs:// (gcsfs), on fsspec's memory filesystem."""
+    import fsspec
+
+    from rlexp import storage
+
+    run_dir = tmp_path / "run"
+    (run_dir / "export").mkdir(parents=True)
+    (run_dir / "export" / "config.json").write_text('{"a": 1}')
+    (run_dir / "export" / "model.safetensors").write_bytes(b"w" * 64)
+    (run_dir / "summary.json").write_text('{"status": "FINISHED"}')
+    root = storage.mirror_outputs("memory://bucket-e11-out/exp", "run-x", run_dir)
+    assert root == "memory://bucket-e11-out/exp/run-x"
+    fs = fsspec.filesystem("memory")
+    assert fs.cat(f"{root}/summary.json") == b'{"status": "FINISHED"}'
+    assert fs.cat(f"{root}/export/model.safetensors") == b"w" * 64
+    assert storage.mirror_outputs(None, "run-x", run_dir) is None

@@ -141,6 +141,9 @@ def check_inputs(cfg: Config) -> None:
     check_model(cfg.model, cfg.run.cache_dir)  # local dir, hub cache or bucket; no download
     dataset_file(cfg.dataset)
     check_plugins(cfg)
+    from rlexp.storage import check as check_output_uri
+
+    check_output_uri(cfg.run.output_uri)  # gs:// needs its filesystem backend
     if cfg.run.init_from:  # the origin has a checkpoint (read only when the run builds)
         from rlexp.export import find_checkpoint
         from rlexp.tracking import default_uri

@@ -418,6 +418,10 @@ class RunConfig:
     # At the end of a finished run, write the policy as a Hugging Face dir (<run dir>/export:
     # safetensors, config.json, tokenizer) and log it to MLflow as artifact `model`.
     export: bool = True
+    # Outputs that outlive the machine, e.g. gs://bucket/rlexp: checkpoints are written (and
+    # resumed) under <output_uri>/<run name>/checkpoints; summary.json and export/ are copied
+    # there at the end. null: everything stays in the local run dir.
+    output_uri: Optional[str] = None
 
 
 @dataclass

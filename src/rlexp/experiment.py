@@ -222,7 +222,11 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     from rlexp import loop
     from rlexp.checkpoint import Checkpointer, Preempted, StopFlag
 
-    checkpointer = Checkpointer(run_dir / "checkpoints", cfg.train.keep_checkpoints, engine)
+    from rlexp import storage
+
+    # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
+    checkpointer = Checkpointer(storage.checkpoint_dir(cfg.run.output_uri, run_dir, job.name),
+                                cfg.train.keep_checkpoints, engine)
     resumed = checkpointer.restore_latest(cfg.train.seed) if cfg.run.resume else None
     engine.start_step = resumed["step"] if resumed else 0
     listener_list = _listeners(cfg, run_dir)
@@ -271,6 +275,7 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         summary.setdefault("steps_done", max(engine.start_step, progress.step))
         summary = carry_over(previous if cfg.run.resume else None, summary)
         write_summary(run_dir, summary)
+        storage.mirror_outputs(cfg.run.output_uri, job.name, run_dir)  # run.output_uri only
         listeners.on_run_end(status, summary)
         stops.finish(status, summary)
     if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)

@@ -30,6 +30,8 @@ _UNUSABLE = re.compile(r"^\d+\.unusable-(\d+)$")
 
 def prune_unusable(directory: Path, keep: int = KEEP_UNUSABLE) -> list[Path]:
     """Delete all but the newest `keep` unusable-checkpoint dirs; returns what was deleted."""
+    if "://" in str(directory):  # run.output_uri (gs://): left to the bucket's lifecycle rules
+        return []
     directory = Path(directory)
     if not directory.is_dir():
         return []
