@@ -6,26 +6,32 @@ still run, the run ends FINISHED, and summary.json / MLflow carry the reason).
 
 Pruning a sweep's jobs: hydra-optuna-sweeper 1.3.0 asks its study for a batch of trials,
 launches the jobs and only `tell`s the study their return values (its `_impl.py` sweep());
-no job ever sees its Optuna trial, so Optuna cannot prune through the sweeper. Instead each
-job of a sweep opens a second, shared study in the sweep dir (`pruning.db`, sqlite), takes a
-trial of its own there, reports its eval curve with `trial.report(value, step)` and stops
-when `trial.should_prune()`: Optuna's MedianPruner then compares the job with the jobs that
-ran before it at the same step. This works with every sweeper (basic grid or Optuna) and
-every launcher whose jobs share the sweep dir. A pruned job still returns its final eval
-accuracy to the sweeper, so the sweeper's study records it as a (poor) complete trial.
+no job ever sees its Optuna trial, so Optuna cannot prune through the sweeper. Instead the
+jobs of a sweep share a record in the sweep dir (pruning.jsonl: each finished or pruned job's
+eval curve); a job loads it into an in-memory Optuna study as the earlier trials, takes a
+trial of its own, reports its eval curve with `trial.report(value, step)` and stops when
+`trial.should_prune()`: Optuna's MedianPruner compares it with the earlier jobs at the same
+step. (Optuna 2.10's RDB storage fails its alembic version check with SQLAlchemy 2, which
+MLflow needs, so a shared sqlite study is not an option here.) This works with every sweeper
+(basic grid or Optuna) and every launcher whose jobs share the sweep dir. A pruned job still
+returns its final eval accuracy to the sweeper, whose study records it as a complete trial.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import math
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 from rlexp.config import EarlyStopConfig, PruneConfig
 
-PRUNING_DB = "pruning.db"
-PRUNING_STUDY = "rlexp-pruning"
+# One JSON line per finished or pruned job of the sweep: its state, final value and curve.
+PRUNING_FILE = "pruning.jsonl"
 
 
 class Stop(Protocol):
@@ -72,24 +78,29 @@ class EarlyStop:
 
 
 class SweepPruner:
-    """This job's trial in the sweep's shared pruning study (see the module docstring)."""
+    """This job's trial in the sweep's pruning study (see the module docstring)."""
 
     def __init__(self, cfg: PruneConfig, sweep_dir: Path, job_name: str):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.cfg = cfg
-        storage = optuna.storages.RDBStorage(
-            f"sqlite:///{Path(sweep_dir).resolve() / PRUNING_DB}",
-            engine_kwargs={"connect_args": {"timeout": 30}})
+        self.job = job_name
+        self.path = Path(sweep_dir) / PRUNING_FILE
         self.study = optuna.create_study(
-            study_name=PRUNING_STUDY, storage=storage, load_if_exists=True,
             direction="maximize" if cfg.mode == "max" else "minimize",
             pruner=optuna.pruners.MedianPruner(n_startup_trials=cfg.startup_jobs,
                                                n_warmup_steps=cfg.warmup_steps))
+        with warnings.catch_warnings():  # add_trial is "experimental" in Optuna 2.x
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            for job in read_jobs(self.path):  # the sweep's earlier jobs, as Optuna trials
+                self.study.add_trial(optuna.trial.create_trial(
+                    state=getattr(optuna.trial.TrialState, job["state"]),
+                    value=job.get("value"),
+                    intermediate_values={int(k): v for k, v in job["curve"].items()},
+                    user_attrs={"job": job["job"]}))
         self.trial = self.study.ask()
-        self.trial.set_user_attr("job", job_name)
-        self.last: float | None = None
+        self.curve: dict[int, float] = {}
         self.pruned = False
 
     def check(self, step: int, metrics: dict[str, float]) -> str | None:
@@ -99,24 +110,50 @@ class SweepPruner:
         if not math.isfinite(value):
             return None
         self.trial.report(value, step)
-        self.last = value
+        self.curve[step] = value
         if not self.trial.should_prune():
             return None
         self.pruned = True
-        return (f"pruned: {self.cfg.metric}={value:g} at step {step} trails the median of "
-                f"the sweep's earlier jobs (Optuna MedianPruner, trial {self.trial.number})")
+        return (f"pruned: {self.cfg.metric}={value:g} at step {step} trails the median of the "
+                f"sweep's earlier jobs (Optuna MedianPruner over {PRUNING_FILE})")
 
     def finish(self, status: str, summary: dict[str, Any]) -> None:
-        import optuna
-
-        State = optuna.trial.TrialState
-        final = (summary.get("eval_after") or {}).get(self.cfg.metric, self.last)
+        """Append this job to the sweep's pruning record (jobs after it compare with it)."""
+        final = (summary.get("eval_after") or {}).get(self.cfg.metric)
         if self.pruned:
-            self.study.tell(self.trial, state=State.PRUNED)
+            state, value = "PRUNED", None
         elif status == "FINISHED" and final is not None and math.isfinite(float(final)):
-            self.study.tell(self.trial, float(final))
+            state, value = "COMPLETE", float(final)
         else:
-            self.study.tell(self.trial, state=State.FAIL)
+            return  # failed or killed: a rerun resumes it, it is no evidence for others
+        append_job(self.path, {"job": self.job, "state": state, "value": value,
+                               "curve": {str(k): v for k, v in self.curve.items()}})
+
+
+def read_jobs(path: Path) -> list[dict]:
+    """Jobs recorded in a sweep's pruning.jsonl (a torn last line is skipped)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            job = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(job, dict) and job.get("state") in ("COMPLETE", "PRUNED"):
+            out.append(job)
+    return out
+
+
+def append_job(path: Path, job: dict) -> None:
+    """One line per job, appended under an exclusive lock (jobs may end at the same time)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(json.dumps(job) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 class Stops:
