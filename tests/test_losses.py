@@ -320,3 +320,34 @@ def test_dr_grpo_advantages_match_tunix():
     r = np.array([1.0, 0.0, 0.5, 3.0, 3.0, 2.0])
     np.testing.assert_allclose(np.asarray(tunix_fn(r, 3)), group_advantages(r, 3, scale="none"),
                                rtol=1e-6)
+
+
+def test_on_policy_knobs_act_where_clip_knobs_do_not():
+    """The guard's premise (rlexp.guards): with num_iterations=1 (old_logp None) the clip
+    range and ratio level change nothing, while aggregation, dynamic sampling and masking do."""
+    from rlexp import guards
+
+    logp, _, _, adv, mask = example()
+    adv[0:2] = 0.0  # group 0 (G=2) had equal rewards
+
+    def grad(**over):
+        kw = dict(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
+                  loss_agg="token-mean")
+        kw.update(over)
+        truncated = jnp.array([False, False, False, True])
+
+        def f(lp):
+            return policy_loss(lp, None, None, jnp.asarray(adv), jnp.asarray(mask),
+                               LossSettings(**kw), truncated)[0]
+
+        return np.asarray(jax.grad(f)(jnp.asarray(logp)))
+
+    base = grad()
+    np.testing.assert_array_equal(base, grad(epsilon=1e-3, epsilon_high=1e-3))
+    np.testing.assert_allclose(base, grad(level="sequence"), atol=1e-7)
+    for knob in (dict(loss_agg="sequence-mean-token-scale"),
+                 dict(dynamic_sampling=True, group_size=2), dict(mask_truncated=True)):
+        assert np.abs(grad(**knob) - base).max() > 1e-4, knob
+    assert {"algo.loss_agg", "algo.dynamic_sampling", "algo.mask_truncated",
+            "algo.scale_rewards"} <= set(guards.ON_POLICY_KEYS)
+    assert {"algo.epsilon", "algo.epsilon_high", "algo.ratio_level"} <= set(guards.NOOP_KEYS)

@@ -127,7 +127,7 @@ def test_user_function_with_kwargs_weight_and_name(user_pkg):
 
 @pytest.mark.parametrize("target, message", [
     ("no_such_pkg_e12.fns.f", "no module 'no_such_pkg_e12'"),
-    ("{pkg}.fns.missing", "has no attribute 'missing'"),
+    ("{pkg}.fns.missing", "has no submodule or attribute 'missing'"),
     ("{pkg}.bad_import.f", "importing '{pkg}.bad_import' failed (ModuleNotFoundError"),
     ("{pkg}.fns.not_a_function", "not callable"),
     ("{pkg}.fns.scalar", "must return one float per completion"),

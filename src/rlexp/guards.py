@@ -21,6 +21,16 @@ from rlexp.config import Config
 NOOP_KEYS = ("algo.epsilon", "algo.epsilon_high", "algo.name", "algo.ratio_level")
 # Group choices that set algo.name (`algo=gspo`).
 NOOP_GROUPS = {"algo": "algo.name"}
+# Algorithm knobs that act with num_iterations=1 too (they shape the advantages, the mask or
+# the aggregation, not the ratio): Dr.GRPO's and DAPO's on-policy parts. An algo choice that
+# changes one of them (algo=dr_grpo, algo=dapo) is not a no-op; algo=gspo is (beta aside).
+ON_POLICY_KEYS = ("algo.scale_rewards", "algo.loss_agg", "algo.mask_truncated",
+                  "algo.dynamic_sampling", "algo.overlong_buffer")
+
+
+def on_policy_signature(cfg: Config) -> tuple:
+    """The values of ON_POLICY_KEYS: two jobs that share it train alike on-policy."""
+    return tuple(getattr(cfg.algo, k.split(".", 1)[1]) for k in ON_POLICY_KEYS)
 # Step metrics that stop a run when NaN/Inf (the last good checkpoint is kept). A NaN grad
 # norm or KL precedes a NaN loss by a step or more (an inf learning rate gives NaN weights
 # while the loss of that step is still finite); reward components are under train/reward/.
@@ -73,12 +83,15 @@ def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, 
         return None
     keys = set_noop_keys(overrides)
     if multirun:
+        same = len({on_policy_signature(job) for job in jobs}) == 1
         keys = [k for k in NOOP_KEYS if len(swept.get(k, ())) > 1 or
-                k == "algo.name" and len(swept.get("algo", ())) > 1]
+                k == "algo.name" and len(swept.get("algo", ())) > 1 and same]
         if not keys:
             return None
         return f"this sweep varies {', '.join(keys)} but every job is on-policy: " + \
             noop_message(jobs[0], keys)
+    if "algo.name" in keys and on_policy_signature(jobs[0]) != on_policy_signature(Config()):
+        keys.remove("algo.name")  # e.g. algo=dr_grpo: its scale_rewards/loss_agg act on-policy
     if not keys or keys == ["algo.name"] and jobs[0].algo.name == "grpo":
         return None
     return noop_message(jobs[0], keys)

@@ -177,8 +177,9 @@ def resolve(target: str, key: str) -> Callable[..., Any]:
                         f"PYTHONPATH, or the package installed?)")
     for part in parts[i:]:
         if not hasattr(obj, part):
-            raise UserError(f"{key}={target!r}: {getattr(obj, '__name__', type(obj).__name__)!r} "
-                            f"has no attribute {part!r}")
+            kind = "submodule or attribute" if inspect.ismodule(obj) else "attribute"
+            raise UserError(f"{key}={target!r}: cannot import it: "
+                            f"{getattr(obj, '__name__', type(obj).__name__)!r} has no {kind} {part!r}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise UserError(f"{key}={target!r}: not callable")

@@ -1,0 +1,184 @@
+"""A user's own code without editing rlexp: a config dir (--config-dir, hydra.searchpath) with
+an experiment and a dataset of its own, a reward function in a package of its own, and the
+algorithm family (grpo, gspo, dapo, dr_grpo) as one sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlexp.cli import preflight
+from rlexp.errors import UserError
+
+PACKAGE = "myrl_e12_user"
+REWARDS = """
+def says_answer(prompts, completions, answers, **kwargs):
+    return [1.0 if a in c else 0.0 for c, a in zip(completions, answers)]
+
+def wrong_length(prompts, completions, answers, **kwargs):
+    return [0.0]
+"""
+
+
+@pytest.fixture
+def user(tmp_path: Path) -> Path:
+    """tmp_path/pkg (a package), data.jsonl (own field names), prompt.txt, conf/ (config dir)."""
+    pkg = tmp_path / "pkg" / PACKAGE
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rewards.py").write_text(REWARDS)
+    rows = [{"problem": f"Add {i} and {j}.", "solution": f"The result is {i + j}"}
+            for i in range(10) for j in range(10)]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "prompt.txt").write_text("Q: {question}\nA:")
+    conf = tmp_path / "conf"
+    (conf / "dataset").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "dataset" / "mydata.yaml").write_text(f"""\
+name: mydata
+_target_: rlexp.data.loaders.generic
+path: {tmp_path / "data.jsonl"}
+question_field: problem
+answer_field: solution
+extractor: regex
+answer_regex: "result is (\\\\d+)"
+prompt_file: {tmp_path / "prompt.txt"}
+num_train: 80
+num_eval: 8
+""")
+    (conf / "experiment" / "mine.yaml").write_text(f"""\
+# @package _global_
+defaults:
+  - override /dataset: mydata
+reward:
+  functions:
+    - _target_: {PACKAGE}.rewards.says_answer
+      weight: 1.0
+      name: says_answer
+    - _target_: rlexp.rewards.format_approx_reward
+      weight: 0.25
+      name: format_approx
+train:
+  steps: 3
+  batch_size: 4
+eval:
+  every: 0
+  num_samples: 4
+  pass_k: 1
+model:
+  warm_start_steps: 0
+""")
+    (conf / "experiment" / "bad_target.yaml").write_text(f"""\
+# @package _global_
+reward:
+  functions:
+    - _target_: {PACKAGE}.no_such_module.fn
+""")
+    (conf / "experiment" / "bad_length.yaml").write_text(f"""\
+# @package _global_
+reward:
+  functions:
+    - _target_: {PACKAGE}.rewards.wrong_length
+""")
+    (conf / "experiment" / "typo.yaml").write_text("# @package _global_\ntrain:\n  stpes: 3\n")
+    return tmp_path
+
+
+def _cli(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(cwd / "pkg"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_config_dir_experiment_and_dataset_compose_and_are_typed(user, monkeypatch):
+    monkeypatch.syspath_prepend(str(user / "pkg"))
+    pre = preflight(["--config-dir", str(user / "conf"), "experiment=mine"])
+    (cfg,) = pre.jobs
+    assert (cfg.dataset.name, cfg.dataset.question_field, cfg.train.steps) == ("mydata", "problem", 3)
+    assert [f.name for f in cfg.reward.functions] == ["says_answer", "format_approx"]
+    # the same through hydra.searchpath, and a user YAML is checked against the schema
+    pre = preflight([f"hydra.searchpath=[file://{user / 'conf'}]", "experiment=mine"])
+    assert pre.jobs[0].dataset.name == "mydata"
+    with pytest.raises(UserError, match="train.stpes is not a config key"):
+        preflight(["--config-dir", str(user / "conf"), "experiment=typo"])
+    with pytest.raises(UserError, match="experiment=mine is not an option"):
+        preflight(["experiment=mine"])  # without the config dir it does not exist
+    with pytest.raises(UserError, match="--config-dir .*: directory not found"):
+        preflight(["--config-dir", str(user / "nope"), "experiment=mine"])
+
+
+def test_user_options_appear_in_help(user):
+    proc = _cli("--config-dir", "conf", "--help", cwd=user)
+    assert proc.returncode == 0, proc.stderr
+    assert "dataset: arithmetic, gsm8k, gsm_symbolic, mydata" in proc.stdout
+    assert "experiment: bad_length, bad_target, gsm_symbolic_gspo, mine" in proc.stdout
+
+
+@pytest.mark.parametrize("experiment, needle", [
+    ("bad_target", f"'{PACKAGE}' has no submodule or attribute 'no_such_module'"),
+    ("bad_length", "returned 1 values for 3 completions"),
+])
+def test_bad_reward_target_exits_2_with_one_line_and_no_run(user, experiment, needle):
+    proc = _cli("--config-dir", "conf", f"experiment={experiment}", cwd=user)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (user / "outputs").exists()  # no run dir, no MLflow store, no MLflow run
+
+
+def test_algorithm_family_is_one_sweep():
+    pre = preflight(["-m", "algo=grpo,gspo,dapo,dr_grpo", "run.dry_run=true"])
+    assert pre.multirun and pre.swept == {"algo": ["grpo", "gspo", "dapo", "dr_grpo"]}
+    by_name = {c.algo.name: c.algo for c in pre.jobs}
+    assert sorted(by_name) == ["dapo", "dr_grpo", "grpo", "gspo"]
+    assert (by_name["dapo"].loss_agg, by_name["dapo"].epsilon_high, by_name["dapo"].dynamic_sampling) \
+        == ("token-mean", 0.28, True)
+    assert (by_name["dr_grpo"].scale_rewards, by_name["dr_grpo"].loss_agg) \
+        == ("none", "sequence-mean-token-scale")
+
+
+@pytest.mark.slow
+def test_user_experiment_runs_dapo_and_dr_grpo_with_its_reward_logged(user):
+    """The acceptance run: user config dir + package + data, 3 steps, one sweep over DAPO and
+    Dr.GRPO (both jobs in one process, so JAX starts once)."""
+    proc = _cli("--config-dir", "conf", "-m", "experiment=mine", "algo=dapo,dr_grpo",
+                cwd=user, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summaries = [json.loads(p.read_text()) for p in (user / "outputs").rglob("summary.json")
+                 if p.parent.name != p.parents[1].name]
+    jobs = {s["choices"]["algo"]: s for s in summaries if "choices" in s}
+    assert set(jobs) == {"dapo", "dr_grpo"}
+    assert all(s["status"] == "FINISHED" for s in jobs.values())
+    db = sqlite3.connect(user / "outputs" / "mlflow.db")
+    keys = {}
+    for run_id, key in db.execute("select run_uuid, key from metrics"):
+        keys.setdefault(run_id, set()).add(key)
+    for s in jobs.values():
+        logged = keys[s["mlflow_run_id"]]
+        assert {"train/reward/says_answer", "train/reward/format_approx"} <= logged
+        assert "train/reward/answer_exact" not in logged  # the user's list replaced the built-ins
+        assert "train/clip_ratio/high_mean" in logged
+    assert "train/reward/overlong" in keys[jobs["dapo"]["mlflow_run_id"]]
+    assert "train/reward/overlong" not in keys[jobs["dr_grpo"]["mlflow_run_id"]]
+
+
+@pytest.mark.parametrize("argv, warns", [
+    (["algo=dr_grpo"], False),  # scale_rewards/loss_agg act with num_iterations=1
+    (["-m", "algo=grpo,dr_grpo"], False),
+    (["algo=gspo", "algo.num_iterations=1"], True),  # only the ratio level differs: a no-op
+    (["-m", "algo=grpo,gspo", "algo.num_iterations=1"], True),
+    (["-m", "algo=grpo,gspo,dapo,dr_grpo"], False),  # gspo and dapo are off-policy
+])
+def test_on_policy_guard_knows_which_algorithm_knobs_act(argv, warns):
+    from rlexp import guards
+
+    pre = preflight([*argv, "run.dry_run=true"])
+    line = guards.noop_warning(pre.jobs, [a for a in argv if a != "-m"], pre.swept, pre.multirun)
+    assert (line is not None) == warns, line
