@@ -9,6 +9,7 @@ the first mistake into one line and exit code 2.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlexp.config import Config, one_line_omegaconf_error, to_config, unknown_key_message
+from rlexp.config import (Config, RewardFunctionConfig, one_line_omegaconf_error, to_config,
+                          unknown_key_message)
 from rlexp.errors import UserError
 from rlexp.paths import conf_dir
 
@@ -75,6 +77,11 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
                 f"{', '.join(sorted(exc.options))}")
     cause = exc.__cause__ or exc.__context__ or exc
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
+        item = getattr(cause, "object_type", None)
+        if item is RewardFunctionConfig and "." not in cause.full_key:  # a list entry's typo
+            valid = ", ".join(f.name for f in dataclasses.fields(item))
+            return (f"reward.functions: {cause.full_key} is not a key of an entry; valid keys "
+                    f"are: {valid}")
         return unknown_key_message(cause.full_key)
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", None)
@@ -243,6 +250,8 @@ def check_tracker(cfg: Config) -> None:
     if uri is None:
         return
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if uri.lower() in ("databricks", "databricks-uc"):  # a Databricks workspace, no path
+        return
     if scheme == "file" or not scheme:
         raise UserError(f"{key}={redact_uri(uri)} is a file store, which MLflow 3 refuses; "
                         "use sqlite:///path/mlflow.db or http://host:port")

@@ -12,5 +12,8 @@ class UserError(Exception):
 
 
 def fail(message: str) -> "NoReturn":  # noqa: F821
-    print(f"rlexp: error: {message}", file=sys.stderr, flush=True)
+    from rlexp.redact import redact_text
+
+    # Error lines echo the user's values (a bad override, a URI): never a credential.
+    print(f"rlexp: error: {redact_text(message)}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USAGE)
