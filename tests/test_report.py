@@ -129,3 +129,68 @@ def test_sweep_summary_artifacts(sweep):
     assert "| run | algo.beta | final reward |" in markdown and markdown.count("| beta") == 3
     csv_lines = (sweep_dir / "summary.csv").read_text().splitlines()
     assert len(csv_lines) == 4
+
+
+def test_wall_time_and_steps_agree_between_sweep_dir_and_run_id_views(sweep):
+    uri, sweep_dir = sweep
+    by_dir, _ = report(str(sweep_dir))
+    by_id, _ = report(parent_run_id(sweep_dir), uri=uri)
+    # columns: run, beta, reward, final acc, best acc, steps, wall s, status
+    assert {r[0]: r[-3:-1] for r in rows(by_dir)} == {r[0]: r[-3:-1] for r in rows(by_id)}
+    assert {r[0]: r[-2] for r in rows(by_id)} == {"beta0.0": "2", "beta0.04": "2",
+                                                  "beta0.1": "2.1"}
+
+
+def test_report_by_experiment_skips_empty_sweep_parents(sweep, tmp_path, monkeypatch):
+    uri, sweep_dir = sweep
+    monkeypatch.chdir(tmp_path)
+    empty = sweep_dir.parent / "stopped-before-its-jobs"
+    config = OmegaConf.create({
+        "tracker": {"name": "mlflow", "uri": uri, "experiment": "report"},
+        "hydra": {"sweep": {"dir": str(empty)}, "overrides": {"task": ["algo.beta=1,2"]}}})
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    callback.on_multirun_end(config)  # a parent run without a child
+    text, _ = report("report", uri=uri)
+    assert sorted(r[0] for r in rows(text)) == ["beta0.0", "beta0.04", "beta0.1"]
+
+
+def test_mesh_keys_keep_enough_of_their_path():
+    from rlexp.tracking.compare import Row, label, short_keys
+
+    keys = ["hardware.trainer_mesh.fsdp", "hardware.rollout_mesh.fsdp", "algo.beta"]
+    assert short_keys(keys) == {"hardware.trainer_mesh.fsdp": "trainer_mesh.fsdp",
+                                "hardware.rollout_mesh.fsdp": "rollout_mesh.fsdp",
+                                "algo.beta": "beta"}
+    row = Row(name="r", run_id=None, status="FINISHED",
+              values={"hardware.trainer_mesh.fsdp": "1", "hardware.rollout_mesh.fsdp": "1",
+                      "algo.beta": "0"})
+    assert label(row, keys) == "trainer_mesh.fsdp=1, rollout_mesh.fsdp=1, beta=0"
+
+
+def test_legend_sits_outside_the_plots(tmp_path, monkeypatch):
+    """One figure legend below the panels; no axes legend over the curves."""
+    from matplotlib.figure import Figure
+
+    from rlexp.tracking import plots
+
+    saved = {}
+    real_savefig = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved["fig"] = fig
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    runs = [(f"beta={b}, epsilon={e}", {"train/reward_mean": [(s, s * b) for s in range(1, 9)],
+                                        "eval/accuracy": [(s, e) for s in range(1, 9)]})
+            for b in range(4) for e in range(3)]
+    assert plots.plot_compare(runs, ["train/reward_mean", "eval/accuracy"], tmp_path / "c.png")
+    fig = saved["fig"]
+    renderer = fig.canvas.get_renderer()
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    box = fig.legends[0].get_window_extent(renderer)
+    for ax in fig.axes:
+        assert box.y1 <= ax.get_tightbbox(renderer).y0 + 1  # wholly below every panel
+    assert len(fig.legends[0].get_texts()) == 12  # one entry per run, not per panel
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # and none cut off at the edges

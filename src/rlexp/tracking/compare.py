@@ -71,15 +71,27 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
     curves = fetch_history(client, run.info.run_id, names)
     info = run.info
     reward_steps = [s for s, _ in curves.get(REWARD, [])]
+    tags = run.data.tags
+    # summary.json's wall time and steps (tagged at the run's end), as the sweep-dir view
+    # reads them; MLflow's start/end times also count process start-up and tracking.
+    wall = _float(tags.get("rlexp.wall_s"))
+    if wall is None and info.end_time and info.start_time:
+        wall = (info.end_time - info.start_time) / 1000
+    steps = _float(tags.get("rlexp.steps_done"))
     return Row(
         name=info.run_name or info.run_id[:8], run_id=info.run_id, status=info.status,
         values=dict(run.data.params), final_reward=_last(curves.get(REWARD)),
         final_accuracy=_last(curves.get(ACCURACY)), best_accuracy=_best(curves.get(ACCURACY)),
         metric=_last(curves.get(metric)) if metric else None,
-        steps=max(reward_steps) if reward_steps else None,
-        wall_s=(info.end_time - info.start_time) / 1000 if info.end_time and info.start_time
-        else None,
-        run_dir=run.data.tags.get("rlexp.run_dir"), curves=curves)
+        steps=int(steps) if steps is not None else max(reward_steps) if reward_steps else None,
+        wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves)
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def child_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
@@ -96,8 +108,11 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
         return None
     runs = client.search_runs([exp.experiment_id], max_results=10000,
                               order_by=["attributes.start_time ASC"])
+    # A sweep's parent run is no training run, with children or without (a sweep that
+    # stopped before its jobs, a launcher dry run).
     parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
-    return [r for r in runs if r.info.run_id not in parents]
+    return [r for r in runs if r.info.run_id not in parents
+            and r.data.tags.get("rlexp.role") != "sweep"]
 
 
 # ------------------------------------------------------------------------------ from run dirs
@@ -231,8 +246,23 @@ def to_csv(header: list[str], body: list[list[str]]) -> str:
     return out.getvalue()
 
 
+def short_keys(keys: list[str]) -> dict[str, str]:
+    """Shortest dotted suffix of each key that no other key shares: 'beta', but
+    'trainer_mesh.fsdp' and 'rollout_mesh.fsdp' (never two 'fsdp')."""
+    out = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-n:])
+            if not any(o != key and (o == suffix or o.endswith("." + suffix)) for o in keys):
+                break
+        out[key] = suffix
+    return out
+
+
 def label(row: Row, swept: list[str]) -> str:
-    parts = [f"{k.rsplit('.', 1)[-1]}={row.values.get(k, '-')}" for k in swept]
+    short = short_keys(swept)
+    parts = [f"{short[k]}={row.values.get(k, '-')}" for k in swept]
     return ", ".join(parts) or row.name
 
 

@@ -178,11 +178,14 @@ class MlflowListener(Listener):
         interrupted_add = self.run.adding  # a signal landed inside add(): see below
         if self._system is not None and not interrupted_add:
             self._system.stop()
+        # The figures summary.json has, so every view of the run shows the same ones.
+        ends = {k: summary[k] for k in ("wall_s", "steps_done") if summary.get(k) is not None}
         if summary.get("stop_reason"):  # early stop or pruning: the run says why it is short
             reason = str(summary["stop_reason"])
-            self.run.add(record("tags", tags=clean_tags({
-                "rlexp.stopped": reason.split(":", 1)[0], "rlexp.stop_reason": reason,
-                "rlexp.steps_done": summary.get("steps_done", "")})))
+            ends.update({"stopped": reason.split(":", 1)[0], "stop_reason": reason})
+        if ends:
+            self.run.add(record("tags", tags=clean_tags({f"rlexp.{k}": v
+                                                         for k, v in ends.items()})))
         status = status if status in TERMINAL else "FAILED"
         if status == "FINISHED":
             self._gate = ALWAYS  # the final checkpoint covers every step

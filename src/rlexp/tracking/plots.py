@@ -42,14 +42,26 @@ def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
     if not shown:
         return False
     fig, axes = _figure(len(shown))
+    # One colour per label across panels, and one legend outside the axes (below them), so
+    # it never covers a curve however many runs there are.
+    colors = {}
+    handles = {}
     for ax, (panel, lines) in zip(axes, shown.items()):
         for label, points in lines:
             steps, values = zip(*points)
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=label)
+            color = colors.setdefault(label, f"C{len(colors) % 10}")
+            (line,) = ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3,
+                              label=label, color=color)
+            handles.setdefault(label, line)
         ax.set_title(panel)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=legend_size)
+    # As many columns as fit the figure's width (~6 px a character at these sizes, + handle).
+    longest = max(len(label) for label in handles)
+    ncol = max(1, min(len(handles), int(550 * len(shown) / (0.9 * legend_size * longest + 50))))
+    fig.set_figheight(4.0 + 0.22 * -(-len(handles) // ncol))  # room for the legend's rows
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+               fontsize=legend_size, ncol=ncol, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
