@@ -114,3 +114,26 @@ def test_keys_are_pure_and_distinct():
     data = {tuple(np.asarray(jax.random.key_data(k)).ravel())
             for k in (rollout_key(3, 7), rollout_key(3, 8), rollout_key(4, 7), eval_key(3))}
     assert len(data) == 4
+
+
+def test_prompt_encoding_is_memoized_and_unchanged():
+    """GRPO samples each prompt num_generations times: Tunix's Sampler.tokenize then encodes
+    it once, with the same ids (and BOS) as without the memo."""
+    from types import SimpleNamespace
+
+    pytest.importorskip("tunix")
+    from tunix.generate.sampler import Sampler
+    from tunix.generate.tokenizer_adapter import TokenizerAdapter
+
+    from rlexp.engine.tunix_adapter import memoize_prompt_encoding
+    from rlexp.tokenizer import CharTokenizer
+
+    sampler = SimpleNamespace(tokenizer=TokenizerAdapter(CharTokenizer(128)))
+    want = [Sampler.tokenize(sampler, p).tolist() for p in ("1+2=", "3+4=")]
+    calls = []
+    encode = sampler.tokenizer.encode
+    sampler.tokenizer.encode = lambda text, **kw: calls.append(text) or encode(text, **kw)
+    memoize_prompt_encoding(SimpleNamespace(rollout=SimpleNamespace(_sampler=sampler)), limit=8)
+    got = [Sampler.tokenize(sampler, p).tolist() for p in ("1+2=", "3+4=") * 4]
+    assert got == want * 4
+    assert calls == ["1+2=", "3+4="]  # each distinct prompt encoded once

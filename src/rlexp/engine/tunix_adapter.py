@@ -116,6 +116,7 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
                                        cluster_config=cluster_config)
     if cfg.rollout.name == "vanilla":
         _old_logps_at_temperature(cluster, cfg.rollout.temperature)
+        memoize_prompt_encoding(cluster)
     return cluster
 
 
@@ -153,6 +154,27 @@ class SamplingKeys:
             return generate(prompts, dataclasses.replace(rollout_config, seed=keys.next()), **kw)
 
         rollout.generate = keyed_generate
+
+
+def memoize_prompt_encoding(cluster: rl_cluster_lib.RLCluster, limit: int = 65536) -> None:
+    """The vanilla sampler tokenizes every prompt string it is given, and GRPO hands it each
+    prompt num_generations times (and evaluation the same prompts every time): remember the
+    ids of a string (Tunix copies them before adding BOS, so sharing the list is safe)."""
+    tok = cluster.rollout._sampler.tokenizer
+    encode = tok.encode
+    cache: dict[str, Any] = {}
+
+    def cached_encode(text: str, **kw: Any) -> Any:
+        if kw or not isinstance(text, str):
+            return encode(text, **kw)
+        ids = cache.get(text)
+        if ids is None:
+            if len(cache) >= limit:
+                cache.clear()
+            ids = cache[text] = encode(text)
+        return ids
+
+    tok.encode = cached_encode
 
 
 def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: float) -> None:

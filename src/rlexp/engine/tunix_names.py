@@ -89,6 +89,10 @@ NAMES: tuple[Name, ...] = (
     Name(_VANILLA, "get_per_token_logps", "method", ("prompt_tokens", "completion_tokens"),
          True, why="replaced to pass the temperature"),
     Name("tunix.generate.sampler:Sampler", "model_def_and_state", "method", ()),
+    Name("tunix.generate.sampler:Sampler", "tokenizer", "attribute",
+         why="prompt ids memoized (tokenize once per distinct prompt)"),
+    Name("tunix.generate.sampler:Sampler", "tokenize", "method", ("input_string",), True,
+         why="calls tokenizer.encode(text) and copies the ids"),
     Name("tunix.rl.rollout.base_rollout:RolloutConfig", "seed", "field",
          why="SamplingKeys replaces it per call"),
     # engine/models.py: the RoPE base patch (attention calls the module global).
