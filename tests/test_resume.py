@@ -91,6 +91,28 @@ def test_sigkill_after_step_6_then_rerun_logs_every_step_once(tmp_path, cache_di
     assert _status(run_dir) == "FINISHED"
 
 
+@pytest.mark.slow
+def test_sigkill_without_checkpoints_restarts_the_same_mlflow_run(tmp_path, cache_dir):
+    """train.checkpoint_every=0: nothing to resume from, so the rerun trains from step 0 again,
+    in the same MLflow run (one run per run dir), and logs no step twice."""
+    args = _args(cache_dir, "train.steps=8", "train.checkpoint_every=0",
+                 "tracker.flush_every_s=0.05")
+    code, _ = _start_and_signal(tmp_path, args, 4, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    run_dir = _run_dir(tmp_path)
+    first_id = json.loads((run_dir / "tracking.json").read_text())["run_id"]
+    rerun = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "restarts from step 0 in the same MLflow run" in rerun.stdout
+    run_id, steps = _history(run_dir, "train/loss")
+    assert run_id == first_id and steps == list(range(1, 9))
+    from mlflow import MlflowClient
+
+    client = MlflowClient(json.loads((run_dir / "tracking.json").read_text())["uri"])
+    assert len(client.search_runs([client.get_run(run_id).info.experiment_id])) == 1
+    assert _status(run_dir) == "FINISHED"
+
+
 def _corrupt(checkpoint: Path) -> None:
     for f in checkpoint.rglob("*"):
         if f.is_file() and "model_params" in str(f):
@@ -108,6 +130,7 @@ def test_sigterm_checkpoints_marks_killed_and_resumes_past_a_corrupt_checkpoint(
     assert _status(run_dir) == "KILLED"
     steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
     stopped_at = max(steps)
+    assert summary["steps_done"] == stopped_at  # "killed after N steps", not "?"
     assert stopped_at >= 3  # saved at the step boundary where SIGTERM was seen
     _corrupt(run_dir / "checkpoints" / str(stopped_at))
 
