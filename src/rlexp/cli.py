@@ -417,7 +417,9 @@ def preflight(argv: list[str]) -> Preflight | None:
                 if not args.cfg and not cfg.run.dry_run:
                     check_inputs(cfg)
                     check_fits(cfg)
-                elif not args.cfg:  # a dry run reads no weights, but model.path must resolve
+                elif not args.cfg and cfg.model.path is not None:
+                    # A dry run reads no weights, but a model.path given must resolve; without
+                    # one it still plans (the plan notes that a real run needs it).
                     from rlexp.sources import check_model
 
                     check_model(cfg.model, cfg.run.cache_dir)
