@@ -195,6 +195,9 @@ def make_plan(cfg: Config) -> Plan:
     warning = recipe_warning(cfg)
     if warning:
         lines.append(warning)
+    if m.path is None and (m.tokenizer == "hf" or m.family != "qwen3") and m.name != "smollm2-135m":
+        lines.append(f"note       model.path is not set: planned from conf/model/{m.name}.yaml; "
+                     f"a real run needs model.path=<HF dir | hub id | gs:// path>")
     why = sharding_problem(cfg) or ""
     if not why and not mem.fits:
         worst = max(mem.items, key=mem.items.get)

@@ -19,6 +19,8 @@ def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
     import jax.numpy as jnp
 
     dtype = jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32
+    # Weights (and so AdamW's moments) in model.param_dtype, compute in model.dtype.
+    param_dtype = jnp.bfloat16 if m.param_dtype == "bfloat16" else jnp.float32
     common = dict(num_layers=m.num_layers, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
                   hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
                   num_kv_heads=m.num_kv_heads, rope_theta=int(m.rope_theta), norm_eps=m.norm_eps)
@@ -27,7 +29,7 @@ def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
 
         return qwen3.ModelConfig(**common, use_tied_embedding=m.tie_embeddings,
                                  remat_config=getattr(qwen3.RematConfig, remat),
-                                 dtype=dtype, param_dtype=dtype)
+                                 dtype=dtype, param_dtype=param_dtype)
     from tunix.models.llama3 import model as llama3
 
     return llama3.ModelConfig(**common, weight_tying=m.tie_embeddings,
@@ -60,7 +62,8 @@ def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
         check_hf_config(m, path)
         import jax.numpy as jnp
 
-        dtype = jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32
+        # Loaded in the weights' dtype (model.param_dtype); qwen3 casts to model.dtype.
+        dtype = jnp.bfloat16 if m.param_dtype == "bfloat16" else jnp.float32
         if m.family == "qwen3":
             from tunix.models.qwen3 import params
         else:
@@ -95,8 +98,13 @@ def _init_mlp(model: Any, seed: int) -> None:
             lin.kernel.value = init(k, lin.kernel.value.shape, lin.kernel.value.dtype)
 
 
-def clone(model: Any) -> Any:
-    """An independent copy (the reference model must not follow the policy's updates)."""
+def clone(model: Any, dtype: str | None = None) -> Any:
+    """An independent copy (the reference model must not follow the policy's updates);
+    with `dtype`, its floating-point weights cast to it (the reference is kept in model.dtype)."""
+    if dtype is not None:
+        from rlexp.engine.numerics import cast_floats
+
+        return cast_floats(model, dtype)
     import jax
     import jax.numpy as jnp
     from flax import nnx

@@ -1,0 +1,101 @@
+"""Numerics of the trained model: mixed precision, training-only remat and the pad token.
+
+- Mixed precision (model.param_dtype vs model.dtype, as MaxText separates weight_dtype from
+  dtype): the trained weights and AdamW's moments stay in param_dtype (float32), the forward
+  pass computes in model.dtype. A bfloat16 weight has 8 mantissa bits: measured on SmolLM2-135M,
+  one AdamW step at lr 5e-6 changed 0.98% of its bf16 weights, and bf16 RL stayed at 0.000
+  held-out accuracy where float32 reached 0.750. Tunix 0.1.7's qwen3 casts weights to
+  ModelConfig.dtype itself; its llama3 computes in the weights' dtype (see memory.compute_dtype).
+  The frozen reference model only runs forward passes, so it is kept in model.dtype.
+- Remat (train.remat): Tunix's RematConfig.DECODER crashed inside the sampler (which passes a
+  KV cache through the rematerialized layer), so rlexp leaves Tunix's remat off and wraps each
+  decoder layer in jax.checkpoint only when it is called without a cache: the training and
+  log-prob forwards, never prefill or decode.
+- Pad token: Tunix's sampler and log-prob code build the prompt mask as `tokens != pad_id`. HF
+  tokenizers without a pad token get pad = eos from Tunix's adapter; for chat models eos is the
+  end-of-turn token (SmolLM2: <|im_end|>, twice in every chat prompt), which would then never be
+  attended to. `dedicated_pad` picks a special token no prompt contains.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Iterable
+
+# train.remat -> jax.checkpoint policy (None = save nothing: recompute the whole layer).
+REMAT_POLICIES = {"full": None, "dots_saveable": "dots_with_no_batch_dims_saveable"}
+
+
+def jnp_dtype(name: str) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.bfloat16 if name == "bfloat16" else jnp.float32
+
+
+def use_training_remat(family: str, remat: str) -> None:
+    """Make Tunix's `DecoderLayer` of `family` rematerialize when called without a KV cache
+    (train.remat = full | dots_saveable), or restore it (none). Idempotent, process-wide."""
+    module = importlib.import_module(f"tunix.models.{family}.model")
+    layer = module.DecoderLayer
+    original = layer.__dict__.get("_rlexp_call") or layer.__call__
+    layer._rlexp_call = original
+    if remat == "none":
+        layer.__call__ = original
+        return
+    import jax
+    from flax import nnx
+
+    name = REMAT_POLICIES[remat]
+    policy = getattr(jax.checkpoint_policies, name) if name else None
+
+    @functools.wraps(original)
+    def call(self: Any, x: Any, segment_pos: Any, cache: Any, attn_mask: Any, *rest: Any,
+             **kw: Any) -> Any:
+        if cache is not None:  # sampler prefill/decode: never remat (Tunix's crash)
+            return original(self, x, segment_pos, cache, attn_mask, *rest, **kw)
+        # qwen3's block takes segment_ids after attn_mask, llama3's nothing more.
+        block = nnx.remat(type(self).block, policy=policy)
+        return block(self, x, segment_pos, cache, attn_mask, *rest, *kw.values())
+
+    layer.__call__ = call
+
+
+def cast_floats(model: Any, dtype_name: str) -> Any:
+    """A copy of `model` with every floating-point parameter in `dtype_name` (the reference)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    dtype = jnp_dtype(dtype_name)
+    graph, state = nnx.split(model)
+
+    def cast(x: Any) -> Any:
+        return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.copy(x)
+
+    return nnx.merge(graph, jax.tree.map(cast, state))
+
+
+def dedicated_pad(tokenizer: Any, prompts: Iterable[list[int]]) -> int | None:
+    """Give an HF tokenizer a pad token that no prompt contains; returns its id.
+
+    Keeps the tokenizer's own pad when it is set, differs from eos and occurs in no prompt;
+    otherwise the first special token (then the last vocabulary id) that is neither eos nor
+    bos nor in any prompt. None (unchanged) for tokenizers that are not HF tokenizers.
+    """
+    if not hasattr(tokenizer, "pad_token_id") or not hasattr(tokenizer, "convert_ids_to_tokens"):
+        return None
+    used = {int(t) for ids in prompts for t in ids}
+    eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id
+    avoid = used | {eos, bos}
+    pad = tokenizer.pad_token_id
+    if pad is not None and pad not in avoid:
+        return pad
+    specials = sorted(getattr(tokenizer, "all_special_ids", []) or [])
+    n = len(tokenizer)
+    candidates = [*specials, *(getattr(tokenizer, "added_tokens_decoder", {}) or {}), n - 1]
+    for cand in candidates:
+        if cand not in avoid and 0 <= cand < n:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(cand))
+            return int(cand)
+    return pad
