@@ -210,7 +210,11 @@ def test_train_export_load_back_and_fork(tmp_path):
     fork = _rlexp(tmp_path, "train.steps=1", "run.export=false", f"run.init_from={run_dir}")
     assert Path(fork["run_dir"]) != run_dir and fork["status"] == "FINISHED"
     assert fork["engine"]["init_from"].startswith(str(run_dir / "checkpoints"))
-    assert fork["eval_before"] == origin["eval_after"]
+    def scores(ev: dict) -> dict:  # wall times differ, the greedy evaluation must not
+        return {k: v for k, v in ev.items() if not k.startswith("time/")}
+
+    assert scores(fork["eval_before"]) == scores(origin["eval_after"]), (fork, origin)
+    assert not any(k.startswith("warm_start") for k in fork["engine"])  # weights, not a warm start
     assert _tree_digest(run_dir) == before
 
 
