@@ -87,7 +87,8 @@ class AlgoConfig:
     # KL estimator: k1 (log-ratio) | k2 (squared log-ratio / 2) | k3 (Schulman's unbiased).
     kl_estimator: str = "k3"
     # Loss aggregation: token-mean | sequence-mean-token-mean | sequence-mean-token-sum |
-    # sequence-mean-token-scale (Dr.GRPO: token sums / the completion budget).
+    # sequence-mean-token-scale (Dr.GRPO: token sums / the completion budget). TRL's
+    # loss_type: grpo = sequence-mean-token-mean, dapo = token-mean, dr_grpo = ...-token-scale.
     loss_agg: str = "sequence-mean-token-mean"
     # Importance ratio per token (GRPO) or per sequence (GSPO; TRL importance_sampling_level);
     # None = the algorithm's own.

@@ -18,11 +18,14 @@ import inspect
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from rlexp.config import RewardConfig, RewardFunctionConfig
+from rlexp.config import RewardConfig
 from rlexp.data.extract import extract_answer, parse_number
 from rlexp.errors import UserError
+
+if TYPE_CHECKING:
+    from rlexp.config import Config
 
 Score = Callable[[str, str], float]
 
@@ -226,7 +229,7 @@ def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "rea
     return chosen
 
 
-def for_run(cfg: "Config") -> list[Term]:  # noqa: F821
+def for_run(cfg: Config) -> list[Term]:
     """The run's terms: reward.functions, plus DAPO's overlong shaping when algo asks for it."""
     ts = terms(cfg.reward, cfg.dataset.template, cfg.dataset.reasoning_tag)
     a = cfg.algo
