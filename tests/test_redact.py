@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,68 @@ def test_multirun_yaml_is_scrubbed(tmp_path, monkeypatch):
     text = (tmp_path / "multirun.yaml").read_text()
     assert "PlantedTok99" not in text and "PlantedPw99" not in text
     assert "token_budget: 3" in text and "uri: http://u:***@h:5000" in text
+
+
+# ----------------------------------------------------------- acceptance: a real sweep
+
+URI_PASSWORD = "UriPassword42x"
+QUERY_SIG = "QuerySig42x"
+ENV_SET_TOKEN = "EnvSetToken42x"
+ENV_VAR_KEY = "EnvVarValue42x"
+
+
+@pytest.mark.slow
+def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
+    """Credentials through a URI (a real `mlflow server` behind http://alice:PW@...), a query
+    string, a hydra.job.env_set override and an environment variable; a 2-job sweep on the
+    emulated 4-device v5p-8 profile (platform setup for multiruns). None of the values may be
+    anywhere under the output dirs, in the store (db, artifacts, params, tags) or on the
+    console; the URI still works; ordinary metric names are not masked; no noise lines."""
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+    from test_tracking_server import Server
+
+    from rlexp.ui import free_port
+
+    server = Server(tmp_path / "store" / "mlflow.db", free_port()).start()
+    try:
+        uri = server.url.replace("http://", f"http://alice:{URI_PASSWORD}@")
+        proc = subprocess.run(
+            [sys.executable, "-m", "rlexp", "-m", "train.seed=0,1", "hardware=v5p-8",
+             "hardware.emulate=true", "train.steps=1", "train.batch_size=4", "eval.pass_k=1",
+             "eval.num_samples=4", "dataset.num_eval=4", "model.warm_start_steps=0",
+             f"tracker.uri={uri}", f"+hydra.job.env_set.HF_TOKEN={ENV_SET_TOKEN}",
+             f"+hydra.job.env_set.DATA_URL='https://data.invalid/d.jsonl?sig={QUERY_SIG}&v=1'"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=900,
+            env={**os.environ, "WANDB_API_KEY": ENV_VAR_KEY, "MLFLOW_TRACKING_URI": ""})
+        console = proc.stdout + proc.stderr
+        assert proc.returncode == 0, console[-3000:]
+        client = MlflowClient(server.url)  # the same store, reached without credentials
+        exp = client.get_experiment_by_name("rlexp")
+        runs = client.search_runs([exp.experiment_id])
+    finally:
+        server.stop()
+    secrets = (URI_PASSWORD, QUERY_SIG, ENV_SET_TOKEN, ENV_VAR_KEY)
+    for secret in secrets:
+        assert secret not in console, secret
+        assert _files_containing(tmp_path, secret) == [], secret  # run/sweep dirs, db, artifacts
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 2 and len(runs) == 3  # the credentialed URI worked, nested
+    for run in runs:
+        text = json.dumps([run.data.params, run.data.tags])
+        assert not any(secret in text for secret in secrets), text
+    params = children[0].data.params
+    assert params["tracker.uri"] == server.url.replace("http://", f"http://alice:{MASK}@")
+    assert params["train.steps"] == "1" and params["hardware.name"] == "v5p-8"
+    masked = [k for k, v in params.items() if MASK in v]
+    assert masked == ["tracker.uri"], masked  # nothing else masked (no false positives)
+    metrics = children[0].data.metrics
+    assert {"eval/accuracy", "train/reward_mean"} <= set(metrics)
+    assert all(isinstance(v, float) for v in metrics.values())
+    summary = json.loads(next(tmp_path.glob("outputs/sweeps/*/*/summary.json")).read_text())
+    assert summary["status"] == "FINISHED" and MASK not in json.dumps(summary["train_final"])
+    for noise in ("Resharding model from", "Skipping non-TPU device", "Creating initial MLflow",
+                  "View run", "Traceback"):
+        assert noise not in console, noise

@@ -38,6 +38,9 @@ def main() -> None:
     from rlexp.console import quiet_third_party
 
     quiet_third_party()  # before MLflow is imported: it reads its log level once
+    from rlexp.redact import install_log_redaction
+
+    install_log_redaction()  # Hydra logs each job's overrides (tracker.uri=... included)
     try:
         pre = cli.preflight(argv)
     except UserError as exc:

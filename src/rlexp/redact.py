@@ -232,6 +232,7 @@ class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
+        install_log_redaction()  # a launcher's worker process logs too (env_set secrets)
         hc = HydraConfig.get()
         scrub_run_dir(Path(hc.runtime.output_dir))
         if hc.mode == RunMode.MULTIRUN:
@@ -239,3 +240,32 @@ class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         scrub_sweep_dir(Path(config.hydra.sweep.dir))
+
+
+_factory_installed = False
+
+
+def install_log_redaction() -> None:
+    """Mask secrets in every log record this process creates (Hydra's launchers log each
+    job's overrides, `tracker.uri=...` included). Installed only when the command or the
+    environment carries a secret, so ordinary runs pay nothing; idempotent."""
+    import logging
+
+    global _factory_installed
+    if _factory_installed or not secret_values():
+        return
+    base = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = base(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a record that cannot format is left to logging's own handling
+            return record
+        masked = redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _factory_installed = True

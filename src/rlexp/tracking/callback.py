@@ -97,7 +97,10 @@ class SweepCallback(Callback):
             print(f"rlexp: warning: no MLflow parent run for the sweep "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
             return
-        write_json_atomic(self.sweep_dir / PARENT_FILE, self.parent)
+        from rlexp.redact import redact_uri  # the file keeps no credentials (jobs know the URI)
+
+        write_json_atomic(self.sweep_dir / PARENT_FILE,
+                          {**self.parent, "uri": redact_uri(self.parent["uri"])})
         self._write_swept_keys(config, overrides)
         atexit.register(self.close, False)
 
@@ -140,7 +143,10 @@ class SweepCallback(Callback):
             previous = json.loads((self.sweep_dir / PARENT_FILE).read_text())
         except (OSError, ValueError):
             previous = None
-        if isinstance(previous, dict) and previous.get("uri") == uri:
+        from rlexp.redact import redact_uri
+
+        if isinstance(previous, dict) and previous.get("uri") in (uri, redact_uri(uri)):
+            previous["uri"] = uri  # parent_run.json keeps it with credentials masked
             try:  # the same sweep again: its jobs resume their runs under the same parent
                 client.update_run(previous["run_id"], status="RUNNING")
                 return previous
