@@ -266,3 +266,20 @@ def test_prompt_template_inline_file_system_prompt_and_think_tag(tmp_path):
         PromptTemplate.from_config(DatasetConfig(prompt="no placeholder"))
     with pytest.raises(UserError, match="dataset.prompt_file"):
         PromptTemplate.from_config(DatasetConfig(prompt_file=str(tmp_path / "missing.txt")))
+
+
+def test_datasets_loadable_name_with_train_and_eval_splits(tmp_path, monkeypatch):
+    """dataset.hub takes any datasets.load_dataset name; a local dir of split files is one
+    that works offline (hub ids need the network)."""
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    ds = tmp_path / "myds"
+    ds.mkdir()
+    write_jsonl(ds / "train.jsonl", GOOD)
+    write_jsonl(ds / "test.jsonl", [{"question": "What is 50 + 50?", "answer": "#### 100"}])
+    d = shipped("gsm8k", hub=str(ds), hub_config=None, num_eval=5)
+    raw = load_problems(d)
+    assert [p.answer for p in raw.eval] == ["100"] and len(raw.train) == 10
+    with pytest.raises(UserError, match="dataset.hub=.*loading split 'nope' failed"):
+        load_problems(shipped("gsm8k", hub=str(ds), hub_config=None, eval_split="nope"))
