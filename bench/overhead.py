@@ -106,13 +106,13 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
     model = engine_models.build_model(cfg.model, meshes["trainer"], t.seed)
     warm_start.load_params(model, warm_start.cache_path(cfg))  # the rlexp part wrote it
     stamps: list[float] = []
-    terms = rewards.terms(cfg.reward, cfg.dataset.template)
+    terms = rewards.for_run(cfg)
 
     def make_fn(term, first):
         def fn(prompts, completions, answer, **_):
             if first:
                 stamps.append(time.time())
-            return [term.weight * term.score(c, str(x)) for c, x in zip(completions, answer)]
+            return list(term(prompts, completions, [str(x) for x in answer]))  # weighted
         fn.__name__ = term.name
         return fn
 

@@ -2,11 +2,12 @@
 
     python bench/sweep.py                  # 8 jobs each way + SLURM overhead (if sbatch works)
     python bench/sweep.py --jobs 4 --no-slurm --json out.json
-    python bench/sweep.py --jax-cache      # + JAX's persistent compilation cache, shared
+    python bench/sweep.py --no-compilation-cache   # JAX compiles in every job (the old default)
 
 Each mode runs the same sweep (`train.seed=0..N-1` at tiny size, MLflow on) in a fresh
-directory, so nothing is skipped as already finished; the warm-start cache is shared and
-filled once before timing, so both modes pay for the same work. Prints wall times, seconds per
+directory, so nothing is skipped as already finished; the run cache (warm-start weights and
+JAX's persistent compilation cache, both on by default) is shared and filled once before
+timing, so both modes pay for the same work. Prints wall times, seconds per
 job, the joblib/basic ratio (target <= 0.65) and the per-job dispatch overhead of SLURM through
 submitit (submit -> result of a trivial function, median of several).
 """
@@ -55,11 +56,11 @@ def finished_jobs(cwd: Path) -> int:
 
 
 def sweep(mode: list[str], jobs: int, cache: Path, work: Path, name: str,
-          env: dict[str, str]) -> float:
+          env: dict[str, str], tiny: list[str]) -> float:
     cwd = work / name
     cwd.mkdir()
     seeds = ",".join(str(s) for s in range(jobs))
-    wall, proc = rlexp(["-m", *mode, f"train.seed={seeds}", f"run.cache_dir={cache}", *TINY], cwd,
+    wall, proc = rlexp(["-m", *mode, f"train.seed={seeds}", f"run.cache_dir={cache}", *tiny], cwd,
                        env)
     check(proc, name)
     done = finished_jobs(cwd)
@@ -102,34 +103,30 @@ def main() -> None:
     parser.add_argument("--slurm-repeats", type=int, default=5)
     parser.add_argument("--no-slurm", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--jax-cache", action="store_true",
-                        help="share JAX's persistent compilation cache between all jobs "
-                             "(filled by the warm-up run): compiles are then paid once")
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="run.compilation_cache=false: every job compiles for itself")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="rlexp-bench-sweep-"))
     cache = work / "cache"
     env: dict[str, str] = {}
-    if args.jax_cache:
-        env = {"JAX_COMPILATION_CACHE_DIR": str(work / "jax-cache"),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    tiny = [*TINY, *(["run.compilation_cache=false"] if args.no_compilation_cache else [])]
     try:
-        # Fill the warm-start cache (and the pip/JAX import caches) once, untimed.
+        # Fill the run cache (and the OS file cache of the imports) once, untimed.
         warm = work / "warm"
         warm.mkdir()
-        t_warm, proc = rlexp([f"run.cache_dir={cache}", "tracker=none", *TINY], warm, env)
+        t_warm, proc = rlexp([f"run.cache_dir={cache}", "tracker=none", *tiny], warm, env)
         check(proc, "warm-up run")
 
         load_before = os.getloadavg()[0]
-        t_basic = sweep(["hydra/launcher=basic"], args.jobs, cache, work, "basic", env)
+        t_basic = sweep(["hydra/launcher=basic"], args.jobs, cache, work, "basic", env, tiny)
         t_joblib = sweep(["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.workers}"],
-                         args.jobs, cache, work, "joblib", env)
+                         args.jobs, cache, work, "joblib", env, tiny)
         load_after = os.getloadavg()[0]
         ratio = t_joblib / t_basic
         figures = {
             "jobs": args.jobs, "workers": args.workers, "cpus": os.cpu_count(),
-            "jax_cache": args.jax_cache,
+            "compilation_cache": not args.no_compilation_cache,
             # Other work on the machine competes for the same cores: report it with the times.
             "load_avg_1min_before": round(load_before, 2), "load_avg_1min_after": round(load_after, 2),
             "warm_up_single_run_s": round(t_warm, 2),
@@ -145,7 +142,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"sweep of {args.jobs} tiny jobs on {figures['cpus']} CPUs"
-          f"{' (JAX persistent compilation cache)' if args.jax_cache else ''}; load average "
+          f"{'' if args.no_compilation_cache else ' (shared JAX compilation cache, the default)'}"
+          f"; load average "
           f"{figures['load_avg_1min_before']} before, {figures['load_avg_1min_after']} after")
     print(f"  single run (warm-up)        {figures['warm_up_single_run_s']:8.1f} s")
     print(f"  basic  (sequential)         {t_basic:8.1f} s   {figures['basic_s_per_job']:.1f} s/job")

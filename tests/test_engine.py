@@ -86,6 +86,23 @@ def test_three_step_run_learns_and_reports(runs, name):
     assert m["train/updates"] == 2  # num_iterations=2
     assert m["train/reward_mean"] == pytest.approx(
         sum(m[f"train/reward/{t.name}"] for t in r["engine"].terms))
+    # step diagnostics (TRL GRPOTrainer's family), from the step's own data
+    cap = r["cfg"].rollout.max_completion_length
+    assert (1 <= m["train/completion_length_min"] <= m["train/completion_length"]
+            <= m["train/completion_length_max"] <= cap)
+    assert 0 <= m["train/clipped_ratio"] <= 1 and 0 <= m["train/zero_std_groups"] <= 1
+    assert 0 < m["train/entropy"] <= np.log(r["cfg"].model.vocab_size) + 1e-4
+    seen = [x["train/tokens_seen"] for _, x in r["rec"].metrics]
+    rows = r["cfg"].train.batch_size * r["cfg"].algo.num_generations
+    assert seen[0] >= rows * r["rec"].metrics[0][1]["train/completion_length"]
+    assert all(b > a for a, b in zip(seen, seen[1:]))  # cumulative
+    assert m["time/fetch_s"] >= 0
+    # JAX's persistent compilation cache is on by default (the process's first build picks
+    # the directory: <run.cache_dir>/jax, which it fills)
+    import jax
+
+    used = Path(jax.config.jax_compilation_cache_dir or "/nonexistent")
+    assert used.is_dir() and any(used.iterdir())
     assert [s for s, _, _ in r["rec"].evals] == [0, 2, 3]  # before, every 2, after
     ev, samples = r["rec"].evals[-1][1], r["rec"].evals[-1][2]
     for key in ("eval/accuracy", "eval/partial_accuracy", "eval/format_accuracy",

@@ -137,3 +137,23 @@ def test_prompt_encoding_is_memoized_and_unchanged():
     got = [Sampler.tokenize(sampler, p).tolist() for p in ("1+2=", "3+4=") * 4]
     assert got == want * 4
     assert calls == ["1+2=", "3+4="]  # each distinct prompt encoded once
+
+
+def test_masked_entropy_against_numpy():
+    pytest.importorskip("tunix")
+    import jax.numpy as jnp
+
+    from rlexp.engine.algo_registry import masked_entropy
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, 5)) * 3
+    mask = np.array([[1, 1, 0], [1, 0, 0]], dtype=np.float32)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    h = -(p * np.log(p)).sum(-1)
+    want = (h * mask).sum() / mask.sum()
+    np.testing.assert_allclose(float(masked_entropy(jnp.asarray(logits), jnp.asarray(mask))), want,
+                               rtol=1e-5)
+    # uniform logits: log(V) nats
+    np.testing.assert_allclose(float(masked_entropy(jnp.zeros((1, 2, 5)), jnp.ones((1, 2)))),
+                               np.log(5), rtol=1e-6)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 from tunix.rl import common, function_registry
@@ -32,7 +33,7 @@ TUNIX_LOSS_AGG = {"token-mean": "token-mean",
                   "sequence-mean-token-scale": "sequence-mean-token-scale"}
 # Keys of the loss's aux dict, collected by the engine every update.
 AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_min",
-            "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+            "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -103,11 +104,27 @@ def policy_loss_fn(model: nnx.Module, train_example: Any, algo_config: AlgoSetti
                    pad_id: int, eos_id: int, **_: Any) -> tuple[Any, dict[str, Any]]:
     """Tunix policy-loss signature: forward pass at the rollout temperature, then our loss."""
     graphdef, state = nnx.split(model)
-    logps = common.compute_per_token_logps(
+    logps, logits = common.compute_per_token_logps(
         graphdef, state, prompt_tokens=train_example.prompt_ids,
         completion_tokens=train_example.completion_ids, pad_id=pad_id, eos_id=eos_id,
-        stop_gradient=False, return_logits=False, temperature=algo_config.temperature)
-    return loss_from_logps(logps, train_example, algo_config, eos_id)
+        stop_gradient=False, return_logits=True, temperature=algo_config.temperature)
+    loss, aux = loss_from_logps(logps, train_example, algo_config, eos_id)
+    # The policy's entropy from the logits this forward already made: one more reduction
+    # over the vocabulary, no second forward, no gradient (TRL's GRPOTrainer logs it too).
+    aux["entropy"] = masked_entropy(jax.lax.stop_gradient(logits), train_example.completion_mask)
+    return loss, aux
+
+
+def masked_entropy(logits: Any, mask: Any) -> Any:
+    """Mean over unmasked tokens of the entropy of softmax(logits) [B, T, V] -> scalar."""
+    import jax.numpy as jnp
+
+    logits = logits.astype(jnp.float32)
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    probs = jnp.exp(logits - logz[..., None])
+    entropy = logz - jnp.sum(probs * logits, axis=-1)
+    mask = mask.astype(jnp.float32)
+    return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 @function_registry.register_advantage_estimator(ADVANTAGE)
