@@ -61,9 +61,12 @@ def saving(cwd: Path, at_least: int) -> bool:
 def trial(args: list[str], kill_at: int, steps: int, during_save: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        first = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         while not (saving(cwd, kill_at) if during_save else progress(cwd) >= kill_at):
             if first.poll() is not None:
+                if during_save:  # every save at or after the target was too quick to catch
+                    return {"missed": True, "during_save": True}
                 raise RuntimeError("the run ended before it could be killed")
             time.sleep(0.001 if during_save else 0.01)
         first.send_signal(signal.SIGKILL)
@@ -127,17 +130,23 @@ def main() -> None:
         kill_at = (rng.randrange(0, opts.steps - 1, max(opts.checkpoint_every, 1))
                    if during_save else rng.randint(2, opts.steps - 2))
         row = trial(args, kill_at, opts.steps, during_save)
+        if row.get("missed"):
+            print(f"run {i + 1:2d}: no save at or after step {kill_at} was caught in progress; "
+                  f"not counted", flush=True)
+            continue
         rows.append(row)
-        where = (f"during the save of step >= {kill_at:3d} ({'unfinished' if row['torn'] else 'done'})"
-                 if during_save else f"at step {row['killed_at']:3d}")
+        state = "unfinished" if row.get("torn") else "done"
+        where = (f"during the save of step >= {kill_at:3d} ({state})" if during_save
+                 else f"at step {row['killed_at']:3d}")
         print(f"run {i + 1:2d}: killed {where}, resumed from {row['resumed_from']:3d}, lost "
               f"{row['lost']}, duplicated {row['duplicated']}, MLflow runs {row['runs']}, "
               f"restart -> next step {row['restart_to_step_s']:.1f} s", flush=True)
     restart = [r["restart_to_step_s"] for r in rows]
     torn = sum(r["torn"] for r in rows if r["during_save"])
+    saves = sum(r["during_save"] for r in rows)
     print(f"\n{len(rows)} runs x {opts.steps} steps, SIGKILL at random steps, checkpoint every "
-          f"{opts.checkpoint_every}; {len(save_runs)} killed during a save ({torn} of them "
-          f"caught the save unfinished)")
+          f"{opts.checkpoint_every}; {saves} killed during a save ({torn} of them caught the "
+          f"save unfinished)")
     print(f"steps lost:       {sum(r['lost'] for r in rows)}   (target 0)")
     print(f"steps duplicated: {sum(r['duplicated'] for r in rows)}   (target 0)")
     print(f"run dirs with more than one MLflow run: {sum(r['runs'] != 1 for r in rows)}   "

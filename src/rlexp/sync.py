@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
                                              "run (default: the recorded one, else 'rlexp')")
     args = parser.parse_args(argv)
     try:
-        print(f"rlexp.sync: {sync(args.run_dir, args.all, args.uri, args.new_run, args.experiment)}")
+        account = sync(args.run_dir, args.all, args.uri, args.new_run, args.experiment)
+        print(f"rlexp.sync: {account}")
     except UserError as exc:
         fail(str(exc))
 
