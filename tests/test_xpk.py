@@ -104,6 +104,16 @@ def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300,
 
 
 SERVER = "http://127.0.0.1:5999"  # never contacted: a dry run creates no MLflow run
+OUT = "run.output_uri=gs://bucket/rlexp"  # a pod's own disk goes away with it
+
+
+def test_outputs_on_the_pods_disk_are_refused_in_one_line(tmp_path, xpk_bin):
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", "tracker=none",
+                 "hardware=v6e-8"], tmp_path, xpk_bin)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "run.output_uri=gs://" in lines[0], proc.stderr
+    assert not (tmp_path / "outputs").exists()
 
 
 def _env_of(argv: list[str]) -> dict[str, str]:
@@ -111,7 +121,7 @@ def _env_of(argv: list[str]) -> dict[str, str]:
 
 
 def test_a_store_on_this_machine_is_refused_in_one_line(tmp_path, xpk_bin):
-    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", OUT,
                  "hardware=v6e-8,v5p-64"], tmp_path, xpk_bin)  # default: sqlite under cwd
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -121,7 +131,7 @@ def test_a_store_on_this_machine_is_refused_in_one_line(tmp_path, xpk_bin):
 
 @pytest.mark.slow
 def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
-    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", OUT,
                  "hardware=v6e-8,v5p-64", "train.steps=2", f"tracker.uri={SERVER}"],
                 tmp_path, xpk_bin)
     out = proc.stdout + proc.stderr
@@ -150,7 +160,7 @@ def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
     assert not (tmp_path / "outputs").exists()
 
     # Same command again: same workload names (xpk refuses duplicates).
-    again = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+    again = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", OUT,
                   "hardware=v6e-8,v5p-64", "train.steps=2", f"tracker.uri={SERVER}"],
                  tmp_path, xpk_bin)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -185,7 +195,7 @@ def test_submitted_jobs_report_to_the_parent_which_stays_running(tmp_path):
     server = Server(tmp_path / "server" / "mlflow.db", free_port()).start()
     try:
         proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.docker_image=img",
-                     "hydra.launcher.project=p", "hydra.launcher.zone=z", "hardware=v6e-8",
+                     "hydra.launcher.project=p", "hydra.launcher.zone=z", "hardware=v6e-8", OUT,
                      f"tracker.uri={server.url}", "tracker.experiment=xpk-remote"],
                     tmp_path, str(fake), env={"XPK_ARGV_LOG": str(log)})
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
@@ -224,7 +234,7 @@ def test_submitted_jobs_report_to_the_parent_which_stays_running(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_file_settings_travel_with_the_job(tmp_path, xpk_bin):
-    proc = _run(["+sweep=epsilon", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+    proc = _run(["+sweep=epsilon", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", OUT,
                  "hardware=v6e-8", "algo.epsilon=0.1,0.3", "tracker=none"], tmp_path, xpk_bin)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     argvs = [shlex.split(ln.split("] ", 1)[1]) for ln in proc.stdout.splitlines()
@@ -240,7 +250,7 @@ def test_sweep_file_settings_travel_with_the_job(tmp_path, xpk_bin):
 
 @pytest.mark.slow
 def test_cpu_profile_is_refused_before_anything_is_submitted(tmp_path, xpk_bin):
-    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", OUT,
                  "hardware=v6e-8,cpu", "tracker=none"], tmp_path, xpk_bin)
     assert proc.returncode == 2
     assert "TPU hardware profile" in proc.stderr

@@ -210,8 +210,10 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     started = time.time()
     try:
         from rlexp import engine as engine_lib
+        from rlexp.storage import check_backend
 
-        engine = engine_lib.build(cfg, plan, run_dir)
+        check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
+        engine = engine_lib.build(cfg, plan, run_dir)  # (xpk) needs no gcsfs
     except UserError as exc:  # bad input found while building: nothing was tracked yet
         _user_error(str(exc), job)
     except Exception as exc:

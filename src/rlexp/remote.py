@@ -96,15 +96,20 @@ def expected_jobs() -> int | None:
 
 def check_sweep_store(base: object) -> None:
     """Pre-flight of a multirun (the composed config with `hydra`): the launcher's jobs can
-    reach the tracking store. Runs before the sweep callback opens the parent run."""
+    reach the tracking store, and an xpk pod writes its outputs somewhere that outlives it.
+    Runs before the sweep callback opens the parent run."""
     from omegaconf import OmegaConf
 
     from rlexp.tracking.store import resolve_uri
 
-    if OmegaConf.select(base, "tracker.name", default="mlflow") == "none":
-        return
     kind = launcher_kind(OmegaConf.select(base, "hydra.launcher._target_", default=None))
-    uri = resolve_uri(OmegaConf.select(base, "tracker.uri", default=None))
     choices = OmegaConf.select(base, "hydra.runtime.choices", default=None) or {}
-    check_store(kind, uri, Path(str(OmegaConf.select(base, "hydra.sweep.dir"))),
-                choices.get("hydra/launcher"))
+    if OmegaConf.select(base, "tracker.name", default="mlflow") != "none":
+        uri = resolve_uri(OmegaConf.select(base, "tracker.uri", default=None))
+        check_store(kind, uri, Path(str(OmegaConf.select(base, "hydra.sweep.dir"))),
+                    choices.get("hydra/launcher"))
+    output_uri = str(OmegaConf.select(base, "run.output_uri", default=None) or "")
+    if kind == "xpk" and ("://" not in output_uri or output_uri.startswith("file:")):
+        raise UserError("hydra/launcher=xpk: run.output_uri is not set, so checkpoints and "
+                        "summaries would stay on the pod's disk and vanish with it; pass "
+                        "run.output_uri=gs://<bucket>/<prefix>")

@@ -46,14 +46,17 @@ def checkpoint_dir(output_uri: str | None, run_dir: Path, run_name: str) -> Any:
 
 
 def check(output_uri: str | None) -> None:
-    """Pre-flight: run.output_uri is a URL whose filesystem backend is installed."""
-    if not output_uri:
-        return
-    match = _URL.match(output_uri)
-    if not match:
+    """Pre-flight: run.output_uri is a URL (its backend is checked where the run runs)."""
+    if output_uri and not _URL.match(output_uri):
         raise UserError(f"run.output_uri={output_uri}: not a URL; valid choices are "
                         f"gs://bucket/prefix (or another fsspec URL), or null for local outputs")
-    _filesystem(output_uri)
+
+
+def check_backend(output_uri: str | None) -> None:
+    """Where the run runs: the filesystem backend of run.output_uri is installed (gcsfs)."""
+    if output_uri:
+        check(output_uri)
+        _filesystem(output_uri)
 
 
 def _filesystem(url: str) -> Any:
