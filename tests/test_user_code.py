@@ -17,6 +17,20 @@ from rlexp.cli import preflight
 from rlexp.errors import UserError
 
 PACKAGE = "myrl_e12_user"
+ALGOS = """
+import numpy as np
+from rlexp.algo.family import Algorithm
+
+def leave_one_out(rewards, group_size, scale):
+    g = np.asarray(rewards, dtype=np.float64).reshape(-1, group_size)
+    baseline = (g.sum(axis=1, keepdims=True) - g) / (group_size - 1)
+    return (g - baseline).reshape(-1).astype(np.float32)
+
+# RLOO (Ahmadian et al. 2024, arXiv:2402.14740): each completion's baseline is the mean reward
+# of the other completions of its prompt.
+RLOO = Algorithm(name="rloo", reference="arXiv:2402.14740", advantages=leave_one_out)
+NOT_AN_ALGORITHM = 3
+"""
 REWARDS = """
 def says_answer(prompts, completions, answers, **kwargs):
     return [1.0 if a in c else 0.0 for c, a in zip(completions, answers)]
@@ -33,6 +47,7 @@ def user(tmp_path: Path) -> Path:
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "rewards.py").write_text(REWARDS)
+    (pkg / "algos.py").write_text(ALGOS)
     rows = [{"problem": f"Add {i} and {j}.", "solution": f"The result is {i + j}"}
             for i in range(10) for j in range(10)]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -200,3 +215,23 @@ def test_on_policy_guard_knows_which_algorithm_knobs_act(argv, warns):
     pre = preflight([*argv, "run.dry_run=true"])
     line = guards.noop_warning(pre.jobs, [a for a in argv if a != "-m"], pre.swept, pre.multirun)
     assert (line is not None) == warns, line
+
+
+def test_an_algorithm_from_the_users_package(user, monkeypatch):
+    """Adding an algorithm without editing rlexp: an Algorithm object by dotted path."""
+    registry = pytest.importorskip("rlexp.engine.algo_registry")
+    import numpy as np
+    from tunix.rl import function_registry
+
+    monkeypatch.syspath_prepend(str(user / "pkg"))
+    (cfg,) = preflight([f"algo.name={PACKAGE}.algos.RLOO", "run.dry_run=true"]).jobs
+    settings = registry.algo_settings(cfg.algo)
+    fn = function_registry.get_advantage_estimator(settings.advantage_estimator)
+    # group [1, 0, 0, 0]: baselines 0 and 1/3 -> advantages 1 and -1/3
+    np.testing.assert_allclose(fn(rewards=np.array([1.0, 0, 0, 0]), num_generations=4),
+                               [1.0, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6)
+    with pytest.raises(UserError, match="not an rlexp.algo.family.Algorithm"):
+        preflight([f"algo.name={PACKAGE}.algos.NOT_AN_ALGORITHM", "run.dry_run=true"])
+    with pytest.raises(UserError, match="algo.name='ppo' is invalid: valid choices are dapo, "
+                                        "dr_grpo, grpo, gspo, or a dotted path"):
+        preflight(["algo.name=ppo", "run.dry_run=true"])

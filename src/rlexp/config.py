@@ -71,8 +71,9 @@ class ModelConfig:
 
 @dataclass
 class AlgoConfig:
-    # Algorithm of rlexp.algo.variants: grpo | gspo | dapo | dr_grpo (its ratio level and
-    # advantage estimator; everything else is the settings below).
+    # Algorithm of rlexp.algo.variants: grpo | gspo | dapo | dr_grpo, or a dotted path to a
+    # user's rlexp.algo.family.Algorithm (its ratio level and advantage estimator; everything
+    # else is the settings below).
     name: str = "grpo"
     # Weight of the KL penalty to the reference model (0 drops the reference model).
     beta: float = 0.04
@@ -462,7 +463,6 @@ CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "train.remat": ("none", "full", "dots_saveable"),
     "model.tokenizer": ("char", "hf"),
-    "algo.name": tuple(algorithms()),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "algo.loss_agg": ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum",
                       "sequence-mean-token-scale"),
@@ -627,6 +627,12 @@ def validate(cfg: Config) -> Config:
         value = _get(cfg, key)
         _require(value in choices, key, value, f"valid choices are {', '.join(choices)}")
     a, t, r, e, m = cfg.algo, cfg.train, cfg.rollout, cfg.eval, cfg.model
+    if a.name not in algorithms():  # a user's Algorithm by dotted path, or a typo
+        _require("." in a.name, "algo.name", a.name, f"valid choices are "
+                 f"{', '.join(algorithms())}, or a dotted path to an rlexp.algo.family.Algorithm")
+        from rlexp.algo.family import get
+
+        get(a.name)  # UserError naming algo.name when it does not import
     _require(a.num_generations >= 2, "algo.num_generations", a.num_generations,
              "must be >= 2 (group-relative advantages need at least two completions)")
     _require(0 < a.epsilon < 1, "algo.epsilon", a.epsilon, "must be in (0, 1)")

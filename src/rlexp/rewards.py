@@ -156,8 +156,8 @@ class Term:
         return [self.weight * float(v) for v in out]
 
 
-def resolve(target: str, key: str) -> Callable[..., Any]:
-    """Dotted path 'pkg.module.fn' -> the callable (Hydra's `_target_` rule), or UserError."""
+def resolve(target: str, key: str, want_callable: bool = True) -> Any:
+    """Dotted path 'pkg.module.fn' -> the object (Hydra's `_target_` rule), or UserError."""
     parts = target.split(".")
     if len(parts) < 2 or not all(parts):
         raise UserError(f"{key}={target!r}: not a dotted path 'package.module.function'")
@@ -184,7 +184,7 @@ def resolve(target: str, key: str) -> Callable[..., Any]:
             raise UserError(f"{key}={target!r}: cannot import it: "
                             f"{getattr(obj, '__name__', type(obj).__name__)!r} has no {kind} {part!r}")
         obj = getattr(obj, part)
-    if not callable(obj):
+    if want_callable and not callable(obj):
         raise UserError(f"{key}={target!r}: not callable")
     return obj
 

@@ -3,7 +3,8 @@
 An algorithm is a name (algo.name, conf/algo/<name>.yaml holds its settings) plus what the
 shared clipped loss cannot express through settings: the default ratio level and the
 advantage estimator. Adding one = a module in variants/ defining `ALGORITHM = Algorithm(...)`
-+ a YAML in conf/algo/ (or in a --config-dir's algo/). The loss knobs (clip range, loss_agg,
++ a YAML in conf/algo/ (or in a --config-dir's algo/); outside rlexp, `algo.name` may be the
+dotted path of an Algorithm in the user's package. The loss knobs (clip range, loss_agg,
 scale_rewards, dynamic_sampling, mask_truncated, overlong shaping) are YAML values.
 """
 
@@ -39,6 +40,12 @@ class Algorithm:
     # fn(rewards [B*G], group_size, algo.scale_rewards) -> advantages [B*G].
     advantages: Advantages = default_advantages
 
+    def __post_init__(self) -> None:
+        if self.ratio_level not in ("token", "sequence"):
+            raise ValueError(f"Algorithm {self.name}: ratio_level must be token or sequence")
+        if self.tunix_loss_algo not in ("grpo", "gspo-token"):  # Tunix 0.1.7 accepts these
+            raise ValueError(f"Algorithm {self.name}: tunix_loss_algo must be grpo or gspo-token")
+
 
 @lru_cache(maxsize=None)
 def algorithms() -> dict[str, Algorithm]:
@@ -55,4 +62,14 @@ def algorithms() -> dict[str, Algorithm]:
 
 
 def get(name: str) -> Algorithm:
-    return algorithms()[name]
+    """A shipped algorithm by name, or a user's by dotted path ('mypkg.algos.RLOO')."""
+    if name in algorithms():
+        return algorithms()[name]
+    from rlexp.errors import UserError
+    from rlexp.rewards import resolve
+
+    found = resolve(name, "algo.name", want_callable=False)
+    if not isinstance(found, Algorithm):
+        raise UserError(f"algo.name={name!r}: not an rlexp.algo.family.Algorithm "
+                        f"(got {type(found).__name__})")
+    return found
