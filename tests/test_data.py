@@ -283,3 +283,14 @@ def test_datasets_loadable_name_with_train_and_eval_splits(tmp_path, monkeypatch
     assert [p.answer for p in raw.eval] == ["100"] and len(raw.train) == 10
     with pytest.raises(UserError, match="dataset.hub=.*loading split 'nope' failed"):
         load_problems(shipped("gsm8k", hub=str(ds), hub_config=None, eval_split="nope"))
+
+
+def test_numina_math_option_reads_a_local_copy_with_think_tags(tmp_path):
+    rows = [{"problem": f"Compute {i}/2.", "solution": f"Halve it: $\\boxed{{\\frac{{{i}}}{{2}}}}$"}
+            for i in range(1, 9)]
+    d = shipped("numina_math", path=str(write_jsonl(tmp_path / "n.jsonl", rows)), num_eval=2)
+    raw = load_problems(d)
+    assert sorted(p.answer for p in raw.train + raw.eval)[0] == "\\frac{1}{2}"
+    from rlexp.data.templates import PromptTemplate
+
+    assert "<think>" in PromptTemplate.from_config(d).render("q")
