@@ -115,7 +115,9 @@ class MlflowListener(Listener):
         if link is not None and same_store(link.uri, self.uri) and \
                 (link.run_id is not None or _has_start(self.run_dir)):
             link.uri = self.uri  # tracking.json keeps the URI with its credentials masked
-            self._reopen(link, info.start_step)
+            # restarted: no checkpoint was restored (the loop starts over from step 0)
+            self._reopen(link, info.start_step,
+                         restarted=info.start_step == 0 and not info.extra.get("resumed"))
         else:
             if link is not None:
                 if same_store(link.uri, self.uri):
@@ -304,7 +306,7 @@ class MlflowListener(Listener):
         if inputs:
             self.run.add(record("inputs", datasets=inputs))
 
-    def _reopen(self, link: Link, start_step: int) -> None:
+    def _reopen(self, link: Link, start_step: int, restarted: bool = False) -> None:
         """Resume from the checkpoint at `start_step`: same MLflow run, nothing twice."""
         link.gated = self.gated
         # Steps up to the old gate were released to the store (or still wait in the spool, and
@@ -327,7 +329,7 @@ class MlflowListener(Listener):
         self.run.add(record("status", status="RUNNING", t=now_ms()))
         self.run.add(record("tags", tags={"rlexp.resumed_from_step": str(start_step)}))
         rid = link.run_id or "(not created yet)"
-        if start_step == 0:
+        if restarted:
             already = f"; steps up to {done} are logged already and not logged again" \
                 if done > 0 else ""
             print(f"rlexp: tracking: no checkpoint to resume from: training restarts from step "
