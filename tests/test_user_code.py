@@ -150,7 +150,7 @@ def test_typo_in_a_reward_entry_names_the_entry_keys():
 def test_user_options_appear_in_help(user):
     proc = _cli("--config-dir", "conf", "--help", cwd=user)
     assert proc.returncode == 0, proc.stderr
-    assert "dataset: arithmetic, gsm8k, gsm_symbolic, mydata" in proc.stdout
+    assert "dataset: arithmetic, gsm8k, gsm_symbolic, mydata, numina_math" in proc.stdout
     assert "experiment: bad_length, bad_target, gsm_symbolic_gspo, mine" in proc.stdout
 
 
