@@ -151,7 +151,8 @@ def test_user_options_appear_in_help(user):
     proc = _cli("--config-dir", "conf", "--help", cwd=user)
     assert proc.returncode == 0, proc.stderr
     options = {line.split(":")[0].strip(): line.split(":", 1)[1].split(", ")
-               for line in proc.stdout.splitlines() if line.startswith(("dataset:", "experiment:"))}
+               for line in proc.stdout.splitlines()
+               if line.startswith(("dataset:", "experiment:")) and line.split(":", 1)[1].strip()}
     options = {k: {o.strip() for o in v} for k, v in options.items()}
     assert {"mydata", "arithmetic", "gsm8k"} <= options["dataset"]
     assert {"mine", "bad_target", "quick"} <= options["experiment"]
