@@ -166,8 +166,14 @@ class SystemMetrics:
         self.monitor.start()
 
     def stop(self) -> None:
+        """Stop the monitor and log a last sample: its thread drops the sample it was taking
+        when stopped, so a run shorter than one interval would have none at all."""
+        m = self.monitor
         try:
-            self.monitor.finish()
+            m.finish()  # joins the monitor's thread
+            m.collect_metrics()
+            m.publish_metrics(m.aggregate_metrics())
+            m.mlflow_logger.flush()
         except Exception as exc:  # diagnostics only
             log.warning("system metrics monitor: %s", exc)
 
