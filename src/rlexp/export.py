@@ -116,7 +116,8 @@ def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
     """The HF model dir `out` (replaced atomically): weights, config.json, tokenizer files.
     source: the local model.path dir the run started from (its config/tokenizer are reused)."""
     weights = to_hf(flat, m)
-    dtype = "bfloat16" if m.dtype == "bfloat16" else "float32"
+    # what the tensors are (float32 master weights under bf16 compute stay float32)
+    dtype = "bfloat16" if any(w.dtype.name == "bfloat16" for w in weights.values()) else "float32"
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
