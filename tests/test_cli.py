@@ -60,7 +60,6 @@ def _refused(overrides: list[str]) -> str:
     (["tracker.experiment="], ["tracker.experiment=''"]),
     (["tracker.uri=http://u:Hidden1234@h/x", "tracker.experiment= "], ["tracker.experiment"]),
     (["model.chat_template=true"], ["model.chat_template=true", "model.tokenizer=char"]),
-    (["model=qwen3-0.6b", "run.dry_run=true"], ["model=qwen3-0.6b needs model.path"]),
     (["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "train.seed=0,1"],
      ["hydra.launcher.n_jobs=0", ">= 1"]),
 ])
@@ -190,6 +189,17 @@ def test_single_dry_run_writes_nothing_and_masks_the_uri(tmp_path):
     assert "Hidden1234" not in proc.stdout + proc.stderr
     assert "http://alice:***@127.0.0.1:1/" in proc.stdout
     assert not (tmp_path / "outputs").exists()
+
+
+def test_dry_run_without_model_path_fails_like_the_real_run(tmp_path):
+    """The plan is still printed (memory planning needs no weights), then exit 2."""
+    proc = _cli("model=qwen3-0.6b", "run.dry_run=true", "train.micro_batch_size=1", cwd=tmp_path)
+    assert proc.returncode == 2 and "rlexp plan" in proc.stdout, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "model=qwen3-0.6b needs model.path" in lines[0]
+    assert not (tmp_path / "outputs").exists()
+    proc = _cli("model=smollm2-135m", "run.dry_run=true", cwd=tmp_path)  # packaged weights
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_config_yaml_names_the_experiment_group_without_plus():

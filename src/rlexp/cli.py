@@ -479,3 +479,7 @@ def dry_run(pre: Preflight) -> None:
                                          overrides=overrides))
         if not plan.fits:
             raise UserError(plan.why)
+        if cfg.model.path is None:  # planned from the YAML, but the real run would stop
+            from rlexp.sources import check_model
+
+            check_model(cfg.model, cfg.run.cache_dir)

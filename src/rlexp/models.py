@@ -90,10 +90,14 @@ def build_tokenizer(m: ModelConfig) -> Any:
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
 
 
+# Profiles whose weights come with a package when model.path is null (resolve_path).
+PACKAGED_MODELS = ("smollm2-135m",)
+
+
 def resolve_path(m: ModelConfig, cache_dir: str) -> None:
     """model.path as a local dir: models shipped in a package (smollm2-135m: converted once),
     hub ids and bucket URLs (rlexp.sources: downloaded once into their caches)."""
-    if m.path is None and m.name == "smollm2-135m":
+    if m.path is None and m.name in PACKAGED_MODELS:
         from rlexp.smollm2 import ensure_converted
 
         m.path = str(ensure_converted(cache_dir))

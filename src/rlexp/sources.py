@@ -211,11 +211,12 @@ def check_model(m: "ModelConfig", cache_dir: str) -> None:
     """Pre-flight of model.path (dry runs too; no download): a local dir has config.json and
     weights; a cached hub snapshot's config.json agrees with the YAML; an uncached hub id is
     an error only offline; a bucket needs its filesystem backend."""
-    from rlexp.models import check_hf_config, model_dir
+    from rlexp.models import PACKAGED_MODELS, check_hf_config, model_dir
 
     if m.path is None:
-        # Random init is for the tiny qwen3 profile: its char tokenizer needs no files.
-        if m.tokenizer == "hf" or m.family != "qwen3":
+        # Random init is for the tiny qwen3 profile (its char tokenizer needs no files);
+        # packaged models resolve their own path.
+        if m.name not in PACKAGED_MODELS and (m.tokenizer == "hf" or m.family != "qwen3"):
             raise UserError(f"model={m.name} needs model.path (a local Hugging Face dir, a hub "
                             "id or a gs:// path): random init is only for the tiny model")
         return
