@@ -344,14 +344,19 @@ def test_third_party_noise_is_dropped_and_real_warnings_kept():
     absl, mlflow_log = logging.getLogger("absl"), logging.getLogger("mlflow.store.db.utils")
     absl.addHandler(handler)
     mlflow_log.addHandler(handler)
+    logging.getLogger("huggingface_hub").addHandler(handler)
     try:
         absl.warning("Resharding model from None to Mesh('fsdp': 1, 'tp': 1)")
         absl.warning("Skipping non-TPU device: cpu. You might be missing jax[tpu] dependency.")
         mlflow_log.info("Creating initial MLflow database tables...")
+        logging.getLogger("huggingface_hub.utils._http").warning(
+            "'(MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443)\"))' thrown "
+            "while requesting HEAD https://huggingface.co/x/resolve/main/config.json")
         absl.warning("something a user should see")
     finally:
         absl.removeHandler(handler)
         mlflow_log.removeHandler(handler)
+        logging.getLogger("huggingface_hub").removeHandler(handler)
     assert seen == ["something a user should see"]
 
 

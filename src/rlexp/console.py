@@ -30,12 +30,14 @@ TABLE = (("eval/accuracy", "accuracy"), ("eval/partial_accuracy", "partial accur
 LINES_PER_RUN = 20
 MAX_SILENCE_S = 60.0
 
-# Messages of third-party loggers that are noise on every CPU run (matched as prefixes):
-# Tunix logs the first two through absl as warnings (tunix/rl/utils.py, rl_cluster.py).
+# Messages of third-party loggers that are noise (matched as substrings): Tunix logs the
+# first two through absl as warnings on every CPU run (tunix/rl/utils.py, rl_cluster.py);
+# huggingface_hub retries each HEAD request with a warning when there is no network
+# ("'(MaxRetryError(...))' thrown while requesting HEAD https://... Retrying in 1s").
 NOISE = {
     "absl": ("Resharding model from", "Skipping non-TPU device"),
-    "huggingface_hub": ("Offline mode", "Returning existing local_dir", "'(MaxRetryError",
-                        "'(ProtocolError", "Retrying in"),
+    "huggingface_hub": ("thrown while requesting", "Returning existing local_dir"),
+    "huggingface_hub.utils._http": ("thrown while requesting",),
 }
 # Loggers whose INFO lines are bookkeeping (table creation, monitors, font caches).
 QUIET_LOGGERS = ("mlflow", "alembic", "matplotlib", "orbax", "jax._src", "tunix", "absl",
@@ -47,17 +49,17 @@ NOISY_WARNINGS = (
 )
 
 
-class _DropPrefixes(logging.Filter):
-    def __init__(self, prefixes: tuple[str, ...]):
+class _DropMatching(logging.Filter):
+    def __init__(self, needles: tuple[str, ...]):
         super().__init__()
-        self.prefixes = prefixes
+        self.needles = needles
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a malformed record is not ours to judge
             return True
-        return not message.startswith(self.prefixes)
+        return not any(needle in message for needle in self.needles)
 
 
 def quiet_third_party() -> None:
@@ -67,10 +69,10 @@ def quiet_third_party() -> None:
         logger = logging.getLogger(name)
         if logger.level in (logging.NOTSET, logging.DEBUG, logging.INFO):
             logger.setLevel(logging.WARNING)
-    for name, prefixes in NOISE.items():
+    for name, needles in NOISE.items():
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropPrefixes) for f in logger.filters):
-            logger.addFilter(_DropPrefixes(prefixes))
+        if not any(isinstance(f, _DropMatching) for f in logger.filters):
+            logger.addFilter(_DropMatching(needles))
     for message in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
 
