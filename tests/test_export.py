@@ -151,6 +151,20 @@ def test_find_checkpoint_forms(tmp_path):
         export.find_checkpoint(str(tmp_path / "nothing"))
 
 
+def test_find_checkpoint_from_an_mlflow_run_id(tmp_path):
+    from mlflow import MlflowClient
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "7" / "model_params").mkdir(parents=True)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    rid = client.create_run(client.create_experiment("e"),
+                            tags={"rlexp.run_dir": str(run)}).info.run_id
+    assert export.find_checkpoint(rid, uri) == run / "checkpoints" / "7"
+    with pytest.raises(UserError, match="no such MLflow run"):
+        export.find_checkpoint("0" * 32, uri)
+
+
 def test_fork_is_a_new_run_name():
     from rlexp.naming import run_name
 
