@@ -57,6 +57,10 @@ NAMES: tuple[Name, ...] = (
          ("full_batch_size", "mini_batch_size", "service_target_batch_size", "grad_acc_steps",
           "train_iterator", "eval_ds", "skip_jit"), True, why="StepRunner"),
     Name(_LEARNER, "should_sync_weights", "attribute", why="StepRunner and resume"),
+    Name("tunix.rl.rl_cluster:RLTrainingConfig", "rollout_micro_batch_size", "field",
+         why="rollout.micro_batch_size"),
+    Name("tunix.rl.rl_cluster:RLTrainingConfig", "compute_logps_micro_batch_size", "field",
+         why="rollout.micro_batch_size (reference and old log-prob passes)"),
     # engine/checkpointing.py: the counters a resume sets back.
     Name(_LEARNER, "_iter_steps", "attribute", why="checkpoint counters"),
     Name(_LEARNER, "_last_iter_step", "attribute", why="checkpoint counters"),
