@@ -103,7 +103,9 @@ def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300,
                           capture_output=True, text=True, timeout=timeout)
 
 
-SERVER = "http://127.0.0.1:5999"  # never contacted: a dry run creates no MLflow run
+# Never contacted (a dry run creates no MLflow run); its password is never printed.
+SERVER = "http://rlexp:s3cret@127.0.0.1:5999"
+SHOWN = "http://rlexp:***@127.0.0.1:5999"
 OUT = "run.output_uri=gs://bucket/rlexp"  # a pod's own disk goes away with it
 
 
@@ -151,9 +153,10 @@ def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
         assert not any(c.startswith(("hydra", "+sweep")) for c in command)
         # what the pod is given to log into the sweep's store, under its parent run
         env = _env_of(argv)
-        assert env["MLFLOW_TRACKING_URI"] == SERVER and env["RLEXP_SWEEP_JOBS"] == "2"
+        assert env["MLFLOW_TRACKING_URI"] == SHOWN and env["RLEXP_SWEEP_JOBS"] == "2"
         assert "created at submission" in env["RLEXP_PARENT_RUN_ID"]
-    assert proc.stdout.count(f"tracking: {SERVER} parent run: ") == 2
+    assert proc.stdout.count(f"tracking: {SHOWN} parent run: ") == 2
+    assert "s3cret" not in proc.stdout + proc.stderr
     # xpk itself ran: its dry run lists the kubectl apply it skipped, for each workload.
     assert out.count("would run: kubectl apply") == 2, out[-3000:]
     # A dry run creates nothing: no sweep dir, no workloads.json, no MLflow parent run.

@@ -184,7 +184,7 @@ class XpkLauncher(Launcher):
             records.append({
                 "workload": wl.name, "subcommand": wl.subcommand, "tpu_type": wl.tpu_type,
                 "job_num": plan.job_num, "job": plan.job_subdir, "overrides": plan.overrides,
-                "command": wl.command, "xpk_argv": list(wl.argv), "cluster": self.params["cluster"],
+                "command": wl.command, "xpk_argv": [_redacted(a) for a in wl.argv], "cluster": self.params["cluster"],
                 "dry_run": bool(self.params["dry_run"]), "state": state, "returncode": rc,
                 "error": error, "submit_s": round(seconds, 3), "time": time.time(),
                 "log": str(logs / f"{wl.name}.log"),
@@ -216,7 +216,8 @@ class XpkLauncher(Launcher):
             out = (exc.stdout or b"")
             log_path.write_text(out.decode() if isinstance(out, bytes) else str(out))
             return 124, f"xpk timed out after {exc.timeout} s", time.monotonic() - started
-        log_path.write_text(f"$ {shlex.join(wl.argv)}\n{proc.stdout}{proc.stderr}")
+        # the workload's env may carry credentials (a tracking URL with a password)
+        log_path.write_text(_redacted(f"$ {shlex.join(wl.argv)}\n{proc.stdout}{proc.stderr}"))
         error = None if proc.returncode == 0 else _last_error_line(proc.stdout + proc.stderr)
         return proc.returncode, error, time.monotonic() - started
 
