@@ -129,3 +129,36 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
     config = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
     text = config.read_text()
     assert "beta: 0.04" in text and "hunter2" not in text  # redacted like params
+
+
+def test_jax_device_memory_is_sampled_on_accelerators_only(monkeypatch):
+    """On an accelerator each device's memory_stats (bytes) becomes system/<platform>_<id>_*
+    in MiB; on CPU (memory_stats None, platform cpu) there is no such monitor."""
+    import sys
+    import types
+
+    from rlexp.tracking.conventions import _jax_memory_monitor
+
+    class Device:
+        def __init__(self, platform, i, stats):
+            self.platform, self.id, self._stats = platform, i, stats
+
+        def memory_stats(self):
+            return self._stats
+
+    fake = types.SimpleNamespace(local_devices=lambda: [Device("cpu", 0, None)])
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    assert _jax_memory_monitor() is None
+    gpus = [Device("gpu", 0, {"bytes_in_use": 3 * 2**20, "peak_bytes_in_use": 5 * 2**20,
+                              "bytes_limit": 80 * 2**30}),
+            Device("gpu", 1, {"bytes_in_use": 2**19})]
+    fake.local_devices = lambda: gpus
+    monitor = _jax_memory_monitor()
+    monitor.collect_metrics()
+    gpus[0]._stats["bytes_in_use"] = 2**20  # a second sample: the two are averaged
+    monitor.collect_metrics()
+    out = monitor.aggregate_metrics()
+    assert out["gpu_0_memory_usage_megabytes"] == pytest.approx(2.0)
+    assert out["gpu_0_memory_peak_megabytes"] == pytest.approx(5.0)
+    assert out["gpu_0_memory_limit_megabytes"] == pytest.approx(80 * 1024)
+    assert out["gpu_1_memory_usage_megabytes"] == pytest.approx(0.5)
