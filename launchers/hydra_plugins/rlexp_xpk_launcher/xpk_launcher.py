@@ -98,7 +98,11 @@ class XpkLauncher(Launcher):
         plain = [o for o in overrides if not is_launch_only(o)]
         plain_cfg = job_cfg if len(plain) == len(overrides) else \
             _task_part(self._job_config(plain, job_num))
-        command = shell_command(p["program"], resolved_overrides(overrides, job_cfg, plain_cfg))
+        job_args = resolved_overrides(overrides, job_cfg, plain_cfg)
+        if ENV_URI in self.tracking_env:  # the store travels in the env (printed redacted),
+            job_args = [a for a in job_args  # not as an override in the pod's command line
+                        if not a.lstrip("+~").startswith("tracker.uri=")]
+        command = shell_command(p["program"], job_args)
 
         dry_run = bool(p["dry_run"])
         if not dry_run and not p["docker_image"] and not p["script_dir"]:
