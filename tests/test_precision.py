@@ -210,3 +210,44 @@ def test_no_smollm2_prompt_token_is_masked_in_prefill(tmp_path):
     # Tunix's prefill mask is `tokens != pad_id`: every prompt token is attended to.
     for p in prompts:
         assert (np.asarray(p) != tok.pad_id()).all()
+
+
+@pytest.mark.slow
+def test_llama3_computes_in_bfloat16_on_float32_weights_and_samples():
+    """Tunix's llama3 has no compute dtype: rlexp casts the float32 master weights to bfloat16
+    on entry to the forward, gradients reach the float32 weights, and the sampler (KV cache
+    sized in bfloat16) decodes with it, also with training remat on."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from tunix.generate import sampler as sampler_lib
+    from tunix.generate.tokenizer_adapter import TokenizerAdapter
+    from tunix.models.llama3 import model as llama3
+
+    from rlexp import models as rlexp_models
+    from rlexp.engine import models, numerics
+
+    c = _tiny("bfloat16", "float32")
+    c.model.family = "llama3"
+    numerics.use_compute_dtype("llama3", "bfloat16", "float32")
+    numerics.use_training_remat("llama3", "full")
+    try:
+        model = llama3.Llama3(models.tunix_config(c.model), rngs=nnx.Rngs(0))
+        tokens = jnp.array([[5, 6, 7, 8]])
+        pos, mask = jnp.arange(4)[None], jnp.tril(jnp.ones((4, 4), bool))[None]
+        logits, _ = model(tokens, pos, None, mask)
+        assert logits.dtype == jnp.bfloat16
+        grads = nnx.grad(lambda m: m(tokens, pos, None, mask)[0].astype(jnp.float32).mean())(model)
+        leaves = jax.tree.leaves(nnx.state(grads))
+        assert {str(g.dtype) for g in leaves} == {"float32"}
+        assert sum(int((np.asarray(g) != 0).sum()) for g in leaves) > 0
+        tok = TokenizerAdapter(rlexp_models.build_tokenizer(c.model))
+        sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
+            cache_size=32, num_layers=2, num_kv_heads=2, head_dim=16))
+        assert sampler.dtype == jnp.bfloat16
+        out = sampler(["1 + 2 ="], max_generation_steps=4, max_prompt_length=16)
+        assert len(out.text) == 1
+    finally:
+        numerics.use_compute_dtype("llama3", "float32", "float32")
+        numerics.use_training_remat("llama3", "none")
+    assert sampler_lib.Sampler.dtype is sampler_lib.Sampler._rlexp_dtype

@@ -125,9 +125,9 @@ def rollout_micro_prompts(cfg: Config) -> int:
 
 
 def compute_dtype(m: ModelConfig) -> str:
-    """The dtype the forward pass runs in. Tunix 0.1.7's qwen3 casts weights to
-    ModelConfig.dtype; its llama3 has no compute dtype and computes in the weights' dtype."""
-    return m.dtype if m.family == "qwen3" else m.param_dtype
+    """The dtype the forward pass runs in: model.dtype (Tunix's qwen3 casts its weights to it;
+    rlexp.engine.numerics.use_compute_dtype makes llama3 do the same)."""
+    return m.dtype
 
 
 def sequence_length(cfg: Config) -> int:

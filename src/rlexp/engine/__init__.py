@@ -198,6 +198,9 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     from rlexp.engine.numerics import use_training_remat
 
     use_training_remat(cfg.model.family, cfg.train.remat)
+    from rlexp.engine.numerics import use_compute_dtype
+
+    use_compute_dtype(cfg.model.family, cfg.model.dtype, cfg.model.param_dtype)
     probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
     learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))

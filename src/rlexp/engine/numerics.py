@@ -5,7 +5,8 @@
   pass computes in model.dtype. A bfloat16 weight has 8 mantissa bits: measured on SmolLM2-135M,
   one AdamW step at lr 5e-6 changed 0.98% of its bf16 weights, and bf16 RL stayed at 0.000
   held-out accuracy where float32 reached 0.750. Tunix 0.1.7's qwen3 casts weights to
-  ModelConfig.dtype itself; its llama3 computes in the weights' dtype (see memory.compute_dtype).
+  ModelConfig.dtype itself; its llama3 computes in the weights' dtype, so `use_compute_dtype`
+  casts them on entry to the forward.
   The frozen reference model only runs forward passes, so it is kept in model.dtype.
 - Remat (train.remat): Tunix's RematConfig.DECODER crashed inside the sampler (which passes a
   KV cache through the rematerialized layer), so rlexp leaves Tunix's remat off and wraps each
@@ -59,6 +60,42 @@ def use_training_remat(family: str, remat: str) -> None:
         return block(self, x, segment_pos, cache, attn_mask, *rest, *kw.values())
 
     layer.__call__ = call
+
+
+def use_compute_dtype(family: str, dtype: str, param_dtype: str) -> None:
+    """Tunix 0.1.7's llama3 computes in its weights' dtype (no ModelConfig.dtype): with
+    float32 weights and model.dtype=bfloat16, make its forward cast the weights to bfloat16 on
+    entry (gradients flow back to the float32 master through the cast) and size the sampler's
+    KV cache in bfloat16. qwen3 does this itself. Idempotent, process-wide."""
+    if family != "llama3":
+        return
+    from tunix.generate import sampler as sampler_lib
+    from tunix.models.llama3 import model as llama3
+
+    cls, samp = llama3.Llama3, sampler_lib.Sampler
+    original = cls.__dict__.get("_rlexp_call") or cls.__call__
+    cls._rlexp_call = original
+    original_dtype = samp.__dict__.get("_rlexp_dtype") or samp.dtype
+    samp._rlexp_dtype = original_dtype
+    if dtype == param_dtype:
+        cls.__call__, samp.dtype = original, original_dtype
+        return
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    low = jnp_dtype(dtype)
+
+    def cast(x: Any) -> Any:
+        return x.astype(low) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    @functools.wraps(original)
+    def call(self: Any, *args: Any, **kw: Any) -> Any:
+        graph, params, rest = nnx.split(self, nnx.Param, ...)
+        return original(nnx.merge(graph, jax.tree.map(cast, params), rest), *args, **kw)
+
+    cls.__call__ = call
+    samp.dtype = property(lambda self: low)
 
 
 def cast_floats(model: Any, dtype_name: str) -> Any:
