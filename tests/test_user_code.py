@@ -239,3 +239,13 @@ def test_an_algorithm_from_the_users_package(user, monkeypatch):
     with pytest.raises(UserError, match="algo.name='ppo' is invalid: valid choices are dapo, "
                                         "dr_grpo, grpo, gspo, or a dotted path"):
         preflight(["algo.name=ppo", "run.dry_run=true"])
+
+
+def test_a_file_given_to_a_generated_dataset_is_refused(user):
+    with pytest.raises(UserError, match="dataset.path=.* is invalid: rlexp.data.loaders.arithmetic "
+                                        "generates its problems"):
+        preflight([f"dataset.path={user / 'data.jsonl'}", "run.dry_run=true"])
+    (cfg,) = preflight(["dataset._target_=rlexp.data.loaders.generic", "dataset.question_field=problem",
+                        "dataset.answer_field=solution", f"dataset.path={user / 'data.jsonl'}",
+                        "run.dry_run=true"]).jobs
+    assert cfg.dataset._target_ == "rlexp.data.loaders.generic"

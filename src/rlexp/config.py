@@ -696,6 +696,10 @@ def validate(cfg: Config) -> Config:
              "valid choices are none, gsm8k, boxed, regex, or a dotted path to fn(text)")
     _require(d.extractor != "regex" or bool(d.answer_regex), "dataset.answer_regex",
              d.answer_regex, "must be set when dataset.extractor=regex")
+    generated = d._target_ in ("rlexp.data.loaders.arithmetic", "rlexp.data.loaders.gsm_symbolic")
+    _require(not (generated and (d.path or d.hub)), "dataset.path" if d.path else "dataset.hub",
+             d.path or d.hub, f"{d._target_} generates its problems and would ignore it; pick a "
+             f"file dataset (dataset=gsm8k, or dataset._target_=rlexp.data.loaders.generic)")
     _require(1 <= d.min_digits <= d.max_digits, "dataset.max_digits", d.max_digits,
              f"must be >= dataset.min_digits ({d.min_digits}) >= 1")
     h = cfg.hardware
