@@ -94,7 +94,8 @@ class AlgoConfig:
     # Importance ratio per token (GRPO) or per sequence (GSPO; TRL importance_sampling_level);
     # None = the algorithm's own.
     ratio_level: Optional[str] = None
-    # Advantage std scaling (TRL scale_rewards): group | batch | none (Dr.GRPO).
+    # Advantage std scaling (TRL scale_rewards): group | batch | none (Dr.GRPO). batch = the
+    # rewards Tunix scores in one call (rollout micro-batches merged, at most a mini-batch).
     scale_rewards: str = "group"
     # Drop completions that hit the budget without EOS from the loss (TRL
     # mask_truncated_completions).
