@@ -214,5 +214,7 @@ def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
     summary = json.loads(next(tmp_path.glob("outputs/sweeps/*/*/summary.json")).read_text())
     assert summary["status"] == "FINISHED" and MASK not in json.dumps(summary["train_final"])
     for noise in ("Resharding model from", "Skipping non-TPU device", "Creating initial MLflow",
-                  "View run", "Traceback"):
+                  "View run", "Traceback", "on-policy", "INFO mlflow"):
         assert noise not in console, noise
+    # Piped (not a terminal): one line per event, no progress-bar redraws.
+    assert "\r" not in console and console.count("step 1/1: reward") == 2, console[-3000:]
