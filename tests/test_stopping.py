@@ -194,3 +194,5 @@ def test_optuna_sweep_prunes_the_trials_that_stall(tmp_path):
     tagged = {r.data.tags.get("rlexp.stopped") for r in runs}
     assert sum(r.data.tags.get("rlexp.stopped") == "pruned" for r in runs) == len(pruned)
     assert tagged <= {"pruned", None}
+    table = (sweep / "summary.md").read_text()  # the sweep's table says which were pruned
+    assert table.count("FINISHED (pruned)") == len(pruned)

@@ -52,6 +52,8 @@ class Row:
     run_dir: str | None = None
     # {metric: [(step, value)]} for the comparison plot.
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # Why training ended before train.steps: early_stop | pruned (None = it did not).
+    stopped: str | None = None
 
 
 def _last(points: list[tuple[int, float]] | None) -> float | None:
@@ -84,7 +86,8 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
         final_accuracy=_last(curves.get(ACCURACY)), best_accuracy=_best(curves.get(ACCURACY)),
         metric=_last(curves.get(metric)) if metric else None,
         steps=int(steps) if steps is not None else max(reward_steps) if reward_steps else None,
-        wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves)
+        wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves,
+        stopped=tags.get("rlexp.stopped"))
 
 
 def _float(text: str | None) -> float | None:
@@ -151,7 +154,8 @@ def row_from_summary(path: Path) -> Row | None:
         status=str(s.get("status") or "RUNNING"), values=_overrides(s.get("overrides") or []),
         final_reward=float(reward) if isinstance(reward, (int, float)) else None,
         final_accuracy=after, best_accuracy=max(known) if known else None,
-        steps=s.get("steps_done"), wall_s=s.get("wall_s"), run_dir=str(path.parent))
+        steps=s.get("steps_done"), wall_s=s.get("wall_s"), run_dir=str(path.parent),
+        stopped=str(s["stop_reason"]).split(":", 1)[0] if s.get("stop_reason") else None)
 
 
 def summary_rows(sweep_dir: Path) -> list[Row]:
@@ -183,6 +187,7 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
         row.wall_s = job.wall_s if job.wall_s is not None else row.wall_s
         row.status = job.status if row.status == "RUNNING" else row.status
         row.run_dir = job.run_dir
+        row.stopped = row.stopped or job.stopped
     return out
 
 
@@ -221,7 +226,8 @@ def table(rows: list[Row], metric: str | None) -> tuple[list[str], list[list[str
     body = [[r.name, *(r.values.get(k, "-") for k in swept), _fmt(r.final_reward),
              _fmt(r.final_accuracy), _fmt(r.best_accuracy),
              *([_fmt(r.metric)] if metric else []), _fmt(r.steps),
-             _fmt(round(r.wall_s, 1) if r.wall_s is not None else None), r.status]
+             _fmt(round(r.wall_s, 1) if r.wall_s is not None else None),
+             f"{r.status} ({r.stopped})" if r.stopped else r.status]
             for r in rows]
     return header, body
 
