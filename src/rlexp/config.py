@@ -623,6 +623,10 @@ def _require(ok: bool, key: str, value: Any, rule: str) -> None:
 
 def validate(cfg: Config) -> Config:
     """Ranges, choices and the cross-field checks types alone cannot express (UserError)."""
+    h = cfg.hardware
+    if h.gpu_specs:  # first: a bad gpu_type leaves the figures it selects at 0
+        _require(h.gpu_type in h.gpu_specs, "hardware.gpu_type", h.gpu_type,
+                 f"valid choices are {', '.join(sorted(h.gpu_specs))}")
     _check_ranges(cfg)
     for key, choices in CHOICES.items():
         value = _get(cfg, key)
