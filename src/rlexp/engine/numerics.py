@@ -108,7 +108,9 @@ def cast_floats(model: Any, dtype_name: str) -> Any:
     graph, state = nnx.split(model)
 
     def cast(x: Any) -> Any:
-        return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else jnp.copy(x)
+        # A fresh buffer either way: astype to the same dtype may hand back the same array.
+        floating = jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype
+        return x.astype(dtype) if floating else jnp.copy(x)
 
     return nnx.merge(graph, jax.tree.map(cast, state))
 
