@@ -147,7 +147,6 @@ def check_inputs(cfg: Config) -> None:
 
     check_model(cfg.model, cfg.run.cache_dir)  # local dir, hub cache or bucket; no download
     dataset_file(cfg.dataset)
-    check_plugins(cfg)
     from rlexp.storage import check as check_output_uri
 
     check_output_uri(cfg.run.output_uri)  # gs:// needs its filesystem backend
@@ -414,6 +413,7 @@ def preflight(argv: list[str]) -> Preflight | None:
                 cfg = to_config(compose(config_name, overrides=job_overrides))
                 if not args.cfg:
                     check_refusals(cfg)
+                    check_plugins(cfg)  # user code: a dry run reports a bad _target_ too
                 if not args.cfg and not cfg.run.dry_run:
                     check_inputs(cfg)
                     check_fits(cfg)
