@@ -121,6 +121,17 @@ def test_config_dir_experiment_and_dataset_compose_and_are_typed(user, monkeypat
     # the same through hydra.searchpath, and a user YAML is checked against the schema
     pre = preflight([f"hydra.searchpath=[file://{user / 'conf'}]", "experiment=mine"])
     assert pre.jobs[0].dataset.name == "mydata"
+    # model/ and hardware/ of the user's too, typed by the same schema
+    (user / "conf" / "model").mkdir()
+    (user / "conf" / "hardware").mkdir()
+    (user / "conf" / "model" / "mytiny.yaml").write_text("name: mytiny\nnum_layers: 1\n")
+    (user / "conf" / "hardware" / "mycpu.yaml").write_text("name: mycpu\nhost_memory_gib: 8\n")
+    (cfg,) = preflight(["--config-dir", str(user / "conf"), "model=mytiny", "hardware=mycpu",
+                        "run.dry_run=true"]).jobs
+    assert (cfg.model.num_layers, cfg.hardware.host_memory_gib) == (1, 8.0)
+    (user / "conf" / "model" / "bad.yaml").write_text("name: bad\nnum_layer: 1\n")
+    with pytest.raises(UserError, match="model.num_layer is not a config key"):
+        preflight(["--config-dir", str(user / "conf"), "model=bad", "run.dry_run=true"])
     with pytest.raises(UserError, match="train.stpes is not a config key"):
         preflight(["--config-dir", str(user / "conf"), "experiment=typo"])
     with pytest.raises(UserError, match="experiment=mine is not an option"):
