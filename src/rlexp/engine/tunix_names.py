@@ -108,7 +108,17 @@ NAMES: tuple[Name, ...] = (
     *(Name(f"tunix.models.{family}.model:DecoderLayer", method, "method",
            ("x", "segment_pos", "cache", "attn_mask"), True, why="train.remat wrapper")
       for family in ("qwen3", "llama3") for method in ("__call__", "block")),
-    # engine/algo_registry.py: rlexp's loss and advantage registered by name.
+    # engine/algo_registry.py: rlexp's loss and advantage registered by name, reading these.
+    Name(_GRPO, "algo_config.temperature", "attribute",
+         why="the loss's forward runs at the rollout temperature GRPOLearner copies here"),
+    *(Name("tunix.rl.grpo.grpo_learner:GRPOConfig", f, "field", why="AlgoSettings fills it")
+      for f in ("num_generations", "num_iterations", "beta", "epsilon", "loss_algo",
+                "kl_loss_mode", "loss_agg_mode", "policy_loss_fn", "advantage_estimator")),
+    *(Name("tunix.rl.grpo.grpo_learner:TrainExample", f, "field", why="the loss reads it")
+      for f in ("prompt_ids", "completion_ids", "completion_mask", "advantages",
+                "ref_per_token_logps", "old_per_token_logps")),
+    *(Name("tunix.rl.rollout.base_rollout:RolloutOutput", f, "field", why="probe, evaluation")
+      for f in ("text", "tokens", "left_padded_prompt_tokens")),
     Name("tunix.rl.function_registry", "register_policy_loss_fn", "function", ("name",)),
     Name("tunix.rl.function_registry", "register_advantage_estimator", "function", ("name",)),
     Name("tunix.rl.common", "compute_per_token_logps", "function",
