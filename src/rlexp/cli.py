@@ -162,11 +162,12 @@ def check_plugins(cfg: Config) -> None:
     per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
     from rlexp import rewards
     from rlexp.data.templates import PromptTemplate
+    from rlexp.plugins import resolve
 
     rewards.for_run(cfg)  # resolves and probes every entry
-    rewards.resolve(cfg.dataset._target_, "dataset._target_")
+    resolve(cfg.dataset._target_, "dataset._target_")
     if "." in cfg.dataset.extractor:
-        rewards.resolve(cfg.dataset.extractor, "dataset.extractor")
+        resolve(cfg.dataset.extractor, "dataset.extractor")
     PromptTemplate.from_config(cfg.dataset)  # prompt_file readable, {question} present
 
 

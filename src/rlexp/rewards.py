@@ -13,7 +13,6 @@ to the call Tunix's learner makes: fn(prompts, completions, answer=..., **kwargs
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import math
 import re
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from rlexp.config import RewardConfig
 from rlexp.data.extract import extract_answer, parse_number
 from rlexp.errors import UserError
+from rlexp.plugins import first_line as _first_line
+from rlexp.plugins import resolve
 
 if TYPE_CHECKING:
     from rlexp.config import Config
@@ -154,44 +155,6 @@ class Term:
         out = self.fn(list(prompts), list(completions), [str(a) for a in answers],
                       **{**self.context, **extra, **self.kwargs})
         return [self.weight * float(v) for v in out]
-
-
-def resolve(target: str, key: str, want_callable: bool = True) -> Any:
-    """Dotted path 'pkg.module.fn' -> the object (Hydra's `_target_` rule), or UserError."""
-    parts = target.split(".")
-    if len(parts) < 2 or not all(parts):
-        raise UserError(f"{key}={target!r}: not a dotted path 'package.module.function'")
-    obj: Any = None
-    for i in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
-        module = ".".join(parts[:i])
-        try:
-            obj = importlib.import_module(module)
-            break
-        except ModuleNotFoundError as exc:
-            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-                continue  # this prefix is not a module: try a shorter one
-            raise UserError(f"{key}={target!r}: importing {module!r} failed "
-                            f"(ModuleNotFoundError: {exc})") from None
-        except Exception as exc:  # the user's module itself fails at import
-            raise UserError(f"{key}={target!r}: importing {module!r} failed "
-                            f"({type(exc).__name__}: {_first_line(exc)})") from None
-    if obj is None:
-        raise UserError(f"{key}={target!r}: no module {parts[0]!r} (is its directory on "
-                        f"PYTHONPATH, or the package installed?)")
-    for part in parts[i:]:
-        if not hasattr(obj, part):
-            kind = "submodule or attribute" if inspect.ismodule(obj) else "attribute"
-            raise UserError(f"{key}={target!r}: cannot import it: "
-                            f"{getattr(obj, '__name__', type(obj).__name__)!r} has no {kind} {part!r}")
-        obj = getattr(obj, part)
-    if want_callable and not callable(obj):
-        raise UserError(f"{key}={target!r}: not callable")
-    return obj
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning"

@@ -66,7 +66,7 @@ def get(name: str) -> Algorithm:
     if name in algorithms():
         return algorithms()[name]
     from rlexp.errors import UserError
-    from rlexp.rewards import resolve
+    from rlexp.plugins import resolve
 
     found = resolve(name, "algo.name", want_callable=False)
     if not isinstance(found, Algorithm):

@@ -52,7 +52,7 @@ def dataset_file(d: DatasetConfig) -> Path | None:
 
 def load_problems(d: DatasetConfig) -> RawSplits:
     """The dataset's train/eval problems from its builder (dataset._target_)."""
-    from rlexp.rewards import resolve
+    from rlexp.plugins import resolve
 
     out = resolve(d._target_, "dataset._target_")(d)
     if isinstance(out, RawSplits):
@@ -154,7 +154,7 @@ def extract(d: DatasetConfig, text: str) -> tuple[str | None, str]:
     elif d.extractor == "none":
         found = text
     else:
-        from rlexp.rewards import resolve
+        from rlexp.plugins import resolve
 
         found = resolve(d.extractor, "dataset.extractor")(text)
     return (canonical_answer(str(found)) if found is not None and str(found).strip() else None), ""
