@@ -104,6 +104,10 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
                                    "train/clip_fraction": 0.0, "train/entropy": 2.0 - step,
                                    "train/completion_length_max": 8.0})
     listener.on_eval(2, {"eval/accuracy": 0.5, "eval/k": 4.0}, [{"q": "1+1", "a": "2"}])
+    model = tmp_path / "export"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    listener.on_artifact(model, "model")  # the exported policy (rlexp.export)
     time.sleep(0.6)  # a few samples of the system monitor
     listener.on_run_end("FINISHED", {"steps_done": 2, "stop_reason": "early_stop: stalled"})
 
@@ -126,6 +130,12 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
     profile = next(i.dataset.profile for i in run.inputs.dataset_inputs
                    if i.dataset.name == "arithmetic-train")
     assert '"num_rows": 10' in profile
+    # a model output makes it a training run (MLflow 3 lists runs without one as evaluations)
+    outputs = run.outputs.model_outputs
+    assert len(outputs) == 1 and outputs[0].step == 2
+    logged = client.get_logged_model(outputs[0].model_id)
+    assert logged.name == "policy" and logged.source_run_id == run.info.run_id
+    assert logged.tags["rlexp.weights"] == f"runs:/{run.info.run_id}/model"
     config = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
     text = config.read_text()
     assert "beta: 0.04" in text and "hunter2" not in text  # redacted like params

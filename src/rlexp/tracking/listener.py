@@ -32,6 +32,10 @@ from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link, Spool
 
 SAMPLES_DIR = "eval_samples"
+# The exported Hugging Face dir's artifact path (rlexp.export): also logged as a LoggedModel
+# output, which is what MLflow 3's UI takes a training run by (runs without a model output
+# are listed as "Evaluation runs" in its GenAI view).
+MODEL_ARTIFACT = "model"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 # How long on_run_start waits for the run to be created (the run id in tracking.json).
 START_WAIT_S = 30.0
@@ -101,6 +105,7 @@ class MlflowListener(Listener):
         self._constant_names, self._constant_prefixes = constant
         self._system_every_s = system_metrics_every_s
         self._system: Any = None
+        self._last_step = 0
 
     # ------------------------------------------------------------------------------ events
 
@@ -133,6 +138,7 @@ class MlflowListener(Listener):
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         if not self._live or step <= self._skip_upto:
             return
+        self._last_step = max(self._last_step, int(step))
         values = {}
         for key, value in metrics.items():
             name = self._names.get(key)
@@ -169,6 +175,8 @@ class MlflowListener(Listener):
             return
         self.run.add(record("artifact", path=str(Path(path).resolve()),
                             artifact_path=artifact_path))
+        if artifact_path == MODEL_ARTIFACT:  # the exported policy: the run's model output
+            self.run.add(record("model", artifact_path=artifact_path, step=self._last_step))
         self._request()
 
     def on_run_end(self, status: str, summary: dict[str, Any]) -> None:

@@ -143,6 +143,8 @@ class TrackedRun:
                 self.client.log_text(run_id, r["text"], r["artifact_file"])
             elif r["kind"] == "inputs":
                 self._log_inputs(run_id, r["datasets"])
+            elif r["kind"] == "model":
+                self._log_model_output(run_id, r["artifact_path"], int(r.get("step", 0)))
         self._log_metrics(run_id, [r for r in ready if r["kind"] == "metrics"])
         if any(r["kind"] == "curves" for r in ready):
             self._log_curves(run_id)
@@ -204,6 +206,24 @@ class TrackedRun:
                                  d.get("schema"), d.get("profile")),
                          tags=[InputTag("mlflow.data.context", d["context"])])
             for d in datasets])
+
+    def _log_model_output(self, run_id: str, artifact_path: str, step: int) -> None:
+        """A LoggedModel that points at the run's `artifact_path` (no second copy of the
+        weights), finalized READY and logged as the run's output; once per run (resends)."""
+        from mlflow.entities import LoggedModelOutput
+
+        exp_id = self.link.experiment_id or self.client.get_run(run_id).info.experiment_id
+        found = self.client.search_logged_models(
+            experiment_ids=[exp_id], filter_string=f"source_run_id = '{run_id}'")
+        if found:
+            model_id = found[0].model_id
+        else:
+            model = self.client.create_logged_model(
+                exp_id, name="policy", source_run_id=run_id, model_type="hf-safetensors",
+                tags={"rlexp.weights": f"runs:/{run_id}/{artifact_path}"})
+            model_id = model.model_id
+            self.client.finalize_logged_model(model_id, "READY")
+        self.client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
 
     def _log_artifact(self, run_id: str, path: Path, artifact_path: str | None) -> None:
         if path.is_dir():
