@@ -202,8 +202,10 @@ def test_train_export_load_back_and_fork(tmp_path):
 
     from rlexp.engine import models as engine_models
 
-    origin = _rlexp(tmp_path, "train.steps=4")
+    # a short warm start: enough for the greedy evaluation to score (a meaningful comparison)
+    origin = _rlexp(tmp_path, "train.steps=4", "model.warm_start_steps=100")
     run_dir = Path(origin["run_dir"])
+    assert origin["eval_after"]["eval/mean_reward"] > 0, origin["eval_after"]
     assert origin["status"] == "FINISHED" and origin["export"] == str(run_dir / "export")
     m, _ = export.run_model(run_dir)
     from_ckpt = engine_models.build_model(m, None, 0)
