@@ -151,6 +151,18 @@ def test_find_checkpoint_forms(tmp_path):
         export.find_checkpoint(str(tmp_path / "nothing"))
 
 
+def test_find_checkpoint_of_a_run_with_outputs_on_a_bucket(tmp_path, monkeypatch):
+    """run.output_uri: the checkpoints are looked up at <uri>/<run name>/checkpoints (here a
+    file:// URL of a shared mount; a gs:// one goes through the same lookup with etils)."""
+    run = tmp_path / "grpo-tiny_abc"
+    (run / ".hydra").mkdir(parents=True)
+    bucket = tmp_path / "bucket"
+    (bucket / run.name / "checkpoints" / "5" / "model_params").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(f"run:\n  output_uri: file://{bucket}\n")
+    found = export.find_checkpoint(str(run))
+    assert found == bucket / run.name / "checkpoints" / "5"
+
+
 def test_find_checkpoint_from_an_mlflow_run_id(tmp_path):
     from mlflow import MlflowClient
 

@@ -173,6 +173,8 @@ def test_checkpoint_dir_is_local_or_keeps_the_bucket_scheme(tmp_path):
     from rlexp import storage
 
     assert storage.checkpoint_dir(None, tmp_path, "run") == tmp_path / "checkpoints"
+    assert storage.checkpoint_dir("file:///mnt/shared/rlexp", tmp_path, "run") == \
+        Path("/mnt/shared/rlexp/run/checkpoints")  # a shared mount: orbax writes it as local
     remote = storage.checkpoint_dir("gs://bucket/rlexp/", tmp_path, "grpo-tiny_1a2b3c")
     # what orbax is given, and what a step and a set-aside step are called (no I/O here)
     assert str(remote) == "gs://bucket/rlexp/grpo-tiny_1a2b3c/checkpoints"

@@ -198,7 +198,7 @@ def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
         path = _run_dir_of(spec, tracking_uri)
     if (path / "model_params").is_dir():
         return path
-    for ckpts in (path / "checkpoints", path):
+    for ckpts in (path / "checkpoints", path, *_remote_checkpoints(path)):
         steps = sorted((int(p.name) for p in ckpts.glob("*")
                         if p.name.isdigit() and (p / "model_params").is_dir()), reverse=True) \
             if ckpts.is_dir() else []
@@ -206,6 +206,20 @@ def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
             return ckpts / str(steps[0])
     raise UserError(f"run.init_from={spec}: no checkpoint found (pass a run dir with "
                     f"checkpoints/, a checkpoint dir, or an MLflow run id)")
+
+
+def _remote_checkpoints(run_dir: Path) -> list[Any]:
+    """A run made with run.output_uri keeps its checkpoints at <uri>/<run name>/checkpoints."""
+    from omegaconf import OmegaConf
+
+    from rlexp import storage
+
+    try:
+        saved = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    except (OSError, ValueError):
+        return []
+    uri = OmegaConf.select(saved, "run.output_uri", default=None)
+    return [storage.checkpoint_dir(uri, run_dir, run_dir.name)] if uri else []
 
 
 def _run_dir_of(run_id: str, uri: str | None) -> Path:
@@ -236,7 +250,9 @@ def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
 
     with warnings.catch_warnings():  # "sharding info not provided": host arrays are wanted
         warnings.simplefilter("ignore")
-        tree = ocp.PyTreeCheckpointer().restore(str((checkpoint / "model_params").absolute()))
+        where = checkpoint / "model_params"  # a bucket path (run.output_uri) as it is
+        tree = ocp.PyTreeCheckpointer().restore(str(where if "://" in str(where)
+                                                    else Path(where).absolute()))
     flat: dict[str, np.ndarray] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -317,7 +333,9 @@ def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = No
     from rlexp.models import resolve_path
 
     checkpoint = find_checkpoint(spec, tracking_uri)
-    run_dir = run_dir_of(checkpoint)
+    given = Path(spec).expanduser()
+    # the run dir itself when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>
+    run_dir = given if (given / ".hydra").is_dir() else run_dir_of(checkpoint)
     model, cache_dir = run_model(run_dir)
     resolve_path(model, cache_dir)
     source = Path(model.path) if model.path else None

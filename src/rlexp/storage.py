@@ -40,6 +40,8 @@ def checkpoint_dir(output_uri: str | None, run_dir: Path, run_name: str) -> Any:
     root = run_root(output_uri, run_name)
     if root is None:
         return run_dir / "checkpoints"
+    if root.startswith("file://"):  # a shared mount (NFS, Filestore): a plain local path
+        return Path(root[len("file://"):]) / "checkpoints"
     from etils import epath
 
     return epath.Path(f"{root}/checkpoints")
