@@ -325,7 +325,8 @@ def init_from(cfg: Any, model: Any) -> dict[str, str]:
     checkpoint = find_checkpoint(cfg.run.init_from, default_uri(cfg))
     init_model(model, load_checkpoint(checkpoint), cfg.run.init_from)
     log.info("run.init_from=%s: starting from %s", cfg.run.init_from, checkpoint)
-    return {"init_from": str(checkpoint.absolute())}
+    where = str(checkpoint) if "://" in str(checkpoint) else str(Path(checkpoint).absolute())
+    return {"init_from": where}
 
 
 def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None) -> Path:
