@@ -412,7 +412,8 @@ def test_sweep_callback_makes_one_parent_with_its_children(uri, client, tmp_path
     callback.on_multirun_end(config)
 
     run = client.get_run(parent)
-    assert run.info.run_name == "beta-sweep" and run.info.status == "FINISHED"
+    assert run.info.run_name == "sweep: beta" and run.info.status == "FINISHED"
+    assert run.data.tags["rlexp.dir_name"] == "beta-sweep"
     assert run.data.tags["rlexp.sweep_id"] == "beta-sweep"
     assert run.data.params["algo.beta"] == "0,0.04"
     found = client.search_runs([run.info.experiment_id],

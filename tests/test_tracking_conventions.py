@@ -48,6 +48,16 @@ def test_swept_keys_from_the_command_line_and_sweep_files():
     assert sorted(keys) == ["algo", "algo.beta", "algo.epsilon", "train.learning_rate"]
 
 
+def test_sweep_parent_name():
+    from rlexp.tracking.conventions import sweep_display_name
+
+    assert sweep_display_name(["+sweep=optuna", "train.steps=2"],
+                              ["algo.beta", "train.learning_rate"], "dir") == \
+        "sweep optuna: beta,learning_rate"
+    assert sweep_display_name(["algo.beta=0,0.04"], ["algo.beta"], "dir") == "sweep: beta"
+    assert sweep_display_name([], [], "beta0_0.04_abc") == "beta0_0.04_abc"
+
+
 def test_constant_series_only_on_policy():
     names, prefixes = constant_metrics(num_iterations=1, batch_size=8, mini_batch_size=None)
     assert names == {"eval/k"} and "train/ratio" in prefixes and "train/clip" in prefixes

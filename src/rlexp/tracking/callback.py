@@ -76,6 +76,8 @@ class SweepCallback(Callback):
         self._closed = False
         # Held from on_multirun_start to on_multirun_end (rlexp.lock).
         self._dir_lock: Any = None
+        # Keys the sweep varies (None = unknown), for the runs' MLflow names.
+        self._swept: list[str] | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if OmegaConf.select(config, "hydra.launcher.dry_run", default=False):
@@ -91,6 +93,7 @@ class SweepCallback(Callback):
         experiment = OmegaConf.select(config, "tracker.experiment", default="rlexp")
         overrides = [str(o) for o in OmegaConf.select(config, "hydra.overrides.task",
                                                       default=[]) or []]
+        self._swept = self._swept_keys(config, overrides)
         try:
             self.parent = self._open_parent(uri, experiment, overrides)
         except Exception as exc:  # never fatal: the jobs then log unnested runs
@@ -101,20 +104,20 @@ class SweepCallback(Callback):
 
         write_json_atomic(self.sweep_dir / PARENT_FILE,
                           {**self.parent, "uri": redact_uri(self.parent["uri"])})
-        self._write_swept_keys(config, overrides)
+        if self._swept is not None:  # for the jobs' MLflow run names ('beta=0.04,epsilon=0.2')
+            write_json_atomic(self.sweep_dir / SWEPT_FILE, {"keys": self._swept})
         atexit.register(self.close, False)
 
-    def _write_swept_keys(self, config: DictConfig, overrides: list[str]) -> None:
-        """What the jobs vary, for their MLflow run names ('beta=0.04,epsilon=0.2')."""
+    @staticmethod
+    def _swept_keys(config: DictConfig, overrides: list[str]) -> list[str] | None:
+        """What the jobs vary (command-line sweeps and the sweeper's params)."""
         from rlexp.tracking.conventions import swept_keys
 
-        assert self.sweep_dir is not None
         params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
         try:
-            keys = swept_keys(overrides, OmegaConf.to_container(params) if params else None)
+            return swept_keys(overrides, OmegaConf.to_container(params) if params else None)
         except Exception:  # names are a nicety: jobs then fall back to their choices
-            return
-        write_json_atomic(self.sweep_dir / SWEPT_FILE, {"keys": keys})
+            return None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.close(True)
@@ -157,7 +160,11 @@ class SweepCallback(Callback):
         tags = clean_tags({"sweep": name, "rlexp.sweep_id": name,
                            "rlexp.sweep_dir": str(self.sweep_dir), "rlexp.role": "sweep",
                            "overrides": redact_text(" ".join(overrides))})
-        run = client.create_run(exp_id, run_name=name, tags=tags)
+        from rlexp.tracking.conventions import sweep_display_name
+
+        tags["rlexp.dir_name"] = name
+        run = client.create_run(exp_id, run_name=sweep_display_name(
+            overrides, self._swept, name), tags=tags)
         swept = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
         if swept:
             from mlflow.entities import Param

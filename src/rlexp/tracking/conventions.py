@@ -63,6 +63,17 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     return (f"{extra} ({base})" if extra and base else extra or base)[:MAX_RUN_NAME] or "rlexp"
 
 
+def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None,
+                       fallback: str) -> str:
+    """The sweep's parent run name: 'sweep optuna: beta,epsilon' (sweep files, swept leaves)."""
+    files = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("sweep=")]
+    keys = [_leaf(k) for k in swept or []]
+    if not files and not keys:
+        return fallback[:MAX_RUN_NAME]
+    head = " ".join(["sweep", *files])
+    return (f"{head}: {','.join(keys)}" if keys else head)[:MAX_RUN_NAME]
+
+
 def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | None) -> list[str]:
     """Keys a multirun varies: sweep overrides on the command line (a=1,2 / range / choice /
     interval) and the sweeper's params (sweeps/*.yaml) whose value is not a single fixed one."""
