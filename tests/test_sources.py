@@ -216,3 +216,7 @@ def test_summary_and_export_are_copied_under_the_run_root(tmp_path):
     assert fs.cat(f"{root}/summary.json") == b'{"status": "FINISHED"}'
     assert fs.cat(f"{root}/export/model.safetensors") == b"w" * 64
     assert storage.mirror_outputs(None, "run-x", run_dir) is None
+    # a shared mount (file://): parents made as needed
+    shared = storage.mirror_outputs(f"file://{tmp_path}/shared", "run-x", run_dir)
+    assert (tmp_path / "shared" / "run-x" / "export" / "config.json").read_text() == '{"a": 1}'
+    assert shared == f"file://{tmp_path}/shared/run-x"

@@ -74,11 +74,13 @@ def upload(local: Path, url: str) -> None:
     """Copy a file or a directory tree to `url` (replacing what is there)."""
     fs = _filesystem(url)
     target = url.rstrip("/")
-    if local.is_dir():
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
-            fs.put_file(str(path), f"{target}/{path.relative_to(local).as_posix()}")
-    else:
-        fs.put_file(str(local), target)
+    pairs = [(path, f"{target}/{path.relative_to(local).as_posix()}")
+             for path in sorted(p for p in local.rglob("*") if p.is_file())] \
+        if local.is_dir() else [(local, target)]
+    for path, remote in pairs:
+        # a mounted dir needs its parents; on object stores (gs://) this is a no-op
+        fs.makedirs(remote.rsplit("/", 1)[0], exist_ok=True)
+        fs.put_file(str(path), remote)
 
 
 def mirror_outputs(output_uri: str | None, run_name: str, run_dir: Path) -> str | None:
