@@ -3,9 +3,6 @@ the sweep's pruning study prunes a job that trails the others."""
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from pathlib import Path
 
 import pytest

@@ -132,7 +132,8 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
     assert "uncommitted" in t["mlflow.note.content"] and t["team"] == "rl"
     assert t["rlexp.stopped"] == "early_stop" and t["rlexp.stop_reason"] == "early_stop: stalled"
     metrics = set(run.data.metrics)
-    assert {"train/loss", "train/entropy", "train/completion_length_max", "eval/accuracy"} <= metrics
+    assert {"train/loss", "train/entropy", "train/completion_length_max",
+            "eval/accuracy"} <= metrics
     assert not {"eval/k", "train/ratio_mean", "train/clip_fraction"} & metrics  # constants
     assert any(k.startswith("system/cpu_utilization") for k in metrics), sorted(metrics)
     inputs = {(i.dataset.name, i.tags[0].value) for i in run.inputs.dataset_inputs}

@@ -5,8 +5,6 @@ system metrics, and no series that cannot vary. Pure functions, except the monit
 from __future__ import annotations
 
 import getpass
-import hashlib
-import json
 import logging
 import os
 import sys
@@ -108,9 +106,9 @@ def standard_tags(tags: Mapping[str, str], extra: Mapping[str, Any]) -> dict[str
         out["mlflow.source.git.commit"] = commit
     command = tags.get("command")
     if command:
+        dirty = " (uncommitted changes)" if tags.get("git.dirty") == "true" else ""
         out["mlflow.note.content"] = (f"`{command}`\n\nrun dir: {extra.get('run_dir', '')}"
-                                      f"\n\ngit: {commit or 'unknown'}"
-                                      f"{' (uncommitted changes)' if tags.get('git.dirty') == 'true' else ''}")
+                                      f"\n\ngit: {commit or 'unknown'}{dirty}")
     out.update({str(k): str(v) for k, v in (extra.get("user_tags") or {}).items()})
     return out
 
@@ -153,10 +151,6 @@ def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dic
 def rows_of(examples: Iterable[Any]) -> list[dict]:
     return [{"question": getattr(e, "question", ""), "answer": getattr(e, "answer", ""),
              "prompt": getattr(e, "prompt", "")} for e in examples]
-
-
-def digest(rows: list[dict]) -> str:
-    return hashlib.sha1(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:8]
 
 
 class SystemMetrics:
