@@ -131,8 +131,10 @@ def test_sweep_summary_artifacts(sweep):
     assert len(csv_lines) == 4
 
 
-def test_wall_time_and_steps_agree_between_sweep_dir_and_run_id_views(sweep):
+def test_wall_time_and_steps_agree_between_sweep_dir_and_run_id_views(sweep, tmp_path,
+                                                                      monkeypatch):
     uri, sweep_dir = sweep
+    monkeypatch.chdir(tmp_path)  # the run-id view writes comparison-<id>.png in the cwd
     by_dir, _ = report(str(sweep_dir))
     by_id, _ = report(parent_run_id(sweep_dir), uri=uri)
     # columns: run, beta, reward, final acc, best acc, steps, wall s, status
