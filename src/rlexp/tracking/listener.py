@@ -133,7 +133,8 @@ class MlflowListener(Listener):
                                         daemon=True)
         self._writer.start()
         self.flush(timeout=START_WAIT_S)  # the run exists (tracking.json) before step 1
-        self._start_system_metrics(resume=info.start_step > 0)
+        # resume: continue after the system/* steps the run has (a reopened run), else 0
+        self._start_system_metrics(resume=True)
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         if not self._live or step <= self._skip_upto:
