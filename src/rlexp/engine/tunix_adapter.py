@@ -8,6 +8,14 @@ named explicitly (trap 5). One more found while writing this: the vanilla rollou
 the old log-probs (num_iterations > 1) at temperature 1 while the loss uses the sampling
 temperature, so the first update's ratio is not 1 unless temperature = 1; we pass the
 temperature (trap 6).
+
+Rollout cost that is Tunix's, not rlexp's (0.1.7, tunix/generate/sampler.py): the decode loop
+is a jax.lax.while_loop that already stops when every row has emitted EOS, so one row that
+runs to max_completion_length keeps the whole batch decoding; after it, the sampler copies the
+token buffer to the host and detokenizes row by row, and the learner pads every completion in
+Python. rlexp's part: the prompt ids are memoized (GRPO repeats each prompt num_generations
+times), completion lengths come from the host tokens (no device fetch), and the sampler takes
+rollout.micro_batch_size prompts per call, independent of the update's micro-batch.
 """
 
 from __future__ import annotations
