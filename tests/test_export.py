@@ -170,7 +170,7 @@ def test_find_checkpoint_from_an_mlflow_run_id(tmp_path):
     (run / "checkpoints" / "7" / "model_params").mkdir(parents=True)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
-    rid = client.create_run(client.create_experiment("e"),
+    rid = client.create_run(client.create_experiment("e", str(tmp_path / "artifacts")),
                             tags={"rlexp.run_dir": str(run)}).info.run_id
     assert export.find_checkpoint(rid, uri) == run / "checkpoints" / "7"
     with pytest.raises(UserError, match="no such MLflow run"):

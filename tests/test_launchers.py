@@ -332,7 +332,7 @@ def test_the_last_remote_child_closes_the_parent(tmp_path):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
-    exp = client.create_experiment("remote")
+    exp = client.create_experiment("remote", artifact_location=str(tmp_path / "artifacts"))
     parent = client.create_run(exp, run_name="sweep").info.run_id
     kids = [client.create_run(exp, run_name=f"job{i}", tags={"mlflow.parentRunId": parent})
             .info.run_id for i in range(2)]
