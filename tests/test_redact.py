@@ -22,7 +22,7 @@ API_KEY = "sk-planted-api-key-987654"
                                  "MLFLOW_TRACKING_PASSWORD", "passkey", "authorization", "bearer",
                                  "cookie", "api_key", "hf_token", "password", "secret",
                                  "credentials", "X-Amz-Signature", "sig", "key",
-                                 "hydra.job.env_set.HF_TOKEN", "client_secret"])
+                                 "hydra.job.env_set.HF_TOKEN", "client_secret", "db_pwd"])
 def test_secret_names(key):
     assert is_secret_key(key)
 
@@ -30,9 +30,17 @@ def test_secret_names(key):
 @pytest.mark.parametrize("key", ["model.tokenizer", "throughput/tokens_per_s", "max_tokens",
                                  "train.batch_size", "keyboard", "algo.kl_estimator",
                                  "token_budget", "train/token_count", "eval/token_accuracy",
-                                 "secret_sauce_weight", "dataset.key", "X-Amz-Date"])
+                                 "secret_sauce_weight", "dataset.key", "X-Amz-Date", "PWD"])
 def test_names_that_only_look_secret(key):
     assert not is_secret_key(key)
+
+
+def test_the_working_directory_is_not_a_secret(monkeypatch, tmp_path):
+    # $PWD once counted as a password variable and every path under the cwd read '***'.
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("DB_PWD", "hunter2-db")
+    line = f"dataset.path={tmp_path}/data.jsonl db=hunter2-db"
+    assert redact_text(line) == f"dataset.path={tmp_path}/data.jsonl db=***"
 
 
 def test_redact_text_and_params(monkeypatch):

@@ -38,6 +38,9 @@ SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"),
 # A key that is exactly one of these words is secret (`?key=...` of Google APIs, `?code=`
 # of OAuth redirects); as the last word of a longer name they are ordinary (`dataset.key`).
 SECRET_ALONE = frozenset({"key", "code", "auth"})
+# Whole names that look secret but are not: the shell's $PWD is the working directory (masking
+# its value hid every path under the cwd), while `db_pwd` stays a secret.
+NOT_SECRET = frozenset({"pwd"})
 # Shorter values are not replaced inside free text ("1" would be masked everywhere); keys
 # with secret names are masked whatever the length of their value.
 MIN_SECRET_LEN = 6
@@ -68,7 +71,7 @@ def is_secret_key(key: str) -> bool:
     False for token_budget, train/token_count, model.tokenizer, secret_sauce_weight."""
     last = re.split(r"[./]", str(key).lstrip("+~"))[-1]  # the leaf of a dotted/slashed path
     words = _words(last)
-    if not words:
+    if not words or "_".join(_words(str(key))) in NOT_SECRET:
         return False
     if len(_words(str(key))) == 1 and words[0] in SECRET_ALONE:
         return True
