@@ -132,10 +132,12 @@ def secret_values(argv: Iterable[str] | None = None) -> set[str]:
     return {v for v in found if len(v) >= MIN_SECRET_LEN}
 
 
-def redact_text(text: str, extra: Iterable[str] = ()) -> str:
-    """Mask URI credentials, secret-named assignments and known secret values in `text`."""
+def redact_text(text: str, extra: Iterable[str] = (), values: set[str] | None = None) -> str:
+    """Mask URI credentials, secret-named assignments and known secret values in `text`;
+    `values` = secret_values() computed by the caller (it scans the environment)."""
     text = redact_uri(text)
-    for value in sorted(secret_values() | set(extra), key=len, reverse=True):
+    known = secret_values() if values is None else values
+    for value in sorted(known | set(extra), key=len, reverse=True):
         if len(value) >= MIN_SECRET_LEN:
             text = text.replace(value, MASK)
 
@@ -147,26 +149,29 @@ def redact_text(text: str, extra: Iterable[str] = ()) -> str:
     return _ASSIGNMENT.sub(mask, text)
 
 
-def redact_value(key: str, value: Any) -> Any:
+def redact_value(key: str, value: Any, values: set[str] | None = None) -> Any:
     """One param: masked when its key is secret; strings also scrubbed of secret values."""
     if is_secret_key(key) and value not in (None, ""):
         return MASK
-    return redact_text(value) if isinstance(value, str) else value
+    return redact_text(value, values=values) if isinstance(value, str) else value
 
 
-def redact_obj(obj: Any, key: str = "") -> Any:
-    """A JSON-like tree (summary, eval samples) with secrets masked at every level."""
+def redact_obj(obj: Any, key: str = "", values: set[str] | None = None) -> Any:
+    """A JSON-like tree (summary, eval samples, a dataset's rows) with secrets masked at
+    every level; the environment is scanned once per tree, not once per string."""
+    values = secret_values() if values is None else values
     if isinstance(obj, dict):
-        return {k: redact_obj(v, str(k)) for k, v in obj.items()}
+        return {k: redact_obj(v, str(k), values) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [redact_obj(v, key) for v in obj]
-    return redact_value(key, obj) if key else (
-        redact_text(obj) if isinstance(obj, str) else obj)
+        return [redact_obj(v, key, values) for v in obj]
+    return redact_value(key, obj, values) if key else (
+        redact_text(obj, values=values) if isinstance(obj, str) else obj)
 
 
 def redact_params(flat: dict[str, Any]) -> dict[str, Any]:
     """Flattened config {dotted key: value} -> the same with secrets masked."""
-    return {k: redact_value(k, v) for k, v in flat.items()}
+    values = secret_values()
+    return {k: redact_value(k, v, values) for k, v in flat.items()}
 
 
 def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:

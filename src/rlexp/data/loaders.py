@@ -9,6 +9,7 @@ disjoint by question text and seeded by dataset.seed, so all jobs of a sweep see
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -80,7 +81,9 @@ def _procedural_splits(d: DatasetConfig, make: Callable[[int, int], Iterable[Pro
     if len(eval_set) < d.num_eval:
         raise UserError(f"dataset.num_eval={d.num_eval}: only {len(eval_set)} distinct questions "
                         f"exist at this difficulty; lower dataset.num_eval or raise the difficulty")
-    train = [p for p in make(d.seed * 2, d.num_train * 20) if p.question not in eval_set][: d.num_train]
+    # islice stops the stream once num_train are drawn (a list would generate all 20x).
+    train = list(itertools.islice((p for p in make(d.seed * 2, d.num_train * 20)
+                                   if p.question not in eval_set), d.num_train))
     if len(train) < d.num_train:
         raise UserError(f"dataset.num_train={d.num_train}: only {len(train)} training questions "
                         f"outside the eval split at this difficulty; lower it or raise the difficulty")
