@@ -151,9 +151,16 @@ def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cach
     from rlexp.experiment import JobContext, run
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rewards, "answer_close", lambda completion, answer: math.nan)
     (cfg,) = preflight([*SMALL, f"run.cache_dir={cache_dir}", "train.steps=4",
                         "train.checkpoint_every=2"]).jobs
+    calls: list[int] = []
+
+    def nan_after_probe(prompts, completions, answers, **_):
+        # Finite when build() probes it (a NaN there is refused at start), NaN mid-run.
+        calls.append(len(completions))
+        return [0.0 if len(calls) == 1 else math.nan for _ in completions]
+
+    monkeypatch.setattr(rewards, "answer_close_reward", nan_after_probe)
     run_dir = tmp_path / "outputs" / "runs" / "nan"
     run_dir.mkdir(parents=True)
     job = JobContext(run_dir=run_dir, name="nan", choices={}, overrides=[])

@@ -85,7 +85,8 @@ def test_real_multirun_nests_jobs_under_one_parent(tmp_path):
     parent = parent_run_id(sweep_dir)
     client = MlflowClient(uri)
     run = client.get_run(parent)
-    assert run.info.run_name == "ok" and run.info.status == "FINISHED"
+    # Sweep parents are named by what the sweep varies (the dir name stays in a tag).
+    assert run.info.run_name == "sweep: beta" and run.info.status == "FINISHED"
     children = client.search_runs([run.info.experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{parent}'")
     assert sorted(r.info.run_name for r in children) == ["beta0.1", "beta0.2"]

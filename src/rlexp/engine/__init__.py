@@ -187,6 +187,11 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     from rlexp.hardware import role_meshes
 
     meshes = role_meshes(cfg.hardware)
+    from rlexp.engine.numerics import use_training_remat
+
+    # Process-wide patches: set before anything traces the model (the warm start does), and
+    # reset by every build so a sweep's previous job in this process leaves nothing behind.
+    use_training_remat(cfg.model.family, cfg.train.remat)
     model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
     if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
         from rlexp.export import init_from
@@ -195,12 +200,6 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     else:
         info.update(warm_start.warm_start(cfg, model, tok, splits.train))
     reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
-    from rlexp.engine.numerics import use_training_remat
-
-    use_training_remat(cfg.model.family, cfg.train.remat)
-    from rlexp.engine.numerics import use_compute_dtype
-
-    use_compute_dtype(cfg.model.family, cfg.model.dtype, cfg.model.param_dtype)
     probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
     learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))

@@ -55,8 +55,11 @@ def use_rope_theta(m: ModelConfig) -> None:
 
 def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded)."""
+    from rlexp.engine.numerics import use_compute_dtype
+
     path = model_dir(m)
     use_rope_theta(m)
+    use_compute_dtype(m.family, m.dtype, m.param_dtype)  # process-wide: set for this model
     config = tunix_config(m)
     if path is not None:
         check_hf_config(m, path)
