@@ -18,22 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-
-@dataclass
-class Example:
-    prompt: str
-    answer: str
-    reference: str
-    question: str
-
-
-@dataclass
-class Splits:
-    train: list
-    eval: list
-
-    def train_batch(self, step: int, batch_size: int, seed: int) -> dict:
-        return {"prompts": np.array([e.prompt for e in self.train[:batch_size]], dtype=object)}
+from rlexp.data import Example, Splits  # the real data types: only the model is scripted
 
 
 class JsonStore:
@@ -75,7 +60,7 @@ class FakeEngine:
     def __post_init__(self) -> None:
         rows = [Example(f"{i}+1=", str(i + 1), f"<answer>{i + 1}</answer>", f"{i}+1")
                 for i in range(8)]
-        self.splits = Splits(rows, rows[:4])
+        self.splits = Splits(rows, rows[:4], skipped=0, truncated=0)
         self.done = 0
 
     def schedule(self, count: int) -> float:
