@@ -102,7 +102,7 @@ class TunixEngine:
 
 
 def rollout_key(seed: int, step: int) -> Any:
-    """The sampling key of global step `step`: fresh every step (DESIGN trap 1), pure."""
+    """The sampling key of global step `step`: fresh every step (Tunix 0.1.7's vanilla rollout reuses one key; engine/tunix_adapter.py), pure."""
     import jax
 
     return jax.random.fold_in(jax.random.PRNGKey(seed), step)

@@ -1,7 +1,7 @@
 """What one training step did, gathered where Tunix computes it, fetched once per step.
 
 Tunix logs its own metrics one step late (it overlaps I/O with the next step) and through a
-global jax.monitoring listener (DESIGN trap 4). rlexp instead records, during the step:
+global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py). rlexp instead records, during the step:
 reward values (our reward functions), loss/grad-norm/aux of every update (the actor
 trainer's post-step hook, kept as device arrays), and rollout timing and completion lengths
 (the rollout's host-side token lists), so step k's metrics are complete when step k returns.

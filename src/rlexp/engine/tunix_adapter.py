@@ -1,13 +1,15 @@
 """Typed config -> Tunix objects: optimizer, rollout configs, RLCluster, GRPOLearner.
 
-Known Tunix 0.1.7 traps handled here (see DESIGN.md): the vanilla rollout would reuse one
-PRNG key (the engine sets a fresh key per call, trap 1); RematConfig.DECODER crashes in the
-sampler (never used, trap 3); no metrics backend is registered, so nothing listens on
-jax.monitoring and nothing clears other listeners (trap 4); the KL estimator is rlexp's,
-named explicitly (trap 5). One more found while writing this: the vanilla rollout computes
-the old log-probs (num_iterations > 1) at temperature 1 while the loss uses the sampling
-temperature, so the first update's ratio is not 1 unless temperature = 1; we pass the
-temperature (trap 6).
+Known Tunix 0.1.7 traps handled here (measured on Tunix 0.1.7; tunix/rl/rollout/
+vanilla_rollout.py, tunix/generate/sampler.py, tunix/sft/metrics_logger.py): (1) the vanilla
+rollout reuses one PRNG key on every call, so the engine sets a fresh key per call;
+(2) RematConfig.DECODER crashes in the sampler, so it is never used (training-only remat
+lives in engine/numerics.py); (3) no metrics backend is registered: Tunix's backend is a
+global jax.monitoring listener whose close() clears every listener; (4) Tunix's KL default is
+k1 (kl_loss_mode="kl"), so rlexp names its estimator explicitly; (5) the vanilla rollout
+computes the old log-probs (num_iterations > 1) at temperature 1 while the loss uses the
+sampling temperature, so the first update's ratio is not 1 unless temperature = 1: we pass
+the temperature.
 
 Rollout cost that is Tunix's, not rlexp's (0.1.7, tunix/generate/sampler.py): the decode loop
 is a jax.lax.while_loop that already stops when every row has emitted EOS, so one row that
@@ -129,7 +131,7 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
 
 
 class SamplingKeys:
-    """A fresh PRNG key for every sampler call (DESIGN trap 1).
+    """A fresh PRNG key for every sampler call (trap 1 in this module's docstring).
 
     Tunix's vanilla rollout passes RolloutConfig.seed to every sampler call, and the sampler
     donates it with the sampling state: one key per step would repeat the same noise in

@@ -85,7 +85,7 @@ NAMES: tuple[Name, ...] = (
          why="probe times it and reads the completion mask"),
     Name(_CLUSTER, "generate", "method", ("prompts", "mode", "micro_batch_size"),
          why="probe wraps it; evaluation calls it"),
-    # engine/tunix_adapter.py SamplingKeys and trap 6 (old log-probs at temperature).
+    # engine/tunix_adapter.py SamplingKeys and trap 5 of its docstring (old log-probs at temperature).
     Name(_CLUSTER, "rollout", "property", why="SamplingKeys patches rollout.generate"),
     Name(_VANILLA, "_sampler", "attribute", why="old log-probs at the sampling temperature"),
     Name(_VANILLA, "generate", "method", ("prompts", "rollout_config"), True,
