@@ -45,18 +45,6 @@ def holder():
         proc.wait()
 
 
-@pytest.fixture(scope="module")
-def uri(tmp_path_factory) -> str:
-    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
-    prepare_store(uri)
-    return uri
-
-
-@pytest.fixture(scope="module")
-def client(uri) -> MlflowClient:
-    return MlflowClient(uri)
-
-
 def info(run_dir: Path, start_step: int = 0) -> RunInfo:
     return RunInfo(name="run", run_dir=run_dir, params={"algo.beta": 0.04}, tags={"algo": "grpo"},
                    start_step=start_step, total_steps=8, extra={})

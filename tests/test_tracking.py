@@ -48,18 +48,6 @@ def history(client: MlflowClient, rid: str, name: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(rid, name))
 
 
-@pytest.fixture(scope="module")
-def uri(tmp_path_factory) -> str:
-    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
-    prepare_store(uri)
-    return uri
-
-
-@pytest.fixture(scope="module")
-def client(uri) -> MlflowClient:
-    return MlflowClient(uri)
-
-
 def test_simulated_run_lands_in_store(uri, client, tmp_path):
     run_dir = tmp_path / "run"
     listener = MlflowListener(uri, "simulated", run_dir, gated=True, flush_every_s=3600.0)
