@@ -4,7 +4,8 @@
      with its real listeners: console, MLflow): steady-state seconds per step, time from
      process start to the first training step, peak RSS;
   2. bare Tunix: RLCluster + GRPOLearner(GRPOConfig).train() on the same tiny model, the
-     same warm-start weights, prompts, rewards and batch shapes: steady-state s/step.
+     same warm-start weights, prompts, rewards, batch shapes, optimizer and sampling keys
+     (so both decode the same completions): steady-state s/step.
 
 Targets: step-time ratio rlexp/bare <= 1.00; first step <= 30 s warm (40 s cold); peak
 RSS <= 3 GB.
@@ -68,7 +69,8 @@ def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
 
         def on_metrics(self, step, metrics):
             stamps["metrics"].append(time.time())
-            stamps["times"].append({k: v for k, v in metrics.items() if k.startswith("time/")})
+            stamps["times"].append({k: v for k, v in metrics.items() if k.startswith("time/")
+                                    or k.startswith("train/completion_length")})
 
     make = experiment._listeners
     experiment._listeners = lambda c, d: [*make(c, d), Stamps()]
@@ -85,7 +87,6 @@ def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
 def part_bare(overrides: list[str], trace: bool = False) -> dict:
     """Tunix's own GRPO loop; nothing of rlexp but config values, weights and data."""
     import numpy as np
-    import optax
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
     from tunix.rl import rl_cluster as rlc
     from tunix.rl.grpo.grpo_learner import GRPOConfig, GRPOLearner
@@ -93,6 +94,7 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
 
     from rlexp import models, rewards, warm_start
     from rlexp.engine import models as engine_models
+    from rlexp.engine.tunix_adapter import optimizer
     from rlexp.data import build_splits, load_problems
     from rlexp.hardware import role_meshes
 
@@ -108,17 +110,23 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
     stamps: list[float] = []
     terms = rewards.for_run(cfg)
 
+    lengths: list[dict] = []
+
     def make_fn(term, first):
         def fn(prompts, completions, answer, **_):
             if first:
                 stamps.append(time.time())
+                n = [len(raw_tok.encode(c)) for c in completions]  # decode steps ~ the longest
+                lengths.append({"train/completion_length": sum(n) / len(n),
+                                "train/completion_length_max": max(n)})
             return list(term(prompts, completions, [str(x) for x in answer]))  # weighted
         fn.__name__ = term.name
         return fn
 
     reward_fns = [make_fn(term, i == 0) for i, term in enumerate(terms)]
-    opt = optax.chain(optax.clip_by_global_norm(t.grad_clip),
-                      optax.adamw(t.learning_rate, b1=0.9, b2=0.99, weight_decay=t.weight_decay))
+    # The run's optimizer as optax values (clip, AdamW, its learning-rate schedule): the same
+    # updates on both sides, so both policies decode the same lengths.
+    opt = optimizer(cfg)
     rollout = base_rollout.RolloutConfig(max_tokens_to_generate=r.max_completion_length,
                                          temperature=r.temperature, top_p=1.0,
                                          max_prompt_length=r.max_prompt_length,
@@ -138,10 +146,39 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
         kl_loss_mode={"k1": "kl", "k2": "mse_kl", "k3": "low_var_kl"}[a.kl_estimator]),
         reward_fns=reward_fns)
     batches = [splits.train_batch(s, t.batch_size, t.seed) for s in range(t.steps)]
+    _fresh_sampling_keys(cluster, stamps, t.seed)
     times = _trace_bare(learner, cluster, stamps) if trace else []
     learner.train(batches)
+    for entry, n in zip(times, lengths):
+        entry.update(n)
     return {"intervals": [b - a for a, b in zip(stamps, stamps[1:])], "peak_rss_mb": _peak_rss_mb(),
             "times": times}
+
+
+def _fresh_sampling_keys(cluster, stamps: list, seed: int) -> None:
+    """Tunix 0.1.7's vanilla rollout passes one RolloutConfig.seed to every sampler call, so
+    bare Tunix samples the same noise at every step: fewer long outliers, and the decode
+    loop (which runs until the longest row ends) does less work than rlexp's, whose key is
+    fresh per step. Give the bare loop the keys rlexp uses (rollout_key(seed, step) folded
+    with the call number; a pure function), so both sides sample the same completions."""
+    import dataclasses
+
+    import jax
+
+    from rlexp.engine import rollout_key
+
+    rollout = cluster.rollout
+    generate = rollout.generate
+    calls = {"step": -1, "n": 0}
+
+    def keyed_generate(prompts, rollout_config, **kw):
+        step = len(stamps)  # the reward stamp of step k comes after its rollout
+        calls["n"] = calls["n"] + 1 if calls["step"] == step else 1
+        calls["step"] = step
+        key = jax.random.fold_in(rollout_key(seed, step + 1), calls["n"])
+        return generate(prompts, dataclasses.replace(rollout_config, seed=key), **kw)
+
+    rollout.generate = keyed_generate
 
 
 def _trace_bare(learner, cluster, stamps: list) -> list:
@@ -229,7 +266,9 @@ def phases(result: dict) -> dict[str, float]:
     rows = []
     for t, gap in zip(steps, gaps):
         rollout, prepare = t.get("time/rollout_s", 0.0), t.get("time/prepare_s", 0.0)
-        row = {"step interval": gap, "rollout (sampler)": rollout,
+        row = {"completion tokens, mean": t.get("train/completion_length", float("nan")),
+               "completion tokens, longest": t.get("train/completion_length_max", float("nan")),
+               "step interval": gap, "rollout (sampler)": rollout,
                "reward, advantage, log-probs": prepare - rollout}
         if "time/step_s" in t:  # rlexp: the step is timed from outside, the fetch inside
             fetch = t.get("time/fetch_s", 0.0)
