@@ -1,9 +1,9 @@
 """Export (Tunix params -> Hugging Face dir) and fork (run.init_from).
 
-torch is not installed (PyPI's Linux wheel is 539 MB plus CUDA wheels), so `transformers`
-cannot run a forward pass here; the export is checked (a) against Tunix's own loader mapping
-and by loading it back through rlexp with the same logits, (b) with transformers'
-AutoConfig/AutoTokenizer, (c) against the NumPy reference forward of tests/test_models.py.
+The export is checked (a) against Tunix's own loader mapping and by loading it back through
+rlexp with the same logits, (b) with transformers' AutoConfig/AutoTokenizer, (c) against the
+NumPy reference forward of tests/test_models.py, and (d) by a forward pass of transformers'
+AutoModelForCausalLM on torch (tests/hf_forward.py: torch lives in a directory of its own).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rlexp import export
 from rlexp.config import ModelConfig
 from rlexp.errors import UserError
 from rlexp.tokenizer import BOS, CharTokenizer
+from hf_forward import hf_logits, require_torch
 from test_models import SMALL, numpy_qwen3, random_hf_weights
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -108,6 +109,30 @@ def test_export_dir_loads_with_transformers_config_and_tokenizer(tmp_path):
     tokens = np.array([BOS, 40, 41, 17, 20, 90, 33, 5], dtype=np.int32)
     np.testing.assert_allclose(numpy_qwen3(weights, m, tokens), numpy_qwen3(hf, m, tokens),
                                rtol=1e-12, atol=1e-12)
+
+
+def _rlexp_logits(path: Path, m: ModelConfig, tokens: np.ndarray) -> np.ndarray:
+    """[T, V] logits of the model dir at `path` loaded through rlexp (Tunix's model)."""
+    import jax.numpy as jnp
+
+    from rlexp.engine import models as engine_models
+
+    model = engine_models.build_model(ModelConfig(**{**m.__dict__, "path": str(path)}), None, 0)
+    T = len(tokens)
+    return np.asarray(model(jnp.asarray(tokens[None]), jnp.arange(T)[None], None,
+                            jnp.tril(jnp.ones((T, T), bool))[None])[0][0])
+
+
+def test_export_runs_in_transformers_with_rlexp_logits(tmp_path):
+    """transformers' Qwen3ForCausalLM on the export = rlexp on the export = NumPy (float32)."""
+    require_torch()
+    m = ModelConfig(**SMALL)
+    out, hf = _write_export(tmp_path, m)
+    tokens = np.array([BOS, 40, 41, 17, 20, 90, 33, 5, 60, 61], dtype=np.int32)
+    theirs = hf_logits(out, tokens)
+    assert theirs.shape == (len(tokens), m.vocab_size)
+    np.testing.assert_allclose(theirs, _rlexp_logits(out, m, tokens), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(theirs, numpy_qwen3(hf, m, tokens), rtol=1e-5, atol=1e-5)
 
 
 def test_export_copies_source_config_and_tokenizer_files(tmp_path):
@@ -206,14 +231,16 @@ def _rlexp(cwd: Path, *overrides: str) -> dict:
 
 @pytest.mark.slow
 def test_train_export_load_back_and_fork(tmp_path):
-    """Acceptance: tiny trains 4 steps and exports; the export loads back through rlexp with
-    the checkpoint's logits (1e-5, float32) and through the NumPy reference; a fork starts
-    from the final weights (its first eval = the origin's last) and leaves the origin as is."""
+    """Acceptance: tiny trains 4 steps and exports; the export loads back through transformers
+    and through rlexp with the checkpoint's logits (1e-5, float32), and through the NumPy
+    reference; a fork starts from the final weights (its first eval = the origin's last) and
+    leaves the origin as is."""
     import jax.numpy as jnp
     from safetensors.numpy import load_file
 
     from rlexp.engine import models as engine_models
 
+    require_torch()
     # a short warm start: enough for the greedy evaluation to score (a meaningful comparison)
     origin = _rlexp(tmp_path, "train.steps=4", "model.warm_start_steps=100")
     run_dir = Path(origin["run_dir"])
@@ -223,14 +250,13 @@ def test_train_export_load_back_and_fork(tmp_path):
     from_ckpt = engine_models.build_model(m, None, 0)
     export.init_model(from_ckpt, export.load_checkpoint(export.find_checkpoint(str(run_dir))),
                       str(run_dir))
-    m_export = ModelConfig(**{**m.__dict__, "path": str(run_dir / "export")})
-    from_export = engine_models.build_model(m_export, None, 0)
     tokens = np.array([BOS, 40, 41, 17, 20, 90, 33, 5, 60, 61], dtype=np.int32)
     T = len(tokens)
-    args = (jnp.asarray(tokens[None]), jnp.arange(T)[None], None,
-            jnp.tril(jnp.ones((T, T), bool))[None])
-    want = np.asarray(from_ckpt(*args)[0][0])
-    np.testing.assert_allclose(np.asarray(from_export(*args)[0][0]), want, rtol=1e-5, atol=1e-5)
+    want = np.asarray(from_ckpt(jnp.asarray(tokens[None]), jnp.arange(T)[None], None,
+                                jnp.tril(jnp.ones((T, T), bool))[None])[0][0])
+    exported = run_dir / "export"
+    np.testing.assert_allclose(_rlexp_logits(exported, m, tokens), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(hf_logits(exported, tokens), want, rtol=1e-5, atol=1e-5)
     numpy_logits = numpy_qwen3(load_file(str(run_dir / "export" / "model.safetensors")), m, tokens)
     np.testing.assert_allclose(numpy_logits, want, rtol=2e-4, atol=2e-4)
 
@@ -258,6 +284,7 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
     from rlexp import smollm2
     from test_smollm2 import _rlexp_model
 
+    require_torch()
     source = smollm2.ensure_converted(tmp_path / "cache")
     model, _ = _rlexp_model(source)
     state = nnx.state(model, nnx.Param).to_pure_dict()
@@ -279,6 +306,11 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
         np.testing.assert_allclose(got[key].astype(np.float32), want[key].astype(np.float32),
                                    rtol=0, atol=0, err_msg=key)
     assert AutoConfig.from_pretrained(str(out)).model_type == "llama"
+    # 30 layers of float32 (the recipe's dtype): transformers and rlexp agree to 1e-4
+    ids = np.array(AutoTokenizer.from_pretrained(str(source)).encode("What is 12 + 30?"))
+    assert m.dtype == "float32"
+    np.testing.assert_allclose(hf_logits(out, ids), _rlexp_logits(out, m, ids),
+                               rtol=1e-4, atol=1e-4)
     text = "What is 12 + 30?"
     assert AutoTokenizer.from_pretrained(str(out)).encode(text) == \
         AutoTokenizer.from_pretrained(str(source)).encode(text)
