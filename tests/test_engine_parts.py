@@ -157,3 +157,37 @@ def test_masked_entropy_against_numpy():
     # uniform logits: log(V) nats
     np.testing.assert_allclose(float(masked_entropy(jnp.zeros((1, 2, 5)), jnp.ones((1, 2)))),
                                np.log(5), rtol=1e-6)
+
+
+def test_a_job_runs_with_the_heap_before_it_frozen():
+    """experiment._frozen_heap: what existed before the job is out of the collector's walks
+    (Tunix's gc.collect() calls), the next job in the process first collects the previous
+    job's cyclic garbage, and everything is handed back at the end."""
+    import gc
+    import weakref
+
+    from rlexp import experiment
+
+    class Node:
+        pass
+
+    def cycle() -> "weakref.ref":
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    assert gc.get_freeze_count() == 0
+    with experiment._frozen_heap():
+        assert gc.get_freeze_count() > 0
+        garbage = cycle()  # made by "the job": collectable while frozen
+        gc.collect()
+        assert garbage() is None
+        left = cycle()  # garbage the job leaves behind
+    assert gc.get_freeze_count() == 0
+    gc.disable()  # no automatic collection between the two jobs
+    try:
+        assert left() is not None
+        with experiment._frozen_heap():  # a second job in this process collects it first
+            assert left() is None
+    finally:
+        gc.enable()

@@ -28,7 +28,7 @@ from sweep_helpers import (TINY, explain, fault_env, mlflow_children, only_sweep
 
 LAUNCHERS = {
     "basic": "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
-    "joblib": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+    "joblib": "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher",
     "submitit_local": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
     "submitit_slurm": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
     "rlexp_slurm": "hydra_plugins.rlexp_slurm_launcher.slurm_launcher.RlexpSlurmLauncher",
@@ -67,6 +67,32 @@ def test_launcher_option_composes_and_its_class_is_a_hydra_launcher(name, hydra_
 def test_joblib_runs_two_jobs_at_a_time(hydra_conf):
     cfg = compose("config", overrides=["hydra/launcher=joblib"], return_hydra_config=True)
     assert cfg.hydra.launcher.n_jobs == 2  # this machine has 2 cores
+
+
+def _hold_memory(mb: int) -> int:
+    """A loky task that keeps `mb` MB resident in its worker (what a job's caches look like)."""
+    import os
+
+    import numpy as np
+
+    globals().setdefault("_held", []).append(np.ones(mb << 20, np.uint8))
+    return os.getpid()
+
+
+def test_warmed_joblib_workers_are_the_ones_that_run_the_jobs():
+    """The warm-up runs in the executor Hydra's launch then reuses, and a first job that
+    grows a warmed worker by more than loky's 300 MB leak allowance keeps that worker."""
+    from joblib import Parallel, delayed
+
+    from hydra_plugins.rlexp_presets.joblib_launcher import import_engine, parallel_kwargs
+
+    kwargs = parallel_kwargs({"n_jobs": 2, "batch_size": "auto", "pre_dispatch": "2*n_jobs",
+                              "max_nbytes": None})
+    assert kwargs["backend"] == "loky"
+    warmed = set(Parallel(**kwargs)(delayed(import_engine)(("json",)) for _ in range(2)))
+    ran = Parallel(**kwargs)(delayed(_hold_memory)(400) for _ in range(4))
+    ran += Parallel(**kwargs)(delayed(_hold_memory)(1) for _ in range(4))
+    assert set(ran) <= warmed, (warmed, ran)
 
 
 def test_launcher_plugins_are_discovered_by_hydra():

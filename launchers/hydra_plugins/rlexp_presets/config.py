@@ -1,4 +1,5 @@
-"""`hydra/launcher=joblib` with n_jobs=2 instead of the plugin's -1 (one worker per CPU).
+"""`hydra/launcher=joblib` with n_jobs=2 instead of the plugin's -1 (one worker per CPU), and
+workers that import rlexp's engine while Hydra prepares the sweep (joblib_launcher.py).
 
 Each rlexp job already keeps every core busy through XLA, so more parallel jobs than 2 add
 memory and contention, not speed; raise it on a big machine: hydra.launcher.n_jobs=8.
@@ -26,6 +27,8 @@ if JobLibLauncherConf is not None:
 
     @dataclass
     class RlexpJoblibConf(JobLibLauncherConf):
+        # The plugin's launcher whose workers import rlexp while Hydra prepares the sweep.
+        _target_: str = "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher"
         # Concurrent jobs: 2 (see the module docstring); -1 = one per CPU.
         n_jobs: int = 2
 
