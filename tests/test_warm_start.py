@@ -37,3 +37,49 @@ def test_batch_masks_only_the_completion_and_eos():
     assert mask.sum() == n_completion and b["valid"][0].sum() == n_prompt + n_completion
     assert tok.decode(list(ids[n_prompt:])) == "<answer>2</answer>"
     np.testing.assert_array_equal(make_batch(tok, [ex], 8)["ids"][0][:5], ids[:5])  # truncation
+
+
+def test_scanned_chunks_train_exactly_like_one_jitted_call_per_step():
+    """warm_start.train runs its steps in lax.scan chunks; the weights and losses must be the
+    ones a plain loop of jitted steps gives, whatever the chunking (5 steps: 2+2+1)."""
+    import optax
+    from flax import nnx
+
+    from rlexp.config import ModelConfig
+    from rlexp.data import batch_indices
+    from rlexp.engine.models import build_model
+    from rlexp.warm_start import sequence_loss, train
+    from test_models import SMALL
+
+    m = ModelConfig(**SMALL)
+    tok = CharTokenizer(m.vocab_size)
+    examples = [Example(prompt=f"{a}+{b}=", answer=str(a + b), reference=f"<answer>{a + b}</answer>",
+                        question=f"{a}+{b}") for a in range(6) for b in range(3)]
+    args = dict(steps=5, lr=3e-3, batch_size=4, length=24, seed=0)
+
+    def params(model):
+        return {"/".join(map(str, k)): np.asarray(v)
+                for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+    reference = build_model(m, None, 0)
+    opt = nnx.Optimizer(reference, optax.chain(optax.clip_by_global_norm(1.0),
+                                               optax.adamw(args["lr"], weight_decay=0.0)), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer, ids, valid, loss_mask):
+        loss, grads = nnx.value_and_grad(sequence_loss)(model, ids, valid, loss_mask)
+        optimizer.update(model, grads)
+        return loss
+
+    want = []
+    for k in range(args["steps"]):
+        b = make_batch(tok, [examples[i] for i in batch_indices(len(examples), 4, 0, k)], 24)
+        want.append(float(step(reference, opt, b["ids"], b["valid"], b["loss_mask"])))
+    for chunk in (2,):  # two chunk shapes: 2 and the remainder 1
+        model = build_model(m, None, 0)
+        got = train(model, tok, examples, chunk=chunk, **args)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        for name, value in params(reference).items():
+            np.testing.assert_allclose(params(model)[name], value, rtol=1e-5, atol=1e-6,
+                                       err_msg=name)
+    assert want[-1] < want[0]
