@@ -473,3 +473,22 @@ def test_spool_survives_a_torn_last_line(tmp_path):
         f.write('{"kind": "metr')  # the process died mid-write
     assert [r["step"] for r in Spool(tmp_path / SPOOL_FILE).read()] == [1]
     shutil.rmtree(tmp_path)
+
+
+def test_a_store_prepared_in_the_background_is_whole_once_waited_for(tmp_path):
+    """tracking.warm_up's thread makes a new sqlite store (schema and all) while the engine
+    builds; wait_prepared (the listener's first act) returns once it is usable."""
+    from rlexp.tracking import store
+
+    db = tmp_path / "new" / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    cfg = Config()
+    cfg.tracker.uri = uri
+    from rlexp.tracking import warm_up
+
+    warm_up(cfg)
+    store.wait_prepared(uri)
+    assert uri in store._prepared and db.is_file()
+    client = MlflowClient(uri)
+    assert client.get_experiment(client.create_experiment("x")).name == "x"
+    store.wait_prepared(uri)  # a second wait (or none started) returns at once

@@ -238,6 +238,9 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
 
     scrub_run_dir(run_dir)
     started = time.time()
+    from rlexp.tracking import warm_up
+
+    warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
     try:
         from rlexp import engine as engine_lib
         from rlexp.storage import check_backend

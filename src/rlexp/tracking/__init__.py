@@ -4,6 +4,7 @@ Entry points for the rest of rlexp (none imports mlflow until it is used):
   default_uri(cfg)             the run's tracking URI, None when tracker=none
   prepare_store(uri)           create/upgrade a sqlite store once, under a file lock
   make_listener(cfg, run_dir)  the MLflow listener (None when tracker=none)
+  warm_up(cfg)                 import MLflow and open the store on a thread, ahead of the run
   parent_run_id(sweep_dir)     the sweep's parent run, written by callback.SweepCallback
   run_id(run_dir)              the MLflow run a run dir logs to (tracking.json)
 """
@@ -25,8 +26,8 @@ PARENT_FILE = "parent_run.json"
 # The keys a sweep varies (written by callback.SweepCallback), for its jobs' run names.
 SWEPT_FILE = "swept_keys.json"
 
-__all__ = ["default_uri", "prepare_store", "resolve_uri", "make_listener", "parent_run_id",
-           "run_id", "swept_keys", "PARENT_FILE", "SWEPT_FILE"]
+__all__ = ["default_uri", "prepare_store", "resolve_uri", "make_listener", "warm_up",
+           "parent_run_id", "run_id", "swept_keys", "PARENT_FILE", "SWEPT_FILE"]
 
 
 def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
@@ -44,6 +45,16 @@ def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
                           constant=constant_metrics(cfg.algo.num_iterations, t.batch_size,
                                                     t.mini_batch_size),
                           system_metrics_every_s=cfg.tracker.system_metrics_every_s)
+
+
+def warm_up(cfg: "Config") -> None:
+    """Start importing MLflow and opening the run's store on a thread, before the engine is
+    built (store.prepare_in_background); the listener waits for it at run start."""
+    uri = default_uri(cfg)
+    if uri is not None:
+        from rlexp.tracking.store import prepare_in_background
+
+        prepare_in_background(uri)
 
 
 def parent_run_id(sweep_dir: Path) -> str | None:

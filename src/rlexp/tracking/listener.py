@@ -110,6 +110,7 @@ class MlflowListener(Listener):
     # ------------------------------------------------------------------------------ events
 
     def on_run_start(self, info: RunInfo) -> None:
+        store.wait_prepared(self.uri)  # tracking.warm_up's thread, if the job started one
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._hold_lock()
         link = Link.load(self.run_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -103,6 +104,37 @@ def prepare_store(uri: str) -> None:
     except Exception as exc:  # the listener spools and retries
         print(f"rlexp: warning: could not prepare the MLflow store {uri}: "
               f"{first_line(exc)}", flush=True)
+
+
+# Stores being prepared on a thread while the job builds its engine (prepare_in_background).
+_background: dict[str, threading.Thread] = {}
+
+
+def prepare_in_background(uri: str) -> None:
+    """Import MLflow and create or open the store on a thread: the job meanwhile builds its
+    engine (model, warm start, Tunix), mostly compiled JAX code outside the GIL, so the
+    MLflow import (2.5 s) and a new sqlite store's schema (2 s) leave the path to the first
+    step. The listener waits for it (wait_prepared) and reports any error itself."""
+    if uri in _prepared or uri in _background:
+        return
+
+    def prepare() -> None:
+        try:
+            ensure_store(uri)
+        except Exception:  # the listener's own ensure_store raises or warns as usual
+            pass
+
+    # Not a daemon: a job that exits early (bad input found while building) waits for the
+    # schema migration to end instead of leaving a half-migrated store.
+    thread = threading.Thread(target=prepare, name="rlexp-mlflow-store", daemon=False)
+    _background[uri] = thread
+    thread.start()
+
+
+def wait_prepared(uri: str) -> None:
+    thread = _background.pop(uri, None)
+    if thread is not None:
+        thread.join()
 
 
 def ensure_store(uri: str) -> None:
