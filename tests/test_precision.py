@@ -30,7 +30,7 @@ def _one_update(cfg: Config, remat: str = "none"):
     from flax import nnx
 
     from rlexp.engine import models, numerics, tunix_adapter
-    from rlexp.warm_start import _flatten
+    from rlexp.weights import flatten
 
     numerics.use_training_remat("qwen3", remat)
     try:
@@ -46,7 +46,7 @@ def _one_update(cfg: Config, remat: str = "none"):
             return -jnp.take_along_axis(logp, tokens[:, 1:, None], -1).mean()
 
         def flat(tree):
-            return {k: np.asarray(v) for k, v in _flatten(tree.to_pure_dict()).items()}
+            return {k: np.asarray(v) for k, v in flatten(tree.to_pure_dict()).items()}
 
         @nnx.jit
         def step(model, opt):

@@ -83,3 +83,24 @@ def test_scanned_chunks_train_exactly_like_one_jitted_call_per_step():
             np.testing.assert_allclose(params(model)[name], value, rtol=1e-5, atol=1e-6,
                                        err_msg=name)
     assert want[-1] < want[0]
+
+
+def test_weights_round_trip_through_flat_names_in_the_models_dtypes():
+    """rlexp.weights: params -> flat dict -> assign restores every parameter (and casts to
+    the model's dtype), with either separator."""
+    import jax.numpy as jnp
+
+    from rlexp.config import ModelConfig
+    from rlexp.engine.models import build_model
+    from rlexp.weights import assign, params
+    from test_models import SMALL
+
+    m = ModelConfig(**SMALL)
+    a, b = build_model(m, None, 0), build_model(m, None, 1)
+    for sep in ("/", "."):
+        flat = {k: np.asarray(v, np.float64) for k, v in params(a, sep).items()}
+        assert all(sep in k for k in flat)
+        assign(b, flat, sep)
+        for k, v in params(b, sep).items():
+            assert v.dtype == jnp.float32
+            np.testing.assert_array_equal(np.asarray(v), flat[k].astype(np.float32), err_msg=k)

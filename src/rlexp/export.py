@@ -288,34 +288,15 @@ def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
 
 def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
     """Set an nnx model's parameters from a checkpoint's (same names and shapes)."""
-    import jax.numpy as jnp
-    from flax import nnx
+    from rlexp.weights import assign, params
 
-    state = nnx.state(model, nnx.Param)
-    mine: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        for k, v in node.items():
-            if isinstance(v, dict):
-                walk(v, f"{prefix}{k}.")
-            else:
-                mine[f"{prefix}{k}"] = v
-
-    pure = state.to_pure_dict()
-    walk(pure, "")
-    for key, value in mine.items():
+    for key, value in params(model, sep=".").items():
         theirs = flat.get(key)
         if theirs is None or tuple(theirs.shape) != tuple(value.shape):
             got = "missing" if theirs is None else f"shape {tuple(theirs.shape)}"
             raise UserError(f"run.init_from={origin}: parameter {key} is {got} in the origin, "
                             f"{tuple(value.shape)} here; the model config must match the origin's")
-
-    def fill(node: Any, prefix: str) -> Any:
-        return {k: fill(v, f"{prefix}{k}.") if isinstance(v, dict)
-                else jnp.asarray(flat[f"{prefix}{k}"], dtype=v.dtype) for k, v in node.items()}
-
-    state.replace_by_pure_dict(fill(pure, ""))
-    nnx.update(model, state)
+    assign(model, flat, sep=".")
 
 
 def init_from(cfg: Any, model: Any) -> dict[str, str]:

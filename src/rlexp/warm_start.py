@@ -122,9 +122,9 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
 
 
 def save_params(model: Any, path: Path) -> None:
-    from flax import nnx
+    from rlexp.weights import params
 
-    flat = _flatten(nnx.state(model, nnx.Param).to_pure_dict())
+    flat = params(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     # per-process temporary name + atomic rename: concurrent sweep jobs that all trained the
     # warm start never read (or write) half a file
@@ -134,30 +134,10 @@ def save_params(model: Any, path: Path) -> None:
 
 
 def load_params(model: Any, path: Path) -> None:
-    import jax.numpy as jnp
-    from flax import nnx
+    from rlexp.weights import assign
 
-    state = nnx.state(model, nnx.Param)
     with np.load(path) as data:
-        flat = {k: jnp.asarray(data[k]) for k in data.files}
-    state.replace_by_pure_dict(_unflatten(flat, state.to_pure_dict()))
-    nnx.update(model, state)
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
-
-
-def _unflatten(flat: dict[str, Any], like: dict, prefix: str = "") -> dict:
-    return {k: (_unflatten(flat, v, f"{prefix}{k}/") if isinstance(v, dict) else flat[f"{prefix}{k}"])
-            for k, v in like.items()}
+        assign(model, {k: data[k] for k in data.files})
 
 
 def _keep_cache(cfg: Config, path: Path) -> None:

@@ -88,12 +88,10 @@ class TunixEngine:
     def policy_state(self) -> dict[str, Any]:
         """A NumPy copy of the policy's parameters (flattened names -> arrays)."""
         import numpy as np
-        from flax import nnx
 
-        from rlexp.warm_start import _flatten
+        from rlexp.weights import params
 
-        state = nnx.state(self.cluster.actor_trainer.model, nnx.Param).to_pure_dict()
-        return {k: np.array(v) for k, v in _flatten(state).items()}
+        return {k: np.array(v) for k, v in params(self.cluster.actor_trainer.model).items()}
 
     def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
         from rlexp.engine.checkpointing import EngineCheckpoints
