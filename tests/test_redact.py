@@ -226,3 +226,20 @@ def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
         assert noise not in console, noise
     # Piped (not a terminal): one line per event, no progress-bar redraws.
     assert "\r" not in console and console.count("step 1/1: reward") == 2, console[-3000:]
+
+
+def test_cfg_job_prints_the_config_without_credentials(tmp_path):
+    """`python -m rlexp --cfg job` prints the composed config; the tracking URI's password and
+    a secret-named key's value are masked there too, the rest is printed as composed."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlexp", "--cfg", "job",
+         "tracker.uri=http://alice:s3cretpw@mlflow.example:5000", "+tracker.tags.api_key=abc123xyz"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "s3cretpw" not in proc.stdout and "abc123xyz" not in proc.stdout
+    assert f"uri: http://alice:{MASK}@mlflow.example:5000" in proc.stdout
+    assert f"api_key: '{MASK}'" in proc.stdout or f"api_key: {MASK}" in proc.stdout
+    assert "num_layers: 2" in proc.stdout

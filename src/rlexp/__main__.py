@@ -54,6 +54,10 @@ def main() -> None:
     if pre is not None:
         cli.before_launch(pre)
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
+    if pre is not None and pre.print_only:  # --cfg prints the composed config: no credentials
+        from rlexp.redact import RedactedStream
+
+        sys.stdout = RedactedStream(sys.stdout)
     app()
 
 

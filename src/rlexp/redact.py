@@ -149,6 +149,22 @@ def redact_text(text: str, extra: Iterable[str] = (), values: set[str] | None = 
     return _ASSIGNMENT.sub(mask, text)
 
 
+class RedactedStream:
+    """A text stream that masks secrets in what is written to it (`--cfg job` prints the
+    composed config, tracker.uri credentials and secret-named keys included)."""
+
+    def __init__(self, stream: Any, values: set[str] | None = None) -> None:
+        self.stream = stream
+        self.values = secret_values() if values is None else values
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact_text(text, values=self.values))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, ...
+        return getattr(self.stream, name)
+
+
 def redact_value(key: str, value: Any, values: set[str] | None = None) -> Any:
     """One param: masked when its key is secret; strings also scrubbed of secret values."""
     if is_secret_key(key) and value not in (None, ""):
