@@ -25,6 +25,20 @@ def test_cache_key_covers_what_determines_the_weights():
     assert cache_key(c) == key
 
 
+def test_cache_key_follows_the_contents_of_the_files_the_dataset_names(tmp_path):
+    prompt, data = tmp_path / "prompt.txt", tmp_path / "train.jsonl"
+    prompt.write_text("Solve: {question}")
+    data.write_text('{"question": "1+1", "answer": "2"}\n')
+    c = Config()
+    c.dataset.prompt_file, c.dataset.path = str(prompt), str(data)
+    key = cache_key(c)
+    assert cache_key(c) == key
+    prompt.write_text("Solve step by step: {question}")
+    edited_prompt = cache_key(c)
+    data.write_text('{"question": "1+2", "answer": "3"}\n')
+    assert len({key, edited_prompt, cache_key(c)}) == 3
+
+
 def test_batch_masks_only_the_completion_and_eos():
     tok = CharTokenizer(128)
     ex = Example(prompt="1+1=", answer="2", reference="<answer>2</answer>", question="1+1")

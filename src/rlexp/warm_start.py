@@ -30,11 +30,27 @@ VERSION = 2
 
 
 def cache_key(cfg: Config) -> str:
-    """Hash of what determines the warm-start weights."""
-    what = {"v": VERSION, "model": dataclasses.asdict(cfg.model), "dataset": dataclasses.asdict(cfg.dataset),
+    """Hash of what determines the warm-start weights: the config, and the contents of the
+    local files it names (an edited prompt file or dataset file is a new warm start)."""
+    d = cfg.dataset
+    what = {"v": VERSION, "model": dataclasses.asdict(cfg.model), "dataset": dataclasses.asdict(d),
             "seed": cfg.train.seed, "prompt_len": cfg.rollout.max_prompt_length,
-            "completion_len": cfg.rollout.max_completion_length}
+            "completion_len": cfg.rollout.max_completion_length,
+            "files": {key: _file_digest(value) for key, value in
+                      (("prompt_file", d.prompt_file), ("path", d.path)) if value}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_digest(path: str) -> str | None:
+    """sha256 of a local file's contents (None for anything else: a hub name, a directory)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        return None
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def cache_path(cfg: Config) -> Path:
