@@ -369,3 +369,29 @@ def test_the_last_remote_child_closes_the_parent(tmp_path):
     assert close_if_complete(uri, parent, 2) == "FAILED"
     assert client.get_run(parent).info.status == "FAILED"
     assert {a.path for a in client.list_artifacts(parent)} >= {"summary.csv", "summary.md"}
+
+
+def test_the_basic_sweeper_composes_only_jobs_preflight_did_not_check(tmp_path, monkeypatch):
+    """rlexp's hydra/sweeper=basic skips Hydra's second composition of each job when
+    pre-flight composed and checked that exact job in this process; any other batch is
+    validated by Hydra as before (here: its validation asserts, having no config loader)."""
+    from rlexp import cli
+
+    monkeypatch.setattr(cli, "CHECKED_JOBS", set())
+    monkeypatch.chdir(tmp_path)
+    cli.preflight(["-m", "train.seed=0,1", "algo.beta=0.0", "hydra/launcher=basic"])
+    # imported after Hydra's plugin scan (in pre-flight), which re-executes plugin modules
+    from hydra_plugins.rlexp_presets.sweeper import RlexpBasicSweeper
+
+    batch = [["train.seed=0", "algo.beta=0.0"], ["train.seed=1", "algo.beta=0.0"]]
+    assert {cli.task_overrides(job) for job in batch} == cli.CHECKED_JOBS
+    sweeper = RlexpBasicSweeper(max_batch_size=None)
+    sweeper.config, sweeper.hydra_context, sweeper.config_loader = None, None, None
+    sweeper.validate_batch_is_legal(batch)  # checked: nothing composed
+    with pytest.raises(AssertionError):
+        sweeper.validate_batch_is_legal([*batch, ["train.seed=2", "algo.beta=0.0"]])
+
+
+def test_basic_sweeper_is_rlexps(hydra_conf):
+    cfg = compose("config", return_hydra_config=True)
+    assert cfg.hydra.sweeper._target_ == "hydra_plugins.rlexp_presets.sweeper.RlexpBasicSweeper"

@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from rlexp.config import (Config, RewardFunctionConfig, one_line_omegaconf_error, to_config,
                           unknown_key_message)
@@ -28,6 +28,14 @@ log = logging.getLogger("rlexp")
 
 # Past this many jobs, validate each swept value once instead of the whole product.
 MAX_PRODUCT = 256
+# Task-override sets of the jobs pre-flight composed and checked in this process; the basic
+# sweeper does not compose them a second time (hydra_plugins/rlexp_presets/sweeper.py).
+CHECKED_JOBS: set[frozenset[str]] = set()
+
+
+def task_overrides(job: Sequence[str]) -> frozenset[str]:
+    """A job's overrides without hydra.* ones: what Hydra's sweeper batches hold."""
+    return frozenset(o for o in job if not o.lstrip("+~").startswith("hydra"))
 
 
 @dataclass
@@ -429,6 +437,8 @@ def preflight(argv: list[str]) -> Preflight | None:
         raise UserError(explain(exc, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
+    if not args.cfg and len(configs) == len(jobs):  # every job composed and checked
+        CHECKED_JOBS.update(task_overrides(job) for job in jobs)
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
                      job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None)
 

@@ -1,2 +1,3 @@
-"""rlexp's defaults for launchers it does not own (currently: joblib runs 2 jobs at a time,
-its workers warmed up while Hydra prepares the sweep)."""
+"""rlexp's defaults for plugins it does not own: joblib runs 2 jobs at a time with its workers
+warmed up while Hydra prepares the sweep; the basic sweeper does not compose a second time
+the jobs rlexp's pre-flight checked."""

@@ -1,5 +1,6 @@
 """`hydra/launcher=joblib` with n_jobs=2 instead of the plugin's -1 (one worker per CPU), and
-workers that import rlexp's engine while Hydra prepares the sweep (joblib_launcher.py).
+workers that import rlexp's engine while Hydra prepares the sweep (joblib_launcher.py);
+`hydra/sweeper=basic` without a second composition of jobs pre-flight checked (sweeper.py).
 
 Each rlexp job already keeps every core busy through XLA, so more parallel jobs than 2 add
 memory and contention, not speed; raise it on a big machine: hydra.launcher.n_jobs=8.
@@ -34,3 +35,17 @@ if JobLibLauncherConf is not None:
 
     ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=RlexpJoblibConf,
                                  provider="rlexp")
+
+
+# Hydra's basic sweeper (the default hydra/sweeper), without composing jobs a second time
+# when rlexp's pre-flight has checked them (sweeper.py).
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeperConf  # noqa: E402
+
+
+@dataclass
+class RlexpBasicSweeperConf(BasicSweeperConf):
+    _target_: str = "hydra_plugins.rlexp_presets.sweeper.RlexpBasicSweeper"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="basic", node=RlexpBasicSweeperConf,
+                             provider="rlexp")
