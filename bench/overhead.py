@@ -160,26 +160,24 @@ def _fresh_sampling_keys(cluster, stamps: list, seed: int) -> None:
     """Tunix 0.1.7's vanilla rollout passes one RolloutConfig.seed to every sampler call, so
     bare Tunix samples the same noise at every step: fewer long outliers, and the decode
     loop (which runs until the longest row ends) does less work than rlexp's, whose key is
-    fresh per step. Give the bare loop the keys rlexp uses (rollout_key(seed, step) folded
-    with the call number; a pure function), so both sides sample the same completions."""
-    import dataclasses
-
-    import jax
-
+    fresh per step. Give the bare loop rlexp's own SamplingKeys, reset to rollout_key(seed,
+    step) at each step as rlexp's loop does, so both sides sample the same completions."""
     from rlexp.engine import rollout_key
+    from rlexp.engine.tunix_adapter import SamplingKeys
 
-    rollout = cluster.rollout
-    generate = rollout.generate
-    calls = {"step": -1, "n": 0}
+    keys = SamplingKeys()
+    keys.attach(cluster)
+    generate = cluster.rollout.generate
+    reset_for = {"step": -1}
 
-    def keyed_generate(prompts, rollout_config, **kw):
+    def stepped_generate(*args, **kw):
         step = len(stamps)  # the reward stamp of step k comes after its rollout
-        calls["n"] = calls["n"] + 1 if calls["step"] == step else 1
-        calls["step"] = step
-        key = jax.random.fold_in(rollout_key(seed, step + 1), calls["n"])
-        return generate(prompts, dataclasses.replace(rollout_config, seed=key), **kw)
+        if reset_for["step"] != step:
+            keys.reset(rollout_key(seed, step + 1))
+            reset_for["step"] = step
+        return generate(*args, **kw)
 
-    rollout.generate = keyed_generate
+    cluster.rollout.generate = stepped_generate
 
 
 def _trace_bare(learner, cluster, stamps: list) -> list:
