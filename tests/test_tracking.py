@@ -492,3 +492,57 @@ def test_a_store_prepared_in_the_background_is_whole_once_waited_for(tmp_path):
     client = MlflowClient(uri)
     assert client.get_experiment(client.create_experiment("x")).name == "x"
     store.wait_prepared(uri)  # a second wait (or none started) returns at once
+
+
+def _schema(db: Path) -> tuple[list, list]:
+    """Tables and indexes with their columns and constraints, in an order of their own:
+    MLflow's migrations emit a table's CHECK constraints in set order (differs run to run)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        tables = sorted((kind, name, sorted(line.strip().rstrip(",") for line in sql.splitlines()))
+                        for kind, name, sql in con.execute(
+                            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE "
+                            "'sqlite_%'").fetchall())
+        rows = con.execute("SELECT version_num FROM alembic_version").fetchall()
+    con.close()
+    return tables, rows
+
+
+def test_a_new_store_copied_from_the_schema_template_is_what_mlflow_migrates(tmp_path,
+                                                                             monkeypatch):
+    """A new sqlite store starts from a migrated, empty template (store._copy_schema): the
+    same tables, indexes and alembic revision as a store MLflow builds migration by
+    migration, and a Default experiment rooted in the new store's own artifact dir."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from rlexp.tracking import store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    own = tmp_path / "own" / "mlflow.db"
+    own.parent.mkdir()
+    SqlAlchemyStore(f"sqlite:///{own}", str(tmp_path / "own" / "art")).engine.dispose()
+    for name in ("first", "second"):  # the first makes the template, the second copies it
+        db = tmp_path / name / "mlflow.db"
+        store.ensure_store(f"sqlite:///{db}")
+        assert store.schema_template().is_file()
+        assert _schema(db) == _schema(own)
+        default = MlflowClient(f"sqlite:///{db}").get_experiment("0")
+        assert default.name == "Default"
+        assert default.artifact_location == str(db.parent / "mlartifacts" / "0")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'second' / 'mlflow.db'}")
+    run = client.create_run(client.create_experiment("x"))
+    client.log_metric(run.info.run_id, "m", 1.5)
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.5}
+
+
+def test_a_broken_schema_template_falls_back_to_mlflow_migrating(tmp_path, monkeypatch):
+    from rlexp.tracking import store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = store.schema_template()
+    template.parent.mkdir(parents=True)
+    template.write_bytes(b"not a database")
+    db = tmp_path / "s" / "mlflow.db"
+    store.ensure_store(f"sqlite:///{db}")
+    assert MlflowClient(f"sqlite:///{db}").get_experiment("0").name == "Default"

@@ -54,6 +54,8 @@ class Preflight:
     overrides: list[str] = field(default_factory=list)
     # Where the run (or the sweep) would write: hydra.run.dir, or hydra.sweep.dir.
     out_dir: Path | None = None
+    # A multirun's hydra.launcher node (its _target_ and arguments), None for a single run.
+    launcher: dict[str, Any] | None = None
 
     @property
     def dry_run(self) -> bool:
@@ -401,6 +403,9 @@ def preflight(argv: list[str]) -> Preflight | None:
                 sweep = next(o.input_line for o in parsed if o.is_sweep_override())
                 raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
             out = None
+            launcher = None
+            if multirun:
+                launcher = OmegaConf.to_container(base.hydra.launcher, resolve=False)
             if not args.cfg:
                 out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
@@ -440,7 +445,8 @@ def preflight(argv: list[str]) -> Preflight | None:
     if not args.cfg and len(configs) == len(jobs):  # every job composed and checked
         CHECKED_JOBS.update(task_overrides(job) for job in jobs)
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
-                     job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None)
+                     job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
+                     launcher=launcher)
 
 
 def before_launch(pre: Preflight) -> None:
@@ -460,6 +466,18 @@ def before_launch(pre: Preflight) -> None:
     envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
     if pre.jobs and len(envs) == 1:
         setup_platform(pre.jobs[0].hardware)
+    start_workers(pre.launcher)
+
+
+def start_workers(launcher: dict[str, Any] | None) -> None:
+    """hydra/launcher=joblib: its workers start importing JAX and rlexp's engine now, while
+    this process composes the sweep and opens its MLflow parent run (joblib_launcher.py)."""
+    target = (launcher or {}).get("_target_", "")
+    if target != "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher":
+        return
+    from hydra_plugins.rlexp_presets.joblib_launcher import start_warm_up
+
+    start_warm_up({k: v for k, v in launcher.items() if k != "_target_"})
 
 
 def dry_run(pre: Preflight) -> None:

@@ -1,15 +1,16 @@
 """Hydra's joblib launcher, with its workers importing rlexp's engine while Hydra prepares.
 
 A loky worker's first job imports JAX, Tunix, Flax, orbax, MLflow and transformers (6.2 s on
-a 2-core CPU) before it trains; meanwhile the launching process was idle. Between this
-launcher's setup and its launch Hydra opens the sweep's MLflow parent (store and schema,
-~6 s on a new store) and composes every job once more (~0.4 s a job), so setup() starts the
-workers and their imports right away, in loky's reusable executor, which joblib then reuses
-for the jobs (same arguments, same executor: joblib/executor.py). launch() waits for the
-warm-up, so a job never races it.
+a 2-core CPU) before it trains; meanwhile the launching process is busy with work of its own:
+rlexp's pre-flight, Hydra's composition, the sweep's MLflow parent run (store and schema, ~3-6 s
+on a new store). So the workers start, and import, as early as the launching process knows
+the sweep's launcher: `start_warm_up`, called by rlexp's entry point right after pre-flight
+(rlexp.cli.before_launch), or at the latest by this launcher's setup(). They live in loky's
+reusable executor, which joblib then reuses for the jobs (same arguments, same executor:
+joblib/executor.py). launch() waits for the warm-up, so a job never races it.
 
-Workers inherit the environment of the moment they start: setup() runs after rlexp set the
-platform variables (XLA_FLAGS for emulated devices, the GPU memory fraction) for the jobs.
+Workers inherit the environment of the moment they start: the warm-up starts after rlexp set
+the platform variables (XLA_FLAGS for emulated devices, the GPU memory fraction) for the jobs.
 """
 
 from __future__ import annotations
@@ -67,28 +68,43 @@ def parallel_kwargs(joblib_cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+# The warm-up of this process's workers, started once (by rlexp's entry point or by setup()).
+_warm_up: threading.Thread | None = None
+
+
+def start_warm_up(joblib_cfg: dict[str, Any]) -> None:
+    """Start the workers Hydra's launch() will use, importing rlexp's engine, on a thread."""
+    global _warm_up
+    if _warm_up is None:
+        _warm_up = threading.Thread(target=_warm_workers, args=(dict(joblib_cfg),),
+                                    name="rlexp-joblib-warm-up", daemon=True)
+        _warm_up.start()
+
+
+def wait_warm_up() -> None:
+    if _warm_up is not None:
+        _warm_up.join()
+
+
+def _warm_workers(joblib_cfg: dict[str, Any]) -> None:
+    try:
+        from joblib import Parallel, delayed, effective_n_jobs
+
+        kwargs = parallel_kwargs(joblib_cfg)
+        workers = effective_n_jobs(kwargs.get("n_jobs", -1))
+        pids = Parallel(**kwargs)(delayed(import_engine)() for _ in range(workers))
+        log.debug("joblib workers warmed: %s", sorted(set(pids)))
+    except Exception as exc:  # the jobs then import for themselves, as without a warm-up
+        log.debug("joblib warm-up skipped: %s", exc)
+
+
 class RlexpJoblibLauncher(JoblibLauncher):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self._warm = threading.Thread(target=self._warm_workers, name="rlexp-joblib-warm-up",
-                                      daemon=True)
-        self._warm.start()
-
-    def _warm_workers(self) -> None:
-        try:
-            from joblib import Parallel, delayed, effective_n_jobs
-
-            kwargs = parallel_kwargs(self.joblib)
-            workers = effective_n_jobs(kwargs.get("n_jobs", -1))
-            pids = Parallel(**kwargs)(delayed(import_engine)() for _ in range(workers))
-            log.debug("joblib workers warmed: %s", sorted(set(pids)))
-        except Exception as exc:  # the jobs then import for themselves, as without a warm-up
-            log.debug("joblib warm-up skipped: %s", exc)
+        start_warm_up(self.joblib)  # a no-op when the entry point started it
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        warm = getattr(self, "_warm", None)
-        if warm is not None:
-            warm.join()
+        wait_warm_up()
         return super().launch(job_overrides, initial_job_idx)
