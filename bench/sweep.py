@@ -3,6 +3,7 @@
     python bench/sweep.py                  # 8 jobs each way + SLURM overhead (if sbatch works)
     python bench/sweep.py --jobs 4 --no-slurm --json out.json
     python bench/sweep.py --no-compilation-cache   # JAX compiles in every job (the old default)
+    python bench/sweep.py --no-slurm --repeats 3   # modes alternate; medians (a noisy VM)
 
 Each mode runs the same sweep (`train.seed=0..N-1` at tiny size, MLflow on) in a fresh
 directory, so nothing is skipped as already finished; the run cache (warm-start weights and
@@ -58,7 +59,7 @@ def finished_jobs(cwd: Path) -> int:
 def sweep(mode: list[str], jobs: int, cache: Path, work: Path, name: str,
           env: dict[str, str], tiny: list[str]) -> float:
     cwd = work / name
-    cwd.mkdir()
+    cwd.mkdir(parents=True)
     seeds = ",".join(str(s) for s in range(jobs))
     wall, proc = rlexp(["-m", *mode, f"train.seed={seeds}", f"run.cache_dir={cache}", *tiny], cwd,
                        env)
@@ -102,6 +103,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--slurm-repeats", type=int, default=5)
     parser.add_argument("--no-slurm", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="time each mode this many times, alternating; report medians")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--no-compilation-cache", action="store_true",
                         help="run.compilation_cache=false: every job compiles for itself")
@@ -120,12 +123,18 @@ def main() -> None:
         check(proc, "warm-up run")
 
         load_before = os.getloadavg()[0]
-        t_basic = sweep(["hydra/launcher=basic"], args.jobs, cache, work, "basic", env, tiny)
-        t_joblib = sweep(["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.workers}"],
-                         args.jobs, cache, work, "joblib", env, tiny)
+        basics, joblibs = [], []
+        for r in range(args.repeats):
+            basics.append(sweep(["hydra/launcher=basic"], args.jobs, cache, work,
+                                f"basic/{r}", env, tiny))
+            joblibs.append(sweep(["hydra/launcher=joblib", f"hydra.launcher.n_jobs={args.workers}"],
+                                 args.jobs, cache, work, f"joblib/{r}", env, tiny))
         load_after = os.getloadavg()[0]
+        t_basic, t_joblib = statistics.median(basics), statistics.median(joblibs)
         ratio = t_joblib / t_basic
         figures = {
+            "repeats": args.repeats, "basic_walls_s": [round(t, 2) for t in basics],
+            "joblib_walls_s": [round(t, 2) for t in joblibs],
             "jobs": args.jobs, "workers": args.workers, "cpus": os.cpu_count(),
             "compilation_cache": not args.no_compilation_cache,
             # Other work on the machine competes for the same cores: report it with the times.
@@ -150,6 +159,9 @@ def main() -> None:
     print(f"  basic  (sequential)         {t_basic:8.1f} s   {figures['basic_s_per_job']:.1f} s/job")
     print(f"  joblib ({args.workers} workers)          {t_joblib:8.1f} s   "
           f"{figures['joblib_s_per_job']:.1f} s/job")
+    if args.repeats > 1:
+        print(f"  (medians of {args.repeats}: basic {figures['basic_walls_s']}, joblib "
+              f"{figures['joblib_walls_s']})")
     print(f"  joblib / basic              {ratio:8.3f}     (target <= {TARGET_RATIO}: "
           f"{'met' if figures['meets_target'] else 'NOT met'})")
     slurm = figures.get("slurm")

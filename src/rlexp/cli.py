@@ -466,18 +466,20 @@ def before_launch(pre: Preflight) -> None:
     envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
     if pre.jobs and len(envs) == 1:
         setup_platform(pre.jobs[0].hardware)
-    start_workers(pre.launcher)
+    start_workers(pre.launcher, pre.jobs)
 
 
-def start_workers(launcher: dict[str, Any] | None) -> None:
+def start_workers(launcher: dict[str, Any] | None, jobs: Sequence[Config]) -> None:
     """hydra/launcher=joblib: its workers start importing JAX and rlexp's engine now, while
     this process composes the sweep and opens its MLflow parent run (joblib_launcher.py)."""
     target = (launcher or {}).get("_target_", "")
     if target != "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher":
         return
-    from hydra_plugins.rlexp_presets.joblib_launcher import start_warm_up
+    from hydra_plugins.rlexp_presets.joblib_launcher import WARM_MODULES, start_warm_up
 
-    start_warm_up({k: v for k, v in launcher.items() if k != "_target_"})
+    hf = any(job.model.tokenizer != "char" for job in jobs)
+    start_warm_up({k: v for k, v in launcher.items() if k != "_target_"},
+                  WARM_MODULES + (("transformers",) if hf else ()))
 
 
 def dry_run(pre: Preflight) -> None:

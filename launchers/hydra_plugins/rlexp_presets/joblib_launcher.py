@@ -26,10 +26,10 @@ from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
-# What a job imports before its first step, heaviest first.
+# What a job imports before its first step, heaviest first; a job with a Hugging Face
+# tokenizer also imports transformers (1.2 s), added by rlexp.cli.start_workers.
 WARM_MODULES = ("rlexp.engine", "rlexp.engine.tunix_adapter", "orbax.checkpoint",
-                "rlexp.experiment", "rlexp.tracking.listener", "mlflow", "transformers",
-                "safetensors.numpy")
+                "rlexp.experiment", "rlexp.tracking.listener", "mlflow", "safetensors.numpy")
 
 
 # loky replaces a worker whose RSS grew 300 MB past its size after its first task
@@ -41,7 +41,9 @@ LEAK_ALLOWANCE = 4 << 30
 
 
 def import_engine(modules: Sequence[str] = WARM_MODULES) -> int:
-    """Runs in a worker: import what a job needs (nothing is initialised); returns the pid."""
+    """Runs in a worker: import what a job needs (nothing is initialised), and end the
+    worker quickly when the sweep is over (exit_now); returns the pid."""
+    import atexit
     import importlib
     import os
 
@@ -54,7 +56,32 @@ def import_engine(modules: Sequence[str] = WARM_MODULES) -> int:
             importlib.import_module(name)
         except Exception:  # a warm-up never fails a sweep: the job reports a real problem
             pass
+    atexit.unregister(exit_now)  # a worker warmed twice registers once
+    atexit.register(exit_now)
     return os.getpid()
+
+
+def exit_now() -> None:
+    """A warmed worker's first exit handler (registered after the imports, so it runs
+    before theirs): flush and leave with os._exit, as a forked multiprocessing child always
+    does. loky's workers otherwise end with sys.exit, and the interpreter then runs JAX's
+    handler (clearing every compiled program and backend) and a full garbage collection:
+    2.5 s on a 2-core CPU after a tiny job, during which Hydra's process waits for the
+    workers before it can exit. By then each job has ended its MLflow run, closed its
+    checkpoints and written its summary; handlers a job registered itself still run (they
+    are later, so earlier in the exit). The exit code is 0: loky tells a worker that broke
+    from one that ended by its exit lock, not its code."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0)
 
 
 def parallel_kwargs(joblib_cfg: dict[str, Any]) -> dict[str, Any]:
@@ -72,11 +99,11 @@ def parallel_kwargs(joblib_cfg: dict[str, Any]) -> dict[str, Any]:
 _warm_up: threading.Thread | None = None
 
 
-def start_warm_up(joblib_cfg: dict[str, Any]) -> None:
+def start_warm_up(joblib_cfg: dict[str, Any], modules: Sequence[str] = WARM_MODULES) -> None:
     """Start the workers Hydra's launch() will use, importing rlexp's engine, on a thread."""
     global _warm_up
     if _warm_up is None:
-        _warm_up = threading.Thread(target=_warm_workers, args=(dict(joblib_cfg),),
+        _warm_up = threading.Thread(target=_warm_workers, args=(dict(joblib_cfg), tuple(modules)),
                                     name="rlexp-joblib-warm-up", daemon=True)
         _warm_up.start()
 
@@ -86,13 +113,13 @@ def wait_warm_up() -> None:
         _warm_up.join()
 
 
-def _warm_workers(joblib_cfg: dict[str, Any]) -> None:
+def _warm_workers(joblib_cfg: dict[str, Any], modules: Sequence[str] = WARM_MODULES) -> None:
     try:
         from joblib import Parallel, delayed, effective_n_jobs
 
         kwargs = parallel_kwargs(joblib_cfg)
         workers = effective_n_jobs(kwargs.get("n_jobs", -1))
-        pids = Parallel(**kwargs)(delayed(import_engine)() for _ in range(workers))
+        pids = Parallel(**kwargs)(delayed(import_engine)(modules) for _ in range(workers))
         log.debug("joblib workers warmed: %s", sorted(set(pids)))
     except Exception as exc:  # the jobs then import for themselves, as without a warm-up
         log.debug("joblib warm-up skipped: %s", exc)
