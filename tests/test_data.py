@@ -294,3 +294,32 @@ def test_numina_math_option_reads_a_local_copy_with_think_tags(tmp_path):
     from rlexp.data.templates import PromptTemplate
 
     assert "<think>" in PromptTemplate.from_config(d).render("q")
+
+
+def test_procedural_problems_are_generated_once_into_the_run_cache(tmp_path):
+    """The first load writes <cache>/data/arithmetic-<hash>.json; the next reads it back
+    equal to a fresh generation, in a process that never imports reasoning-gym (1.9 s); a
+    changed difficulty is another file; a torn file is generated again."""
+    import subprocess
+    import sys
+
+    d = shipped("arithmetic", num_train=50, num_eval=8)
+    fresh = load_problems(d)
+    assert load_problems(d, str(tmp_path)) == fresh
+    files = list((tmp_path / "data").glob("arithmetic-*.json"))
+    assert len(files) == 1
+    (tmp_path / "d.json").write_text(json.dumps(d.__dict__))
+    code = ("import sys, json, pathlib; from rlexp.config import DatasetConfig; "
+            "from rlexp.data import load_problems; "
+            f"d = DatasetConfig(**json.loads(pathlib.Path({str(tmp_path / 'd.json')!r}).read_text())); "
+            f"r = load_problems(d, {str(tmp_path)!r}); "
+            "print(len(r.train), len(r.eval), r.train[0].question, 'reasoning_gym' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[:2] == ["50", "8"] and out.stdout.split()[-1] == "False", out
+    assert fresh.train[0].question in out.stdout
+    harder = shipped("arithmetic", num_train=50, num_eval=8, max_digits=2)
+    assert load_problems(harder, str(tmp_path)) == load_problems(harder)
+    assert len(list((tmp_path / "data").glob("arithmetic-*.json"))) == 2
+    files[0].write_text(files[0].read_text()[:100])  # torn
+    assert load_problems(d, str(tmp_path)) == fresh
+    assert json.loads(files[0].read_text())["train"][0][0] == fresh.train[0].question

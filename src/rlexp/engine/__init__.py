@@ -133,6 +133,10 @@ def use_compilation_cache(cfg: Config) -> Path | None:
     return path
 
 
+# The installed Tunix was checked against tunix_names in this process (a sweep's jobs share it).
+_tunix_checked = False
+
+
 def check_tunix(problems: list[str]) -> None:
     """Stop in one line when the installed Tunix lacks a private name the engine uses."""
     if problems:
@@ -155,15 +159,18 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     models.model_dir(cfg.model)  # path errors first: cheapest to report
     raw_tok = models.build_tokenizer(cfg.model)
     chat = raw_tok if cfg.model.chat_template and cfg.model.tokenizer == "hf" else None
-    raw = load_problems(cfg.dataset)
+    raw = load_problems(cfg.dataset, cfg.run.cache_dir)
     terms = rewards.for_run(cfg)
 
     use_compilation_cache(cfg)  # user input checked; before the first compile
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-    from rlexp.engine import tunix_names
+    global _tunix_checked
+    if not _tunix_checked:  # once per process: 0.28 s of source inspection, per job before
+        from rlexp.engine import tunix_names
 
-    check_tunix(tunix_names.problems())
+        check_tunix(tunix_names.problems())
+        _tunix_checked = True
     from rlexp.engine.numerics import dedicated_pad
 
     tok = TokenizerAdapter(raw_tok)
