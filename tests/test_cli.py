@@ -368,3 +368,30 @@ def test_already_finished_names_the_commit_and_the_way_to_rerun():
                             {"git.commit": "b" * 40, "git.dirty": "false"})
     assert "by commit aaaaaaaaaa" in line and "now at bbbbbbbbbb" in line
     assert "run.resume=false" in line and "\n" not in line
+
+
+@pytest.mark.parametrize("sweep", [
+    ["train.seed=0,1,2", "algo.beta=0,0.04"],
+    ["algo=grpo,gspo", "algo.beta=0.0,0.08", "train.steps=3"],
+    ["experiment=quick", "algo.beta=0.0,0.08", "+tracker.tags.team=rl"],
+    ["hardware=cpu", "train.seed=1,2", "eval.every=0,5", "dataset.seed=3", "++run.progress=false"],
+])
+def test_jobs_composed_from_an_earlier_job_equal_a_full_compose(sweep, monkeypatch):
+    """JobComposer sets a job's plain values on a job composed before instead of composing
+    again (a sweep over train.seed composes once): every job's config must equal its own
+    full compose."""
+    from rlexp.cli import JobComposer
+
+    args = ["-m", *sweep, "run.dry_run=true"]
+    fast = preflight(args)
+    monkeypatch.setattr(JobComposer, "reuse", False)
+    full = preflight(args)
+    assert len(fast.jobs) == len(full.jobs) > 1
+    assert fast.jobs == full.jobs
+    assert len({(j.train.seed, j.algo.beta, j.algo.name, j.eval.every, j.algo.epsilon)
+                for j in fast.jobs}) == len(fast.jobs)
+
+
+def test_a_bad_value_is_refused_in_every_job_composed_from_an_earlier_one():
+    with pytest.raises(UserError, match="algo.beta"):
+        preflight(["-m", "algo.beta=0.0,abc", "run.dry_run=true"])
