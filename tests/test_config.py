@@ -184,3 +184,14 @@ def test_out_of_range_values_are_refused_at_start(override, needle):
 
 def test_default_config_and_every_recipe_are_in_range():
     validate(Config())  # the schema's own defaults
+
+
+def test_run_cache_dir_defaults_to_rlexp_cache_dir_and_an_override_wins(monkeypatch, tmp_path):
+    from rlexp.cli import preflight
+
+    monkeypatch.delenv("RLEXP_CACHE_DIR", raising=False)
+    assert preflight(["run.dry_run=true"]).jobs[0].run.cache_dir == "outputs/cache"
+    monkeypatch.setenv("RLEXP_CACHE_DIR", str(tmp_path / "shared"))
+    assert preflight(["run.dry_run=true"]).jobs[0].run.cache_dir == str(tmp_path / "shared")
+    given = preflight(["run.dry_run=true", f"run.cache_dir={tmp_path / 'mine'}"])
+    assert given.jobs[0].run.cache_dir == str(tmp_path / "mine")

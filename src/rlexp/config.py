@@ -403,8 +403,10 @@ class RunConfig:
     resume: bool = True
     # Show a progress bar.
     progress: bool = True
-    # Cache shared by runs (warm-start weights keyed by what determines them).
-    cache_dir: str = "outputs/cache"
+    # Cache shared by runs: warm-start weights and generated problems keyed by what determines
+    # them, JAX's compiled programs, converted models. $RLEXP_CACHE_DIR (when set) shares one
+    # across project directories, e.g. export RLEXP_CACHE_DIR=~/.cache/rlexp.
+    cache_dir: str = "${oc.env:RLEXP_CACHE_DIR,outputs/cache}"
     # JAX's persistent compilation cache under <cache_dir>/jax: a sweep's jobs and reruns
     # load compiled programs instead of compiling again (false = off; JAX_COMPILATION_CACHE_DIR
     # in the environment wins).
