@@ -536,7 +536,9 @@ def test_a_new_store_copied_from_the_schema_template_is_what_mlflow_migrates(tmp
     assert client.get_run(run.info.run_id).data.metrics == {"m": 1.5}
 
 
-def test_a_broken_schema_template_falls_back_to_mlflow_migrating(tmp_path, monkeypatch):
+def test_a_broken_schema_template_is_made_again(tmp_path, monkeypatch):
+    """A template that is not a migrated sqlite store (torn, overwritten) is not copied: it
+    is rebuilt, and the new store is whole."""
     from rlexp.tracking import store
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -546,3 +548,4 @@ def test_a_broken_schema_template_falls_back_to_mlflow_migrating(tmp_path, monke
     db = tmp_path / "s" / "mlflow.db"
     store.ensure_store(f"sqlite:///{db}")
     assert MlflowClient(f"sqlite:///{db}").get_experiment("0").name == "Default"
+    assert store._usable(template)

@@ -71,14 +71,13 @@ def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not generated yet, or a torn file: generate (and rewrite) it
     out = _build(d)
+    from rlexp.tracking.spool import write_json_atomic
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f".{path.name}.{os.getpid()}")
-        rows = {"train": [[p.question, p.answer, p.reasoning] for p in out.train],
-                "eval": [[p.question, p.answer, p.reasoning] for p in out.eval],
-                "skipped": out.skipped}
-        part.write_text(json.dumps(rows))
-        os.replace(part, path)
+        write_json_atomic(path, {"train": [[p.question, p.answer, p.reasoning] for p in out.train],
+                                 "eval": [[p.question, p.answer, p.reasoning] for p in out.eval],
+                                 "skipped": out.skipped})
     except OSError:
         pass  # a read-only cache: generate every time, as without one
     return out
