@@ -157,11 +157,16 @@ def run_trl(model_path: str, shape: dict, steps: int, warmup: int) -> dict | str
            "--completion-length", str(shape["completion_length"]),
            "--steps", str(steps), "--warmup", str(warmup), "--dtype", shape["dtype"]]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("{")), None)
-    if proc.returncode or line is None:
-        return (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
-                or ["TRL peer failed"])[-1]
-    return json.loads(line)
+    # The peer's result is its last line; Trainer.train() prints its own dict (a repr) before.
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            out = json.loads(line)
+        except ValueError:
+            continue
+        if not proc.returncode and isinstance(out, dict) and out.get("peer") == "trl":
+            return out
+    return (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
+            or ["TRL peer failed"])[-1]
 
 
 def main(argv: list[str]) -> None:

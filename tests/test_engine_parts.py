@@ -159,14 +159,77 @@ def test_masked_entropy_against_numpy():
                                np.log(5), rtol=1e-6)
 
 
+def test_loading_pauses_the_collector_and_freezes_only_for_a_job():
+    """runtime.loading: no automatic collection while a large import runs; what it loaded is
+    frozen inside a job (handed back at the job's end) or when asked, left alone elsewhere."""
+    import gc
+
+    from rlexp import runtime
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with runtime.loading():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # not in a job: nothing frozen
+    gc.disable()  # a caller that turned the collector off keeps it off
+    try:
+        with runtime.loading():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with runtime.frozen_heap():
+        gc.unfreeze()  # count only what loading() freezes
+        with runtime.loading():
+            loaded = [object() for _ in range(10)]  # noqa: F841 - alive while frozen
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    try:
+        with runtime.loading(freeze=True):  # a sweep worker's warm-up
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_exit_now_keeps_what_a_normal_exit_keeps(tmp_path):
+    """runtime.exit_now skips the interpreter's teardown only: threads are waited for
+    (concurrent.futures' idle workers stopped), exit handlers run, output is flushed, and the
+    exit code is the one given."""
+    import subprocess
+    import sys
+
+    code = f"""
+import atexit, concurrent.futures, sys, threading, time
+from pathlib import Path
+out = Path({str(tmp_path)!r})
+pool = concurrent.futures.ThreadPoolExecutor(1)
+pool.submit(time.sleep, 0)  # an idle non-daemon worker, as MLflow and orbax leave
+def slow():
+    time.sleep(0.3)
+    (out / "thread").write_text("done")
+threading.Thread(target=slow).start()
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+sys.stdout.write("unflushed")
+from rlexp.runtime import exit_now
+exit_now(3)
+print("not reached")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stdout == "unflushed"
+    assert (tmp_path / "thread").read_text() == "done"
+    assert (tmp_path / "atexit").read_text() == "ran"
+
+
 def test_a_job_runs_with_the_heap_before_it_frozen():
-    """experiment._frozen_heap: what existed before the job is out of the collector's walks
+    """runtime.frozen_heap: what existed before the job is out of the collector's walks
     (Tunix's gc.collect() calls), the next job in the process first collects the previous
     job's cyclic garbage, and everything is handed back at the end."""
     import gc
     import weakref
 
-    from rlexp import experiment
+    from rlexp import runtime
 
     class Node:
         pass
@@ -177,7 +240,7 @@ def test_a_job_runs_with_the_heap_before_it_frozen():
         return weakref.ref(a)
 
     assert gc.get_freeze_count() == 0
-    with experiment._frozen_heap():
+    with runtime.frozen_heap():
         assert gc.get_freeze_count() > 0
         garbage = cycle()  # made by "the job": collectable while frozen
         gc.collect()
@@ -187,7 +250,7 @@ def test_a_job_runs_with_the_heap_before_it_frozen():
     gc.disable()  # no automatic collection between the two jobs
     try:
         assert left() is not None
-        with experiment._frozen_heap():  # a second job in this process collects it first
+        with runtime.frozen_heap():  # a second job in this process collects it first
             assert left() is None
     finally:
         gc.enable()

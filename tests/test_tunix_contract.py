@@ -84,3 +84,30 @@ def test_only_the_engine_imports_tunix():
                  if ENGINE not in p.parents
                  and re.search(r"^\s*(import tunix|from tunix)", p.read_text(), flags=re.M)]
     assert not offenders, f"import Tunix only inside rlexp/engine/: {offenders}"
+
+
+def test_the_engine_loads_only_the_tunix_modules_it_uses():
+    """rlexp.engine makes the tunix package without running tunix/__init__.py (which imports
+    every Tunix trainer); the top-level API still works, loaded on first use."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import rlexp.engine.tunix_adapter, tunix
+assert "tunix.rl.grpo.grpo_learner" in sys.modules
+assert "tunix.distillation" not in sys.modules, "tunix/__init__.py ran"
+from tunix.rl.grpo.grpo_learner import GRPOLearner
+assert tunix.GRPOLearner is GRPOLearner and "tunix.distillation" in sys.modules
+from importlib.metadata import version
+assert tunix.__version__ == version("google-tunix")
+try:
+    tunix.no_such_name
+except AttributeError as exc:
+    assert "no_such_name" in str(exc)
+else:
+    raise AssertionError("a missing name must stay an AttributeError")
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

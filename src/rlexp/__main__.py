@@ -63,3 +63,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    from rlexp.runtime import exit_now
+
+    exit_now()  # finished: skip the interpreter's teardown (1-2 s)

@@ -15,11 +15,11 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from rlexp import runtime
 from rlexp.config import Config
 from rlexp.errors import UserError
 from rlexp.events import Listener, Listeners, RunInfo
@@ -177,38 +177,10 @@ def run(cfg: Config, job: JobContext) -> float | None:
         _user_error(plan.why, job)
     lock = _lock_run_dir(job)  # before rlexp writes anything: a second identical command exits 2
     try:
-        with _frozen_heap():
+        with runtime.frozen_heap():
             return _run_locked(cfg, job, plan)
     finally:
         lock.release()
-
-
-# Jobs this process has started (sweeps run several in one process).
-_jobs_in_process = 0
-
-
-@contextmanager
-def _frozen_heap() -> Iterator[None]:
-    """Keep what exists before the job (imported modules, caches) out of the cyclic garbage
-    collector while the job runs. Tunix 0.1.7 calls gc.collect() four times per job
-    (tunix/rl/rl_cluster.py: RLCluster.__init__, _load_model for actor and reference;
-    tunix/sft/utils.py show_hbm_usage) and once per log-prob pass when the actor is
-    offloaded; each full collection walked every object JAX, Tunix and MLflow had loaded:
-    0.44 s each, 14 of 64 s in an 8-job tiny sweep (cProfile). Frozen, a collection walks
-    this job's objects only. A job after another in the same process (the basic launcher,
-    a joblib worker) first collects the previous job's garbage; unfreezing at the end hands
-    everything back to the collector."""
-    import gc
-
-    global _jobs_in_process
-    if _jobs_in_process:
-        gc.collect()
-    _jobs_in_process += 1
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821

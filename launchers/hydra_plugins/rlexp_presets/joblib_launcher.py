@@ -51,11 +51,14 @@ def import_engine(modules: Sequence[str] = WARM_MODULES) -> int:
 
     process_executor._MAX_MEMORY_LEAK_SIZE = max(process_executor._MAX_MEMORY_LEAK_SIZE,
                                                  LEAK_ALLOWANCE)
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # a warm-up never fails a sweep: the job reports a real problem
-            pass
+    from rlexp import runtime
+
+    with runtime.loading(freeze=True):  # the jobs' collections then skip these modules
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # a warm-up never fails a sweep: the job reports a real problem
+                pass
     atexit.unregister(exit_now)  # a worker warmed twice registers once
     atexit.register(exit_now)
     return os.getpid()

@@ -22,6 +22,39 @@ from rlexp.engine.protocol import CheckpointStore, Engine
 if TYPE_CHECKING:
     from rlexp.plan import Plan
 
+
+
+def _tunix_without_its_init() -> None:
+    """Let `import tunix.rl.rl_cluster` load what it names and no more. tunix/__init__.py
+    (0.1.7) imports every trainer Tunix ships (distillation, DPO/ORPO, PPO, agentic GRPO,
+    PEFT), which rlexp never uses: 0.4-0.8 s of each process's start on a 2-core CPU. The
+    package module is made from its spec without running that file; the first access to a
+    name the file defines (`tunix.GRPOLearner`, `tunix.__version__`) runs it, so code that
+    uses the top-level API still sees all of it."""
+    import importlib.util
+    import sys
+
+    if "tunix" in sys.modules:
+        return
+    spec = importlib.util.find_spec("tunix")
+    if spec is None or spec.loader is None:  # not installed: the first import says so
+        return
+    package = importlib.util.module_from_spec(spec)
+
+    def whole_api(name: str) -> Any:
+        del package.__getattr__  # once: names __init__ does not define stay AttributeErrors
+        spec.loader.exec_module(package)
+        try:
+            return package.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module 'tunix' has no attribute {name!r}") from None
+
+    package.__getattr__ = whole_api
+    sys.modules["tunix"] = package
+
+
+_tunix_without_its_init()  # before any rlexp.engine module imports from tunix
+
 __all__ = ["CheckpointStore", "Engine", "TunixEngine", "build", "eval_key", "rollout_key"]
 
 log = logging.getLogger(__name__)
@@ -163,7 +196,16 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     terms = rewards.for_run(cfg)
 
     use_compilation_cache(cfg)  # user input checked; before the first compile
-    from tunix.generate.tokenizer_adapter import TokenizerAdapter
+    from rlexp import runtime
+
+    with runtime.loading():  # JAX, Flax, Tunix: most of the objects a job's process holds
+        from tunix.generate.tokenizer_adapter import TokenizerAdapter
+
+        from rlexp import warm_start
+        from rlexp.engine import algo_registry as registry
+        from rlexp.engine import tunix_adapter
+        from rlexp.engine.numerics import dedicated_pad, use_training_remat
+        from rlexp.engine.probes import StepProbe
 
     global _tunix_checked
     if not _tunix_checked:  # once per process: 0.28 s of source inspection, per job before
@@ -171,8 +213,6 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
 
         check_tunix(tunix_names.problems())
         _tunix_checked = True
-    from rlexp.engine.numerics import dedicated_pad
-
     tok = TokenizerAdapter(raw_tok)
     # One position is left for the BOS token the sampler prepends.
     terms = rewards.with_token_counter(terms, lambda text: len(tok.encode(text)))
@@ -185,15 +225,9 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     if splits.skipped:
         log.warning("dataset: skipped %d malformed rows or rows without an answer", splits.skipped)
 
-    from rlexp import warm_start
-    from rlexp.engine import algo_registry as registry
-    from rlexp.engine import tunix_adapter
-    from rlexp.engine.probes import StepProbe
     from rlexp.hardware import role_meshes
 
     meshes = role_meshes(cfg.hardware)
-    from rlexp.engine.numerics import use_training_remat
-
     # Process-wide patches: set before anything traces the model (the warm start does), and
     # reset by every build so a sweep's previous job in this process leaves nothing behind.
     use_training_remat(cfg.model.family, cfg.train.remat)

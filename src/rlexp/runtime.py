@@ -1,0 +1,85 @@
+"""What an rlexp process does with Python's own machinery: the cyclic garbage collector while
+it imports and while a job runs, and how a finished command leaves.
+
+Measured on a 2-core CPU with gc.callbacks, one tiny run (16.7 s): full collections took
+2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (each full pass walks
+every object loaded so far, and the heap grows to ~570k objects); after the run, the
+interpreter's own teardown (module dicts, a last full collection, XLA's objects) took another
+1.1-1.8 s before the shell got its prompt back.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from typing import Iterator
+
+# Jobs this process has started (sweeps run several in one process), and whether one runs.
+_jobs_in_process = 0
+_in_job = False
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep what exists before the job (imported modules, caches) out of the cyclic garbage
+    collector while the job runs. Tunix 0.1.7 calls gc.collect() four times per job
+    (tunix/rl/rl_cluster.py: RLCluster.__init__, _load_model for actor and reference;
+    tunix/sft/utils.py show_hbm_usage) and once per log-prob pass when the actor is
+    offloaded; each full collection walked every object JAX, Tunix and MLflow had loaded:
+    0.44 s each, 14 of 64 s in an 8-job tiny sweep (cProfile). Frozen, a collection walks
+    this job's objects only. A job after another in the same process (the basic launcher,
+    a joblib worker) first collects the previous job's garbage; unfreezing at the end hands
+    everything back to the collector."""
+    global _jobs_in_process, _in_job
+
+    if _jobs_in_process:
+        gc.collect()
+    _jobs_in_process += 1
+    gc.freeze()
+    _in_job = True
+    try:
+        yield
+    finally:
+        _in_job = False
+        gc.unfreeze()
+
+
+@contextmanager
+def loading(freeze: bool | None = None) -> Iterator[None]:
+    """No cyclic collection while a large import runs (it leaves almost no cyclic garbage:
+    under 1,000 objects per full pass in the run above), then freeze what it loaded so the
+    job's collections (Tunix's four) skip it. Freezing is for a job (`frozen_heap` hands it
+    back at the end) or a sweep worker warming up (freeze=True); elsewhere, a test or a
+    bench building an engine by hand, the collector is only paused."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        if _in_job if freeze is None else freeze:
+            gc.freeze()
+
+
+def exit_now(code: int = 0) -> None:
+    """Leave a finished command without the interpreter's teardown: wait for the threads
+    that would be waited for (an async checkpoint, MLflow's logging queue), run every exit
+    handler (MLflow's, loky's, logging's, JAX's, which also shuts jax.distributed down),
+    flush, and os._exit. Only for a process that ran `python -m rlexp` to completion: the
+    caller is the `__main__` guard, never a library call (pytest would exit with it)."""
+    import atexit
+    import os
+    import sys
+    import threading
+
+    # What Py_FinalizeEx does first, by the same call: threading's own exit callbacks (which
+    # stop concurrent.futures' idle workers), then a join of every non-daemon thread.
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or redirected stream: nothing left to save
+            pass
+    os._exit(code)
