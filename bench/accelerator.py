@@ -5,9 +5,9 @@
     python bench/accelerator.py --hardware v6e-8 model=qwen3-0.6b model.path=/ckpt/qwen3-0.6b
     python bench/accelerator.py --compare trl          # + TRL's GRPOTrainer, same shapes
 
-Each batch size (prompts per step; rows = prompts x num_generations) is a fresh engine whose
-sampler takes the whole batch in one call (rollout.micro_batch_size = batch size), so rollout
-tokens/s shows how generation scales with rows. With `--compare trl`, bench/peers/trl_grpo.py
+Each batch size (prompts per step; rows = prompts x num_generations) is a fresh engine, in a
+process of its own, whose sampler takes the whole batch in one call (rollout.micro_batch_size
+= batch size), so rollout tokens/s shows how generation scales with rows. With `--compare trl`, bench/peers/trl_grpo.py
 runs TRL's GRPOTrainer on the same Hugging Face checkpoint, rows and lengths (it needs torch and
 trl, and a model.path, e.g. model=smollm2-135m) and the table adds rlexp/TRL step time.
 
@@ -142,6 +142,20 @@ def run(overrides: list[str], steps: int, warmup: int) -> dict:
     }
 
 
+def run_shape(overrides: list[str], steps: int, warmup: int) -> dict:
+    """run() in a child process: JAX keeps the accelerator's memory (75% of it, preallocated)
+    until its process ends, and TRL's peer, run next, needs it (it ran out of memory on an
+    H100 at 128 rows while this process held 76 GiB). The run cache keeps later shapes'
+    compiles short."""
+    cmd = [sys.executable, __file__, "--part", "--steps", str(steps), "--warmup", str(warmup),
+           "--", *overrides]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # stderr: the console
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        sys.exit(f"bench: the rlexp run failed ({' '.join(overrides)})")
+    return json.loads(line[len("RESULT "):])
+
+
 def default_batch_sizes(base: list[str]) -> list[int]:
     """Prompts per step: 32/128/256 rows at 4 generations on a GPU (the shapes measured
     against TRL), 2/4/8 prompts on the CPU (kept small: a few minutes in all)."""
@@ -178,16 +192,20 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--batch-sizes", help="prompts per step, comma-separated "
                         "(default: 8,32,64 on a GPU, 2,4,8 on the CPU)")
     parser.add_argument("--compare", choices=["trl"], help="also run a peer on the same shapes")
+    parser.add_argument("--part", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.part:  # one shape, in a process of its own (see run_shape)
+        print("RESULT " + json.dumps(run(args.overrides, args.steps, args.warmup)), flush=True)
+        return
     base = [f"hardware={args.hardware}"] if args.hardware else detect_hardware()
     sizes = ([int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes
              else default_batch_sizes(base))
     rows = []
     for b in sizes:
         # Benchmarks measure speed: no warm-start stage, no tracking; one sampler call a step.
-        out = run([*base, "model.warm_start_steps=0", "tracker=none", *args.overrides,
-                   f"train.batch_size={b}", f"rollout.micro_batch_size={b}"],
-                  args.steps, args.warmup)
+        out = run_shape([*base, "model.warm_start_steps=0", "tracker=none", *args.overrides,
+                         f"train.batch_size={b}", f"rollout.micro_batch_size={b}"],
+                        args.steps, args.warmup)
         print(json.dumps(out), flush=True)
         if args.compare == "trl":
             out["trl"] = (run_trl(out["model_path"], out["shape"], args.steps, args.warmup)
