@@ -7,9 +7,12 @@
 
 Each batch size (prompts per step; rows = prompts x num_generations) is a fresh engine, in a
 process of its own, whose sampler takes the whole batch in one call (rollout.micro_batch_size
-= batch size), so rollout tokens/s shows how generation scales with rows. With `--compare trl`, bench/peers/trl_grpo.py
-runs TRL's GRPOTrainer on the same Hugging Face checkpoint, rows and lengths (it needs torch and
-trl, and a model.path, e.g. model=smollm2-135m) and the table adds rlexp/TRL step time.
+= batch size), so rollout tokens/s shows how generation scales with rows, and whose update
+takes the largest micro-batch the memory plan fits (rlexp.plan.largest_fitting_micro; a
+`train.micro_batch_size=` override wins), as TRL updates all rows at once. With `--compare
+trl`, bench/peers/trl_grpo.py runs TRL's GRPOTrainer on the same Hugging Face checkpoint, rows
+and lengths (it needs torch and trl, and a model.path, e.g. model=smollm2-135m) and the table
+adds rlexp/TRL step time.
 
 One global step is the real engine step (`rlexp.engine.build` + `Engine.train_step`, the code
 `rlexp.loop.run` calls): rollout, rewards, reference log-probs and the policy update inside
@@ -42,6 +45,7 @@ from memory_calibration import compose  # noqa: E402
 
 from rlexp.config import Config, ModelConfig  # noqa: E402
 from rlexp.memory import param_count  # noqa: E402
+from rlexp.plan import largest_fitting_micro  # noqa: E402
 
 
 def detect_hardware() -> list[str]:
@@ -125,6 +129,8 @@ def run(overrides: list[str], steps: int, warmup: int) -> dict:
         "device": f"{jax.devices()[0].device_kind} x{jax.device_count()}",
         "hardware": cfg.hardware.name, "model": cfg.model.name, "dtype": cfg.model.dtype,
         "rows": rows, "seq": cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length,
+        "update_micro_rows": (cfg.train.micro_batch_size or cfg.train.batch_size)
+        * cfg.algo.num_generations,
         "build_s": round(build_s, 1), "steps": steps,
         "step_s": round(step_s, 4), "rollout_s": round(rollout_s, 4), "update_s": round(update_s, 4),
         "rollout_tokens_per_s": round(tot["completion_tokens"] / tot["rollout_s"], 1),
@@ -202,10 +208,13 @@ def main(argv: list[str]) -> None:
              else default_batch_sizes(base))
     rows = []
     for b in sizes:
-        # Benchmarks measure speed: no warm-start stage, no tracking; one sampler call a step.
-        out = run_shape([*base, "model.warm_start_steps=0", "tracker=none", *args.overrides,
-                         f"train.batch_size={b}", f"rollout.micro_batch_size={b}"],
-                        args.steps, args.warmup)
+        # Benchmarks measure speed: no warm-start stage, no tracking; one sampler call a step,
+        # and update micro-batches as large as memory allows (unless the overrides set one).
+        shape = [*base, "model.warm_start_steps=0", "tracker=none", *args.overrides,
+                 f"train.batch_size={b}", f"rollout.micro_batch_size={b}"]
+        if not any(o.startswith("train.micro_batch_size=") for o in args.overrides):
+            shape.append(f"train.micro_batch_size={largest_fitting_micro(compose(shape)) or 1}")
+        out = run_shape(shape, args.steps, args.warmup)
         print(json.dumps(out), flush=True)
         if args.compare == "trl":
             out["trl"] = (run_trl(out["model_path"], out["shape"], args.steps, args.warmup)
@@ -215,11 +224,11 @@ def main(argv: list[str]) -> None:
     first = rows[0]
     print(f"{first['model']} ({first['dtype']}) on {first['device']}, {first['seq']} tokens/row, "
           f"peak {first['peak_tflops']:g} TFLOP/s")
-    head = f"{'rows':>6} {'step s':>8} {'rollout tok/s':>14} {'train tok/s':>12} " \
+    head = f"{'rows':>6} {'upd rows':>8} {'step s':>8} {'rollout tok/s':>14} {'train tok/s':>12} " \
            f"{'MFU roll':>9} {'MFU upd':>9}"
     print(head + (f" {'TRL step s':>11} {'rlexp/TRL':>10}" if args.compare else ""))
     for r in rows:
-        line = (f"{r['rows']:>6} {r['step_s']:>8.3f} {r['rollout_tokens_per_s']:>14.0f} "
+        line = (f"{r['rows']:>6} {r['update_micro_rows']:>8} {r['step_s']:>8.3f} {r['rollout_tokens_per_s']:>14.0f} "
                 f"{r['train_tokens_per_s']:>12.0f} {r['mfu_rollout']:>9.2e} {r['mfu_update']:>9.2e}")
         trl = r.get("trl")
         if isinstance(trl, dict):

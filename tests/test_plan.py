@@ -315,6 +315,31 @@ def test_refusal_names_the_micro_batch_that_fits_and_it_does():
                                f"train.micro_batch_size={bigger}")).fits
 
 
+def test_a_gpu_plan_names_a_larger_update_micro_batch_that_fits():
+    """SmolLM2's recipe slices the update 4 prompts at a time (sized for host RAM); on a GPU
+    the plan names the largest micro batch that fits, which does, one size up does not."""
+    from rlexp.plan import largest_fitting_micro
+
+    cfg = _pair("smollm2-135m", "gpu", "train.batch_size=64")
+    assert cfg.train.micro_batch_size == 4
+    hints = [line for line in make_plan(cfg).lines if line.startswith("hint")]
+    assert len(hints) == 1, make_plan(cfg).lines
+    best = largest_fitting_micro(cfg)
+    assert f"train.micro_batch_size={best} also fits (4 now)" in hints[0]
+    assert 4 < best < 64 and 64 % best == 0
+    assert make_plan(_pair("smollm2-135m", "gpu", "train.batch_size=64",
+                           f"train.micro_batch_size={best}")).fits
+    bigger = [d for d in range(best + 1, 65) if 64 % d == 0][0]
+    assert not make_plan(_pair("smollm2-135m", "gpu", "train.batch_size=64",
+                               f"train.micro_batch_size={bigger}")).fits
+    # At the largest size, and on the CPU (where the recipe's size is the point), no hint.
+    at_best = make_plan(_pair("smollm2-135m", "gpu", "train.batch_size=64",
+                              f"train.micro_batch_size={best}"))
+    assert not any(line.startswith("hint") for line in at_best.lines)
+    assert not any(line.startswith("hint") for line in
+                   make_plan(_pair("smollm2-135m", "cpu", "train.batch_size=64")).lines)
+
+
 def test_refusal_names_remat_when_micro_batching_alone_is_not_enough():
     # One prompt per slice still does not fit without remat; remat makes it fit.
     over = ("model.param_dtype=bfloat16", "train.remat=none", "train.batch_size=8",
