@@ -15,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from rlexp.config import Config, to_config
 from rlexp.memory import (GIB, activation_factor, memory_plan, param_count,
-                          sharding_problem)
+                          rollout_micro_prompts, sharding_problem)
 from rlexp.paths import conf_dir
 from rlexp.plan import make_plan
 
@@ -131,9 +131,30 @@ def test_rollout_micro_batch_caps_the_kv_cache():
     assert whole.rollout["kv cache"] == 16 * 4 * 64 * 32 * 2 * 8 * 128 * 2
     assert micro.rollout["kv cache"] == pytest.approx(whole.rollout["kv cache"] / 4)
     assert micro.rollout["sampler logits"] == pytest.approx(whole.rollout["sampler logits"] / 4)
-    # The train micro batch sets the sampler's micro batch unless rollout's is given.
+    # Unset, an accelerator's sampler takes more than the train micro batch when a training
+    # slice that size fits (here the whole batch), the CPU's follows the train micro batch.
     train_micro = memory_plan(_pair("llama3.1-8b", "v6e-8", *over, "train.micro_batch_size=4"))
-    assert train_micro.rollout["kv cache"] == pytest.approx(micro.rollout["kv cache"])
+    assert train_micro.rollout["kv cache"] == pytest.approx(whole.rollout["kv cache"])
+    on_cpu = _pair("llama3.1-8b", "cpu", *over, "train.micro_batch_size=4")
+    assert rollout_micro_prompts(on_cpu) == 4
+
+
+def test_an_unset_rollout_micro_batch_is_planned_on_an_accelerator():
+    """The largest multiple of the train micro batch (dividing the mini batch) at which a
+    training slice would fit: it fits, the next one up does not; a set value always wins."""
+    shape = ("smollm2-135m", "gpu", "train.batch_size=64")  # the recipe's micro batch: 4
+    got = rollout_micro_prompts(_pair(*shape))
+    assert got > 4 and 64 % got == 0 and got % 4 == 0
+
+    def fits(prompts: int) -> bool:
+        return make_plan(_pair(*shape, f"train.micro_batch_size={prompts}",
+                               f"rollout.micro_batch_size={prompts}")).fits
+
+    assert fits(got)
+    bigger = [d for d in range(got + 1, 65) if 64 % d == 0 and d % 4 == 0]
+    assert not bigger or not fits(bigger[0])
+    assert rollout_micro_prompts(_pair(*shape, "rollout.micro_batch_size=2")) == 2
+    assert rollout_micro_prompts(_pair("smollm2-135m", "cpu", "train.batch_size=64")) == 4
 
 
 def test_beta_zero_drops_the_reference():

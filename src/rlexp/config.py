@@ -251,8 +251,9 @@ class RolloutConfig:
     max_completion_length: int = 768
     # KV-cache size in tokens: prompt + completion + 256 slack (MaxText's kv_cache_buffer).
     kv_cache_size: int = 1280
-    # Prompts per sampler call (and per reference/old log-prob pass); None = the train
-    # micro batch. Smaller values cap the KV cache and prefill logits in the memory plan.
+    # Prompts per sampler call (and per reference/old log-prob pass); None = planned from
+    # memory on an accelerator (rlexp.memory.rollout_micro_prompts), the train micro batch on
+    # the CPU. Smaller values cap the KV cache and prefill logits in the memory plan.
     micro_batch_size: Optional[int] = None
     # vllm: tensor-parallel size.
     tensor_parallel_size: int = 1

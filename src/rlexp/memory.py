@@ -53,7 +53,7 @@ The remat terms are first-principles estimates, not yet fitted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlexp.config import Config, MeshConfig, ModelConfig
 from rlexp.hardware import usable_hbm_fraction
@@ -120,8 +120,26 @@ def micro_batch_prompts(cfg: Config) -> int:
 
 
 def rollout_micro_prompts(cfg: Config) -> int:
-    """Prompts per sampler call: rollout.micro_batch_size, else the train micro batch."""
-    return cfg.rollout.micro_batch_size or micro_batch_prompts(cfg)
+    """Prompts per sampler call (and per reference/old log-prob pass): rollout.micro_batch_size
+    when set. Unset, on an accelerator: the largest divisor of the mini batch, a multiple of
+    the train micro batch, at which a training slice of that size would also fit the memory
+    plan (a sampler call keeps no activations for backprop, so this is conservative: the plan
+    does not itemize the log-prob passes' logits). A recipe's train micro batch is sized for
+    the smallest machine it runs on; on an H100, SmolLM2 at 256 rows went from 16 sampler
+    calls to one and rollout tokens/s grew with rows (21k at 128, 33k at 256). On the CPU:
+    the train micro batch."""
+    if cfg.rollout.micro_batch_size:
+        return cfg.rollout.micro_batch_size
+    train = micro_batch_prompts(cfg)
+    if cfg.hardware.platform == "cpu" or cfg.hardware.emulate:
+        return train
+    mini = cfg.train.mini_batch_size or cfg.train.batch_size
+    for prompts in (d for d in range(mini, train, -1) if mini % d == 0 and d % train == 0):
+        trial = replace(cfg, train=replace(cfg.train, micro_batch_size=prompts),
+                        rollout=replace(cfg.rollout, micro_batch_size=prompts))
+        if memory_plan(trial).fits:
+            return prompts
+    return train
 
 
 def compute_dtype(m: ModelConfig) -> str:

@@ -132,6 +132,13 @@ def fitting_fix(cfg: Config) -> str | None:
     return None
 
 
+def _planned(cfg: Config) -> str:
+    """' (planned from memory)' when the sampler's micro batch was chosen by the plan."""
+    if cfg.rollout.micro_batch_size:
+        return ""
+    return " (planned from memory)" if rollout_micro_prompts(cfg) != micro_batch_prompts(cfg) else ""
+
+
 def largest_fitting_micro(cfg: Config) -> int | None:
     """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
     fits; None when not even one prompt does."""
@@ -213,7 +220,7 @@ def make_plan(cfg: Config) -> Plan:
         f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
         f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
         f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
-        f"micro batch {rollout_micro_prompts(cfg)} prompts",
+        f"micro batch {rollout_micro_prompts(cfg)} prompts{_planned(cfg)}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
         *memory_lines(mem, "cpu" if h.emulate else h.platform),
     ]
