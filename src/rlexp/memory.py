@@ -56,7 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rlexp.config import Config, MeshConfig, ModelConfig
-from rlexp.hardware import usable_hbm_fraction
+from rlexp.hardware import expected_platform, usable_hbm_fraction
 
 GIB = 1024**3
 
@@ -119,22 +119,28 @@ def micro_batch_prompts(cfg: Config) -> int:
     return t.micro_batch_size or t.mini_batch_size or t.batch_size
 
 
+def divisors(n: int, below: int | None = None) -> list[int]:
+    """The divisors of n, largest first (those below `below` when given)."""
+    top = n if below is None else min(n, below - 1)
+    return [d for d in range(top, 0, -1) if n % d == 0]
+
+
 def rollout_micro_prompts(cfg: Config) -> int:
     """Prompts per sampler call (and per reference/old log-prob pass): rollout.micro_batch_size
     when set. Unset, on an accelerator: the largest divisor of the mini batch, a multiple of
     the train micro batch, at which a training slice of that size would also fit the memory
     plan (a sampler call keeps no activations for backprop, so this is conservative: the plan
     does not itemize the log-prob passes' logits). A recipe's train micro batch is sized for
-    the smallest machine it runs on; on an H100, SmolLM2 at 256 rows went from 16 sampler
-    calls to one and rollout tokens/s grew with rows (21k at 128, 33k at 256). On the CPU:
-    the train micro batch."""
+    the smallest machine it runs on (SmolLM2's 4 prompts); on an H100, with one sampler call
+    per step, rollout tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py),
+    where 4-prompt calls had made it fall. On the CPU: the train micro batch."""
     if cfg.rollout.micro_batch_size:
         return cfg.rollout.micro_batch_size
     train = micro_batch_prompts(cfg)
-    if cfg.hardware.platform == "cpu" or cfg.hardware.emulate:
+    if expected_platform(cfg.hardware) == "cpu":
         return train
     mini = cfg.train.mini_batch_size or cfg.train.batch_size
-    for prompts in (d for d in range(mini, train, -1) if mini % d == 0 and d % train == 0):
+    for prompts in (d for d in divisors(mini) if d > train and d % train == 0):
         trial = replace(cfg, train=replace(cfg.train, micro_batch_size=prompts),
                         rollout=replace(cfg.rollout, micro_batch_size=prompts))
         if memory_plan(trial).fits:
@@ -208,7 +214,7 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     n = param_count(m)
     pb = DTYPE_BYTES[m.param_dtype]
     cb = DTYPE_BYTES[compute_dtype(m)]
-    on_cpu = h.emulate or h.platform == "cpu"
+    on_cpu = expected_platform(h) == "cpu"
     # Bytes per activation element and float32 copies of the logits (see the constants).
     ab = 4 if on_cpu else cb
     logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rlexp.config import Config, HardwareConfig
 from rlexp.memory import (GIB, ROLLOUT_ITEMS, TRAINER_ITEMS, MemoryPlan, compute_dtype,
-                          memory_plan, micro_batch_prompts, param_count,
+                          divisors, memory_plan, micro_batch_prompts, param_count,
                           rollout_micro_prompts, sharding_problem)
-from rlexp.hardware import role_device_ranges
+from rlexp.hardware import expected_platform, role_device_ranges
 
 __all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts"]
 
@@ -119,7 +119,7 @@ def fitting_fix(cfg: Config) -> str | None:
     t = cfg.train
     mini = t.mini_batch_size or t.batch_size
     current = micro_batch_prompts(cfg)
-    micros = [d for d in range(current - 1, 0, -1) if mini % d == 0]
+    micros = divisors(mini, below=current)
     remats = [t.remat] + (["full"] if t.remat != "full" else [])
     for remat in remats:
         for micro in [current, *micros]:
@@ -132,18 +132,11 @@ def fitting_fix(cfg: Config) -> str | None:
     return None
 
 
-def _planned(cfg: Config) -> str:
-    """' (planned from memory)' when the sampler's micro batch was chosen by the plan."""
-    if cfg.rollout.micro_batch_size:
-        return ""
-    return " (planned from memory)" if rollout_micro_prompts(cfg) != micro_batch_prompts(cfg) else ""
-
-
 def largest_fitting_micro(cfg: Config) -> int | None:
     """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
     fits; None when not even one prompt does."""
     mini = cfg.train.mini_batch_size or cfg.train.batch_size
-    for micro in (d for d in range(mini, 0, -1) if mini % d == 0):
+    for micro in divisors(mini):
         if memory_plan(_with(cfg, micro_batch_size=micro)).fits:
             return micro
     return None
@@ -154,8 +147,7 @@ def micro_batch_hint(cfg: Config) -> str | None:
     a recipe's micro batch is sized for the smallest machine it runs on (SmolLM2's 4 prompts,
     for host RAM), and small slices leave a GPU idle. On an H100 at 256 rows, 4 -> 32 prompts
     per slice raised train tokens/s from 62k to 142k (bench/accelerator.py)."""
-    h = cfg.hardware
-    if h.platform == "cpu" or h.emulate:
+    if expected_platform(cfg.hardware) == "cpu":
         return None
     current, best = micro_batch_prompts(cfg), largest_fitting_micro(cfg)
     if best is None or best <= current:
@@ -210,6 +202,8 @@ def make_plan(cfg: Config) -> Plan:
     m = cfg.model
     dtypes = (m.dtype if m.param_dtype == m.dtype and compute_dtype(m) == m.dtype else
               f"weights {m.param_dtype}, compute {compute_dtype(m)}")
+    roll = rollout_micro_prompts(cfg)
+    planned = not cfg.rollout.micro_batch_size and roll != micro_batch_prompts(cfg)
     lines = [
         f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
@@ -220,7 +214,7 @@ def make_plan(cfg: Config) -> Plan:
         f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
         f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
         f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
-        f"micro batch {rollout_micro_prompts(cfg)} prompts{_planned(cfg)}",
+        f"micro batch {roll} prompts{' (planned from memory)' if planned else ''}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
         *memory_lines(mem, "cpu" if h.emulate else h.platform),
     ]

@@ -70,16 +70,22 @@ def exit_now(code: int = 0) -> None:
     caller is the `__main__` guard, never a library call (pytest would exit with it)."""
     import atexit
     import os
-    import sys
     import threading
 
     # What Py_FinalizeEx does first, by the same call: threading's own exit callbacks (which
     # stop concurrent.futures' idle workers), then a join of every non-daemon thread.
     threading._shutdown()
     atexit._run_exitfuncs()
+    flush_std_streams()
+    os._exit(code)
+
+
+def flush_std_streams() -> None:
+    """Flush stdout and stderr before an os._exit (which flushes nothing)."""
+    import sys
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # a closed or redirected stream: nothing left to save
             pass
-    os._exit(code)

@@ -76,14 +76,11 @@ def exit_now() -> None:
     from one that ended by its exit lock, not its code."""
     import logging
     import os
-    import sys
+
+    from rlexp.runtime import flush_std_streams
 
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
+    flush_std_streams()
     os._exit(0)
 
 

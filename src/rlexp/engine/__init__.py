@@ -10,6 +10,7 @@ update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sa
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,10 +167,6 @@ def use_compilation_cache(cfg: Config) -> Path | None:
     return path
 
 
-# The installed Tunix was checked against tunix_names in this process (a sweep's jobs share it).
-_tunix_checked = False
-
-
 def check_tunix(problems: list[str]) -> None:
     """Stop in one line when the installed Tunix lacks a private name the engine uses."""
     if problems:
@@ -180,6 +177,15 @@ def check_tunix(problems: list[str]) -> None:
         raise UserError(f"google-tunix {installed_version()} is not the version rlexp was "
                         f"tested with: {problems[0]}{more}; install "
                         f"google-tunix=={TESTED_VERSION}")
+
+
+@functools.cache
+def _check_installed_tunix() -> None:
+    """check_tunix once per process (0.28 s of source inspection; a sweep's jobs in one
+    process share it). A failed check raises, so it is not cached and the next job repeats it."""
+    from rlexp.engine import tunix_names
+
+    check_tunix(tunix_names.problems())
 
 
 def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
@@ -207,12 +213,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
         from rlexp.engine.numerics import dedicated_pad, use_training_remat
         from rlexp.engine.probes import StepProbe
 
-    global _tunix_checked
-    if not _tunix_checked:  # once per process: 0.28 s of source inspection, per job before
-        from rlexp.engine import tunix_names
-
-        check_tunix(tunix_names.problems())
-        _tunix_checked = True
+    _check_installed_tunix()
     tok = TokenizerAdapter(raw_tok)
     # One position is left for the BOS token the sampler prepends.
     terms = rewards.with_token_counter(terms, lambda text: len(tok.encode(text)))
