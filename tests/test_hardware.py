@@ -219,6 +219,33 @@ def test_every_profile_builds_its_meshes_under_emulation():
     assert out["v5p-64-default"] == list(range(16, 32))
 
 
+_IMPORTED_FIRST = textwrap.dedent("""
+    import json, sys
+    import jax  # imported before setup_platform, as in a worker forked from a fork server
+    from rlexp.config import HardwareConfig, MeshConfig
+    from rlexp import hardware
+
+    d = json.loads(sys.argv[1])
+    meshes = {k: MeshConfig(**d.pop(k)) for k in ("trainer_mesh", "rollout_mesh")}
+    hardware.setup_platform(HardwareConfig(**d, **meshes))
+    print(json.dumps({"platforms": jax.config.jax_platforms, "count": jax.device_count(),
+                      "platform": jax.devices()[0].platform}))
+""")
+
+
+def test_setup_platform_reaches_a_jax_imported_before_it():
+    """JAX reads JAX_PLATFORMS when it is imported: setup_platform sets JAX's config too."""
+    import dataclasses
+
+    hw = _hw("v5p-8", "hardware.emulate=true")
+    proc = subprocess.run([sys.executable, "-c", _IMPORTED_FIRST,
+                           json.dumps(dataclasses.asdict(hw))], capture_output=True, text=True,
+                          timeout=300, env=_clean_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"platforms": "cpu", "count": hw.devices, "platform": "cpu"}
+
+
 def test_cpu_profile_meshes_in_process():
     import jax
 

@@ -95,6 +95,51 @@ def test_warmed_joblib_workers_are_the_ones_that_run_the_jobs():
     assert set(ran) <= warmed, (warmed, ran)
 
 
+_FORK_SERVER = """
+import os, sys
+from joblib import Parallel, delayed
+from hydra_plugins.rlexp_presets.joblib_launcher import (PRELOAD, import_engine,
+                                                         parallel_kwargs, start_fork_server)
+
+def probe():
+    import os, sys
+    return os.getpid(), os.getppid(), "jax" in sys.modules, PRELOAD in sys.modules
+
+start_fork_server()
+kwargs = parallel_kwargs({"n_jobs": 2, "batch_size": "auto", "pre_dispatch": "2*n_jobs",
+                          "max_nbytes": None})
+first = Parallel(**kwargs)(delayed(probe)() for _ in range(2))
+warmed = Parallel(**kwargs)(delayed(import_engine)((PRELOAD,)) for _ in range(2))
+print(repr((os.getpid(), first, warmed)))
+"""
+
+
+def test_joblib_workers_fork_from_a_server_that_imported_the_engine(tmp_path):
+    """The workers are forks of one fork server (not children of the launching process),
+    and their first task finds JAX and rlexp's engine imported already (_preload.py)."""
+    import ast
+
+    proc = subprocess.run([sys.executable, "-c", _FORK_SERVER], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    me, first, warmed = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert all(jax and preload for _, _, jax, preload in first), first
+    parents = {ppid for _, ppid, _, _ in first}
+    assert len(parents) == 1 and me not in parents, (me, first)  # the fork server's children
+    assert set(warmed) <= {pid for pid, _, _, _ in first}  # the same workers, reused
+
+
+def test_the_fork_server_starts_early_only_for_a_joblib_sweep_that_launches():
+    from rlexp.cli import launches_joblib
+
+    assert launches_joblib(["-m", "hydra/launcher=joblib", "train.seed=0,1"])
+    assert launches_joblib(["--multirun", "train.seed=0,1", "hydra/launcher=joblib"])
+    assert not launches_joblib(["hydra/launcher=joblib"])  # a single run
+    assert not launches_joblib(["-m", "train.seed=0,1"])  # basic, or chosen in a config file
+    assert not launches_joblib(["-m", "hydra/launcher=joblib", "run.dry_run=true"])
+    assert not launches_joblib(["-m", "hydra/launcher=joblib", "--cfg", "job"])
+
+
 def test_launcher_plugins_are_discovered_by_hydra():
     from hydra.core.plugins import Plugins
     from hydra.plugins.launcher import Launcher

@@ -41,6 +41,7 @@ def main() -> None:
     from rlexp.redact import install_log_redaction
 
     install_log_redaction()  # Hydra logs each job's overrides (tracker.uri=... included)
+    cli.start_fork_server_early(argv)
     try:
         pre = cli.preflight(argv)
     except UserError as exc:

@@ -14,6 +14,7 @@ Nothing here imports jax at module level: `run.dry_run=true` must not start a ba
 from __future__ import annotations
 
 import os
+import sys
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -99,6 +100,12 @@ def setup_platform(hw: HardwareConfig) -> None:
                 f"with {found}; call rlexp.hardware.setup_platform before JAX initializes")
         return
     os.environ.update(changes)
+    if "JAX_PLATFORMS" in changes and "jax" in sys.modules:
+        # JAX read JAX_PLATFORMS when it was imported (a sweep worker forked from a process
+        # that imported it): the variable alone would not reach the backend it starts.
+        import jax
+
+        jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
 
 
 def init_distributed(hw: HardwareConfig) -> None:
