@@ -224,33 +224,66 @@ print("not reached")
 
 def test_a_job_runs_with_the_heap_before_it_frozen():
     """runtime.frozen_heap: what existed before the job is out of the collector's walks
-    (Tunix's gc.collect() calls), the next job in the process first collects the previous
-    job's cyclic garbage, and everything is handed back at the end."""
+    (Tunix's gc.collect() calls), the job's garbage is collected as it ends, and a heap that
+    was not frozen before the job is handed back."""
+    import gc
+
+    from rlexp import runtime
+
+    assert gc.get_freeze_count() == 0
+    with runtime.frozen_heap():
+        assert gc.get_freeze_count() > 0
+        garbage = _cycle()  # made by "the job": collectable while frozen
+        gc.collect()
+        assert garbage() is None
+        gc.disable()  # no automatic collection: only the job's end collects what follows
+        try:
+            left = _cycle()  # garbage the job leaves behind
+        finally:
+            gc.enable()
+        assert left() is not None
+    assert left() is None
+    assert gc.get_freeze_count() == 0
+
+
+class _Node:
+    pass
+
+
+def _cycle() -> "weakref.ref":  # noqa: F821
+    import weakref
+
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def test_a_cycle_through_the_frozen_heap_waits_for_a_full_pass(monkeypatch):
+    """A heap frozen before the job (a sweep worker's preload) stays frozen; garbage cycles
+    in it are collected by a full pass at a job's start once the frozen heap grew by a
+    quarter since the last one, and not before."""
     import gc
     import weakref
 
     from rlexp import runtime
 
-    class Node:
-        pass
-
-    def cycle() -> "weakref.ref":
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-        return weakref.ref(a)
-
-    assert gc.get_freeze_count() == 0
-    with runtime.frozen_heap():
-        assert gc.get_freeze_count() > 0
-        garbage = cycle()  # made by "the job": collectable while frozen
-        gc.collect()
-        assert garbage() is None
-        left = cycle()  # garbage the job leaves behind
-    assert gc.get_freeze_count() == 0
-    gc.disable()  # no automatic collection between the two jobs
+    holder = [_Node()]
+    holder[0].other = _Node()
+    holder[0].other.other = holder[0]
+    ref = weakref.ref(holder[0])
+    gc.freeze()  # the cycle and its holder are in the frozen heap, as after a preload
     try:
-        assert left() is not None
-        with runtime.frozen_heap():  # a second job in this process collects it first
-            assert left() is None
+        monkeypatch.setattr(runtime, "_jobs_in_process", 1)
+        monkeypatch.setattr(runtime, "_frozen_after_full", gc.get_freeze_count())
+        with runtime.frozen_heap():
+            holder.clear()  # the job drops the last reference from outside the cycle
+        assert ref() is not None  # the job's end does not walk the frozen heap
+        assert gc.get_freeze_count() > 0  # and leaves it frozen
+        with runtime.frozen_heap():  # grown by less than a quarter: no full pass
+            pass
+        assert ref() is not None
+        grown = [[] for _ in range(gc.get_freeze_count() // 3)]  # noqa: F841 - kept alive
+        with runtime.frozen_heap():
+            assert ref() is None  # a full pass ran first
     finally:
-        gc.enable()
+        gc.unfreeze()

@@ -14,8 +14,8 @@ Nothing here imports jax at module level: `run.dry_run=true` must not start a ba
 from __future__ import annotations
 
 import os
-import sys
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 

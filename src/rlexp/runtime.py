@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
 # Jobs this process has started (sweeps run several in one process), and whether one runs.
 _jobs_in_process = 0
 _in_job = False
+# The frozen heap's size (objects) after this process's last full collection.
+_frozen_after_full = 0
 
 
 @contextmanager
@@ -27,21 +29,36 @@ def frozen_heap() -> Iterator[None]:
     tunix/sft/utils.py show_hbm_usage) and once per log-prob pass when the actor is
     offloaded; each full collection walked every object JAX, Tunix and MLflow had loaded:
     0.44 s each, 14 of 64 s in an 8-job tiny sweep (cProfile). Frozen, a collection walks
-    this job's objects only. A job after another in the same process (the basic launcher,
-    a joblib worker) first collects the previous job's garbage; unfreezing at the end hands
-    everything back to the collector."""
-    global _jobs_in_process, _in_job
+    this job's objects only.
 
-    if _jobs_in_process:
-        gc.collect()
-    _jobs_in_process += 1
+    The job's own garbage (its model, its buffers) is collected when it ends, still without
+    walking the frozen heap. Only cycles through an object frozen before the job escape
+    that; they are collected by a full pass at a later job's start once the frozen heap grew
+    by a quarter since the last one, CPython's own rule for its oldest generation
+    (Modules/gcmodule.c, long_lived_pending). A full pass walks every object: 0.4 s in one
+    process after a tiny job, 1 s in a sweep worker forked from the fork server, where it
+    also copies every page the worker shares with the server. The heap is left as found:
+    unfrozen at the end unless it was frozen before the job (a sweep worker's preload)."""
+    global _jobs_in_process, _in_job, _frozen_after_full
+
+    was_frozen = gc.get_freeze_count() > 0
     gc.freeze()
+    if not _jobs_in_process:
+        _frozen_after_full = gc.get_freeze_count()
+    elif gc.get_freeze_count() > _frozen_after_full + _frozen_after_full // 4:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        _frozen_after_full = gc.get_freeze_count()
+    _jobs_in_process += 1
     _in_job = True
     try:
         yield
     finally:
         _in_job = False
-        gc.unfreeze()
+        gc.collect()
+        if not was_frozen:
+            gc.unfreeze()
 
 
 @contextmanager
@@ -60,6 +77,18 @@ def loading(freeze: bool | None = None) -> Iterator[None]:
             gc.enable()
         if _in_job if freeze is None else freeze:
             gc.freeze()
+
+
+def import_all(modules: Iterable[str]) -> None:
+    """Import ahead of need (a sweep's fork server, its workers, its launching process); a
+    module that fails is left for the code that needs it to report."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
 
 
 def exit_now(code: int = 0) -> None:

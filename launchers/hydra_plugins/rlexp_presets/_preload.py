@@ -9,14 +9,13 @@ JAX's backend is not fork-safe once initialised (jax/_src/xla_bridge.py warns at
 
 from __future__ import annotations
 
-import importlib
-
 from rlexp import runtime
 
-# What a job imports before its first step, heaviest first. MLflow's SQL store and matplotlib's
-# Agg canvas are imported by a job's tracking thread (store open, the run's curves at the end); a job
-# with a Hugging Face tokenizer also imports transformers, which rlexp.cli.start_workers
-# adds to the fork server's preload list after this module.
+# What a job imports before its first step, heaviest first. MLflow's SQL store and
+# matplotlib's Agg canvas are imported by a job's tracking thread (store open, the run's
+# curves at the end). A sweep with a Hugging Face tokenizer has each worker import
+# transformers as it starts (rlexp.cli.start_workers): the fork server may be running
+# before pre-flight knows the tokenizer.
 MODULES = ("rlexp.engine", "rlexp.engine.tunix_adapter", "orbax.checkpoint",
            "rlexp.experiment", "rlexp.tracking.listener", "mlflow", "safetensors.numpy",
            "mlflow.store.tracking.sqlalchemy_store", "matplotlib.backends.backend_agg",
@@ -25,11 +24,7 @@ MODULES = ("rlexp.engine", "rlexp.engine.tunix_adapter", "orbax.checkpoint",
 
 def preload(modules: tuple[str, ...] = MODULES) -> None:
     with runtime.loading(freeze=True):  # collector paused, then these objects frozen
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception:  # a warm-up never fails a sweep: the job reports a real problem
-                pass
+        runtime.import_all(modules)
     try:  # the installed Tunix checked once, for every worker (rlexp.engine caches it)
         from rlexp.engine import _check_installed_tunix
 
