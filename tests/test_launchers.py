@@ -138,6 +138,22 @@ def test_the_fork_server_starts_early_only_for_a_joblib_sweep_that_launches():
     assert not launches_joblib(["-m", "hydra/launcher=joblib", "--cfg", "job"])
 
 
+def test_a_workers_plugin_registry_survives_the_next_jobs_singleton_state():
+    """Hydra's execute_job restores the launching process's singletons in the worker and,
+    without rlexp's launcher, rediscovers every plugin for every job."""
+    from hydra.core.plugins import Plugins
+    from hydra.core.singleton import Singleton
+
+    from hydra_plugins.rlexp_presets.joblib_launcher import with_this_workers_plugins
+
+    registry = Plugins.instance()
+    Singleton.set_state(Singleton.get_state())  # what each job brings: no plugin registry
+    assert Plugins.instance() is not registry
+    registry = Plugins.instance()
+    Singleton.set_state(with_this_workers_plugins(Singleton.get_state()))
+    assert Plugins.instance() is registry
+
+
 def test_launcher_plugins_are_discovered_by_hydra():
     from hydra.core.plugins import Plugins
     from hydra.plugins.launcher import Launcher
