@@ -9,6 +9,8 @@ JAX's backend is not fork-safe once initialised (jax/_src/xla_bridge.py warns at
 
 from __future__ import annotations
 
+import os
+
 from rlexp import runtime
 
 # What a job imports before its first step, heaviest first. MLflow's SQL store and
@@ -23,8 +25,12 @@ MODULES = ("rlexp.engine", "rlexp.engine.tunix_adapter", "orbax.checkpoint",
 
 
 def preload(modules: tuple[str, ...] = MODULES) -> None:
+    parent = os.getppid()
     with runtime.loading(freeze=True):  # collector paused, then these objects frozen
-        runtime.import_all(modules)
+        for name in modules:
+            if os.getppid() != parent:  # the launching process ended (bad input: exit 2)
+                os._exit(0)  # before the server's loop would notice it: don't import on
+            runtime.import_all([name])
     try:  # the installed Tunix checked once, for every worker (rlexp.engine caches it)
         from rlexp.engine import _check_installed_tunix
 
