@@ -1,24 +1,26 @@
 """Hydra's joblib launcher, with its workers forked from a process that imported rlexp's
 engine once, while Hydra prepares.
 
-A loky worker's first job imports JAX, Tunix, Flax, orbax, MLflow and matplotlib before it
-trains: 4 s alone on a 2-core CPU, 5.6 s when two workers and the launching process (rlexp's
-pre-flight, Hydra's composition, the sweep's MLflow parent run) import at once. So the
-workers come from a fork server (multiprocessing.forkserver) whose preload imports all that
-once (_preload.py); each worker is a fork of it, with the modules already in memory. The
-server starts as early as the launching process knows the sweep's launcher: `start_warm_up`,
-called by rlexp's entry point right after pre-flight (rlexp.cli.before_launch), or at the
-latest by this launcher's setup(). The workers live in loky's reusable executor, which
-joblib then reuses for the jobs (same arguments, same executor: joblib/executor.py).
-launch() waits for the warm-up, so a job never races it. Where there is no fork server
-(Windows), or it fails to start, the workers are loky's own and import for themselves.
+A worker's first job imports JAX, Tunix, Flax, orbax, MLflow and matplotlib before it
+trains: 4.5 s alone on a 2-core CPU, 5.6 s when two loky workers and the launching process
+(rlexp's pre-flight, Hydra's composition, the sweep's MLflow parent run) import at once. So
+the workers come from a fork server (multiprocessing.forkserver) whose preload imports all
+that once (_preload.py); each worker is a fork of it, with the modules in memory it shares.
+The server starts as early as the launching process knows the sweep's launcher: before
+pre-flight when the command line names it (rlexp.cli.start_fork_server_early), else right
+after (rlexp.cli.before_launch -> start_warm_up) or, at the latest, in this launcher's
+setup(). The workers live in loky's reusable executor, which joblib then reuses for the jobs
+(same arguments, same executor: joblib/executor.py); launch() waits for them, so a job never
+races the warm-up. Where there is no fork server (Windows), or it fails to start, the
+workers are loky's own and import for themselves.
 
-Measured, 8 tiny jobs on 2 workers (2-core CPU): the first jobs start 6.4 s after the
-command instead of 8.0 s.
+Measured, 8 tiny jobs on 2 workers (2-core CPU): the first jobs start 5.4-5.9 s after the
+command instead of 8.0 s, and a worker's later jobs no longer walk (and copy) the preloaded
+heap in a full garbage collection (rlexp.runtime.frozen_heap: 1.0 -> 0.07 s a job).
 
-Workers inherit the environment of the moment the fork server starts: the warm-up starts
-after rlexp set the platform variables (XLA_FLAGS for emulated devices, the GPU memory
-fraction) for the jobs.
+Workers inherit the environment of the moment the fork server starts, which may be before
+rlexp set the platform variables; each job sets its own (rlexp.hardware.setup_platform,
+which also sets jax_platforms, read when JAX was imported) before JAX starts a backend.
 """
 
 from __future__ import annotations
