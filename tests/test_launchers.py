@@ -136,6 +136,7 @@ def test_the_fork_server_starts_early_only_for_a_joblib_sweep_that_launches():
     assert not launches_joblib(["-m", "train.seed=0,1"])  # basic, or chosen in a config file
     assert not launches_joblib(["-m", "hydra/launcher=joblib", "run.dry_run=true"])
     assert not launches_joblib(["-m", "hydra/launcher=joblib", "--cfg", "job"])
+    assert launches_joblib(["-m", "-cn", "config", "hydra/launcher=joblib", "train.seed=0,1"])
 
 
 def test_a_workers_plugin_registry_survives_the_next_jobs_singleton_state():

@@ -428,7 +428,7 @@ def preflight(argv: list[str]) -> Preflight | None:
     from omegaconf import OmegaConf
 
     args = get_args_parser().parse_args(argv)
-    if args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun:
+    if _hydra_only(args):
         return None
     overrides: list[str] = list(args.overrides)
     config_name = args.config_name or "config"
@@ -518,12 +518,23 @@ def before_launch(pre: Preflight) -> None:
     start_workers(pre.launcher, pre.jobs)
 
 
+def _hydra_only(args: Any) -> bool:
+    """Hydra's own flags that print something (help, info, shell completion) or rerun a
+    pickled job: no job of rlexp's is composed or launched."""
+    return bool(args.help or args.hydra_help or args.info or args.shell_completion
+                or args.experimental_rerun)
+
+
 def launches_joblib(argv: Sequence[str]) -> bool:
     """The command line names hydra/launcher=joblib for a sweep that will launch jobs."""
-    if not {"-m", "--multirun"} & set(argv) or "hydra/launcher=joblib" not in argv:
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(list(argv))
+    except SystemExit:  # pre-flight reports the bad argument
         return False
-    return not any(a.startswith(("-c", "--cfg", "-h", "--help", "--hydra-help", "-i", "--info",
-                                 "run.dry_run=true")) for a in argv)
+    return (bool(args.multirun) and "hydra/launcher=joblib" in args.overrides
+            and not (_hydra_only(args) or args.cfg or "run.dry_run=true" in args.overrides))
 
 
 def start_fork_server_early(argv: Sequence[str]) -> None:

@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 # The fork server's preload: this module imports what every job needs (_preload.MODULES).
 PRELOAD = "hydra_plugins.rlexp_presets._preload"
 
+# What the sweep's end imports in this process, which runs no job itself (the parent run's
+# table and comparison.png: rlexp.tracking.callback): 0.4 s, imported while workers start.
+SWEEP_END_MODULES = ("rlexp.tracking.compare", "matplotlib.backends.backend_agg",
+                     "matplotlib.figure")
+
 
 # loky replaces a worker whose RSS grew 300 MB past its size after its first task
 # (joblib/externals/loky/process_executor.py, _MAX_MEMORY_LEAK_SIZE). After a warm-up, the
@@ -71,7 +76,8 @@ def import_engine(modules: Sequence[str] = (PRELOAD,)) -> int:
 def exit_now() -> None:
     """A warmed worker's first exit handler (registered after the imports, so it runs
     before theirs): flush and leave with os._exit, as a forked multiprocessing child always
-    does. loky's workers otherwise end with sys.exit, and the interpreter then runs JAX's
+    does (a worker from the fork server leaves that way without it; this is for loky's own
+    workers, where there is no fork server). loky's workers otherwise end with sys.exit, and the interpreter then runs JAX's
     handler (clearing every compiled program and backend) and a full garbage collection:
     2.5 s on a 2-core CPU after a tiny job, during which Hydra's process waits for the
     workers before it can exit. By then each job has ended its MLflow run, closed its
@@ -117,12 +123,6 @@ def start_warm_up(joblib_cfg: dict[str, Any], extra: Sequence[str] = ()) -> None
 def wait_warm_up() -> None:
     if _warm_up is not None:
         _warm_up.join()
-
-
-# What the sweep's end imports in this process, which runs no job itself (the parent run's
-# table and comparison.png: rlexp.tracking.callback): 0.4 s, imported while workers start.
-SWEEP_END_MODULES = ("rlexp.tracking.compare", "matplotlib.backends.backend_agg",
-                     "matplotlib.figure")
 
 
 def use_fork_server() -> bool:
