@@ -8,14 +8,14 @@
 Each batch size (prompts per step; rows = prompts x num_generations) is a fresh engine, in a
 process of its own, whose sampler takes the whole batch in one call (rollout.micro_batch_size
 = batch size), so rollout tokens/s shows how generation scales with rows, and whose update
-takes the largest micro-batch the memory plan fits (rlexp.plan.largest_fitting_micro; a
+takes the largest micro-batch the memory plan fits (rlexp.planning.plan.largest_fitting_micro; a
 `train.micro_batch_size=` override wins), as TRL updates all rows at once. With `--compare
 trl`, bench/peers/trl_grpo.py runs TRL's GRPOTrainer on the same Hugging Face checkpoint, rows
 and lengths (it needs torch and trl, and a model.path, e.g. model=smollm2-135m) and the table
 adds rlexp/TRL step time.
 
 One global step is the real engine step (`rlexp.engine.build` + `Engine.train_step`, the code
-`rlexp.loop.run` calls): rollout, rewards, reference log-probs and the policy update inside
+`rlexp.job.loop.run` calls): rollout, rewards, reference log-probs and the policy update inside
 Tunix's GRPO learner. After `--warmup` steps (compilation) it times `--steps` steps and prints
 
   rollout tokens/s   completion tokens generated / rollout seconds
@@ -43,9 +43,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_calibration import compose  # noqa: E402
 
-from rlexp.config import Config, ModelConfig  # noqa: E402
-from rlexp.memory import param_count  # noqa: E402
-from rlexp.plan import largest_fitting_micro  # noqa: E402
+from rlexp.config.schema import Config, ModelConfig  # noqa: E402
+from rlexp.planning.memory import param_count  # noqa: E402
+from rlexp.planning.plan import largest_fitting_micro  # noqa: E402
 
 
 def detect_hardware() -> list[str]:
@@ -90,14 +90,14 @@ def step_flops(cfg: Config, completion_tokens: float) -> dict[str, float]:
 
 def run(overrides: list[str], steps: int, warmup: int) -> dict:
     cfg = compose(overrides)
-    from rlexp.hardware import setup_platform
+    from rlexp.planning.hardware import setup_platform
 
     setup_platform(cfg.hardware)
     if cfg.model.name == "smollm2-135m" and cfg.model.path is None:
-        from rlexp.smollm2 import ensure_converted
+        from rlexp.inputs.smollm2 import ensure_converted
 
         cfg.model.path = str(ensure_converted(cfg.run.cache_dir))
-    from rlexp.plan import make_plan
+    from rlexp.planning.plan import make_plan
 
     plan = make_plan(cfg)
     if not plan.fits:

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rlexp.config import Config
+from rlexp.config.schema import Config
 
 # The two configs the plan is held to +-25% against (tests/test_plan.py runs them, slow).
 # The larger one is SmolLM2-135M's architecture in float32 with a realistic RL batch.
@@ -81,7 +81,7 @@ class Measured:
 def compose(overrides: list[str]) -> Config:
     """Config from conf/ with `group=option` and `key=value` overrides, as the CLI composes it
     (the validated dataclass that pre-flight hands to a run)."""
-    from rlexp.cli import preflight
+    from rlexp.launch.preflight import preflight
 
     (cfg,) = preflight(["run.dry_run=true", *overrides]).jobs
     cfg.run.dry_run = False
@@ -135,7 +135,7 @@ def measure(cfg: Config, rss: bool = False) -> Measured:
     from tunix.rl import algo_core, common
     from tunix.rl.grpo.grpo_learner import GRPOConfig
 
-    from rlexp.plan import micro_batch_prompts
+    from rlexp.planning.plan import micro_batch_prompts
 
     base_live = _live_bytes()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -219,10 +219,10 @@ def measure_engine(cfg: Config) -> Measured:
     import functools
 
     from rlexp.engine import build, rollout_key
-    from rlexp.plan import make_plan
+    from rlexp.planning.plan import make_plan
 
     if cfg.model.name == "smollm2-135m" and cfg.model.path is None:
-        from rlexp.smollm2 import ensure_converted
+        from rlexp.inputs.smollm2 import ensure_converted
 
         cfg.model.path = str(ensure_converted(cfg.run.cache_dir))
     import tempfile
@@ -297,7 +297,7 @@ def _init_cache(model, cfg: Config, batch: int, dtype):
 
 
 def compare(name: str, overrides: list[str], rss: bool = False, engine: bool = False) -> dict:
-    from rlexp.plan import make_plan
+    from rlexp.planning.plan import make_plan
 
     cfg = compose(overrides)
     plan = make_plan(cfg)

@@ -1,6 +1,6 @@
 """What rlexp costs on top of Tunix, in one script (each part in its own process).
 
-  1. full rlexp run (the default config via Hydra compose, through rlexp.experiment.run
+  1. full rlexp run (the default config via Hydra compose, through rlexp.job.experiment.run
      with its real listeners: console, MLflow): steady-state seconds per step, time from
      process start to the first training step, peak RSS;
   2. bare Tunix: RLCluster + GRPOLearner(GRPOConfig).train() on the same tiny model, the
@@ -39,8 +39,8 @@ SKIP = 5  # compile and warm-up steps left out of the steady state
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from rlexp.config import register_configs, to_config
-    from rlexp.paths import conf_dir
+    from rlexp.config.schema import register_configs, to_config
+    from rlexp.config.paths import conf_dir
 
     register_configs()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -56,8 +56,8 @@ def _peak_rss_mb() -> float:
 def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
     import psutil
 
-    from rlexp import experiment
-    from rlexp.events import Listener
+    from rlexp.job import experiment
+    from rlexp.base.events import Listener
 
     t0 = psutil.Process().create_time()
     cfg = _compose(overrides)
@@ -93,11 +93,13 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
     from tunix.rl.grpo.grpo_learner import GRPOConfig, GRPOLearner
     from tunix.rl.rollout import base_rollout
 
-    from rlexp import models, rewards, warm_start
-    from rlexp.engine import models as engine_models
+    from rlexp.inputs import model_files as models
+    from rlexp.data import rewards
+    from rlexp.engine import warm_start
+    from rlexp.engine import tunix_models as engine_models
     from rlexp.engine.tunix_adapter import optimizer
     from rlexp.data import build_splits, load_problems
-    from rlexp.hardware import role_meshes
+    from rlexp.planning.hardware import role_meshes
 
     cfg = _compose(overrides)
     a, t, r = cfg.algo, cfg.train, cfg.rollout

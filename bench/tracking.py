@@ -51,7 +51,7 @@ def plain(uri: str, steps: int, compute_s: float) -> tuple[float, float]:
 def rlexp(uri: str, run_dir: Path, steps: int, compute_s: float,
           checkpoint_every: int) -> tuple[float, float, float, float]:
     """(loop wall s, drain s, cpu s, on_run_end s) with rlexp's listener."""
-    from rlexp.events import RunInfo
+    from rlexp.base.events import RunInfo
     from rlexp.tracking.listener import MlflowListener
 
     listener = MlflowListener(uri, "rlexp", run_dir, gated=checkpoint_every > 0,

@@ -2,7 +2,7 @@
 
 It has the surface the loop, the checkpointer and the run's listeners use (rlexp.engine's
 Engine), but no model: train_step returns metrics of a script, and `evaluate` (patched in for
-rlexp.evaluate.evaluate) returns the eval accuracy the script gives for a step. What the
+rlexp.job.evaluate.evaluate) returns the eval accuracy the script gives for a step. What the
 tests assert on is what rlexp does with these numbers, never the numbers themselves.
 Also loaded in sweep jobs through sitecustomize (install()), with the curve picked by the
 job's learning rate, so a real Hydra sweep runs in seconds.
@@ -100,7 +100,7 @@ if os.environ.get("RLEXP_FAKE_ENGINE"):
 def install() -> None:
     """Replace engine building and evaluation in this process (a sweep job's)."""
     import rlexp.engine
-    import rlexp.evaluate
+    import rlexp.job.evaluate
 
     def build(cfg: Any, plan: Any, run_dir: Path) -> FakeEngine:
         # the curve is set by the learning rate: lr >= 1e-3 learns (0.1/step), lower stalls
@@ -108,7 +108,7 @@ def install() -> None:
         return FakeEngine(cfg, curve=lambda s: (0.2 + 0.1 * s) if good else 0.05)
 
     rlexp.engine.build = build
-    rlexp.evaluate.evaluate = evaluate
+    rlexp.job.evaluate.evaluate = evaluate
 
 
 def sweep_env(root: Path) -> dict[str, str]:

@@ -30,7 +30,7 @@ FAULT_SITECUSTOMIZE = textwrap.dedent('''
 
     _seed = os.environ.get("RLEXP_TEST_FAIL_SEED")
     if _seed is not None:
-        import rlexp.loop as _loop
+        import rlexp.job.loop as _loop
 
         _run = _loop.run
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from rlexp import guards
-from rlexp.cli import preflight
-from rlexp.config import Config
-from rlexp.console import ConsoleListener, quiet_third_party
-from rlexp.errors import UserError
-from rlexp.events import RunInfo
+from rlexp.job import guards
+from rlexp.launch.preflight import preflight
+from rlexp.config.schema import Config
+from rlexp.job.console import ConsoleListener, quiet_third_party
+from rlexp.base.errors import UserError
+from rlexp.base.events import RunInfo
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -203,7 +203,7 @@ def test_dry_run_without_model_path_fails_like_the_real_run(tmp_path):
 
 
 def test_config_yaml_names_the_experiment_group_without_plus():
-    from rlexp.paths import conf_dir
+    from rlexp.config.paths import conf_dir
 
     text = (conf_dir() / "config.yaml").read_text()
     assert "+experiment=NAME" not in text and "experiment=NAME" in text
@@ -260,7 +260,7 @@ def test_guard_watches_grad_norm_and_kl(metrics, bad):
 
 
 def test_loop_stops_on_a_nan_grad_norm():
-    from rlexp.loop import NonFinite, check_finite
+    from rlexp.job.loop import NonFinite, check_finite
 
     with pytest.raises(NonFinite, match="train/grad_norm=nan"):
         check_finite(3, {"train/loss": 0.1, "train/grad_norm": float("nan")})
@@ -361,7 +361,7 @@ def test_third_party_noise_is_dropped_and_real_warnings_kept():
 
 
 def test_already_finished_names_the_commit_and_the_way_to_rerun():
-    from rlexp.experiment import already_finished
+    from rlexp.job.experiment import already_finished
 
     line = already_finished(Path("outputs/runs/x"),
                             {"started": 0.0, "wall_s": 1.0, "git_commit": "a" * 40},
@@ -380,7 +380,7 @@ def test_jobs_composed_from_an_earlier_job_equal_a_full_compose(sweep, monkeypat
     """JobComposer sets a job's plain values on a job composed before instead of composing
     again (a sweep over train.seed composes once): every job's config must equal its own
     full compose."""
-    from rlexp.cli import JobComposer
+    from rlexp.launch.preflight import JobComposer
 
     args = ["-m", *sweep, "run.dry_run=true"]
     fast = preflight(args)

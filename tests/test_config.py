@@ -10,11 +10,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rlexp.cli import preflight
-from rlexp.config import Config, to_config, validate
-from rlexp.errors import UserError
-from rlexp.naming import run_name, sweep_name
-from rlexp.paths import conf_dir
+from rlexp.launch.preflight import preflight
+from rlexp.config.schema import Config, to_config, validate
+from rlexp.base.errors import UserError
+from rlexp.config.naming import run_name, sweep_name
+from rlexp.config.paths import conf_dir
 
 CONF = conf_dir()
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra")
@@ -146,7 +146,7 @@ def test_help_lists_groups(tmp_path):
 
 def test_every_numeric_field_has_a_range():
     """A numeric field added to a schema needs one line in config.RANGES (and vice versa)."""
-    from rlexp.config import RANGES, numeric_keys
+    from rlexp.config.schema import RANGES, numeric_keys
 
     keys = numeric_keys()
     assert "train.learning_rate" in keys and "hardware.trainer_mesh.fsdp" in keys
@@ -162,7 +162,7 @@ def test_every_numeric_field_has_a_range():
     (-3.5, "(-inf, inf)", True), (4294967295, "[0, 4294967295]", True),
 ])
 def test_in_range_by_hand(value, interval, ok):
-    from rlexp.config import in_range
+    from rlexp.config.schema import in_range
 
     assert in_range(value, interval) is ok
 
@@ -187,7 +187,7 @@ def test_default_config_and_every_recipe_are_in_range():
 
 
 def test_run_cache_dir_defaults_to_rlexp_cache_dir_and_an_override_wins(monkeypatch, tmp_path):
-    from rlexp.cli import preflight
+    from rlexp.launch.preflight import preflight
 
     monkeypatch.delenv("RLEXP_CACHE_DIR", raising=False)
     assert preflight(["run.dry_run=true"]).jobs[0].run.cache_dir == "outputs/cache"

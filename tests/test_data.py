@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from rlexp.config import DatasetConfig
+from rlexp.config.schema import DatasetConfig
 from rlexp.data import batch_indices, build_splits, load_problems
 from rlexp.data.templates import reference_completion, render_prompt
-from rlexp.errors import UserError
-from rlexp.tokenizer import CharTokenizer
+from rlexp.base.errors import UserError
+from rlexp.inputs.tokenizer import CharTokenizer
 
 GOOD = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = <<{i}+{i}={2 * i}>>{2 * i}\n#### {2 * i:,}"}
         for i in range(10)]
@@ -27,7 +27,7 @@ def shipped(name, **over) -> DatasetConfig:
     """conf/dataset/<name>.yaml over the schema, as a run composes it."""
     from omegaconf import OmegaConf
 
-    from rlexp.paths import conf_dir
+    from rlexp.config.paths import conf_dir
 
     node = OmegaConf.merge(OmegaConf.structured(DatasetConfig),
                            OmegaConf.load(conf_dir() / "dataset" / f"{name}.yaml"), over)
@@ -309,7 +309,7 @@ def test_procedural_problems_are_generated_once_into_the_run_cache(tmp_path):
     files = list((tmp_path / "data").glob("arithmetic-*.json"))
     assert len(files) == 1
     (tmp_path / "d.json").write_text(json.dumps(d.__dict__))
-    code = ("import sys, json, pathlib; from rlexp.config import DatasetConfig; "
+    code = ("import sys, json, pathlib; from rlexp.config.schema import DatasetConfig; "
             "from rlexp.data import load_problems; "
             f"d = DatasetConfig(**json.loads(pathlib.Path({str(tmp_path / 'd.json')!r}).read_text())); "
             f"r = load_problems(d, {str(tmp_path)!r}); "

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlexp.config import Config, validate
-from rlexp.events import Listener, Listeners
+from rlexp.config.schema import Config, validate
+from rlexp.base.events import Listener, Listeners
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +53,8 @@ class Recorder(Listener):
 def runs(tmp_path_factory):
     """Build both engines from the same seed and warm start; run STEPS steps each."""
     from rlexp import engine as engine_lib
-    from rlexp import loop
-    from rlexp.plan import make_plan
+    from rlexp.job import loop
+    from rlexp.planning.plan import make_plan
 
     cache = tmp_path_factory.mktemp("cache")
     out = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlexp.config import Config
+from rlexp.config.schema import Config
 from rlexp.engine.probes import StepProbe
 
 
@@ -126,7 +126,7 @@ def test_prompt_encoding_is_memoized_and_unchanged():
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
     from rlexp.engine.tunix_adapter import memoize_prompt_encoding
-    from rlexp.tokenizer import CharTokenizer
+    from rlexp.inputs.tokenizer import CharTokenizer
 
     sampler = SimpleNamespace(tokenizer=TokenizerAdapter(CharTokenizer(128)))
     want = [Sampler.tokenize(sampler, p).tolist() for p in ("1+2=", "3+4=")]
@@ -164,7 +164,7 @@ def test_loading_pauses_the_collector_and_freezes_only_for_a_job():
     frozen inside a job (handed back at the job's end) or when asked, left alone elsewhere."""
     import gc
 
-    from rlexp import runtime
+    from rlexp.base import runtime
 
     assert gc.isenabled() and gc.get_freeze_count() == 0
     with runtime.loading():
@@ -210,7 +210,7 @@ def slow():
 threading.Thread(target=slow).start()
 atexit.register(lambda: (out / "atexit").write_text("ran"))
 sys.stdout.write("unflushed")
-from rlexp.runtime import exit_now
+from rlexp.base.runtime import exit_now
 exit_now(3)
 print("not reached")
 """
@@ -228,7 +228,7 @@ def test_a_job_runs_with_the_heap_before_it_frozen():
     was not frozen before the job is handed back."""
     import gc
 
-    from rlexp import runtime
+    from rlexp.base import runtime
 
     assert gc.get_freeze_count() == 0
     with runtime.frozen_heap():
@@ -265,7 +265,7 @@ def test_a_cycle_through_the_frozen_heap_waits_for_a_full_pass(monkeypatch):
     import gc
     import weakref
 
-    from rlexp import runtime
+    from rlexp.base import runtime
 
     holder = [_Node()]
     holder[0].other = _Node()

@@ -6,11 +6,12 @@ import io
 
 import pytest
 
-from rlexp import guards, rewards
-from rlexp.config import Config, RewardConfig
-from rlexp.console import ConsoleListener, before_after_table
-from rlexp.evaluate import eval_metrics
-from rlexp.events import RunInfo
+from rlexp.job import guards
+from rlexp.data import rewards
+from rlexp.config.schema import Config, RewardConfig
+from rlexp.job.console import ConsoleListener, before_after_table
+from rlexp.job.evaluate import eval_metrics
+from rlexp.base.events import RunInfo
 
 
 def test_eval_metrics_by_hand():

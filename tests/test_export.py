@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlexp import export
-from rlexp.config import ModelConfig
-from rlexp.errors import UserError
-from rlexp.tokenizer import BOS, CharTokenizer
+from rlexp.engine import export
+from rlexp.config.schema import ModelConfig
+from rlexp.base.errors import UserError
+from rlexp.inputs.tokenizer import BOS, CharTokenizer
 from hf_forward import hf_logits, require_torch
 from test_models import SMALL, numpy_qwen3, random_hf_weights
 
@@ -34,7 +34,7 @@ def tunix_params_from_hf(hf: dict[str, np.ndarray], m: ModelConfig) -> dict[str,
     export must invert."""
     from tunix.models.qwen3 import params
 
-    from rlexp.engine.models import tunix_config
+    from rlexp.engine.tunix_models import tunix_config
 
     table = params._get_key_and_transform_mapping(tunix_config(m))
     out = {}
@@ -115,7 +115,7 @@ def _rlexp_logits(path: Path, m: ModelConfig, tokens: np.ndarray) -> np.ndarray:
     """[T, V] logits of the model dir at `path` loaded through rlexp (Tunix's model)."""
     import jax.numpy as jnp
 
-    from rlexp.engine import models as engine_models
+    from rlexp.engine import tunix_models as engine_models
 
     model = engine_models.build_model(ModelConfig(**{**m.__dict__, "path": str(path)}), None, 0)
     T = len(tokens)
@@ -203,7 +203,7 @@ def test_find_checkpoint_from_an_mlflow_run_id(tmp_path):
 
 
 def test_fork_is_a_new_run_name():
-    from rlexp.naming import run_name
+    from rlexp.config.naming import run_name
 
     choices = {"algo": "grpo", "model": "tiny"}
     origin = run_name(choices, ["experiment=quick"])
@@ -238,7 +238,7 @@ def test_train_export_load_back_and_fork(tmp_path):
     import jax.numpy as jnp
     from safetensors.numpy import load_file
 
-    from rlexp.engine import models as engine_models
+    from rlexp.engine import tunix_models as engine_models
 
     require_torch()
     # a short warm start: enough for the greedy evaluation to score (a meaningful comparison)
@@ -281,7 +281,7 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
     from safetensors.numpy import load_file
     from transformers import AutoConfig, AutoTokenizer
 
-    from rlexp import smollm2
+    from rlexp.inputs import smollm2
     from test_smollm2 import _rlexp_model
 
     require_torch()
@@ -319,8 +319,8 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
 def _model_config_of(path: Path):
     from hydra import compose, initialize_config_dir
 
-    from rlexp.config import to_config
-    from rlexp.paths import conf_dir
+    from rlexp.config.schema import to_config
+    from rlexp.config.paths import conf_dir
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))

@@ -12,10 +12,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rlexp import hardware
-from rlexp.config import Config, HardwareConfig, to_config
-from rlexp.errors import UserError
-from rlexp.paths import conf_dir
+from rlexp.planning import hardware
+from rlexp.config.schema import Config, HardwareConfig, to_config
+from rlexp.base.errors import UserError
+from rlexp.config.paths import conf_dir
 
 PROFILES = ("cpu", "v5p-8", "v6e-8", "v5p-64", "gpu")
 
@@ -161,8 +161,8 @@ def test_device_kind_of_v6e():
 
 _MESH_SCRIPT = textwrap.dedent("""
     import json, sys
-    from rlexp.config import HardwareConfig, MeshConfig
-    from rlexp import hardware
+    from rlexp.config.schema import HardwareConfig, MeshConfig
+    from rlexp.planning import hardware
 
     def profile(d):
         meshes = {k: MeshConfig(**d.pop(k)) for k in ("trainer_mesh", "rollout_mesh")}
@@ -222,8 +222,8 @@ def test_every_profile_builds_its_meshes_under_emulation():
 _IMPORTED_FIRST = textwrap.dedent("""
     import json, sys
     import jax  # imported before setup_platform, as in a worker forked from a fork server
-    from rlexp.config import HardwareConfig, MeshConfig
-    from rlexp import hardware
+    from rlexp.config.schema import HardwareConfig, MeshConfig
+    from rlexp.planning import hardware
 
     d = json.loads(sys.argv[1])
     meshes = {k: MeshConfig(**d.pop(k)) for k in ("trainer_mesh", "rollout_mesh")}

@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from rlexp.paths import conf_dir
+from rlexp.config.paths import conf_dir
 from sweep_helpers import (TINY, explain, fault_env, mlflow_children, only_sweep_dir, rlexp,
                            summaries, write_toy_app)
 
@@ -128,7 +128,7 @@ def test_joblib_workers_fork_from_a_server_that_imported_the_engine(tmp_path):
 
 
 def test_the_fork_server_starts_early_only_for_a_joblib_sweep_that_launches():
-    from rlexp.cli import launches_joblib
+    from rlexp.launch.fast_start import launches_joblib
 
     assert launches_joblib(["-m", "hydra/launcher=joblib", "train.seed=0,1"])
     assert launches_joblib(["--multirun", "train.seed=0,1", "hydra/launcher=joblib"])
@@ -354,14 +354,14 @@ def test_ray_launcher_runs_the_jobs_on_a_local_head(tmp_path, ray_head):
     (LAUNCHERS["joblib"], "local"), (LAUNCHERS["basic"], "local"), (None, "local"),
 ])
 def test_launcher_kind(target, kind):
-    from rlexp.remote import launcher_kind
+    from rlexp.tracking.remote_jobs import launcher_kind
 
     assert launcher_kind(target) == kind
 
 
 def test_xpk_refuses_a_store_on_this_machine(tmp_path):
-    from rlexp.errors import UserError
-    from rlexp.remote import check_store
+    from rlexp.base.errors import UserError
+    from rlexp.tracking.remote_jobs import check_store
 
     for uri in (f"sqlite:///{tmp_path}/mlflow.db", f"file://{tmp_path}/mlruns"):
         with pytest.raises(UserError) as err:
@@ -372,8 +372,8 @@ def test_xpk_refuses_a_store_on_this_machine(tmp_path):
 
 
 def test_slurm_takes_sqlite_only_on_the_sweep_dirs_filesystem(tmp_path):
-    from rlexp.errors import UserError
-    from rlexp.remote import check_store
+    from rlexp.base.errors import UserError
+    from rlexp.tracking.remote_jobs import check_store
 
     sweep = tmp_path / "outputs" / "sweeps" / "s"
     check_store("slurm", f"sqlite:///{tmp_path}/outputs/mlflow.db", sweep)  # same filesystem
@@ -386,7 +386,7 @@ def test_slurm_takes_sqlite_only_on_the_sweep_dirs_filesystem(tmp_path):
 
 
 def test_job_env_comes_from_the_parent_file(tmp_path):
-    from rlexp.remote import ENV_JOBS, ENV_PARENT, ENV_URI, job_env
+    from rlexp.tracking.remote_jobs import ENV_JOBS, ENV_PARENT, ENV_URI, job_env
 
     assert job_env(tmp_path, 3) == {}  # tracking off: no parent, nothing passed
     (tmp_path / "parent_run.json").write_text(json.dumps(
@@ -395,7 +395,7 @@ def test_job_env_comes_from_the_parent_file(tmp_path):
 
 
 def test_a_remote_job_finds_its_parent_in_the_environment(tmp_path, monkeypatch):
-    from rlexp.experiment import JobContext, _parent
+    from rlexp.job.experiment import JobContext, _parent
 
     job = JobContext(run_dir=tmp_path / "run", name="run", choices={}, overrides=[])
     monkeypatch.delenv("RLEXP_PARENT_RUN_ID", raising=False)
@@ -435,16 +435,16 @@ def test_the_basic_sweeper_composes_only_jobs_preflight_did_not_check(tmp_path, 
     """rlexp's hydra/sweeper=basic skips Hydra's second composition of each job when
     pre-flight composed and checked that exact job in this process; any other batch is
     validated by Hydra as before (here: its validation asserts, having no config loader)."""
-    from rlexp import cli
+    from rlexp.launch import preflight
 
     monkeypatch.setattr(cli, "CHECKED_JOBS", set())
     monkeypatch.chdir(tmp_path)
-    cli.preflight(["-m", "train.seed=0,1", "algo.beta=0.0", "hydra/launcher=basic"])
+    preflight.preflight(["-m", "train.seed=0,1", "algo.beta=0.0", "hydra/launcher=basic"])
     # imported after Hydra's plugin scan (in pre-flight), which re-executes plugin modules
     from hydra_plugins.rlexp_presets.sweeper import RlexpBasicSweeper
 
     batch = [["train.seed=0", "algo.beta=0.0"], ["train.seed=1", "algo.beta=0.0"]]
-    assert {cli.task_overrides(job) for job in batch} == cli.CHECKED_JOBS
+    assert {preflight.task_overrides(job) for job in batch} == preflight.CHECKED_JOBS
     sweeper = RlexpBasicSweeper(max_batch_size=None)
     sweeper.config, sweeper.hydra_context, sweeper.config_loader = None, None, None
     sweeper.validate_batch_is_legal(batch)  # checked: nothing composed

@@ -13,7 +13,7 @@ import pytest
 from rlexp.algo.advantages import group_advantages
 from rlexp.algo.kl import kl_estimate
 from rlexp.algo.losses import LossSettings, aggregate, policy_loss
-from rlexp.config import AlgoConfig
+from rlexp.config.schema import AlgoConfig
 
 registry = pytest.importorskip("rlexp.engine.algo_registry")
 from tunix.rl import function_registry  # noqa: E402
@@ -273,7 +273,7 @@ def test_clip_ratio_low_high_region_hand_computed():
 def _algo_from_yaml(name: str, **over) -> AlgoConfig:
     from omegaconf import OmegaConf
 
-    from rlexp.paths import conf_dir
+    from rlexp.config.paths import conf_dir
 
     node = OmegaConf.merge(OmegaConf.structured(AlgoConfig),
                            OmegaConf.load(conf_dir() / "algo" / f"{name}.yaml"), over)
@@ -323,9 +323,9 @@ def test_dr_grpo_advantages_match_tunix():
 
 
 def test_on_policy_knobs_act_where_clip_knobs_do_not():
-    """The guard's premise (rlexp.guards): with num_iterations=1 (old_logp None) the clip
+    """The guard's premise (rlexp.job.guards): with num_iterations=1 (old_logp None) the clip
     range and ratio level change nothing, while aggregation, dynamic sampling and masking do."""
-    from rlexp import guards
+    from rlexp.job import guards
 
     logp, _, _, adv, mask = example()
     adv[0:2] = 0.0  # group 0 (G=2) had equal rewards

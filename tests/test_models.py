@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from rlexp import models
-from rlexp.config import ModelConfig
-from rlexp.errors import UserError
-from rlexp.tokenizer import BOS, EOS, PAD, CharTokenizer
+from rlexp.inputs import model_files as models
+from rlexp.config.schema import ModelConfig
+from rlexp.base.errors import UserError
+from rlexp.inputs.tokenizer import BOS, EOS, PAD, CharTokenizer
 
 SMALL = dict(family="qwen3", num_layers=2, embed_dim=32, num_heads=4, num_kv_heads=2, head_dim=8,
              hidden_dim=48, vocab_size=128, rope_theta=1_000_000.0, norm_eps=1e-6,
@@ -137,7 +137,7 @@ def test_config_json_must_match_yaml(tmp_path):
 def test_hf_checkpoint_loads_and_matches_numpy_forward(tmp_path, rope_theta):
     import jax.numpy as jnp
 
-    from rlexp.engine import models as engine_models
+    from rlexp.engine import tunix_models as engine_models
 
     m = ModelConfig(**{**SMALL, "rope_theta": rope_theta}, path=str(tmp_path / "ckpt"))
     weights = random_hf_weights(m)

@@ -34,6 +34,6 @@ def test_wheel_ships_config_and_runs_from_elsewhere(tmp_path):
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "name: gspo" in proc.stdout
-    probe = subprocess.run([sys.executable, "-c", "import rlexp.paths as p; print(p.conf_dir())"],
+    probe = subprocess.run([sys.executable, "-c", "import rlexp.config.schema.paths as p; print(p.conf_dir())"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert str(target) in probe.stdout

@@ -13,11 +13,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rlexp.config import Config, to_config
-from rlexp.memory import (GIB, activation_factor, memory_plan, param_count,
+from rlexp.config.schema import Config, to_config
+from rlexp.planning.memory import (GIB, activation_factor, memory_plan, param_count,
                           rollout_micro_prompts, sharding_problem)
-from rlexp.paths import conf_dir
-from rlexp.plan import make_plan
+from rlexp.config.paths import conf_dir
+from rlexp.planning.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("tiny", "smollm2-135m", "qwen3-0.6b", "llama3.1-8b", "llama3.1-70b")
@@ -254,7 +254,7 @@ def test_mesh_axis_that_does_not_divide_the_heads_is_refused():
 
 
 def test_emulation_must_fit_this_host(monkeypatch):
-    monkeypatch.setattr("rlexp.plan.local_ram_bytes", lambda: 24 * GIB)
+    monkeypatch.setattr("rlexp.planning.plan.local_ram_bytes", lambda: 24 * GIB)
     plan = make_plan(_pair("llama3.1-8b", "v5p-8", "hardware.emulate=true"))
     assert not plan.fits
     assert plan.why.startswith("model=llama3.1-8b hardware=v5p-8 (emulated): needs ")
@@ -263,7 +263,7 @@ def test_emulation_must_fit_this_host(monkeypatch):
 
 
 def test_make_plan_imports_no_jax():
-    code = ("import sys; from rlexp.config import Config; from rlexp.plan import make_plan; "
+    code = ("import sys; from rlexp.config.schema import Config; from rlexp.planning.plan import make_plan; "
             "make_plan(Config()); assert 'jax' not in sys.modules and 'tunix' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -339,7 +339,7 @@ def test_refusal_names_the_micro_batch_that_fits_and_it_does():
 def test_a_gpu_plan_names_a_larger_update_micro_batch_that_fits():
     """SmolLM2's recipe slices the update 4 prompts at a time (sized for host RAM); on a GPU
     the plan names the largest micro batch that fits, which does, one size up does not."""
-    from rlexp.plan import largest_fitting_micro
+    from rlexp.planning.plan import largest_fitting_micro
 
     cfg = _pair("smollm2-135m", "gpu", "train.batch_size=64")
     assert cfg.train.micro_batch_size == 4

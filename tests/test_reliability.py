@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from rlexp.errors import UserError
-from rlexp.events import RunInfo
-from rlexp.lock import LOCK_FILE, Busy, DirLock
+from rlexp.base.errors import UserError
+from rlexp.base.events import RunInfo
+from rlexp.base.lock import LOCK_FILE, Busy, DirLock
 from rlexp.tracking import prepare_store, run_id
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import LINK_FILE, SPOOL_FILE, Spool
 
 # A process that takes a dir's lock the way a running job does, says so, then sleeps.
-HOLDER = ("import sys, time; from rlexp.lock import DirLock; "
+HOLDER = ("import sys, time; from rlexp.base.lock import DirLock; "
           "lock = DirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)")
 
 
@@ -158,7 +158,7 @@ def test_damaged_tracking_json_recovers_the_same_run(uri, client, tmp_path, caps
 
 def test_damaged_tracking_json_recovers_from_the_summary_when_the_store_is_down(tmp_path,
                                                                                 capsys):
-    from rlexp.ui import free_port
+    from rlexp.tracking.ui import free_port
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -212,7 +212,7 @@ def test_spool_reader_validates_each_kind(tmp_path):
 
 
 def test_sync_survives_bad_bytes_and_rebuilds_a_damaged_link(uri, client, tmp_path):
-    from rlexp.sync import sync
+    from rlexp.tracking.sync import sync
 
     run_dir = tmp_path / "run"
     listener = MlflowListener(uri, "sync-bad", run_dir, gated=False, flush_every_s=3600.0)
@@ -233,7 +233,7 @@ def test_sync_survives_bad_bytes_and_rebuilds_a_damaged_link(uri, client, tmp_pa
 
 
 def test_sync_new_run_delivers_a_spool_whose_store_was_deleted(tmp_path):
-    from rlexp.sync import main, sync
+    from rlexp.tracking.sync import main, sync
 
     old_store = tmp_path / "old" / "mlflow.db"
     old_uri = f"sqlite:///{old_store}"
@@ -294,7 +294,7 @@ def test_crash_before_the_first_checkpoint_keeps_one_run(uri, client, tmp_path, 
 
 
 def test_summary_of_a_rerun_keeps_what_the_earlier_attempt_knew():
-    from rlexp.experiment import carry_over
+    from rlexp.job.experiment import carry_over
 
     earlier = {"status": "KILLED", "error": "preempted", "steps_done": 6, "wall_s": 50.0,
                "eval_before": {"eval/accuracy": 0.2}, "train_final": {"train/loss": 0.5},
@@ -310,8 +310,8 @@ def test_summary_of_a_rerun_keeps_what_the_earlier_attempt_knew():
 
 
 def test_sync_fills_the_summary_run_id(uri, client, tmp_path):
-    from rlexp.sync import sync
-    from rlexp.ui import free_port
+    from rlexp.tracking.sync import sync
+    from rlexp.tracking.ui import free_port
 
     run_dir = tmp_path / "run"
     down = f"http://127.0.0.1:{free_port()}"
@@ -330,7 +330,7 @@ def test_sync_fills_the_summary_run_id(uri, client, tmp_path):
 
 
 def test_unusable_checkpoints_keep_the_newest(tmp_path):
-    from rlexp.prune import prune_unusable
+    from rlexp.base.retention import prune_unusable
 
     for name in ("4", "6", "6.unusable-100", "6.unusable-300", "8.unusable-200", "2.unusable-50"):
         (tmp_path / name).mkdir()
@@ -342,7 +342,7 @@ def test_unusable_checkpoints_keep_the_newest(tmp_path):
 
 
 def test_warm_start_cache_keeps_the_entries_used_last(tmp_path):
-    from rlexp.prune import STALE_TMP_S, mark_used, prune_cache
+    from rlexp.base.retention import STALE_TMP_S, mark_used, prune_cache
 
     now = time.time()
     for i, name in enumerate(["a", "b", "c", "d"]):

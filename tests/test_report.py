@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rlexp.events import RunInfo
-from rlexp.report import main, report
+from rlexp.base.events import RunInfo
+from rlexp.tracking.report import main, report
 from rlexp.tracking import parent_run_id, prepare_store, run_id
 from rlexp.tracking.callback import SweepCallback
 from rlexp.tracking.listener import MlflowListener

@@ -146,9 +146,9 @@ def test_sigterm_checkpoints_marks_killed_and_resumes_past_a_corrupt_checkpoint(
 
 @pytest.mark.slow
 def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cache_dir, monkeypatch):
-    import rlexp.rewards as rewards
-    from rlexp.cli import preflight
-    from rlexp.experiment import JobContext, run
+    import rlexp.data.rewards as rewards
+    from rlexp.launch.preflight import preflight
+    from rlexp.job.experiment import JobContext, run
 
     monkeypatch.chdir(tmp_path)
     (cfg,) = preflight([*SMALL, f"run.cache_dir={cache_dir}", "train.steps=4",
@@ -175,7 +175,7 @@ def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cach
 
 
 def test_check_finite_names_the_bad_metric():
-    from rlexp.loop import NonFinite, check_finite
+    from rlexp.job.loop import NonFinite, check_finite
 
     check_finite(3, {"train/loss": 0.5, "train/reward_mean": 1.0})
     with pytest.raises(NonFinite, match=r"step 3: train/loss=inf"):

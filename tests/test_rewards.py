@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rlexp import rewards
-from rlexp.config import RewardConfig, RewardFunctionConfig
+from rlexp.data import rewards
+from rlexp.config.schema import RewardConfig, RewardFunctionConfig
 from rlexp.data.extract import extract_answer, gsm8k_final_answer, parse_number
-from rlexp.errors import UserError
+from rlexp.base.errors import UserError
 
 RIGHT = "<answer>42</answer>"
 CASES = {
@@ -165,7 +165,7 @@ def test_overlong_penalty_by_hand():
 
 
 def test_overlong_term_counts_tokens_with_the_run_tokenizer():
-    from rlexp.config import Config
+    from rlexp.config.schema import Config
 
     cfg = Config()
     cfg.algo.overlong_buffer, cfg.algo.overlong_penalty = 0.5, 2.0

@@ -87,7 +87,7 @@ def test_a_preset_interpolating_hardware_is_not_per_job(tmp_path):
 def test_rlexp_sweep_on_slurm(tmp_path):
     """A real SLURM sweep against a real `mlflow server` on 127.0.0.1: one parent run, FINISHED,
     with one child per job (each job is given the store and the parent in its environment)."""
-    from rlexp.ui import free_port
+    from rlexp.tracking.ui import free_port
     from test_tracking_server import Server
 
     server = Server(tmp_path / "server" / "mlflow.db", free_port()).start()

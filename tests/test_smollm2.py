@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from rlexp import smollm2
-from rlexp.errors import UserError
-from rlexp.paths import conf_dir
+from rlexp.inputs import smollm2
+from rlexp.base.errors import UserError
+from rlexp.config.paths import conf_dir
 
 PROMPT = "What is the capital of France?"
 STEPS = 12
@@ -115,12 +115,12 @@ def numpy_greedy(w: dict, ids: list[int], cfg: dict, steps: int, eos: int) -> li
 
 
 def _rlexp_model(path):
-    """The converted checkpoint through rlexp.engine.models.build_model (model=smollm2-135m)."""
+    """The converted checkpoint through rlexp.engine.tunix_models.build_model (model=smollm2-135m)."""
     from hydra import compose, initialize_config_dir
 
-    from rlexp.config import to_config
-    from rlexp.engine import models as engine_models
-    from rlexp.paths import conf_dir
+    from rlexp.config.schema import to_config
+    from rlexp.engine import tunix_models as engine_models
+    from rlexp.config.paths import conf_dir
 
     with initialize_config_dir(str(conf_dir()), version_base="1.3"):
         cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))
@@ -146,7 +146,7 @@ def test_greedy_completion_through_tunix_matches_numpy(converted):
     ids = [int(i) for i in sampler.tokenize(text)]
     assert ids == tok(text)["input_ids"]  # the sampler's BOS handling adds nothing here
 
-    # built through rlexp.models, which gives Tunix's llama3 RoPE SmolLM2's base (1e5)
+    # built through rlexp.inputs.model_files, which gives Tunix's llama3 RoPE SmolLM2's base (1e5)
     logits = np.asarray(model(jnp.asarray([ids]), jnp.arange(len(ids))[None], None,
                               jnp.tril(jnp.ones((1, len(ids), len(ids)), bool)))[0][0, -1])
     reference = numpy_logits(weights, ids, hf)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rlexp import sources
-from rlexp.config import ModelConfig
-from rlexp.errors import UserError
+from rlexp.inputs import sources
+from rlexp.config.schema import ModelConfig
+from rlexp.base.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -170,7 +170,7 @@ def test_cli_dry_run_hub_id_offline(tmp_path):
 
 
 def test_checkpoint_dir_is_local_or_keeps_the_bucket_scheme(tmp_path):
-    from rlexp import storage
+    from rlexp.inputs import storage
 
     assert storage.checkpoint_dir(None, tmp_path, "run") == tmp_path / "checkpoints"
     assert storage.checkpoint_dir("file:///mnt/shared/rlexp", tmp_path, "run") == \
@@ -180,13 +180,13 @@ def test_checkpoint_dir_is_local_or_keeps_the_bucket_scheme(tmp_path):
     assert str(remote) == "gs://bucket/rlexp/grpo-tiny_1a2b3c/checkpoints"
     assert str(remote / "3") == "gs://bucket/rlexp/grpo-tiny_1a2b3c/checkpoints/3"
     assert str((remote / "3").with_name("3.unusable-1")).startswith("gs://bucket/")
-    from rlexp.prune import prune_unusable
+    from rlexp.base.retention import prune_unusable
 
     assert prune_unusable(remote) == []  # never turned into a local path
 
 
 def test_output_uri_is_checked_at_start(tmp_path):
-    from rlexp import storage
+    from rlexp.inputs import storage
 
     storage.check(None)
     storage.check("gs://b/p")  # pre-flight: the shape only (an xpk launcher needs no gcsfs)
@@ -203,7 +203,7 @@ def test_summary_and_export_are_copied_under_the_run_root(tmp_path):
     """Same fsspec calls as gs:// (gcsfs), on fsspec's memory filesystem."""
     import fsspec
 
-    from rlexp import storage
+    from rlexp.inputs import storage
 
     run_dir = tmp_path / "run"
     (run_dir / "export").mkdir(parents=True)

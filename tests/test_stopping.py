@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.config import Config, EarlyStopConfig, PruneConfig
-from rlexp.events import Listener, Listeners
-from rlexp.stopping import EarlyStop, improved
+from rlexp.config.schema import Config, EarlyStopConfig, PruneConfig
+from rlexp.base.events import Listener, Listeners
+from rlexp.job.stopping import EarlyStop, improved
 
 from fake_engine import FakeEngine, evaluate as fake_evaluate
 
@@ -71,10 +71,11 @@ def _cfg(steps=20, every=1, **early) -> Config:
 
 
 def _run(cfg, curve, tmp_path, monkeypatch, stops=None, step_fn=lambda: None):
-    import rlexp.evaluate
-    from rlexp import loop, stopping
+    import rlexp.job.evaluate
+    from rlexp.job import loop
+    from rlexp.job import stopping
 
-    monkeypatch.setattr(rlexp.evaluate, "evaluate", fake_evaluate)
+    monkeypatch.setattr(rlexp.job.evaluate, "evaluate", fake_evaluate)
     engine = FakeEngine(cfg, curve=curve, step_fn=step_fn)
     rec = Recorder()
     stops = stops or stopping.build(cfg.train.early_stop, cfg.train.prune, None, "job")
@@ -100,7 +101,7 @@ def test_a_run_that_keeps_improving_is_not_stopped(tmp_path, monkeypatch):
 
 
 def test_phase_times_and_mfu_reach_the_step_metrics(tmp_path, monkeypatch):
-    from rlexp.perf import peak_tflops, step_flops
+    from rlexp.planning.perf import peak_tflops, step_flops
 
     cfg = _cfg(steps=3, every=1)
     _, rec = _run(cfg, lambda s: 0.1, tmp_path, monkeypatch)
@@ -131,7 +132,7 @@ def test_profile_steps_write_a_trace_and_log_it(tmp_path, monkeypatch):
 
 def test_sweep_pruner_prunes_a_job_that_trails_earlier_jobs(tmp_path):
     pytest.importorskip("optuna")
-    from rlexp.stopping import SweepPruner
+    from rlexp.job.stopping import SweepPruner
 
     cfg = PruneConfig(pruner="median", metric="eval/accuracy", startup_jobs=2)
     for job in range(3):  # three jobs that learn run to the end
@@ -143,7 +144,7 @@ def test_sweep_pruner_prunes_a_job_that_trails_earlier_jobs(tmp_path):
     reason = bad.check(1, {"eval/accuracy": 0.05})  # median of the others at step 1 is 0.21
     assert reason is not None and reason.startswith("pruned: eval/accuracy=0.05 at step 1")
     bad.finish("FINISHED", {})
-    from rlexp.stopping import read_jobs
+    from rlexp.job.stopping import read_jobs
 
     jobs = read_jobs(tmp_path / "pruning.jsonl")
     assert [(j["job"], j["state"]) for j in jobs] == [
@@ -153,7 +154,7 @@ def test_sweep_pruner_prunes_a_job_that_trails_earlier_jobs(tmp_path):
 
 def test_before_the_startup_jobs_nothing_is_pruned(tmp_path):
     pytest.importorskip("optuna")
-    from rlexp.stopping import SweepPruner
+    from rlexp.job.stopping import SweepPruner
 
     cfg = PruneConfig(pruner="median", startup_jobs=2)
     first = SweepPruner(cfg, tmp_path, "a")

@@ -23,9 +23,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 from omegaconf import OmegaConf
 
-from rlexp.config import Config, to_config
-from rlexp.paths import conf_dir, sweeps_dir
-from rlexp.plan import make_plan
+from rlexp.config.schema import Config, to_config
+from rlexp.config.paths import conf_dir, sweeps_dir
+from rlexp.planning.plan import make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted(p.stem for p in (sweeps_dir() or ROOT / "sweeps").glob("*.yaml"))

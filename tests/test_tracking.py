@@ -16,14 +16,14 @@ import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from rlexp.config import Config
-from rlexp.errors import UserError
-from rlexp.events import RunInfo
+from rlexp.config.schema import Config
+from rlexp.base.errors import UserError
+from rlexp.base.events import RunInfo
 from rlexp.tracking import default_uri, make_listener, parent_run_id, prepare_store, run_id
 from rlexp.tracking.callback import SweepCallback, parent_status
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import SPOOL_FILE
-from rlexp.sync import sync
+from rlexp.tracking.sync import sync
 
 METRICS = ["train/reward_mean", "train/loss", "train/kl", "train/clip_fraction",
            "time/step_s", "throughput/tokens_per_s"] + [f"train/reward/fn{i}" for i in range(14)]
@@ -245,7 +245,7 @@ def test_run_end_from_a_signal_inside_a_spool_write(uri, client, tmp_path):
 
 
 def test_unreachable_store_spools_then_sync_replays(uri, client, tmp_path, capsys):
-    from rlexp.ui import free_port
+    from rlexp.tracking.ui import free_port
 
     down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run_dir = tmp_path / "run"
@@ -456,7 +456,7 @@ def test_import_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, rlexp.tracking, rlexp.tracking.callback, rlexp.redact; "
+    code = ("import sys, rlexp.tracking, rlexp.tracking.callback, rlexp.base.redact; "
             "print('mlflow' in sys.modules, 'matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})

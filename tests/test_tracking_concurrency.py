@@ -19,7 +19,7 @@ NAMES = 20
 WORKER = """
 import sys, time
 from pathlib import Path
-from rlexp.events import RunInfo
+from rlexp.base.events import RunInfo
 from rlexp.tracking.listener import MlflowListener
 uri, run_dir, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 while not go.exists():
@@ -59,7 +59,7 @@ def test_four_processes_one_new_store_lose_nothing(tmp_path):
 
 
 def test_four_processes_one_mlflow_server_lose_nothing(tmp_path):
-    from rlexp.ui import free_port
+    from rlexp.tracking.ui import free_port
     from test_tracking_server import Server
 
     srv = Server(tmp_path / "server" / "mlflow.db", free_port()).start()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from rlexp.events import RunInfo
-from rlexp.perf import train_flops_per_token, utilization
+from rlexp.base.events import RunInfo
+from rlexp.planning.perf import train_flops_per_token, utilization
 from rlexp.tracking import prepare_store
 from rlexp.tracking.conventions import constant_metrics, display_name, swept_keys
 from rlexp.tracking.listener import MlflowListener
@@ -74,9 +74,9 @@ def test_flops_by_hand():
 
 
 def test_step_flops_counts_padded_sequences_and_iterations():
-    from rlexp.config import Config
-    from rlexp.memory import param_count
-    from rlexp.perf import step_flops
+    from rlexp.config.schema import Config
+    from rlexp.planning.memory import param_count
+    from rlexp.planning.perf import step_flops
 
     cfg = Config()
     cfg.algo.num_iterations = 2
@@ -146,7 +146,7 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
     assert len(outputs) == 1 and outputs[0].step == 2
     logged = client.get_logged_model(outputs[0].model_id)
     assert logged.name == "policy" and logged.source_run_id == run.info.run_id
-    assert logged.tags["rlexp.weights"] == f"runs:/{run.info.run_id}/model"
+    assert logged.tags["rlexp.engine.weights"] == f"runs:/{run.info.run_id}/model"
     config = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
     text = config.read_text()
     assert "beta: 0.04" in text and "hunter2" not in text  # redacted like params

@@ -22,7 +22,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 
-from rlexp.events import RunInfo
+from rlexp.base.events import RunInfo
 from rlexp.tracking import parent_run_id, run_id
 from rlexp.tracking.listener import MlflowListener
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from rlexp.events import RunInfo
-from rlexp.sync import sync
+from rlexp.base.events import RunInfo
+from rlexp.tracking.sync import sync
 from rlexp.tracking import run_id
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import SPOOL_FILE
-from rlexp.ui import free_port
+from rlexp.tracking.ui import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,7 @@ class Server:
     def start(self) -> "Server":
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlexp.ui", "--port", str(self.port), "--uri",
+            [sys.executable, "-m", "rlexp.tracking.ui", "--port", str(self.port), "--uri",
              f"sqlite:///{self.db}"], env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.cli import preflight
-from rlexp.errors import UserError
+from rlexp.launch.preflight import preflight
+from rlexp.base.errors import UserError
 
 PACKAGE = "myrl_e12_user"
 ALGOS = """
 import numpy as np
-from rlexp.algo.family import Algorithm
+from rlexp.algo.algorithm import Algorithm
 
 def leave_one_out(rewards, group_size, scale):
     g = np.asarray(rewards, dtype=np.float64).reshape(-1, group_size)
@@ -225,7 +225,7 @@ def test_user_experiment_runs_dapo_and_dr_grpo_with_its_reward_logged(user):
     (["-m", "algo=grpo,gspo,dapo,dr_grpo"], False),  # gspo and dapo are off-policy
 ])
 def test_on_policy_guard_knows_which_algorithm_knobs_act(argv, warns):
-    from rlexp import guards
+    from rlexp.job import guards
 
     pre = preflight([*argv, "run.dry_run=true"])
     line = guards.noop_warning(pre.jobs, [a for a in argv if a != "-m"], pre.swept, pre.multirun)
@@ -245,7 +245,7 @@ def test_an_algorithm_from_the_users_package(user, monkeypatch):
     # group [1, 0, 0, 0]: baselines 0 and 1/3 -> advantages 1 and -1/3
     np.testing.assert_allclose(fn(rewards=np.array([1.0, 0, 0, 0]), num_generations=4),
                                [1.0, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6)
-    with pytest.raises(UserError, match="not an rlexp.algo.family.Algorithm"):
+    with pytest.raises(UserError, match="not an rlexp.algo.algorithm.Algorithm"):
         preflight([f"algo.name={PACKAGE}.algos.NOT_AN_ALGORITHM", "run.dry_run=true"])
     with pytest.raises(UserError, match="algo.name='ppo' is invalid: valid choices are dapo, "
                                         "dr_grpo, grpo, gspo, or a dotted path"):

@@ -9,11 +9,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from rlexp.config import Config, to_config
+from rlexp.config.schema import Config, to_config
 from rlexp.engine import vllm_rollout
-from rlexp.errors import UserError
-from rlexp.memory import GIB, memory_plan
-from rlexp.paths import conf_dir
+from rlexp.base.errors import UserError
+from rlexp.planning.memory import GIB, memory_plan
+from rlexp.config.paths import conf_dir
 
 
 def _compose(*overrides: str) -> Config:

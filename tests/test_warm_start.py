@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlexp.config import Config
+from rlexp.config.schema import Config
 from rlexp.data import Example
-from rlexp.tokenizer import BOS, EOS, PAD, CharTokenizer
-from rlexp.warm_start import cache_key, make_batch
+from rlexp.inputs.tokenizer import BOS, EOS, PAD, CharTokenizer
+from rlexp.engine.warm_start import cache_key, make_batch
 
 
 def test_cache_key_covers_what_determines_the_weights():
@@ -59,10 +59,10 @@ def test_scanned_chunks_train_exactly_like_one_jitted_call_per_step():
     import optax
     from flax import nnx
 
-    from rlexp.config import ModelConfig
+    from rlexp.config.schema import ModelConfig
     from rlexp.data import batch_indices
-    from rlexp.engine.models import build_model
-    from rlexp.warm_start import sequence_loss, train
+    from rlexp.engine.tunix_models import build_model
+    from rlexp.engine.warm_start import sequence_loss, train
     from test_models import SMALL
 
     m = ModelConfig(**SMALL)
@@ -104,9 +104,9 @@ def test_weights_round_trip_through_flat_names_in_the_models_dtypes():
     the model's dtype), with either separator."""
     import jax.numpy as jnp
 
-    from rlexp.config import ModelConfig
-    from rlexp.engine.models import build_model
-    from rlexp.weights import assign, params
+    from rlexp.config.schema import ModelConfig
+    from rlexp.engine.tunix_models import build_model
+    from rlexp.engine.weights import assign, params
     from test_models import SMALL
 
     m = ModelConfig(**SMALL)

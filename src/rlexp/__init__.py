@@ -1,4 +1,13 @@
-"""rlexp: run, sweep and compare GRPO/GSPO post-training experiments on Tunix, in MLflow."""
+"""rlexp: run, sweep and compare GRPO/GSPO post-training experiments on Tunix, in MLflow.
+
+The layers, highest first (each may import only the ones below it; pyproject.toml's
+[tool.importlinter] contracts check this): launch (pre-flight) -> job (one run) -> engine
+(Tunix) -> planning | inputs | data | tracking -> config -> algo -> base.
+
+The top-level modules are commands, each a thin door into its layer: __main__ (`python -m
+rlexp`), sync, export, ui and report (`python -m rlexp.<command>`); rewards keeps the built-in
+reward functions under the names configs use (rlexp.rewards.format_exact_reward, ...).
+"""
 
 __version__ = "0.1.0"
 
@@ -6,8 +15,8 @@ __version__ = "0.1.0"
 def _register() -> None:
     # Hydra needs the schema and the name resolvers in every process that composes or
     # resolves a config (the CLI, and launcher workers that unpickle a job).
-    from rlexp.config import register_configs
-    from rlexp.naming import register_resolvers
+    from rlexp.config.schema import register_configs
+    from rlexp.config.naming import register_resolvers
 
     register_configs()
     register_resolvers()

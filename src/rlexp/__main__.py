@@ -8,20 +8,20 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from rlexp.errors import UserError, fail
-from rlexp.paths import conf_dir
+from rlexp.base.errors import UserError, fail
+from rlexp.config.paths import conf_dir
 
 log = logging.getLogger("rlexp")
 
 
 def _task(cfg: DictConfig) -> float | None:
-    from rlexp import experiment
-    from rlexp.config import to_config
+    from rlexp.job import experiment
+    from rlexp.config.schema import to_config
 
     job = experiment.JobContext.from_hydra()
     try:
         config = to_config(cfg)
-        from rlexp.hardware import setup_platform
+        from rlexp.planning.hardware import setup_platform
 
         setup_platform(config.hardware)  # a no-op when pre-flight set it for the whole command
     except UserError as exc:
@@ -32,31 +32,31 @@ def _task(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    from rlexp import cli
+    from rlexp.launch import dry_run, fast_start, preflight
 
     argv = sys.argv[1:]
-    from rlexp.console import quiet_third_party
+    from rlexp.job.console import quiet_third_party
 
     quiet_third_party()  # before MLflow is imported: it reads its log level once
-    from rlexp.redact import install_log_redaction
+    from rlexp.base.redact import install_log_redaction
 
     install_log_redaction()  # Hydra logs each job's overrides (tracker.uri=... included)
-    cli.start_fork_server_early(argv)
+    fast_start.start_fork_server_early(argv)
     try:
-        pre = cli.preflight(argv)
+        pre = preflight.preflight(argv)
     except UserError as exc:
         fail(str(exc))
     if pre is not None and pre.dry_run:
         try:
-            cli.dry_run(pre)  # no dirs, no MLflow runs: Hydra never launches
+            dry_run.dry_run(pre)  # no dirs, no MLflow runs: Hydra never launches
         except UserError as exc:
             fail(str(exc))
         return
     if pre is not None:
-        cli.before_launch(pre)
+        preflight.before_launch(pre)
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
     if pre is not None and pre.print_only:  # --cfg prints the composed config: no credentials
-        from rlexp.redact import RedactedStream
+        from rlexp.base.redact import RedactedStream
 
         sys.stdout = RedactedStream(sys.stdout)
     app()
@@ -64,6 +64,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    from rlexp.runtime import exit_now
+    from rlexp.base.runtime import exit_now
 
     exit_now()  # finished: skip the interpreter's teardown (1-2 s)

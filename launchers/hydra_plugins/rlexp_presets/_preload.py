@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import os
 
-from rlexp import runtime
+from rlexp.base import runtime
 
 # What a job imports before its first step, heaviest first. MLflow's SQL store and
 # matplotlib's Agg canvas are imported by a job's tracking thread (store open, the run's
 # curves at the end). A sweep with a Hugging Face tokenizer has each worker import
-# transformers as it starts (rlexp.cli.start_workers): the fork server may be running
+# transformers as it starts (rlexp.launch.fast_start.start_workers): the fork server may be running
 # before pre-flight knows the tokenizer.
 MODULES = ("rlexp.engine", "rlexp.engine.tunix_adapter", "orbax.checkpoint",
-           "rlexp.experiment", "rlexp.tracking.listener", "mlflow", "safetensors.numpy",
+           "rlexp.job.experiment", "rlexp.tracking.listener", "mlflow", "safetensors.numpy",
            "mlflow.store.tracking.sqlalchemy_store", "matplotlib.backends.backend_agg",
            "matplotlib.figure")
 

@@ -7,8 +7,8 @@ trains: 4.5 s alone on a 2-core CPU, 5.6 s when two loky workers and the launchi
 the workers come from a fork server (multiprocessing.forkserver) whose preload imports all
 that once (_preload.py); each worker is a fork of it, with the modules in memory it shares.
 The server starts as early as the launching process knows the sweep's launcher: before
-pre-flight when the command line names it (rlexp.cli.start_fork_server_early), else right
-after (rlexp.cli.before_launch -> start_warm_up) or, at the latest, in this launcher's
+pre-flight when the command line names it (rlexp.launch.fast_start.start_fork_server_early), else right
+after (rlexp.launch.preflight.before_launch -> start_warm_up) or, at the latest, in this launcher's
 setup(). The workers live in loky's reusable executor, which joblib then reuses for the jobs
 (same arguments, same executor: joblib/executor.py); launch() waits for them, so a job never
 races the warm-up. Where there is no fork server (Windows), or it fails to start, the
@@ -16,10 +16,10 @@ workers are loky's own and import for themselves.
 
 Measured, 8 tiny jobs on 2 workers (2-core CPU): the first jobs start 5.4-5.9 s after the
 command instead of 8.0 s, and a worker's later jobs no longer walk (and copy) the preloaded
-heap in a full garbage collection (rlexp.runtime.frozen_heap: 1.0 -> 0.07 s a job).
+heap in a full garbage collection (rlexp.base.runtime.frozen_heap: 1.0 -> 0.07 s a job).
 
 Workers inherit the environment of the moment the fork server starts, which may be before
-rlexp set the platform variables; each job sets its own (rlexp.hardware.setup_platform,
+rlexp set the platform variables; each job sets its own (rlexp.planning.hardware.setup_platform,
 which also sets jax_platforms, read when JAX was imported) before JAX starts a backend.
 """
 
@@ -64,7 +64,7 @@ def import_engine(modules: Sequence[str] = (PRELOAD,)) -> int:
 
     process_executor._MAX_MEMORY_LEAK_SIZE = max(process_executor._MAX_MEMORY_LEAK_SIZE,
                                                  LEAK_ALLOWANCE)
-    from rlexp import runtime
+    from rlexp.base import runtime
 
     with runtime.loading(freeze=True):  # the jobs' collections then skip these modules
         runtime.import_all(modules)
@@ -87,7 +87,7 @@ def exit_now() -> None:
     import logging
     import os
 
-    from rlexp.runtime import flush_std_streams
+    from rlexp.base.runtime import flush_std_streams
 
     logging.shutdown()
     flush_std_streams()
@@ -215,7 +215,7 @@ class RlexpJoblibLauncher(JoblibLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlexp.runtime import import_all
+        from rlexp.base.runtime import import_all
 
         threading.Thread(target=import_all, args=(SWEEP_END_MODULES,), daemon=True,
                          name="rlexp-sweep-end-imports").start()

@@ -17,7 +17,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
 class RlexpBasicSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from rlexp.cli import CHECKED_JOBS, task_overrides
+        from rlexp.launch.preflight import CHECKED_JOBS, task_overrides
 
         if batch and all(task_overrides(job) in CHECKED_JOBS for job in batch):
             return

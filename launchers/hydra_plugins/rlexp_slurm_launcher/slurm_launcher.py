@@ -78,7 +78,7 @@ if BaseSubmititLauncher is not None:
             # Each job gets the sweep's store and parent run in its environment (sbatch and
             # the local executor pass the submitting environment on), so its run nests under
             # the parent even where the sweep dir's parent_run.json is not readable.
-            from rlexp.remote import ENV_JOBS, job_env
+            from rlexp.tracking.remote_jobs import ENV_JOBS, job_env
 
             env = job_env(sweep_dir, num_jobs)
             env.pop(ENV_JOBS, None)  # this process waits for the jobs and closes the parent

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
 from .commands import workload_name
 
-ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"  # rlexp.remote's names
+ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"  # rlexp.tracking.remote_jobs's names
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class XpkLauncher(Launcher):
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
         # What every workload's container is given so its run nests under the sweep's
-        # parent MLflow run (rlexp.remote: MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID, ...).
+        # parent MLflow run (rlexp.tracking.remote_jobs: MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID, ...).
         self.tracking_env: dict = {}
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
@@ -245,7 +245,7 @@ class XpkLauncher(Launcher):
 def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: bool) -> dict:
     """MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID and RLEXP_SWEEP_JOBS for every workload; in a
     dry run the parent does not exist yet (or is the one this sweep got when submitted)."""
-    from rlexp.remote import ENV_JOBS, job_env
+    from rlexp.tracking.remote_jobs import ENV_JOBS, job_env
 
     env = job_env(sweep_dir, num_jobs)
     if env or not dry_run or OmegaConf.select(config, "tracker.name", default="mlflow") == "none":
@@ -258,7 +258,7 @@ def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: b
 
 
 def _redacted(text: str) -> str:
-    from rlexp.redact import redact_text
+    from rlexp.base.redact import redact_text
 
     return redact_text(text)
 

@@ -1,7 +1,10 @@
 """Data: problems from a dataset, rendered into prompts, served in a seeded, stateless order.
 
 The order of training batches is a pure function of (seed, step): resuming at step k needs
-no iterator state, only k.
+no iterator state, only k. Modules: loaders (dataset builders), templates (prompts),
+extract (answers from text), rewards (the reward plug-ins and their built-ins).
+
+Layer: data (problems, prompts, rewards). May import rlexp.config, rlexp.algo, rlexp.base.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from rlexp.config import DatasetConfig
+from rlexp.config.schema import DatasetConfig
 from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number,
                                 gsm8k_final_answer, gsm8k_reasoning, parse_number, regex_answer)
-from rlexp.errors import UserError
+from rlexp.base.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not generated yet, or a torn file: generate (and rewrite) it
     out = _build(d)
-    from rlexp.tracking.spool import write_json_atomic
+    from rlexp.base.files import write_json_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ def _cache_path(d: DatasetConfig, cache_dir: str) -> Path:
 
 
 def _build(d: DatasetConfig) -> RawSplits:
-    from rlexp.plugins import resolve
+    from rlexp.base.plugins import resolve
 
     out = resolve(d._target_, "dataset._target_")(d)
     if isinstance(out, RawSplits):
@@ -203,7 +203,7 @@ def extract(d: DatasetConfig, text: str) -> tuple[str | None, str]:
     elif d.extractor == "none":
         found = text
     else:
-        from rlexp.plugins import resolve
+        from rlexp.base.plugins import resolve
 
         found = resolve(d.extractor, "dataset.extractor")(text)
     return (canonical_answer(str(found)) if found is not None and str(found).strip() else None), ""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlexp.errors import UserError
+from rlexp.base.errors import UserError
 
 TEMPLATES = ("reasoning", "answer")
 ANSWER_INSTRUCTION = "Answer between <answer> and </answer>."

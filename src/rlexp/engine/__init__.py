@@ -6,6 +6,16 @@ tokenizer, dataset, rewards) and raises UserError naming the key before anything
 The TunixEngine offers the loop `train_step` (one RL global step: rollout, reward, advantage,
 update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sampled),
 `policy_state` and `checkpoint_store`.
+
+Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_models (the
+policy as a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once),
+numerics (patches to Tunix's numerics), algo_registry (rlexp's losses plugged into Tunix),
+vllm_rollout, checkpoint_store (orbax through Tunix), warm_start, weights (flat parameter
+names), export (the policy as a Hugging Face dir), probes (host-side step metrics), profile
+(JAX traces), protocol (the Engine interface the job sees).
+
+Layer: engine. May import rlexp.planning, rlexp.inputs, rlexp.data, rlexp.tracking (only to
+resolve an MLflow run id for init_from and export), rlexp.config, rlexp.algo, rlexp.base.
 """
 
 from __future__ import annotations
@@ -16,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.config import Config
+from rlexp.config.schema import Config
 from rlexp.data import Splits
 from rlexp.engine.protocol import CheckpointStore, Engine
 
 if TYPE_CHECKING:
-    from rlexp.plan import Plan
+    from rlexp.planning.plan import Plan
 
 
 
@@ -123,12 +133,12 @@ class TunixEngine:
         """A NumPy copy of the policy's parameters (flattened names -> arrays)."""
         import numpy as np
 
-        from rlexp.weights import params
+        from rlexp.engine.weights import params
 
         return {k: np.array(v) for k, v in params(self.cluster.actor_trainer.model).items()}
 
     def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
-        from rlexp.engine.checkpointing import EngineCheckpoints
+        from rlexp.engine.checkpoint_store import EngineCheckpoints
 
         return EngineCheckpoints(self, directory, keep)
 
@@ -171,7 +181,7 @@ def check_tunix(problems: list[str]) -> None:
     """Stop in one line when the installed Tunix lacks a private name the engine uses."""
     if problems:
         from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
-        from rlexp.errors import UserError
+        from rlexp.base.errors import UserError
 
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"google-tunix {installed_version()} is not the version rlexp was "
@@ -190,9 +200,10 @@ def _check_installed_tunix() -> None:
 
 def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     """Everything the loop needs. UserError (one line, naming the key) for bad input."""
-    from rlexp import models, rewards
+    from rlexp.inputs import model_files as models
+    from rlexp.data import rewards
     from rlexp.data import PromptTemplate, build_splits, load_problems
-    from rlexp.engine import models as engine_models
+    from rlexp.engine import tunix_models as engine_models
 
     models.resolve_path(cfg.model, cfg.run.cache_dir)
     models.model_dir(cfg.model)  # path errors first: cheapest to report
@@ -202,12 +213,12 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     terms = rewards.for_run(cfg)
 
     use_compilation_cache(cfg)  # user input checked; before the first compile
-    from rlexp import runtime
+    from rlexp.base import runtime
 
     with runtime.loading():  # JAX, Flax, Tunix: most of the objects a job's process holds
         from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-        from rlexp import warm_start
+        from rlexp.engine import warm_start
         from rlexp.engine import algo_registry as registry
         from rlexp.engine import tunix_adapter
         from rlexp.engine.numerics import dedicated_pad, use_training_remat
@@ -226,7 +237,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     if splits.skipped:
         log.warning("dataset: skipped %d malformed rows or rows without an answer", splits.skipped)
 
-    from rlexp.hardware import role_meshes
+    from rlexp.planning.hardware import role_meshes
 
     meshes = role_meshes(cfg.hardware)
     # Process-wide patches: set before anything traces the model (the warm start does), and
@@ -234,7 +245,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     use_training_remat(cfg.model.family, cfg.train.remat)
     model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
     if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
-        from rlexp.export import init_from
+        from rlexp.engine.export import init_from
 
         info.update(init_from(cfg, model))
     else:

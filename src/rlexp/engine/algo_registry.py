@@ -20,9 +20,9 @@ from tunix.rl.grpo.grpo_learner import GRPOConfig
 
 from rlexp.algo.advantages import group_advantages
 from rlexp.algo.kl import TUNIX_KL_MODE
-from rlexp.algo import family
+from rlexp.algo import algorithm
 from rlexp.algo.losses import LossSettings, policy_loss, truncated_rows
-from rlexp.config import AlgoConfig
+from rlexp.config.schema import AlgoConfig
 
 POLICY_LOSS = "rlexp"
 ADVANTAGE = "rlexp_group"
@@ -60,7 +60,7 @@ class AlgoSettings(GRPOConfig):
 
 
 def algo_settings(a: AlgoConfig) -> AlgoSettings:
-    alg = family.get(a.name)
+    alg = algorithm.get(a.name)
     return AlgoSettings(
         policy_loss_fn=POLICY_LOSS, advantage_estimator=advantage_estimator(a),
         loss_algo=alg.tunix_loss_algo, ratio_level=a.ratio_level or alg.ratio_level,
@@ -74,8 +74,8 @@ def algo_settings(a: AlgoConfig) -> AlgoSettings:
 def advantage_estimator(a: AlgoConfig) -> str:
     """Tunix calls estimators as fn(rewards, num_generations): one registered name per
     (algorithm, scale_rewards) carries the rest. Returns the name."""
-    alg, scale = family.get(a.name), a.scale_rewards
-    if alg.advantages is family.default_advantages and scale == "group":
+    alg, scale = algorithm.get(a.name), a.scale_rewards
+    if alg.advantages is algorithm.default_advantages and scale == "group":
         return ADVANTAGE
     name = f"rlexp_{a.name}_{scale}"
     if name not in _REGISTERED:

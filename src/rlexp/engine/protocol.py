@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from rlexp.config import Config
+    from rlexp.config.schema import Config
     from rlexp.data import Splits
-    from rlexp.rewards import Term
+    from rlexp.data.rewards import Term
 
 
 class CheckpointStore(Protocol):

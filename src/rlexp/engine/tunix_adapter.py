@@ -31,8 +31,8 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import base_rollout
 
 from rlexp.engine import algo_registry as registry
-from rlexp.config import Config
-from rlexp.memory import rollout_micro_prompts
+from rlexp.config.schema import Config
+from rlexp.planning.memory import rollout_micro_prompts
 
 Mode = rl_cluster_lib.Mode
 Role = rl_cluster_lib.Role
@@ -110,7 +110,7 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
     mini = t.mini_batch_size or t.batch_size
     # Sampler calls (and the reference/old log-prob passes) take rollout.micro_batch_size
     # prompts: generation keeps no activations for backprop, so it can batch more rows than
-    # the update (one place decides the default: rlexp.memory.rollout_micro_prompts).
+    # the update (one place decides the default: rlexp.planning.memory.rollout_micro_prompts).
     rollout_micro = rollout_micro_prompts(cfg)
     training = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=optimizer(cfg), eval_every_n_steps=1, max_steps=None,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from rlexp.config import Config
-from rlexp.errors import UserError
+from rlexp.config.schema import Config
+from rlexp.base.errors import UserError
 
 INSTALL = "pip install 'rlexp[vllm]'"
 

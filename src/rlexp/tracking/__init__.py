@@ -7,6 +7,14 @@ Entry points for the rest of rlexp (none imports mlflow until it is used):
   warm_up(cfg)                 import MLflow and open the store on a thread, ahead of the run
   parent_run_id(sweep_dir)     the sweep's parent run, written by callback.SweepCallback
   run_id(run_dir)              the MLflow run a run dir logs to (tracking.json)
+
+Modules: listener, run, spool (the run dir's link and offline spool), store, conventions
+(MLflow names and tags), callback (the sweep's parent run), compare and plots (a sweep's table
+and curves), remote_jobs (jobs on other machines join the sweep's parent), and the commands
+sync, report and ui.
+
+Layer: tracking. May import rlexp.config, rlexp.algo,
+rlexp.base. Nothing in the training path (engine, data, algo) imports mlflow itself.
 """
 
 from __future__ import annotations
@@ -19,8 +27,8 @@ from rlexp.tracking.spool import Link
 from rlexp.tracking.store import default_uri, prepare_store, resolve_uri
 
 if TYPE_CHECKING:
-    from rlexp.config import Config
-    from rlexp.events import Listener
+    from rlexp.config.schema import Config
+    from rlexp.base.events import Listener
 
 PARENT_FILE = "parent_run.json"
 # The keys a sweep varies (written by callback.SweepCallback), for its jobs' run names.

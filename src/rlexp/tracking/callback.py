@@ -25,10 +25,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rlexp.events import Listener
-from rlexp.redact import redact_text
+from rlexp.base.events import Listener
+from rlexp.base.redact import redact_text
 from rlexp.tracking import PARENT_FILE, SWEPT_FILE, store
-from rlexp.tracking.spool import write_json_atomic
+from rlexp.base.files import write_json_atomic
 
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
@@ -100,7 +100,7 @@ class SweepCallback(Callback):
             print(f"rlexp: warning: no MLflow parent run for the sweep "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
             return
-        from rlexp.redact import redact_uri  # the file keeps no credentials (jobs know the URI)
+        from rlexp.base.redact import redact_uri  # the file keeps no credentials (jobs know the URI)
 
         write_json_atomic(self.sweep_dir / PARENT_FILE,
                           {**self.parent, "uri": redact_uri(self.parent["uri"])})
@@ -127,8 +127,8 @@ class SweepCallback(Callback):
     def _hold_sweep_dir(self, sweep_dir: Path) -> None:
         """The same sweep already running would run every job twice in the same dirs: exit 2
         before any job starts (the lock is held until the sweep ends or the process dies)."""
-        from rlexp.errors import fail
-        from rlexp.lock import Busy, DirLock
+        from rlexp.base.errors import fail
+        from rlexp.base.lock import Busy, DirLock
 
         try:
             self._dir_lock = DirLock(sweep_dir, "sweep dir").acquire()
@@ -146,7 +146,7 @@ class SweepCallback(Callback):
             previous = json.loads((self.sweep_dir / PARENT_FILE).read_text())
         except (OSError, ValueError):
             previous = None
-        from rlexp.redact import redact_uri
+        from rlexp.base.redact import redact_uri
 
         if isinstance(previous, dict) and previous.get("uri") in (uri, redact_uri(uri)):
             previous["uri"] = uri  # parent_run.json keeps it with credentials masked
@@ -229,7 +229,7 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
 
 
 class RemoteParentCloser(Listener):
-    """Listener of a remotely launched job (rlexp.remote env): after the job's own MLflow
+    """Listener of a remotely launched job (rlexp.tracking.remote_jobs env): after the job's own MLflow
     listener ended its run, close the sweep's parent if every job has now reported."""
 
     def __init__(self, uri: str, parent_id: str, expected: int) -> None:

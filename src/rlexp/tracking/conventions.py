@@ -43,8 +43,8 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     """The MLflow run name: tracker.run_name if set; a sweep job's swept values first
     ('beta=0.04,epsilon=0.2'); else the group choices plus the command's own overrides
     ('grpo-tiny-arithmetic-cpu steps=2'). Run dirs keep their long unique names."""
-    from rlexp.naming import identity_overrides
-    from rlexp.redact import is_secret_key
+    from rlexp.config.naming import identity_overrides
+    from rlexp.base.redact import is_secret_key
 
     if run_name:
         return run_name

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from rlexp.events import Listener, RunInfo
-from rlexp.redact import redact_obj, redact_params, redact_text
+from rlexp.base.events import Listener, RunInfo
+from rlexp.base.redact import redact_obj, redact_params, redact_text
 from rlexp.tracking import store
 from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link, Spool
@@ -65,7 +65,7 @@ def clean_params(flat: dict[str, Any]) -> dict[str, str]:
 
 def same_store(saved: str, uri: str) -> bool:
     """tracking.json's URI (credentials masked) names the same store as `uri`."""
-    from rlexp.redact import redact_uri
+    from rlexp.base.redact import redact_uri
 
     return saved == uri or saved == redact_uri(uri)
 

@@ -31,16 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from rlexp.base.files import write_json_atomic
+from rlexp.base.redact import redact_uri
+
 LINK_FILE = "tracking.json"
 SPOOL_FILE = "tracking_spool.jsonl"
 LOCK_FILE = "tracking.lock"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    # A tmp name per process and thread: the writer thread and the loop may both save.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)  # readers never see half a file
 
 
 @dataclass
@@ -96,8 +92,6 @@ class Link:
         return aside
 
     def save(self, run_dir: Path) -> None:
-        from rlexp.redact import redact_uri
-
         # Credentials in the URI stay out of the file (a rerun or `rlexp.sync --uri` has them).
         data = {**dataclasses.asdict(self), "uri": redact_uri(self.uri)}
         write_json_atomic(Path(run_dir) / LINK_FILE, data)

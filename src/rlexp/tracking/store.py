@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 from urllib.parse import unquote
 
-from rlexp.errors import UserError
+from rlexp.base.errors import UserError
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from rlexp.config import Config
+    from rlexp.config.schema import Config
 
 # Default store, relative to the directory the command runs in.
 DEFAULT_DB = Path("outputs") / "mlflow.db"
@@ -234,7 +234,7 @@ def client(uri: str) -> "MlflowClient":
     if uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
-        from rlexp.redact import redact_uri
+        from rlexp.base.redact import redact_uri
 
         if redact_uri(uri) != uri:  # MLflow's "View run at <url>" line would print them
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

@@ -1,1 +1,1 @@
-"""One module per algorithm, each defining ALGORITHM (see rlexp.algo.family)."""
+"""One module per algorithm, each defining ALGORITHM (see rlexp.algo.algorithm)."""

@@ -1,4 +1,4 @@
-from rlexp.algo.family import Algorithm
+from rlexp.algo.algorithm import Algorithm
 
 # Liu et al. 2025 ("Understanding R1-Zero-like training"), arXiv:2503.20783: GRPO without the
 # std in the advantage and without per-sequence length normalization; both are settings

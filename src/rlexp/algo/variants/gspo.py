@@ -1,4 +1,4 @@
-from rlexp.algo.family import Algorithm
+from rlexp.algo.algorithm import Algorithm
 
 # Zheng et al. 2025, arXiv:2507.18071: one length-normalized sequence ratio per completion
 # (the GSPO-token form, Tunix's loss_algo="gspo-token").

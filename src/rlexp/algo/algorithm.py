@@ -1,0 +1,75 @@
+"""The algorithm family: one module per algorithm in rlexp/algo/variants/, found by name.
+
+An algorithm is a name (algo.name, conf/algo/<name>.yaml holds its settings) plus what the
+shared clipped loss cannot express through settings: the default ratio level and the
+advantage estimator. Adding one = a module in variants/ defining `ALGORITHM = Algorithm(...)`
++ a YAML in conf/algo/ (or in a --config-dir's algo/); outside rlexp, `algo.name` may be the
+dotted path of an Algorithm in the user's package. The loss knobs (clip range, loss_agg,
+scale_rewards, dynamic_sampling, mask_truncated, overlong shaping) are YAML values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from rlexp.algo.advantages import group_advantages
+
+Advantages = Callable[[np.ndarray, int, str], np.ndarray]
+
+
+def default_advantages(rewards: np.ndarray, group_size: int, scale: str) -> np.ndarray:
+    return group_advantages(rewards, group_size, scale=scale)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    # As algo.name spells it.
+    name: str
+    # Paper or reference, for --help and docs.
+    reference: str
+    # Importance-ratio level when algo.ratio_level is null: token | sequence.
+    ratio_level: str = "token"
+    # Tunix's loss_algo label (its own logs only; rlexp's registered loss does the maths).
+    tunix_loss_algo: str = "grpo"
+    # fn(rewards [B*G], group_size, algo.scale_rewards) -> advantages [B*G].
+    advantages: Advantages = default_advantages
+
+    def __post_init__(self) -> None:
+        if self.ratio_level not in ("token", "sequence"):
+            raise ValueError(f"Algorithm {self.name}: ratio_level must be token or sequence")
+        if self.tunix_loss_algo not in ("grpo", "gspo-token"):  # Tunix 0.1.7 accepts these
+            raise ValueError(f"Algorithm {self.name}: tunix_loss_algo must be grpo or gspo-token")
+
+
+@lru_cache(maxsize=None)
+def algorithms() -> dict[str, Algorithm]:
+    """Every ALGORITHM of rlexp.algo.variants, by name."""
+    from rlexp.algo import variants
+
+    found: dict[str, Algorithm] = {}
+    for info in pkgutil.iter_modules(variants.__path__):
+        module = importlib.import_module(f"{variants.__name__}.{info.name}")
+        alg = getattr(module, "ALGORITHM", None)
+        if isinstance(alg, Algorithm):
+            found[alg.name] = alg
+    return dict(sorted(found.items()))
+
+
+def get(name: str) -> Algorithm:
+    """A shipped algorithm by name, or a user's by dotted path ('mypkg.algos.RLOO')."""
+    if name in algorithms():
+        return algorithms()[name]
+    from rlexp.base.errors import UserError
+    from rlexp.base.plugins import resolve
+
+    found = resolve(name, "algo.name", want_callable=False)
+    if not isinstance(found, Algorithm):
+        raise UserError(f"algo.name={name!r}: not an rlexp.algo.algorithm.Algorithm "
+                        f"(got {type(found).__name__})")
+    return found

@@ -1,0 +1,19 @@
+"""User-facing errors: one line, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import sys
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """A mistake the user can fix (bad key, value, path, hardware). Printed as one line."""
+
+
+def fail(message: str) -> "NoReturn":  # noqa: F821
+    from rlexp.base.redact import redact_text
+
+    # Error lines echo the user's values (a bad override, a URI): never a credential.
+    print(f"rlexp: error: {redact_text(message)}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_USAGE)

@@ -1,0 +1,102 @@
+"""One process at a time in a run dir or a sweep dir: an flock on <dir>/rlexp.lock.
+
+Two identical commands resolve to the same dir (its name is a function of the overrides), so
+without this they would both write the same checkpoints, spool and MLflow run. The lock is
+taken before rlexp writes anything in the dir and held for the life of the job (or sweep).
+
+Stale-safe: the kernel drops an flock when its holder dies, however it dies (SIGKILL, OOM),
+so a lock file left behind by a dead process is not a lock. The file only says who holds it
+(pid, host, since), for the message the second command prints. flock works across
+hosts on NFSv4 (Linux maps it to POSIX locks) and on Lustre mounted with -o flock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+from rlexp.base.errors import UserError
+
+LOCK_FILE = "rlexp.lock"
+# The winner writes its details right after taking the lock; a loser that reads the file in
+# between waits this long, in small pauses, before naming an unknown holder.
+READ_HOLDER_S = 1.0
+
+
+class Busy(UserError):
+    """The dir is locked by another live process."""
+
+
+class DirLock:
+    """An exclusive, non-blocking lock on `directory`; `what` names it in messages."""
+
+    def __init__(self, directory: Path, what: str = "run dir"):
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.what = what
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> "DirLock":
+        """Take the lock or raise Busy naming its holder. Writes only the lock file."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise Busy(self.busy_message()) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(holder()))
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing drops the flock; the file stays (harmless)
+            self._handle = None
+
+    @property
+    def held(self) -> bool:
+        return self._handle is not None
+
+    def __enter__(self) -> "DirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def busy_message(self) -> str:
+        info = read_holder(self.path)
+        if not info:
+            who = "another process"
+        else:
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info.get("since", 0)))
+            who = f"pid {info.get('pid')} on {info.get('host')} (since {since})"
+        return (f"{self.directory} is in use by {who}: the same command is already running; "
+                f"wait for it to end, or stop it and run the command again to resume")
+
+
+def holder() -> dict:
+    # No command line: it may carry credentials, and the message does not need it.
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": round(time.time(), 3)}
+
+
+def read_holder(path: Path) -> dict | None:
+    deadline = time.monotonic() + READ_HOLDER_S
+    while True:
+        try:
+            data = json.loads(Path(path).read_text())
+            if isinstance(data, dict) and "pid" in data:
+                return data
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)

@@ -1,0 +1,262 @@
+"""Rewards as plug-ins: `reward.functions` lists `{_target_, weight, name, kwargs}` entries.
+
+A reward function (Hydra's `_target_` convention: a dotted import path) is called as
+fn(prompts, completions, answers, **kwargs) and returns one float per completion, like TRL's
+reward_funcs. The run's total reward is sum_i weight_i * fn_i(...), each weighted term
+reported as train/reward/<name>. The built-ins below are entries of the same list; their
+pure scorers of (completion, reference answer) -> [0, 1] are tested by hand.
+`terms()` resolves and probes the entries before anything runs (a bad `_target_` or a
+function returning the wrong length is a UserError, exit 2); `tunix_reward_fns` adapts them
+to the call Tunix's learner makes: fn(prompts, completions, answer=..., **kwargs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from rlexp.config.schema import RewardConfig
+from rlexp.data.extract import extract_answer, parse_number
+from rlexp.base.errors import UserError
+from rlexp.base.plugins import first_line as _first_line
+from rlexp.base.plugins import resolve
+
+if TYPE_CHECKING:
+    from rlexp.config.schema import Config
+
+Score = Callable[[str, str], float]
+
+_ANSWER_ONLY = re.compile(r"\s*<answer>[^<]*</answer>\s*", re.DOTALL)
+
+
+def _reasoning_then_answer(tag: str) -> re.Pattern:
+    t = re.escape(tag)
+    return re.compile(rf"\s*<{t}>.*?</{t}>\s*<answer>[^<]*</answer>\s*", re.DOTALL)
+
+
+def format_exact(completion: str, answer: str, template: str = "answer",
+                 reasoning_tag: str = "reasoning") -> float:
+    """1 when the completion is exactly the template's tags and nothing else, else 0."""
+    pattern = _reasoning_then_answer(reasoning_tag) if template == "reasoning" else _ANSWER_ONLY
+    return 1.0 if pattern.fullmatch(completion) else 0.0
+
+
+def format_approx(completion: str, answer: str, template: str = "answer",
+                  reasoning_tag: str = "reasoning") -> float:
+    """Fraction of the template's tags that occur exactly once (partial format credit)."""
+    tags = ["<answer>", "</answer>"]
+    if template == "reasoning":
+        tags = [f"<{reasoning_tag}>", f"</{reasoning_tag}>", *tags]
+    return sum(completion.count(t) == 1 for t in tags) / len(tags)
+
+
+def answer_exact(completion: str, answer: str, **_: object) -> float:
+    """1 when the <answer> block holds the reference number (or the same string), else 0."""
+    got = extract_answer(completion)
+    if got is None:
+        return 0.0
+    if got == answer.strip():
+        return 1.0
+    a, b = parse_number(got), parse_number(answer)
+    return 1.0 if a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b)) else 0.0
+
+
+def answer_close(completion: str, answer: str, **_: object) -> float:
+    """1 within 10% of the reference, 0.5 within 20%, else 0 (MaxText's ratio bands)."""
+    got, ref = parse_number(extract_answer(completion)), parse_number(answer)
+    if got is None or ref is None:
+        return 0.0
+    err = abs(got - ref)
+    scale = abs(ref)
+    if err <= 0.10 * scale or err == 0:
+        return 1.0
+    if err <= 0.20 * scale:
+        return 0.5
+    return 0.0
+
+
+def math_verify(completion: str, answer: str, **_: object) -> float:
+    """1 when math-verify judges the <answer> block equivalent to the reference."""
+    from math_verify import parse, verify  # optional extra, imported only when weighted
+
+    got = extract_answer(completion)
+    if got is None:
+        return 0.0
+    try:
+        return 1.0 if verify(parse(answer), parse(got)) else 0.0
+    except Exception:  # math-verify raises on unparsable input
+        return 0.0
+
+
+# ------------------------------------------------------------- built-ins, plug-in signature
+
+def _batched(score: Callable[..., float], name: str) -> Callable[..., list[float]]:
+    def fn(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+           **kwargs: Any) -> list[float]:
+        return [score(c, str(a), **kwargs) for c, a in zip(completions, answers)]
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = score.__doc__
+    return fn
+
+
+format_exact_reward = _batched(format_exact, "format_exact_reward")
+format_approx_reward = _batched(format_approx, "format_approx_reward")
+answer_exact_reward = _batched(answer_exact, "answer_exact_reward")
+answer_close_reward = _batched(answer_close, "answer_close_reward")
+math_verify_reward = _batched(math_verify, "math_verify_reward")
+
+
+def overlong_penalty(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                     completion_lengths: Sequence[int], max_length: int, buffer: int,
+                     **_: Any) -> list[float]:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv:2503.14476, eq. 13), in tokens:
+    0 up to max_length - buffer, then falling linearly to -1 at max_length (and -1 beyond)."""
+    start = max_length - buffer
+    return [0.0 if n <= start else max(-1.0, (start - n) / buffer) for n in completion_lengths]
+
+
+# ----------------------------------------------------------------------------- the list
+
+
+@dataclass(frozen=True)
+class Term:
+    # Name reported as train/reward/<name>.
+    name: str
+    # The plug-in: fn(prompts, completions, answers, **kwargs) -> one float per completion.
+    fn: Callable[..., Sequence[float]]
+    # Weight from the reward.functions entry.
+    weight: float
+    # Keyword arguments of the entry, passed on every call.
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    # The run's prompt format (template, reasoning_tag), passed too; entry kwargs win.
+    context: dict[str, Any] = field(default_factory=dict)
+    # Token count of a completion, for functions that take `completion_lengths` (the
+    # engine sets the tokenizer's; characters until then).
+    count_tokens: Callable[[str], int] = len
+
+    @property
+    def needs_lengths(self) -> bool:
+        """The function takes completion token counts (overlong shaping)."""
+        try:
+            return "completion_lengths" in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str],
+                 answers: Sequence[Any], **extra: Any) -> list[float]:
+        """Weighted values, one per completion (shape checked by `probe`)."""
+        if self.needs_lengths and "completion_lengths" not in extra:
+            extra = {**extra, "completion_lengths": [self.count_tokens(c) for c in completions]}
+        out = self.fn(list(prompts), list(completions), [str(a) for a in answers],
+                      **{**self.context, **extra, **self.kwargs})
+        return [self.weight * float(v) for v in out]
+
+
+def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning"
+          ) -> list[Term]:
+    """The weighted reward terms of a run, resolved and probed; zero-weight entries dropped.
+
+    Every function also gets template= and reasoning_tag= (the prompt format the format
+    rewards check); a function that does not want them takes **kwargs.
+    """
+    context = {"template": template, "reasoning_tag": reasoning_tag}
+    chosen: list[Term] = []
+    for i, entry in enumerate(cfg.functions):
+        key = f"reward.functions[{i}]"
+        if not math.isfinite(entry.weight):
+            raise UserError(f"{key}.weight={entry.weight!r} is invalid: must be finite")
+        if entry.weight == 0:
+            continue
+        if entry._target_ in (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward"):
+            try:
+                import math_verify as _  # noqa: F401
+            except ImportError:
+                raise UserError(f"{key}: math_verify_reward needs the math-verify package "
+                                "(pip install 'rlexp[math]'), or weight 0") from None
+        fn = resolve(entry._target_, f"{key}._target_")
+        name = entry.name or getattr(fn, "__name__", entry._target_.rsplit(".", 1)[-1])
+        if any(t.name == name for t in chosen):
+            raise UserError(f"{key}.name={name!r}: two reward functions have this name; give "
+                            f"one a distinct `name` (logged as train/reward/<name>)")
+        chosen.append(Term(name, fn, float(entry.weight), dict(entry.kwargs), context))
+    if not chosen:
+        raise UserError("reward.functions: no function with a non-zero weight; give at least "
+                        "one entry a non-zero weight")
+    for t in chosen:
+        probe(t)
+    return chosen
+
+
+def for_run(cfg: Config) -> list[Term]:
+    """The run's terms: reward.functions, plus DAPO's overlong shaping when algo asks for it."""
+    ts = terms(cfg.reward, cfg.dataset.template, cfg.dataset.reasoning_tag)
+    a = cfg.algo
+    if a.overlong_buffer > 0 and a.overlong_penalty > 0:
+        budget = cfg.rollout.max_completion_length
+        buffer = max(1, round(a.overlong_buffer * budget))
+        ts.append(Term("overlong", overlong_penalty, a.overlong_penalty,
+                       {"max_length": budget, "buffer": buffer}))
+    return ts
+
+
+# One example per shape a reward must cope with: a right, a wrong and an empty completion.
+PROBE_PROMPTS = ["What is 2 + 3?", "What is 4 + 4?", "What is 1 + 0?"]
+PROBE_COMPLETIONS = ["<answer>5</answer>", "<answer>7</answer>", ""]
+PROBE_ANSWERS = ["5", "8", "1"]
+
+
+def probe(term: Term) -> None:
+    """Call the function once on three examples: it must return 3 finite numbers."""
+    key = f"reward.functions (name={term.name})"
+    extra = {"completion_lengths": [len(c) for c in PROBE_COMPLETIONS]} if term.needs_lengths else {}
+    try:
+        out = term.fn(list(PROBE_PROMPTS), list(PROBE_COMPLETIONS), list(PROBE_ANSWERS),
+                      **{**term.context, **extra, **term.kwargs})
+    except Exception as exc:
+        raise UserError(f"{key}: calling it on 3 example completions raised "
+                        f"{type(exc).__name__}: {_first_line(exc)}") from None
+    try:
+        values = [float(v) for v in out]
+    except (TypeError, ValueError):
+        raise UserError(f"{key}: must return one float per completion (a list of 3 here), "
+                        f"got {type(out).__name__} {str(out)[:60]!r}") from None
+    if len(values) != len(PROBE_COMPLETIONS):
+        raise UserError(f"{key}: returned {len(values)} values for {len(PROBE_COMPLETIONS)} "
+                        f"completions; it must return one float per completion")
+    if not all(math.isfinite(v) for v in values):
+        raise UserError(f"{key}: returned a non-finite value {values}")
+
+
+def score_all(ts: Sequence[Term], completions: Sequence[str], answers: Sequence[str],
+              prompts: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """Weighted score of every term for every completion: {name: [w * score, ...]}."""
+    prompts = list(prompts) if prompts is not None else [""] * len(completions)
+    return {t.name: t(prompts, completions, answers) for t in ts}
+
+
+def with_token_counter(ts: Sequence[Term], count_tokens: Callable[[str], int]) -> list[Term]:
+    """The terms, counting completion lengths with the run's tokenizer."""
+    return [dataclasses.replace(t, count_tokens=count_tokens) for t in ts]
+
+
+def tunix_reward_fns(ts: Sequence[Term], record: Callable[[str, list[float]], None]
+                     ) -> list[Callable[..., list[float]]]:
+    """Adapters Tunix's learner calls; each also hands its values to `record(name, values)`."""
+    def adapter(term: Term):
+        def fn(prompts: list[str], completions: list[str], answer: Sequence[str], **_) -> list[float]:
+            values = term(prompts, completions, answer)
+            if len(values) != len(completions):  # probed at start; a data-dependent slip
+                raise ValueError(f"reward {term.name} returned {len(values)} values for "
+                                 f"{len(completions)} completions")
+            record(term.name, values)
+            return values
+
+        fn.__name__ = term.name  # Tunix logs rewards/<__name__>
+        return fn
+
+    return [adapter(t) for t in ts]

@@ -1,0 +1,366 @@
+"""Export a run's policy as a Hugging Face model dir, and find the weights a fork starts from.
+
+    python -m rlexp.export <run dir | checkpoint dir | MLflow run id> [--out DIR]
+
+writes model.safetensors (sharded past 4 GiB, with model.safetensors.index.json),
+config.json and the tokenizer files: the layout `transformers` and rlexp's own loader
+(`model.path=DIR`) read. A run does the same at its end (run.export=true) into
+<run dir>/export and logs it to MLflow as the artifact `model`.
+
+The parameter mapping is the inverse of Tunix's loaders (tunix/models/qwen3/params.py and
+llama3/params.py, `_get_key_and_transform_mapping`): Tunix keeps q/k/v as [embed, heads,
+head_dim] and o as [heads, head_dim, embed], HF as 2-D [out, in] matrices; every Linear is
+transposed; Tunix reads HF's q/k rows as they are (HF's rotate-half RoPE layout), so no head
+permutation is undone; a tied embedding has no lm_head.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlexp.config.schema import ModelConfig
+from rlexp.base.errors import UserError
+
+log = logging.getLogger("rlexp")
+
+EXPORT_DIR = "export"
+SHARD_BYTES = 4 << 30
+# Tokenizer and generation files copied from model.path when the model came from one.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
+                   "chat_template.jinja", "generation_config.json")
+_ARCH = {"qwen3": ("Qwen3ForCausalLM", "qwen3"), "llama3": ("LlamaForCausalLM", "llama")}
+_MLFLOW_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+# ------------------------------------------------------------------------- parameter maths
+
+
+def tunix_key(path: str) -> str:
+    """'layers/0/attn/q_proj/w/value' (orbax) or 'layers/0/attn/q_proj/w' -> dotted, no value."""
+    parts = [p for p in path.split("/") if p]
+    if parts and parts[-1] == "value":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
+    """Tunix qwen3/llama3 parameters (dotted names) -> Hugging Face state dict (numpy)."""
+    out: dict[str, np.ndarray] = {}
+    for raw, value in flat.items():
+        key, w = tunix_key(raw), np.asarray(value)
+        if key == "embedder.input_embedding":
+            out["model.embed_tokens.weight"] = w
+        elif key == "final_norm.w":
+            out["model.norm.weight"] = w
+        elif key == "lm_head.w":  # [embed, vocab]
+            out["lm_head.weight"] = w.T
+        elif (hit := re.fullmatch(r"layers\.(\d+)\.(.+)", key)) is not None:
+            out.update(_layer(int(hit.group(1)), hit.group(2), w))
+        else:
+            raise ValueError(f"no Hugging Face name for Tunix parameter {key!r}")
+    if m.tie_embeddings:
+        out.pop("lm_head.weight", None)
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _layer(i: int, name: str, w: np.ndarray) -> dict[str, np.ndarray]:
+    p = f"model.layers.{i}."
+    if name in ("attn.q_proj.w", "attn.k_proj.w", "attn.v_proj.w"):  # [embed, heads, hd]
+        return {p + f"self_attn.{name.split('.')[1]}.weight": w.reshape(w.shape[0], -1).T}
+    if name == "attn.o_proj.w":  # [heads, hd, embed]
+        return {p + "self_attn.o_proj.weight": w.reshape(-1, w.shape[-1]).T}
+    if name in ("attn.q_norm.w", "attn.k_norm.w"):
+        return {p + f"self_attn.{name.split('.')[1]}.weight": w}
+    if name in ("input_layernorm.w", "post_attention_layernorm.w"):
+        return {p + name[:-2] + ".weight": w}
+    if (hit := re.fullmatch(r"mlp\.(gate|up|down)_proj\.kernel", name)) is not None:
+        return {p + f"mlp.{hit.group(1)}_proj.weight": w.T}  # [in, out] -> [out, in]
+    raise ValueError(f"no Hugging Face name for Tunix parameter layers.{i}.{name!r}")
+
+
+def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """config.json: the source model's own (architecture unchanged by training) with the
+    export dtype, or one written from the YAML for a random-init model."""
+    if base is not None:
+        return {**base, "torch_dtype": dtype}
+    arch, model_type = _ARCH[m.family]
+    from rlexp.inputs.tokenizer import BOS, EOS, PAD
+
+    cfg = {"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
+           "num_hidden_layers": m.num_layers, "hidden_size": m.embed_dim,
+           "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
+           "head_dim": m.head_dim, "intermediate_size": m.hidden_dim,
+           "vocab_size": m.vocab_size, "rope_theta": m.rope_theta, "rms_norm_eps": m.norm_eps,
+           "max_position_embeddings": m.max_position, "tie_word_embeddings": m.tie_embeddings,
+           "attention_bias": False, "torch_dtype": dtype}
+    if m.tokenizer == "char":
+        cfg.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    return cfg
+
+
+# ------------------------------------------------------------------------------- writing
+
+
+def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
+          source: Path | None) -> Path:
+    """The HF model dir `out` (replaced atomically): weights, config.json, tokenizer files.
+    source: the local model.path dir the run started from (its config/tokenizer are reused)."""
+    weights = to_hf(flat, m)
+    # what the tensors are (float32 master weights under bf16 compute stay float32)
+    dtype = "bfloat16" if any(w.dtype.name == "bfloat16" for w in weights.values()) else "float32"
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _save_weights(tmp, weights)
+    base = None
+    if source is not None and (source / "config.json").is_file():
+        base = json.loads((source / "config.json").read_text())
+    (tmp / "config.json").write_text(json.dumps(hf_config(m, dtype, base), indent=2))
+    if m.tokenizer == "char":
+        write_char_tokenizer(tmp, m.vocab_size)
+    elif source is not None:
+        for name in TOKENIZER_FILES:
+            if (source / name).is_file():
+                shutil.copy2(source / name, tmp / name)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
+    from safetensors.numpy import save_file
+
+    meta = {"format": "pt"}  # transformers refuses files without it
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for key in sorted(weights):
+        nbytes = weights[key].nbytes
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][key] = weights[key]
+        size += nbytes
+    if len(shards) == 1:
+        save_file(shards[0], str(out / "model.safetensors"), metadata=meta)
+        return
+    index: dict[str, Any] = {"metadata": {"total_size": sum(w.nbytes for w in weights.values())},
+                             "weight_map": {}}
+    for n, shard in enumerate(shards, 1):
+        name = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(out / name), metadata=meta)
+        index["weight_map"].update({k: name for k in shard})
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def write_char_tokenizer(out: Path, vocab_size: int) -> None:
+    """rlexp's character tokenizer as a `tokenizers` BPE without merges (one token per
+    character, same ids; ids past the alphabet are placeholders), with the
+    tokenizer_config.json `AutoTokenizer` reads. Written without importing transformers
+    (1.2 s, at the end of every tiny run); tests/test_export.py loads it with transformers."""
+    from tokenizers import Tokenizer, decoders, models
+
+    from rlexp.inputs.tokenizer import _SPECIALS, ALPHABET
+
+    specials = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>",
+                "unk_token": "<unk>"}
+    assert len(specials) == _SPECIALS
+    vocab = {tok: i for i, tok in enumerate(specials.values())}
+    vocab.update({ch: i + _SPECIALS for i, ch in enumerate(ALPHABET)})
+    vocab.update({f"<extra_{i}>": i for i in range(len(vocab), vocab_size)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(list(specials.values()))
+    tok.save(str(out / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
+              "clean_up_tokenization_spaces": False, **specials}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------- origins and runs
+
+
+def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
+    """<run dir | checkpoint dir | MLflow run id> -> the step dir of its newest checkpoint."""
+    path = Path(spec).expanduser()
+    if not path.exists() and _MLFLOW_RUN_ID.match(spec):
+        path = _run_dir_of(spec, tracking_uri)
+    if (path / "model_params").is_dir():
+        return path
+    for ckpts in (path / "checkpoints", path, *_remote_checkpoints(path)):
+        steps = sorted((int(p.name) for p in ckpts.glob("*")
+                        if p.name.isdigit() and (p / "model_params").is_dir()), reverse=True) \
+            if ckpts.is_dir() else []
+        if steps:
+            return ckpts / str(steps[0])
+    raise UserError(f"run.init_from={spec}: no checkpoint found (pass a run dir with "
+                    f"checkpoints/, a checkpoint dir, or an MLflow run id)")
+
+
+def _remote_checkpoints(run_dir: Path) -> list[Any]:
+    """A run made with run.output_uri keeps its checkpoints at <uri>/<run name>/checkpoints."""
+    from omegaconf import OmegaConf
+
+    from rlexp.inputs import storage
+
+    try:
+        saved = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    except (OSError, ValueError):
+        return []
+    uri = OmegaConf.select(saved, "run.output_uri", default=None)
+    return [storage.checkpoint_dir(uri, run_dir, run_dir.name)] if uri else []
+
+
+def _run_dir_of(run_id: str, uri: str | None) -> Path:
+    from rlexp.tracking.store import client, resolve_uri
+
+    try:
+        run = client(resolve_uri(uri)).get_run(run_id)
+    except Exception as exc:
+        raise UserError(f"run.init_from={run_id}: no such MLflow run at "
+                        f"{resolve_uri(uri)} ({type(exc).__name__})") from None
+    run_dir = run.data.tags.get("rlexp.run_dir")
+    if not run_dir:
+        raise UserError(f"run.init_from={run_id}: the MLflow run has no rlexp.run_dir tag")
+    return Path(run_dir)
+
+
+def run_dir_of(checkpoint: Path) -> Path:
+    """<run dir>/checkpoints/<step> -> <run dir>."""
+    return checkpoint.parent.parent
+
+
+def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
+    """The policy parameters of an orbax checkpoint step dir, as dotted-name numpy arrays
+    (read on the host: no model, no mesh)."""
+    import warnings
+
+    import orbax.checkpoint as ocp
+
+    with warnings.catch_warnings():  # "sharding info not provided": host arrays are wanted
+        warnings.simplefilter("ignore")
+        where = checkpoint / "model_params"  # a bucket path (run.output_uri) as it is
+        tree = ocp.PyTreeCheckpointer().restore(str(where if "://" in str(where)
+                                                    else Path(where).absolute()))
+    flat: dict[str, np.ndarray] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}/")
+        else:
+            flat[tunix_key(prefix)] = np.asarray(node)
+
+    walk(tree, "")
+    return flat
+
+
+def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
+    """The model section and run.cache_dir a run dir was made with (.hydra/config.yaml).
+    Only these two are read, so a run made by an older rlexp still exports."""
+    from omegaconf import OmegaConf
+
+    from rlexp.config.schema import one_line_omegaconf_error
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no .hydra/config.yaml (not an rlexp run dir)")
+    saved = OmegaConf.load(path)
+    try:
+        model = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
+                                                    saved.get("model", {})))
+    except Exception as exc:
+        raise UserError(f"{path}: model section: {one_line_omegaconf_error(exc)}") from None
+    cache_dir = OmegaConf.select(saved, "run.cache_dir", default=None) or "outputs/cache"
+    return model, str(cache_dir)
+
+
+def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
+    """Set an nnx model's parameters from a checkpoint's (same names and shapes)."""
+    from rlexp.engine.weights import assign, params
+
+    for key, value in params(model, sep=".").items():
+        theirs = flat.get(key)
+        if theirs is None or tuple(theirs.shape) != tuple(value.shape):
+            got = "missing" if theirs is None else f"shape {tuple(theirs.shape)}"
+            raise UserError(f"run.init_from={origin}: parameter {key} is {got} in the origin, "
+                            f"{tuple(value.shape)} here; the model config must match the origin's")
+    assign(model, flat, sep=".")
+
+
+def init_from(cfg: Any, model: Any) -> dict[str, str]:
+    """run.init_from: load the origin's newest checkpoint into `model` (origin only read)."""
+    from rlexp.tracking import default_uri
+
+    checkpoint = find_checkpoint(cfg.run.init_from, default_uri(cfg))
+    init_model(model, load_checkpoint(checkpoint), cfg.run.init_from)
+    log.info("run.init_from=%s: starting from %s", cfg.run.init_from, checkpoint)
+    where = str(checkpoint) if "://" in str(checkpoint) else str(Path(checkpoint).absolute())
+    return {"init_from": where}
+
+
+def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None) -> Path:
+    """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir."""
+    from rlexp.inputs.model_files import resolve_path
+
+    checkpoint = find_checkpoint(spec, tracking_uri)
+    given = Path(spec).expanduser()
+    # the run dir itself when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>
+    run_dir = given if (given / ".hydra").is_dir() else run_dir_of(checkpoint)
+    model, cache_dir = run_model(run_dir)
+    resolve_path(model, cache_dir)
+    source = Path(model.path) if model.path else None
+    out = write(out or run_dir / EXPORT_DIR, load_checkpoint(checkpoint), model, source)
+    _log_to_mlflow(run_dir, out)
+    return out
+
+
+def _log_to_mlflow(run_dir: Path, out: Path) -> None:
+    """The export as artifact `model` of the run's MLflow run (tracking.json), if it has one."""
+    from rlexp.tracking.spool import Link
+
+    link = Link.load(run_dir)
+    if link is None or link.run_id is None:
+        return
+    from rlexp.tracking.store import client
+
+    try:
+        client(link.uri).log_artifacts(link.run_id, str(out), "model")
+        print(f"rlexp: logged {out} to MLflow run {link.run_id} as artifact 'model'")
+    except Exception as exc:  # the files are written; MLflow is a copy
+        print(f"rlexp: warning: could not log {out} to MLflow run {link.run_id} "
+              f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
+              file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from rlexp.base.errors import fail
+
+    parser = argparse.ArgumentParser(prog="python -m rlexp.export", description=__doc__.split(
+        "\n\n")[0])
+    parser.add_argument("run", help="run dir, checkpoint dir (<run>/checkpoints/<step>) or "
+                                    "MLflow run id")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output dir (default: <run dir>/export)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store to look a run id up in (default: as rlexp runs)")
+    args = parser.parse_args(argv)
+    try:
+        out = export_run(args.run, args.out, args.tracking_uri)
+    except UserError as exc:
+        fail(str(exc))
+    print(f"rlexp: exported {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,193 @@
+"""Warm start: a short supervised stage on the training split's reference completions.
+
+A randomly initialised model never writes "<answer>", so RL would start at reward 0 and
+learn nothing. A few hundred steps of next-token training on reference answers teach the
+format (and some arithmetic); RL then improves accuracy. The result is cached under
+<run.cache_dir>/warm_start/<hash>/params.npz, the hash covering everything that determines
+it, so every job of a sweep (and every rerun) reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from rlexp.config.schema import Config
+from rlexp.data import Example
+
+log = logging.getLogger(__name__)
+
+# Bump when the warm-start procedure changes, so stale caches are not reused.
+VERSION = 2
+
+
+def cache_key(cfg: Config) -> str:
+    """Hash of what determines the warm-start weights: the config, and the contents of the
+    local files it names (an edited prompt file or dataset file is a new warm start)."""
+    d = cfg.dataset
+    what = {"v": VERSION, "model": dataclasses.asdict(cfg.model), "dataset": dataclasses.asdict(d),
+            "seed": cfg.train.seed, "prompt_len": cfg.rollout.max_prompt_length,
+            "completion_len": cfg.rollout.max_completion_length,
+            "files": {key: _file_digest(value) for key, value in
+                      (("prompt_file", d.prompt_file), ("path", d.path)) if value}}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_digest(path: str) -> str | None:
+    """sha256 of a local file's contents (None for anything else: a hub name, a directory)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        return None
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_path(cfg: Config) -> Path:
+    return Path(cfg.run.cache_dir).expanduser() / "warm_start" / cache_key(cfg) / "params.npz"
+
+
+def encode_pair(tok: Any, prompt: str, completion: str) -> tuple[list[int], list[int]]:
+    """Prompt ids as Tunix's sampler builds them (BOS first, once) and completion ids + EOS."""
+    p = list(tok.encode(prompt))
+    bos = tok.bos_id()
+    if bos and (not p or p[0] != bos):
+        p = [bos] + p
+    c = list(tok.encode(completion, add_special_tokens=False)) if _is_hf(tok) else list(tok.encode(completion))
+    return p, c + [tok.eos_id()]
+
+
+def _is_hf(tok: Any) -> bool:
+    return hasattr(tok, "tokenizer") and hasattr(tok.tokenizer, "convert_tokens_to_ids")
+
+
+def make_batch(tok: Any, examples: Sequence[Example], length: int) -> dict[str, np.ndarray]:
+    """Right-padded token ids [B, L] and a loss mask on completion tokens (incl. EOS)."""
+    ids = np.full((len(examples), length), tok.pad_id(), dtype=np.int32)
+    loss_mask = np.zeros((len(examples), length), dtype=np.float32)
+    valid = np.zeros((len(examples), length), dtype=bool)
+    for i, ex in enumerate(examples):
+        p, c = encode_pair(tok, ex.prompt, ex.reference)
+        seq = (p + c)[:length]
+        ids[i, : len(seq)] = seq
+        valid[i, : len(seq)] = True
+        loss_mask[i, len(p): len(seq)] = 1.0
+    return {"ids": ids, "valid": valid, "loss_mask": loss_mask}
+
+
+def sequence_loss(model: Any, ids: Any, valid: Any, loss_mask: Any) -> Any:
+    """Mean next-token cross-entropy over the completion tokens."""
+    import jax
+    import jax.numpy as jnp
+
+    positions = jnp.maximum(jnp.cumsum(valid, axis=-1) - 1, 0)
+    causal = jnp.tril(jnp.ones((ids.shape[1], ids.shape[1]), dtype=bool))
+    attn = causal[None] & valid[:, None, :]
+    logits, _ = model(ids, positions, None, attn)
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    target_logp = jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1)[..., 0]
+    mask = loss_mask[:, 1:]
+    return -(target_logp * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: float,
+          batch_size: int, length: int, seed: int, weight_decay: float = 0.0,
+          chunk: int = 100) -> list[float]:
+    """`steps` AdamW steps of sequence_loss on seeded batches of `examples`; returns losses.
+
+    The steps run inside jax.lax.scan, `chunk` per call, on batches built ahead: one dispatch
+    and no host sync per chunk instead of per step. 300 tiny steps on a 2-core CPU: 16.7 s
+    instead of 29.8 s for a jitted call per step, with bit-identical weights."""
+    import jax
+    import optax
+    from flax import nnx
+
+    from rlexp.data import batch_indices
+
+    optimizer = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0),
+                                                 optax.adamw(lr, weight_decay=weight_decay)), wrt=nnx.Param)
+    graphdef, state = nnx.split((model, optimizer))
+
+    def step(state: Any, batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(sequence_loss)(model, *batch)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    run = jax.jit(lambda state, batches: jax.lax.scan(step, state, batches), donate_argnums=0)
+    losses: list[Any] = []
+    for start in range(0, steps, chunk):
+        built = [make_batch(tok, [examples[i] for i in batch_indices(len(examples), batch_size,
+                                                                     seed, k)], length)
+                 for k in range(start, min(start + chunk, steps))]
+        batches = tuple(np.stack([b[name] for b in built]) for name in ("ids", "valid", "loss_mask"))
+        state, chunk_losses = run(state, batches)
+        losses.append(chunk_losses)
+    nnx.update((model, optimizer), state)
+    return [float(x) for x in np.concatenate([np.asarray(x) for x in losses])] if losses else []
+
+
+def save_params(model: Any, path: Path) -> None:
+    from rlexp.engine.weights import params
+
+    flat = params(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # per-process temporary name + atomic rename: concurrent sweep jobs that all trained the
+    # warm start never read (or write) half a file
+    tmp = path.with_name(f"params.{os.getpid()}.tmp.npz")
+    np.savez(tmp, **{k: np.asarray(v) for k, v in flat.items()})
+    tmp.replace(path)
+
+
+def load_params(model: Any, path: Path) -> None:
+    from rlexp.engine.weights import assign
+
+    with np.load(path) as data:
+        assign(model, {k: data[k] for k in data.files})
+
+
+def _keep_cache(cfg: Config, path: Path) -> None:
+    """This entry was used now; the cache keeps the run.cache_keep entries used last."""
+    from rlexp.base.retention import mark_used, prune_cache
+
+    mark_used(path)
+    prune_cache(path.parent.parent, cfg.run.cache_keep, protect=path.parent)
+
+
+def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example]) -> dict[str, Any]:
+    """Apply the (cached) warm start to `model` in place; returns what happened."""
+    m = cfg.model
+    if m.warm_start_steps == 0:
+        return {"warm_start/steps": 0}
+    path = cache_path(cfg)
+    if path.is_file():
+        try:
+            load_params(model, path)
+        except FileNotFoundError:  # pruned by another run a moment ago: train it again
+            log.info("warm start: %s was pruned meanwhile; training it again", path)
+        else:
+            log.info("warm start: loaded %s", path)
+            _keep_cache(cfg, path)
+            return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
+    started = time.perf_counter()
+    length = cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length + 2
+    losses = train(model, tok, train_examples, m.warm_start_steps, m.warm_start_lr,
+                   m.warm_start_batch_size, length, cfg.train.seed)
+    save_params(model, path)
+    _keep_cache(cfg, path)
+    took = time.perf_counter() - started
+    log.info("warm start: %d steps in %.1fs, loss %.3f -> %.3f, saved %s",
+             m.warm_start_steps, took, losses[0], losses[-1], path)
+    return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 0,
+            "warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1],
+            "warm_start/seconds": took}

@@ -1,0 +1,129 @@
+"""Model inputs that need no Tunix: model.path checks, config.json agreement, tokenizers.
+
+tiny: a small Qwen3-shaped decoder, random init, with the built-in character tokenizer.
+model.path: local Hugging Face safetensors + config.json (+ tokenizer files) for the qwen3 and
+llama3 families; the architecture numbers in conf/model/*.yaml must agree with config.json
+(they size the plan). Building the Tunix model itself is rlexp.engine.tunix_models.build_model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rlexp.config.schema import ModelConfig
+from rlexp.base.errors import UserError
+from rlexp.inputs.sources import check, fetch, parse
+from rlexp.inputs.tokenizer import MIN_VOCAB, CharTokenizer
+
+log = logging.getLogger(__name__)
+
+# config.json key -> (our field, converter): what must agree between the YAML and the weights.
+_HF_KEYS = {
+    "num_hidden_layers": "num_layers", "hidden_size": "embed_dim",
+    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
+    "intermediate_size": "hidden_dim", "vocab_size": "vocab_size",
+}
+
+
+# model.family -> config.json's model_type.
+_MODEL_TYPES = {"qwen3": "qwen3", "llama3": "llama"}
+
+
+def model_dir(m: ModelConfig) -> Path | None:
+    """model.path as a checked directory with config.json and *.safetensors; None for random init."""
+    if m.path is None:
+        return None
+    path = Path(m.path).expanduser()
+    if not path.is_dir():
+        raise UserError(f"model.path={m.path}: directory not found")
+    if not (path / "config.json").is_file():
+        raise UserError(f"model.path={m.path}: no config.json (need a Hugging Face checkpoint dir)")
+    if not any(path.glob("*.safetensors")):
+        raise UserError(f"model.path={m.path}: no *.safetensors weights in the directory")
+    return path
+
+
+def check_hf_config(m: ModelConfig, path: Path) -> dict[str, Any]:
+    """config.json must describe the architecture the YAML declares."""
+    try:
+        hf = json.loads((path / "config.json").read_text())
+    except ValueError as exc:
+        raise UserError(f"model.path={m.path}: config.json is not valid JSON ({exc})") from None
+    model_type = str(hf.get("model_type", ""))
+    if model_type and _MODEL_TYPES[m.family] != model_type:
+        # Tunix's loader skips keys it does not know: a wrong family would load silently.
+        raise UserError(f"model.family={m.family} but {path}/config.json has "
+                        f"model_type={model_type}; valid choices are "
+                        f"{', '.join(f for f, t in _MODEL_TYPES.items() if t == model_type) or 'none'}")
+    for hf_key, ours in _HF_KEYS.items():
+        if hf_key in hf and int(hf[hf_key]) != getattr(m, ours):
+            raise UserError(f"model.{ours}={getattr(m, ours)} but {path}/config.json has "
+                            f"{hf_key}={hf[hf_key]}; fix conf/model/{m.name}.yaml")
+    hd = hf.get("head_dim") or hf.get("hidden_size", 0) // max(hf.get("num_attention_heads", 1), 1)
+    if hd and int(hd) != m.head_dim:
+        raise UserError(f"model.head_dim={m.head_dim} but {path}/config.json implies head_dim={hd}")
+    return hf
+
+
+def build_tokenizer(m: ModelConfig) -> Any:
+    """CharTokenizer (tokenizer=char) or a Hugging Face tokenizer from model.path."""
+    if m.tokenizer == "char":
+        if m.vocab_size < MIN_VOCAB:
+            raise UserError(f"model.vocab_size={m.vocab_size}: the char tokenizer needs >= {MIN_VOCAB}")
+        return CharTokenizer(m.vocab_size)
+    if m.path is None:
+        raise UserError("model.tokenizer=hf needs model.path=<dir with tokenizer.json>")
+    path = Path(m.path).expanduser()
+    if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
+        raise UserError(f"model.path={m.path}: no tokenizer.json (needed by model.tokenizer=hf)")
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:
+        raise UserError(f"model.path={m.path}: cannot load the tokenizer "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
+
+
+# Profiles whose weights come with a package when model.path is null (resolve_path).
+PACKAGED_MODELS = ("smollm2-135m",)
+
+
+def resolve_path(m: ModelConfig, cache_dir: str) -> None:
+    """model.path as a local dir: models shipped in a package (smollm2-135m: converted once),
+    hub ids and bucket URLs (rlexp.inputs.sources: downloaded once into their caches)."""
+    if m.path is None and m.name in PACKAGED_MODELS:
+        from rlexp.inputs.smollm2 import ensure_converted
+
+        m.path = str(ensure_converted(cache_dir))
+    elif m.path is not None:
+        if parse(m.path).kind != "local":
+            log.info("model.path=%s: reading the weights from %s", m.path,
+                     fetched := fetch(m.path, cache_dir))
+            m.path = str(fetched)
+
+
+def check_model(m: ModelConfig, cache_dir: str) -> None:
+    """Pre-flight of model.path (dry runs too; no download): a local dir has config.json and
+    weights; a cached hub snapshot's config.json agrees with the YAML; an uncached hub id is
+    an error only offline; a bucket needs its filesystem backend."""
+    if m.path is None:
+        # Random init is for the tiny qwen3 profile (its char tokenizer needs no files);
+        # packaged models resolve their own path.
+        if m.name not in PACKAGED_MODELS and (m.tokenizer == "hf" or m.family != "qwen3"):
+            raise UserError(f"model={m.name} needs model.path (a local Hugging Face dir, a hub "
+                            "id or a gs:// path): random init is only for the tiny model")
+        return
+    src = parse(m.path)
+    if src.kind == "local":
+        model_dir(m)
+        return
+    cached = check(m.path, cache_dir)
+    if cached is not None and (cached / "config.json").is_file():
+        check_hf_config(m, cached)

@@ -1,0 +1,100 @@
+"""Run outputs on a bucket: `run.output_uri=gs://bucket/prefix`.
+
+The run dir stays on the local disk (Hydra's files, the log, the tracking spool, the lock);
+what must outlive the machine goes under <output_uri>/<run name>/:
+  checkpoints/   written and read by orbax itself (tensorstore's gcs driver for gs://), so a
+                 rerun of the same command on another machine resumes from there
+  summary.json   copied after the run's end
+  export/        the Hugging Face export, copied after the run's end
+Copies go through fsspec (gcsfs for gs://, the `gcs` extra); any fsspec URL works the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from rlexp.base.errors import UserError
+
+log = logging.getLogger("rlexp")
+
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
+
+
+def is_url(path: Any) -> bool:
+    return bool(_URL.match(str(path)))
+
+
+def run_root(output_uri: str | None, run_name: str) -> str | None:
+    """<output_uri>/<run name>, or None when outputs stay local."""
+    if not output_uri:
+        return None
+    return f"{output_uri.rstrip('/')}/{run_name}"
+
+
+def checkpoint_dir(output_uri: str | None, run_dir: Path, run_name: str) -> Any:
+    """Where a run's checkpoints live: <run dir>/checkpoints, or <output_uri>/<name>/checkpoints
+    as an etils path (keeps the scheme through `/`, rename and listing, as orbax expects)."""
+    root = run_root(output_uri, run_name)
+    if root is None:
+        return run_dir / "checkpoints"
+    if root.startswith("file://"):  # a shared mount (NFS, Filestore): a plain local path
+        return Path(root[len("file://"):]) / "checkpoints"
+    from etils import epath
+
+    return epath.Path(f"{root}/checkpoints")
+
+
+def check(output_uri: str | None) -> None:
+    """Pre-flight: run.output_uri is a URL (its backend is checked where the run runs)."""
+    if output_uri and not _URL.match(output_uri):
+        raise UserError(f"run.output_uri={output_uri}: not a URL; valid choices are "
+                        f"gs://bucket/prefix (or another fsspec URL), or null for local outputs")
+
+
+def check_backend(output_uri: str | None) -> None:
+    """Where the run runs: the filesystem backend of run.output_uri is installed (gcsfs)."""
+    if output_uri:
+        check(output_uri)
+        _filesystem(output_uri)
+
+
+def _filesystem(url: str) -> Any:
+    from rlexp.inputs.sources import Source, _filesystem as source_fs
+
+    try:
+        return source_fs(Source("url", url, url))
+    except UserError as exc:  # same message, named after this key
+        raise UserError(str(exc).replace("model.path=", "run.output_uri=", 1)) from None
+
+
+def upload(local: Path, url: str) -> None:
+    """Copy a file or a directory tree to `url` (replacing what is there)."""
+    fs = _filesystem(url)
+    target = url.rstrip("/")
+    pairs = [(path, f"{target}/{path.relative_to(local).as_posix()}")
+             for path in sorted(p for p in local.rglob("*") if p.is_file())] \
+        if local.is_dir() else [(local, target)]
+    for path, remote in pairs:
+        # a mounted dir needs its parents; on object stores (gs://) this is a no-op
+        fs.makedirs(remote.rsplit("/", 1)[0], exist_ok=True)
+        fs.put_file(str(path), remote)
+
+
+def mirror_outputs(output_uri: str | None, run_name: str, run_dir: Path) -> str | None:
+    """summary.json and export/ of a finished (or stopped) run, copied under the run's root.
+    Never fatal: the local copies stay, and a rerun copies again."""
+    root = run_root(output_uri, run_name)
+    if root is None:
+        return None
+    try:
+        for name in ("export", "summary.json"):  # summary last: it says the copy is complete
+            if (run_dir / name).exists():
+                upload(run_dir / name, f"{root}/{name}")
+    except Exception as exc:
+        log.warning("could not copy the run's outputs to %s (%s: %s)", root, type(exc).__name__,
+                    str(exc).splitlines()[0][:160] if str(exc) else "")
+        return None
+    return root

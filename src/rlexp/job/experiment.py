@@ -1,0 +1,421 @@
+"""One job, start to end: plan -> build -> listeners -> loop -> summary.json.
+
+Data flows one way: config -> plan -> components -> loop -> listeners. This is the only place
+that decides a run's status (FINISHED, FAILED, KILLED) and writes summary.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlexp.base import runtime
+from rlexp.config.naming import flatten
+from rlexp.config.schema import Config
+from rlexp.base.errors import UserError
+from rlexp.base.events import Listener, Listeners, RunInfo
+
+log = logging.getLogger("rlexp")
+
+
+@dataclass
+class JobContext:
+    # Where this job writes (Hydra's output dir).
+    run_dir: Path
+    # Readable run name (the run dir's name).
+    name: str
+    # Group choices, e.g. {"algo": "gspo", "hardware": "v6e-8", ...}.
+    choices: dict[str, str]
+    # The job's command-line overrides (a sweep job's include its swept values).
+    overrides: list[str]
+    # The sweep dir when this job is part of a multirun.
+    sweep_dir: Path | None = None
+
+    @classmethod
+    def from_hydra(cls) -> "JobContext":
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        from omegaconf import OmegaConf
+
+        hc = HydraConfig.get()
+        run_dir = Path(hc.runtime.output_dir)
+        choices = {k: str(v) for k, v in OmegaConf.to_container(hc.runtime.choices).items()
+                   if not k.startswith("hydra/") and v is not None}
+        sweep = Path(hc.sweep.dir).resolve() if hc.mode == RunMode.MULTIRUN else None
+        return cls(run_dir=run_dir, name=run_dir.name, choices=choices,
+                   overrides=list(hc.overrides.task), sweep_dir=sweep)
+
+
+def _git() -> dict[str, str]:
+    src = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
+    except (OSError, subprocess.SubprocessError):
+        return {"git.commit": "unknown", "git.dirty": "unknown"}
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist, tag in (("rlexp", "version.rlexp"), ("google-tunix", "version.tunix"),
+                      ("jax", "version.jax")):
+        try:
+            out[tag] = version(dist)
+        except PackageNotFoundError:
+            out[tag] = "missing"
+    return out
+
+
+def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
+    from rlexp.base.redact import redact_text
+
+    tags = {"algo": cfg.algo.name, "model": cfg.model.name, "dataset": cfg.dataset.name,
+            "hardware": cfg.hardware.name, "host": socket.gethostname(),
+            "overrides": redact_text(" ".join(job.overrides)),
+            "command": redact_text(" ".join([os.path.basename(sys.executable), "-m", "rlexp",
+                                             *sys.argv[1:]])),
+            **_git(), **_versions()}
+    if job.sweep_dir is not None:
+        tags["sweep"] = job.sweep_dir.name
+    if cfg.run.init_from:  # a fork names its origin (run dir, checkpoint or MLflow run id)
+        tags["rlexp.init_from"] = cfg.run.init_from
+    return tags
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    from rlexp.base.redact import redact_obj
+
+    tmp = run_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))), indent=2))
+    tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
+
+
+# Fields that describe one attempt: never taken from an earlier attempt's summary.
+ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
+
+
+def carry_over(previous: dict | None, summary: dict) -> dict:
+    """A rerun's summary keeps what the earlier attempt knew and this one does not (a rerun
+    killed at once has no metrics of its own): a rewritten summary.json, and the MLflow
+    artifact made from it, never lose results to an emptier one."""
+    if not isinstance(previous, dict):
+        return summary
+    empty = (None, {}, [], "")
+    out = dict(summary)
+    for key, value in previous.items():
+        if key not in ATTEMPT_FIELDS and out.get(key) in empty and value not in empty:
+            out[key] = value
+    return out
+
+
+def _forget_previous(run_dir: Path) -> None:
+    """run.resume=false: the old checkpoints, tracking link and summary no longer apply."""
+    for name in ("checkpoints", "tracking.json", "tracking_spool.jsonl", "summary.json"):
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def print_plan(cfg: Config, plan, job: JobContext) -> None:
+    from rlexp.tracking import default_uri
+
+    print("rlexp plan (dry run: nothing compiled)")
+    for line in plan.lines:
+        print(f"  {line}")
+    print(f"  outputs    {job.run_dir}")
+    from rlexp.base.redact import redact_uri
+
+    print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
+          f" experiment={cfg.tracker.experiment}")
+
+
+def run(cfg: Config, job: JobContext) -> float | None:
+    from rlexp.planning.plan import make_plan
+
+    plan = make_plan(cfg)
+    if cfg.run.dry_run:
+        print_plan(cfg, plan, job)
+        if not plan.fits:
+            _user_error(plan.why, job)
+        return None
+    if not plan.fits:
+        _user_error(plan.why, job)
+    lock = _lock_run_dir(job)  # before rlexp writes anything: a second identical command exits 2
+    try:
+        with runtime.frozen_heap():
+            return _run_locked(cfg, job, plan)
+    finally:
+        lock.release()
+
+
+def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
+    from rlexp.base.lock import Busy, DirLock
+
+    try:
+        return DirLock(job.run_dir).acquire()
+    except Busy as exc:
+        if job.sweep_dir is None:
+            from rlexp.base.errors import fail
+
+            fail(str(exc))
+        raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
+
+
+def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
+    quiet_libraries()
+    run_dir = job.run_dir
+    previous = _read_json(run_dir / "summary.json")
+    if cfg.run.resume and previous and previous.get("status") == "FINISHED":
+        print(already_finished(run_dir, previous, _git()))
+        return previous.get("objective")
+    if not cfg.run.resume:
+        _forget_previous(run_dir)
+
+    from rlexp.base.redact import redact_params, scrub_run_dir
+
+    scrub_run_dir(run_dir)
+    started = time.time()
+    from rlexp.tracking import warm_up
+
+    warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
+    try:
+        from rlexp import engine as engine_lib
+        from rlexp.inputs.storage import check_backend
+
+        check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
+        engine = engine_lib.build(cfg, plan, run_dir)  # (xpk) needs no gcsfs
+    except UserError as exc:  # bad input found while building: nothing was tracked yet
+        _user_error(str(exc), job)
+    except Exception as exc:
+        if job.sweep_dir is not None:  # the sweep summary shows this job FAILED, with why
+            _failed_summary(job, _error_line(exc))
+        raise
+
+    from rlexp.job import loop
+    from rlexp.job.resume import Checkpointer, Preempted, StopFlag
+
+    from rlexp.inputs import storage
+
+    # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
+    checkpointer = Checkpointer(storage.checkpoint_dir(cfg.run.output_uri, run_dir, job.name),
+                                cfg.train.keep_checkpoints, engine)
+    resumed = checkpointer.restore_latest(cfg.train.seed) if cfg.run.resume else None
+    engine.start_step = resumed["step"] if resumed else 0
+    listener_list = _listeners(cfg, run_dir)
+    progress = listener_list[0]  # the last step this attempt reached (KILLED/FAILED summaries)
+    listeners = Listeners(listener_list)
+    info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params(flatten(cfg)),
+                   tags=run_tags(cfg, job), start_step=engine.start_step,
+                   total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
+                   extra={**_parent(job), "resumed": resumed is not None,
+                          **_display(cfg, job, engine)})
+    summary: dict[str, Any] = {
+        "name": job.name, "status": "RUNNING", "choices": job.choices,
+        "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
+        "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
+        # The code that produced the run ("already finished" names it on a rerun).
+        **{k.replace(".", "_"): v for k, v in _git().items()},
+    }
+    status, error = "FAILED", None
+    from rlexp.job import stopping
+
+    stops = stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name)
+    try:
+        with StopFlag() as stop:
+            listeners.on_run_start(info)
+            summary.update(loop.run(cfg, engine, listeners, run_dir, checkpointer=checkpointer,
+                                    stop=stop, resumed=resumed, stops=stops))
+        status = "FINISHED"
+        if cfg.run.export:
+            summary["export"] = _export(cfg, engine, run_dir, listeners)
+    except Preempted as exc:
+        status, error = "KILLED", f"preempted (SIGTERM) after {exc}: rerun the command to resume"
+    except KeyboardInterrupt:
+        status, error = "KILLED", "interrupted"
+    except loop.NonFinite as exc:
+        error = str(exc)
+    except Exception as exc:
+        error = _error_line(exc)
+        raise
+    finally:
+        checkpointer.close()
+        tracking = _read_json(run_dir / "tracking.json") or {}
+        eval_after = summary.get("eval_after") or {}
+        summary.update(status=status, error=error, wall_s=round(time.time() - started, 3),
+                       mlflow_run_id=tracking.get("run_id"),
+                       objective=eval_after.get("eval/accuracy"))
+        summary.setdefault("steps_done", max(engine.start_step, progress.step))
+        summary = carry_over(previous if cfg.run.resume else None, summary)
+        write_summary(run_dir, summary)
+        storage.mirror_outputs(cfg.run.output_uri, job.name, run_dir)  # run.output_uri only
+        listeners.on_run_end(status, summary)
+        stops.finish(status, summary)
+    if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)
+        if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
+            raise JobStopped(error)
+        print(f"rlexp: {'error: ' if status == 'FAILED' else ''}{error}", file=sys.stderr)
+        sys.exit(143 if status == "KILLED" else 1)
+    return summary["objective"]
+
+
+def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> str | None:
+    """The final policy as a Hugging Face dir, handed to the tracker as artifact `model`.
+    Never fails the run: the checkpoint holds the same weights (python -m rlexp.export)."""
+    from rlexp.engine import export
+
+    try:
+        source = Path(cfg.model.path) if cfg.model.path else None
+        out = export.write(run_dir / export.EXPORT_DIR, engine.policy_state(), cfg.model, source)
+    except Exception as exc:
+        log.warning("export failed (%s); retry with: python -m rlexp.export %s",
+                    _error_line(exc), run_dir)
+        return None
+    listeners.on_artifact(out, "model")
+    return str(out)
+
+
+def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
+    """A rerun of a finished command: which code finished it, and how to train again.
+    The run's identity is its config, not the code: a resume after a code change must
+    find its run dir, so a finished one is reported, not silently redone."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(previous["started"] + previous.get(
+        "wall_s", 0))) if isinstance(previous.get("started"), (int, float)) else "earlier"
+    then, now = previous.get("git_commit"), git.get("git.commit")
+    by = f" by commit {then[:10]}" if then and then != "unknown" else ""
+    changed = ""
+    if then and now and "unknown" not in (then, now) and then != now:
+        changed = f"; the code is now at {now[:10]}"
+    elif previous.get("git_dirty") == "true" or git.get("git.dirty") == "true":
+        changed = "; the checkout has uncommitted changes"
+    return (f"rlexp: {run_dir} already finished {when}{by}{changed}: add run.resume=false "
+            "to train it again (its checkpoints and summary are replaced)")
+
+
+class JobStopped(Exception):
+    """A job of a sweep was killed or stopped cleanly; Hydra records it as failed."""
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _failed_summary(job: JobContext, error: str) -> None:
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    write_summary(job.run_dir, {"name": job.name, "status": "FAILED", "error": error,
+                                "choices": job.choices, "overrides": job.overrides,
+                                "run_dir": str(job.run_dir.resolve()), "objective": None})
+
+
+def _device_count() -> int:
+    import jax
+
+    return jax.device_count()
+
+
+def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
+    if job.sweep_dir is None:
+        from rlexp.base.errors import fail
+
+        _remove_if_empty(job.run_dir)
+        fail(message)
+    _failed_summary(job, message)
+    raise UserError(message)  # in a sweep: this job fails, the others go on
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
+    hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock"}
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class ProgressFile(Listener):
+    """run_dir/progress.json: the latest step, for schedulers, watchdogs and the resume bench."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "progress.json"
+        # Latest step whose metrics were emitted by this process (-1: none yet).
+        self.step = -1
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.step = step
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"step": step, "time": time.time()}))
+        tmp.replace(self.path)
+
+
+def quiet_libraries() -> None:
+    """orbax/absl log every checkpoint at INFO; keep the console for rlexp's own lines."""
+    from rlexp.job.console import quiet_third_party
+
+    quiet_third_party()
+
+
+def _parent(job: JobContext) -> dict[str, Any]:
+    """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
+    launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
+    from rlexp.tracking.remote_jobs import parent_from_env
+
+    parent = None
+    if job.sweep_dir is not None:
+        from rlexp.tracking import parent_run_id
+
+        parent = parent_run_id(job.sweep_dir)
+    parent = parent or parent_from_env()
+    return {"parent_run_id": parent} if parent else {}
+
+
+def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
+    """What trackers show besides params: a short run name, the resolved config, the data."""
+    from rlexp.tracking import swept_keys
+    from rlexp.tracking.conventions import display_name
+
+    return {"run_name": display_name(cfg.tracker.run_name, job.choices, job.overrides,
+                                     swept_keys(job.sweep_dir)),
+            "config": dataclasses.asdict(cfg), "user_tags": dict(cfg.tracker.tags),
+            "datasets": {"name": cfg.dataset.name, "source": cfg.dataset.path or cfg.dataset.name,
+                         "train": engine.splits.train, "eval": engine.splits.eval}}
+
+
+def _listeners(cfg: Config, run_dir: Path) -> list:
+    from rlexp.job.console import ConsoleListener
+    from rlexp.tracking import make_listener
+
+    # The console hides only its bar/step lines with run.progress=false (evals, table stay).
+    out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg)]
+    tracker = make_listener(cfg, run_dir)
+    if tracker is not None:
+        out.append(tracker)
+        from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
+
+        if parent_from_env() and expected_jobs():  # after the tracker: this run has ended
+            from rlexp.tracking import default_uri
+            from rlexp.tracking.callback import RemoteParentCloser
+
+            out.append(RemoteParentCloser(default_uri(cfg), parent_from_env(), expected_jobs()))
+    return out

@@ -1,0 +1,97 @@
+"""Guards: settings that silently do nothing (found up front) and values that went non-finite.
+
+In Tunix 0.1.7 the old log-probs of the importance ratio are computed only when
+num_iterations > 1 (grpo_learner.py); otherwise the loss uses stop_gradient(current), so
+the ratio is exactly 1, nothing is clipped, and GRPO and GSPO give bit-identical updates.
+Several mini-batches per rollout batch do not change this: Tunix rolls out each mini-batch
+with the current weights. So: on-policy <=> num_iterations == 1.
+
+The warning is for a user who *set* such a knob (on the command line or in a sweep file):
+the defaults carry epsilon=0.2 for when a run goes off-policy, which is not a mistake.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from rlexp.config.schema import Config
+
+# Keys whose values cannot matter in an on-policy run (a sweep over them is wasted).
+NOOP_KEYS = ("algo.epsilon", "algo.epsilon_high", "algo.name", "algo.ratio_level")
+# Group choices that set algo.name (`algo=gspo`).
+NOOP_GROUPS = {"algo": "algo.name"}
+# Algorithm knobs that act with num_iterations=1 too (they shape the advantages, the mask or
+# the aggregation, not the ratio): Dr.GRPO's and DAPO's on-policy parts. An algo choice that
+# changes one of them (algo=dr_grpo, algo=dapo) is not a no-op; algo=gspo is (beta aside).
+ON_POLICY_KEYS = ("algo.scale_rewards", "algo.loss_agg", "algo.mask_truncated",
+                  "algo.dynamic_sampling", "algo.overlong_buffer")
+
+
+def on_policy_signature(cfg: Config) -> tuple:
+    """The values of ON_POLICY_KEYS: two jobs that share it train alike on-policy."""
+    return tuple(getattr(cfg.algo, k.split(".", 1)[1]) for k in ON_POLICY_KEYS)
+# Step metrics that stop a run when NaN/Inf (the last good checkpoint is kept). A NaN grad
+# norm or KL precedes a NaN loss by a step or more (an inf learning rate gives NaN weights
+# while the loss of that step is still finite); reward components are under train/reward/.
+WATCHED = ("train/loss", "train/reward_mean", "train/grad_norm", "train/kl")
+WATCHED_PREFIXES = ("train/reward/",)
+
+
+def nonfinite(metrics: dict[str, float]) -> list[str]:
+    """Watched metrics that are NaN or +-Inf."""
+    bad = []
+    for key, value in metrics.items():
+        if key in WATCHED or key.startswith(WATCHED_PREFIXES):
+            try:
+                finite = math.isfinite(float(value))
+            except (TypeError, ValueError):
+                continue
+            if not finite:
+                bad.append(key)
+    return bad
+
+
+def on_policy_noop(cfg: Config) -> bool:
+    """True when the importance ratio is exactly 1, so NOOP_KEYS change nothing."""
+    return cfg.algo.num_iterations == 1
+
+
+def set_noop_keys(overrides: Iterable[str]) -> list[str]:
+    """NOOP_KEYS the user set in `overrides` ("algo.epsilon=0.1", "algo=gspo", "+algo.x=")."""
+    found = []
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0].strip()
+        key = NOOP_GROUPS.get(key, key)
+        if key in NOOP_KEYS and key not in found:
+            found.append(key)
+    return found
+
+
+def noop_message(cfg: Config, keys: Iterable[str] = NOOP_KEYS) -> str:
+    return (f"algo.num_iterations={cfg.algo.num_iterations}: updates are on-policy, the importance "
+            f"ratio is exactly 1, so {', '.join(keys)} change nothing "
+            f"(set algo.num_iterations>=2 for clipping and GSPO to act)")
+
+
+def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, list[str]],
+                 multirun: bool) -> str | None:
+    """The one warning line for a command, or None: the user set (or swept) a NOOP_KEY and
+    every job is on-policy. A sweep warns only for keys it varies (a fixed epsilon in a sweep
+    over beta is harmless); algo=gspo alone warns (it is GRPO on-policy)."""
+    if not jobs or not all(on_policy_noop(job) for job in jobs):
+        return None
+    keys = set_noop_keys(overrides)
+    if multirun:
+        same = len({on_policy_signature(job) for job in jobs}) == 1
+        keys = [k for k in NOOP_KEYS if len(swept.get(k, ())) > 1 or
+                k == "algo.name" and len(swept.get("algo", ())) > 1 and same]
+        if not keys:
+            return None
+        return f"this sweep varies {', '.join(keys)} but every job is on-policy: " + \
+            noop_message(jobs[0], keys)
+    if "algo.name" in keys and on_policy_signature(jobs[0]) != on_policy_signature(Config()):
+        keys.remove("algo.name")  # e.g. algo=dr_grpo: its scale_rewards/loss_agg act on-policy
+    if not keys or keys == ["algo.name"] and jobs[0].algo.name == "grpo":
+        return None
+    return noop_message(jobs[0], keys)

@@ -1,0 +1,7 @@
+"""Launch layer: the command line before any job runs.
+
+preflight (Hydra composition of every job, the refusals that end in one line and exit 2,
+launcher prerequisites, dry-run printing). The sweep launchers themselves are Hydra plugins
+in launchers/hydra_plugins/.
+May import: rlexp.job and every layer below it.
+"""

@@ -1,0 +1,197 @@
+"""The refusals pre-flight applies to each composed job: one line and exit code 2, found in
+milliseconds before Hydra makes a dir or MLflow a run, instead of minutes into a run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlexp.base.errors import UserError
+from rlexp.config.schema import Config
+
+
+def check_writable(path: Path) -> None:
+    """The run/sweep dir can be made: its nearest existing ancestor is a writable dir."""
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"hydra.run.dir={path}: cannot write under {probe} (permission denied); "
+                        "run from a writable directory or set hydra.run.dir=/writable/path")
+
+def check_inputs(cfg: Config) -> None:
+    """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
+    from rlexp.data.loaders import dataset_file
+    from rlexp.inputs.model_files import check_model
+
+    check_model(cfg.model, cfg.run.cache_dir)  # local dir, hub cache or bucket; no download
+    dataset_file(cfg.dataset)
+    from rlexp.inputs.storage import check as check_output_uri
+
+    check_output_uri(cfg.run.output_uri)  # gs:// needs its filesystem backend
+    if cfg.run.init_from:  # the origin has a checkpoint (read only when the run builds)
+        from rlexp.engine.export import find_checkpoint
+        from rlexp.tracking import default_uri
+
+        find_checkpoint(cfg.run.init_from, default_uri(cfg))
+
+def check_plugins(cfg: Config) -> None:
+    """User code named by `_target_`s imports, and each reward function returns one float
+    per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
+    from rlexp.data import rewards
+    from rlexp.data.templates import PromptTemplate
+    from rlexp.base.plugins import resolve
+
+    rewards.for_run(cfg)  # resolves and probes every entry
+    resolve(cfg.dataset._target_, "dataset._target_")
+    if "." in cfg.dataset.extractor:
+        resolve(cfg.dataset.extractor, "dataset.extractor")
+    PromptTemplate.from_config(cfg.dataset)  # prompt_file readable, {question} present
+
+def check_fits(cfg: Config) -> None:
+    """The memory plan says the run fits its hardware (a dry run prints the plan first)."""
+    from rlexp.planning.plan import make_plan
+
+    plan = make_plan(cfg)
+    if not plan.fits:
+        raise UserError(plan.why)
+
+# Tracking URI schemes MLflow 3 can log to (a database dialect may name its driver:
+# postgresql+psycopg2://). `file:` stores are refused by MLflow 3 itself.
+TRACKING_SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+
+# Launchers that need a program or a plugin this process can check before any job starts:
+# option of hydra/launcher -> (executable on PATH or importable module, what to do).
+LAUNCHER_NEEDS = {
+    "rlexp_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
+                              "slurm-client) on a host of the cluster, or use hydra/launcher=rlexp_local"),
+    "submitit_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
+                                 "slurm-client) on a host of the cluster"),
+    "ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'rlexp[ray]' (hydra-ray-launcher "
+                                                "and ray)"),
+    "rlexp_ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'rlexp[ray]' "
+                                                      "(hydra-ray-launcher and ray)"),
+}
+
+def check_tracker(cfg: Config) -> None:
+    """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to; only a store
+    that is down spools, a URI that can never work is a user error."""
+    from rlexp.base.redact import redact_uri
+
+    if cfg.tracker.name != "mlflow":
+        return
+    if not cfg.tracker.experiment.strip():
+        raise UserError("tracker.experiment='' is invalid: give the MLflow experiment a name "
+                        "(default: rlexp)")
+    key, uri = "tracker.uri", cfg.tracker.uri
+    if uri is None and os.environ.get("MLFLOW_TRACKING_URI"):
+        key, uri = "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
+    if uri is None:
+        return
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if uri.lower() in ("databricks", "databricks-uc"):  # a Databricks workspace, no path
+        return
+    if scheme == "file" or not scheme:
+        raise UserError(f"{key}={redact_uri(uri)} is a file store, which MLflow 3 refuses; "
+                        "use sqlite:///path/mlflow.db or http://host:port")
+    if scheme not in TRACKING_SCHEMES:
+        raise UserError(f"{key}={redact_uri(uri)}: unknown scheme '{scheme}'; valid schemes are "
+                        f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
+                        "postgresql+psycopg2://)")
+
+def check_rollout(cfg: Config) -> None:
+    """rollout=vllm imports vLLM only when the engine builds (minutes in): check it now."""
+    import importlib.util
+
+    if cfg.rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise UserError("rollout.name=vllm needs vLLM, which is not installed: "
+                        "pip install 'rlexp[vllm]' on a GPU/TPU host, or use rollout=vanilla")
+
+def check_cache_dir(cfg: Config) -> None:
+    path = Path(cfg.run.cache_dir).expanduser()
+    if "://" in cfg.run.cache_dir:
+        return  # a bucket: checked by its filesystem when used
+    if path.exists() and not path.is_dir():
+        raise UserError(f"run.cache_dir={cfg.run.cache_dir} is a file, not a directory; point "
+                        "it at a directory (default: outputs/cache)")
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"run.cache_dir={cfg.run.cache_dir}: cannot write under {probe}")
+
+def check_dataset_text(cfg: Config) -> None:
+    """A jsonl/json/csv dataset.path must be text (a binary file fails deep in the loader)."""
+    path = Path(cfg.dataset.path).expanduser() if cfg.dataset.path else None
+    if path is None or not path.is_file() or path.suffix.lower() in (".parquet", ".arrow"):
+        return
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    try:
+        if b"\0" in head:
+            raise UnicodeDecodeError("utf-8", head, 0, 1, "NUL byte")
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason.startswith("unexpected end") and len(head) == 1 << 16:
+            return  # a multi-byte character cut at the end of the sample
+        raise UserError(f"dataset.path={cfg.dataset.path} is not a UTF-8 text file (jsonl, json "
+                        "or csv) nor .parquet; valid formats are jsonl, json, csv, parquet") from None
+
+def check_chat_template(cfg: Config) -> None:
+    """model.chat_template=true needs a tokenizer that has one."""
+    m = cfg.model
+    if not m.chat_template:
+        return
+    if m.tokenizer != "hf":
+        raise UserError(f"model.chat_template=true but model.tokenizer={m.tokenizer} has no chat "
+                        "template; set model.chat_template=false or use tokenizer=hf")
+    path = Path(m.path).expanduser() if m.path else None
+    if path is None or not path.is_dir():
+        return  # a hub id or bucket: the template is checked when the files are fetched
+    if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
+        return
+    try:
+        has = bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        has = False
+    if not has:
+        raise UserError(f"model.chat_template=true but {m.path} has no chat template "
+                        "(tokenizer_config.json 'chat_template' or chat_template.jinja); set "
+                        "model.chat_template=false for a base model")
+
+def check_refusals(cfg: Config) -> None:
+    """Settings that can never work, found in milliseconds instead of minutes into a run."""
+    check_tracker(cfg)
+    check_rollout(cfg)
+    check_cache_dir(cfg)
+    check_dataset_text(cfg)
+    check_chat_template(cfg)
+
+def check_launcher(base: Any) -> None:
+    """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
+    import importlib.util
+    import shlex
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
+    n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)
+    if isinstance(n_jobs, int) and (n_jobs == 0 or n_jobs < -1):
+        raise UserError(f"hydra.launcher.n_jobs={n_jobs} is invalid: must be >= 1 "
+                        "(or -1 = one job per CPU)")
+    if choice == "xpk":
+        xpk = shlex.split(str(OmegaConf.select(base, "hydra.launcher.xpk", default="xpk")))
+        if xpk and shutil.which(xpk[0]) is None:
+            raise UserError(f"hydra/launcher=xpk needs the xpk CLI ({xpk[0]} not on PATH): "
+                            "pip install xpk in its own venv and set RLEXP_XPK_BIN to it")
+    need = LAUNCHER_NEEDS.get(str(choice))
+    if need is None:
+        return
+    what, fix = need
+    found = importlib.util.find_spec(what) if "." in what else shutil.which(what)
+    if not found:
+        raise UserError(f"hydra/launcher={choice} needs {what}, which is not "
+                        f"{'installed' if '.' in what else 'on PATH'}: {fix}")

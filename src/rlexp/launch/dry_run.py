@@ -1,0 +1,43 @@
+"""run.dry_run=true: each job's plan printed from pre-flight, with nothing launched or written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlexp.base.errors import UserError
+
+from rlexp.launch.preflight import Preflight
+
+
+def dry_run(pre: Preflight) -> None:
+    """run.dry_run=true: print each job's plan from here, without Hydra launching anything,
+    so no run or sweep dir, no multirun.yaml and no MLflow run is made. A plan that does not
+    fit ends in exit 2 after it is printed."""
+    from rlexp.job.experiment import JobContext, print_plan
+    from rlexp.config.naming import run_name
+    from rlexp.planning.plan import make_plan
+
+    if pre.multirun:
+        # Range/interval sweeps (Optuna) are kept as their override line: values come later.
+        lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}
+        print(f"rlexp dry run: a sweep of {len(pre.jobs)} job(s) into {pre.out_dir} "
+              "(nothing launched, nothing written)")
+        if lazy:
+            print(f"  chosen by the sweeper at run time: {', '.join(lazy.values())}")
+    for i, (cfg, overrides) in enumerate(zip(pre.jobs, pre.job_overrides)):
+        plan = make_plan(cfg)
+        if pre.multirun:
+            choices = {"algo": cfg.algo.name, "model": cfg.model.name,
+                       "dataset": cfg.dataset.name, "hardware": cfg.hardware.name}
+            out = (pre.out_dir or Path(".")) / run_name(choices, overrides)
+            print(f"#{i} : {' '.join(overrides)}")
+        else:
+            out = pre.out_dir or Path(".")
+        print_plan(cfg, plan, JobContext(run_dir=out.absolute(), name=out.name, choices={},
+                                         overrides=overrides))
+        if not plan.fits:
+            raise UserError(plan.why)
+        if cfg.model.path is None:  # planned from the YAML, but the real run would stop
+            from rlexp.inputs.model_files import check_model
+
+            check_model(cfg.model, cfg.run.cache_dir)

@@ -1,0 +1,328 @@
+"""Pre-flight: compose and validate every job of a command before Hydra runs anything.
+
+Hydra reports composition errors over several lines with exit code 1, lets `+key=value`
+through for keys the schema lacks, and in a multirun finds a bad value only when that job
+starts. So the entry point composes each job here first (cheap: no JAX, no MLflow) and turns
+the first mistake into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from rlexp.config.schema import (Config, RewardFunctionConfig, one_line_omegaconf_error, to_config,
+                          unknown_key_message)
+from rlexp.base.errors import UserError
+from rlexp.config.paths import conf_dir
+from rlexp.launch.checks import (LAUNCHER_NEEDS, check_fits, check_inputs, check_launcher,
+                                 check_plugins, check_refusals, check_writable)
+from rlexp.launch.fast_start import hydra_only, start_workers
+
+log = logging.getLogger("rlexp")
+
+# Past this many jobs, validate each swept value once instead of the whole product.
+MAX_PRODUCT = 256
+# Task-override sets of the jobs pre-flight composed and checked in this process; the basic
+# sweeper does not compose them a second time (hydra_plugins/rlexp_presets/sweeper.py).
+CHECKED_JOBS: set[frozenset[str]] = set()
+
+
+def task_overrides(job: Sequence[str]) -> frozenset[str]:
+    """A job's overrides without hydra.* ones: what Hydra's sweeper batches hold."""
+    return frozenset(o for o in job if not o.lstrip("+~").startswith("hydra"))
+
+
+@dataclass
+class Preflight:
+    # True for -m / --multirun or a sweep file that sets hydra.mode=MULTIRUN.
+    multirun: bool
+    # Every job's validated config (all of them, or one per swept value past MAX_PRODUCT).
+    jobs: list[Config] = field(default_factory=list)
+    # Swept keys -> their values (empty for a single run).
+    swept: dict[str, list[str]] = field(default_factory=dict)
+    # --cfg/--resolve: Hydra only prints the config, nothing runs.
+    print_only: bool = False
+    # Each job's overrides, as the launcher would pass them (parallel to `jobs`).
+    job_overrides: list[list[str]] = field(default_factory=list)
+    # The command's overrides as typed.
+    overrides: list[str] = field(default_factory=list)
+    # Where the run (or the sweep) would write: hydra.run.dir, or hydra.sweep.dir.
+    out_dir: Path | None = None
+    # A multirun's hydra.launcher node (its _target_ and arguments), None for a single run.
+    launcher: dict[str, Any] | None = None
+
+    @property
+    def dry_run(self) -> bool:
+        """Every job is a dry run: the plans are printed here, Hydra never launches."""
+        return bool(self.jobs) and not self.print_only and all(j.run.dry_run for j in self.jobs)
+
+
+def explain(exc: BaseException, overrides: list[str]) -> str:
+    """Hydra/OmegaConf composition error -> one line naming the key and valid choices."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    if isinstance(exc, UserError):
+        return str(exc)
+    if isinstance(exc, OverrideParseException):
+        return f"cannot parse override {exc.override!r}: {exc.message.splitlines()[0]}"
+    missing = getattr(exc, "missing_cfg_file", None) or ""
+    if isinstance(exc, MissingConfigException) and missing.startswith("hydra/launcher/"):
+        # A launcher preset whose plugin is absent ("Could not load 'hydra/launcher/ray'").
+        name = missing.rsplit("/", 1)[-1]
+        what, fix = LAUNCHER_NEEDS.get(name, (name, "install its Hydra plugin"))
+        options = f"; valid choices are: {', '.join(sorted(exc.options))}" if exc.options else ""
+        return f"hydra/launcher needs the '{name}' launcher plugin, which is not installed: {fix}" + (
+            "" if name in LAUNCHER_NEEDS else options)
+    if isinstance(exc, MissingConfigException) and exc.options is not None:
+        group = (exc.missing_cfg_file or "").rsplit("/", 1)[0]
+        bad = (exc.missing_cfg_file or "").rsplit("/", 1)[-1]
+        return (f"{group}={bad} is not an option of group '{group}'; valid choices are: "
+                f"{', '.join(sorted(exc.options))}")
+    cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
+        item = getattr(cause, "object_type", None)
+        if item is RewardFunctionConfig and "." not in cause.full_key:  # a list entry's typo
+            valid = ", ".join(f.name for f in dataclasses.fields(item))
+            return (f"reward.functions: {cause.full_key} is not a key of an entry; valid keys "
+                    f"are: {valid}")
+        return unknown_key_message(cause.full_key)
+    if isinstance(cause, ValidationError):
+        key = getattr(cause, "full_key", None)
+        value = next((o.split("=", 1)[1] for o in overrides if key and o.lstrip("+~").split("=")[0] == key), None)
+        msg = str(cause.msg).splitlines()[0] if hasattr(cause, "msg") else str(cause)
+        return f"{key}={value!r} is invalid: {msg}" if key else msg
+    first = str(exc).strip().splitlines()
+    text = " ".join(line.strip() for line in first if line.strip() and "HYDRA_FULL_ERROR" not in line)
+    if "Could not override" in text and "append" in text:
+        return unknown_key_message(text.split("'")[1])
+    return text or one_line_omegaconf_error(exc)
+
+
+def _expand(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict]:
+    """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    params = [f"{k}={v}" for k, v in sweeper_params.items()]
+    parsed = parser.parse_overrides(params + overrides)
+    lists: dict[str, list[str]] = {}
+    swept: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if o.is_discrete_sweep():
+                values = list(o.sweep_string_iterator())
+                lists[key] = [f"{key}={v}" for v in values]
+                swept[key.lstrip("+~")] = values
+            else:  # range/interval sweeps (Optuna): validate the config without the key
+                lists[key] = []
+                swept[key.lstrip("+~")] = [o.input_line or key]
+        else:
+            lists[key] = [f"{key}={o.get_value_element_as_str()}"]
+            swept.pop(key.lstrip("+~"), None)
+    groups = [v if v else [None] for v in lists.values()]
+    product_size = 1
+    for g in groups:
+        product_size *= len(g)
+    if product_size <= MAX_PRODUCT:
+        combos = itertools.product(*groups)
+    else:  # one job per swept value, the other keys at their first value
+        firsts = [g[0] for g in groups]
+        combos = [firsts[:i] + [v] + firsts[i + 1:] for i, g in enumerate(groups) for v in g]
+    jobs = [[x for x in combo if x is not None] for combo in combos]
+    return jobs, swept
+
+
+@contextlib.contextmanager
+def search_path_context(args: Any) -> Iterator[None]:
+    """Hydra initialized with the search path `python -m rlexp` itself gets.
+
+    Mirrors hydra._internal.utils._run_hydra (1.3): the primary dir is --config-path (a
+    relative one is relative to rlexp/__main__.py, as for any Hydra app) or the packaged conf/;
+    --config-dir/-cd is prepended ahead of the packaged options, so a user's experiment/,
+    model/, dataset/ ... files compose and shadow packaged ones of the same name.
+    `hydra.searchpath` (override or in a primary config) is read by Hydra's config loader at
+    compose time. A conf/ in the working directory is NOT added: Hydra never searches the
+    cwd implicitly, and rlexp keeps its behaviour; pass `--config-dir conf` for that.
+    """
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import compute_search_path_dir, create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+
+    # The entry point's file, as Hydra's own main would pass it (rlexp/__main__.py).
+    entry_file = str(Path(__file__).resolve().parents[1] / "__main__.py")
+    primary = compute_search_path_dir(entry_file, None, args.config_path or str(conf_dir()))
+    search_path = create_config_search_path(primary)
+    if args.config_dir is not None:
+        extra = Path(args.config_dir).expanduser().absolute()
+        if not extra.is_dir():
+            raise UserError(f"--config-dir {args.config_dir}: directory not found")
+        search_path.prepend(provider="command-line", path=f"file://{extra}",
+                            anchor=SearchPathQuery(provider="schema"))
+    GlobalHydra.instance().clear()
+    Hydra.create_main_hydra2(task_name="rlexp", config_search_path=search_path)
+    try:
+        yield
+    finally:
+        GlobalHydra.instance().clear()
+
+
+# ------------------------------------------------------------------- refusals (exit 2, one line)
+
+
+class JobComposer:
+    """Hydra's compose() for each job of a sweep, without composing what is already known.
+
+    A compose reads and merges every file of the defaults list (~0.15-0.2 s on a 2-core CPU),
+    so a 256-job sweep took ~45 s before its first job. Jobs that choose the same config
+    group options and differ from a job composed before only in plain scalar values
+    (`train.seed=3`, `algo.beta=0.04`) get that job's config with their values set by
+    Hydra's own override code (ConfigLoaderImpl._apply_overrides_to_config), which is what
+    compose() does after merging the files. Anything else (a group choice, +/++/~, a list
+    or dict value, an @package) composes in full. tests/test_cli.py checks the two agree."""
+
+    # False: every job composes in full (the reference the shortcut is tested against).
+    reuse = True
+
+    def __init__(self, config_name: str) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+
+        self.config_name = config_name
+        self.repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
+        # Group choices and override keys -> (that job's parsed overrides, its config).
+        self.composed: dict[tuple, tuple[list[Any], Any]] = {}
+
+    def compose(self, overrides: list[str]) -> Any:
+        import copy
+
+        from hydra import compose
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        plain = [not (o.package is not None or o.is_add() or o.is_force_add() or o.is_delete()
+                      or self.repository.group_exists(o.key_or_group)
+                      or isinstance(o.value(), (dict, list))) for o in parsed]
+        shape = (tuple(o.key_or_group for o in parsed),
+                 tuple(o.input_line for o, p in zip(parsed, plain) if not p))
+        known = self.composed.get(shape) if self.reuse else None
+        if known is None:
+            cfg = compose(self.config_name, overrides=overrides)
+            self.composed.setdefault(shape, (parsed, cfg))
+            return cfg
+        before, base = known
+        # The same shape: only plain overrides can differ from the job composed before.
+        changed = [o for o, b in zip(parsed, before) if o.input_line != b.input_line]
+        cfg = copy.deepcopy(base)
+        ConfigLoaderImpl._apply_overrides_to_config(changed, cfg)
+        return cfg
+
+
+def preflight(argv: list[str]) -> Preflight | None:
+    """Validate every job the command would run. None when Hydra only prints help/info."""
+    from hydra import compose
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    args = get_args_parser().parse_args(argv)
+    if hydra_only(args):
+        return None
+    overrides: list[str] = list(args.overrides)
+    config_name = args.config_name or "config"
+    GlobalHydra.instance().clear()
+    try:
+        with search_path_context(args):
+            from hydra.core.override_parser.overrides_parser import OverridesParser
+
+            parsed = OverridesParser.create().parse_overrides(overrides)
+            # One compose with the first value of each sweep: checks groups and hydra/* too.
+            firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
+                      if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
+                      for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
+            base = compose(config_name, overrides=firsts, return_hydra_config=True)
+            multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
+                or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
+            params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
+            sweeper_params = OmegaConf.to_container(params_node) if multirun and params_node else {}
+            if not multirun and any(o.is_sweep_override() for o in parsed):
+                sweep = next(o.input_line for o in parsed if o.is_sweep_override())
+                raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
+            out = None
+            launcher = None
+            if multirun:
+                launcher = OmegaConf.to_container(base.hydra.launcher, resolve=False)
+            if not args.cfg:
+                out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
+                if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
+                    from rlexp.config.naming import sweep_name  # as Hydra resolves it for the sweep
+
+                    out = str(Path(str(out)).parent / sweep_name(overrides))
+                check_writable(Path(out))
+                if multirun:
+                    check_launcher(base)
+                    from rlexp.tracking.remote_jobs import check_sweep_store
+
+                    check_sweep_store(base)  # jobs on other machines reach the store
+            jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
+            configs = []
+            composer = JobComposer(config_name)
+            for job in jobs:
+                # hydra.searchpath decides which options exist, so it stays in every compose.
+                job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
+                                 or o.lstrip("+~").startswith("hydra.searchpath")]
+                cfg = to_config(composer.compose(job_overrides))
+                if not args.cfg:
+                    check_refusals(cfg)
+                    check_plugins(cfg)  # user code: a dry run reports a bad _target_ too
+                if not args.cfg and not cfg.run.dry_run:
+                    check_inputs(cfg)
+                    check_fits(cfg)
+                elif not args.cfg and cfg.model.path is not None:
+                    # A dry run reads no weights, but a model.path given must resolve; without
+                    # one it still plans (the plan notes that a real run needs it).
+                    from rlexp.inputs.model_files import check_model
+
+                    check_model(cfg.model, cfg.run.cache_dir)
+                configs.append(cfg)
+    except Exception as exc:  # composition and validation errors end here, as one line
+        raise UserError(explain(exc, overrides)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    if not args.cfg and len(configs) == len(jobs):  # every job composed and checked
+        CHECKED_JOBS.update(task_overrides(job) for job in jobs)
+    return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
+                     job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
+                     launcher=launcher)
+
+
+def before_launch(pre: Preflight) -> None:
+    """What must happen in the launching process, once, before any job starts."""
+    if pre.print_only:
+        return
+    from rlexp.job.guards import noop_warning
+    from rlexp.planning.hardware import platform_env, setup_platform
+
+    warning = noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun)
+    if warning:  # once per command, only for a knob the user set (or swept)
+        print(f"rlexp: warning: {warning}", file=sys.stderr, flush=True)
+    # Device count for emulation (XLA_FLAGS) and the GPU memory fraction must be in the
+    # environment before JAX starts its backend, for a sweep's jobs too: jobs of the basic
+    # launcher run in this process, other launchers' workers inherit the environment. Jobs
+    # that need different settings get theirs in the job (rlexp.__main__), or a one-line error.
+    envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
+    if pre.jobs and len(envs) == 1:
+        setup_platform(pre.jobs[0].hardware)
+    start_workers(pre.launcher, pre.jobs)
+
+

@@ -1,0 +1,293 @@
+"""Per-device memory of a GRPO/GSPO run, estimated from the config before anything compiles.
+
+Pure arithmetic on the config (no JAX): `run.dry_run=true` prints it and a run that cannot fit
+stops with exit 2. The estimate follows what Tunix holds on each device:
+
+trainer devices (policy + reference, the trainer mesh)
+  policy      params x model.param_dtype bytes (the trained master weights), sharded over
+              fsdp x tp (Tunix shards every weight on both)
+  reference   params x compute dtype bytes when algo.beta > 0 (the frozen reference is kept
+              in model.dtype; Tunix drops it at beta = 0)
+  optimizer   AdamW's two moments in the param dtype (optax's default: 8 bytes/param for a
+              float32 master, 4 for bfloat16 weights)
+  gradients   params x param bytes, only with gradient accumulation (train.micro_batch_size <
+              mini batch): optax.MultiSteps keeps an accumulator. Otherwise XLA fuses each
+              weight's gradient into its AdamW update (the optimizer is donated) and a full
+              gradient tree never exists: measured, the step needs no gradient-sized buffer.
+  new weights params x param bytes: the updated weights before the old ones are released
+  activations what the backward pass keeps: micro-batch tokens x hidden x (layers x factor +
+              ACTIVATION_TOKEN_H) x compute bytes (float32 bytes on CPU), the factor from
+              ACTIVATION_* below, or from REMAT_* with train.remat; sharded over fsdp (the
+              batch; only when it divides) and tp
+  logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes (float32 logits,
+              log-softmax and its gradient; CPU_BF16_LOGIT_COPIES for bfloat16 on CPU), same
+              sharding as activations
+rollout devices (the sampler, the rollout mesh)
+  rollout weights  a second copy of the policy, unless trainer and rollout use the very same
+              mesh (Tunix then shares one backbone)
+  kv cache    rollout micro batch x num_generations x kv_cache_size x layers x 2 (k, v) x
+              kv_heads x head_dim x compute bytes. NOT divided by the mesh: Tunix's sampler
+              allocates it with jnp.zeros outside jit, i.e. whole on one device, before the
+              first prefill. The rollout micro batch is rollout.micro_batch_size, else the
+              train micro batch (Tunix samples a step's prompts in micro-batches).
+  sampler logits  rollout micro batch x num_generations x prompt length x vocab x 4 bytes
+              (the prefill).
+  vllm reserve    rollout=vllm instead of the three above: vLLM takes rollout.hbm_utilization
+              of each device's HBM up front for its weights and paged KV cache, and keeps it
+              while the trainer runs.
+
+Colocated roles share every device: persistent items (weights, optimizer) add up and the two
+phases take turns, train (new weights + activations + logits) and rollout
+(kv cache + sampler logits), so a device holds persistent + max(train, rollout). Split roles:
+the trainer devices hold the trainer items, the rollout devices the rollout items; the peak
+is the larger of the two.
+
+Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU, and
+checked against runs built by the engine (bench/memory_calibration.py --engine;
+tests/test_plan.py holds tiny and SmolLM2-135M to +-25%). NOT verified on GPUs: on a lent H100
+(SmolLM2-135M shapes, bs8xG4 ... bs32xG8, bf16 and f32) the measured peak was 1.35-1.41x
+BELOW this plan, the excess in activations and logits (memory after build matched: 1.51 vs
+1.50 GiB); the plan therefore errs on the safe side there and says GPU figures are unverified.
+The remat terms are first-principles estimates, not yet fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rlexp.config.schema import Config, MeshConfig, ModelConfig
+from rlexp.planning.hardware import expected_platform, usable_hbm_fraction
+
+GIB = 1024**3
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+# AdamW: first and second moment, each in the param dtype (optax.adamw's mu_dtype=None).
+OPTIMIZER_MOMENTS = 2
+
+# Elements the jitted update keeps live per token per layer, as multiples of each width. With
+# h = embed_dim, q = num_heads x head_dim, kv = num_kv_heads x head_dim, f = hidden_dim and
+# S = sequence length, the "factor" of batch x seq x hidden x layers x factor is
+#   (H*h + Q*q + KV*kv + F*f + SCORES*num_heads*S) / h.
+# First principles give the shape (SwiGLU keeps gate, up, silu(gate) and their product plus
+# their gradients; attention keeps logits and probabilities per head and key; queries, keys and
+# values before and after RoPE) but XLA fuses norms and residual adds and reuses buffers, so
+# the weights are fitted (non-negative least squares, then rounded) to XLA's buffer assignment
+# of Tunix's GRPO update on CPU over 18 shapes: tiny-qwen3 and SmolLM2-llama3 variants that
+# change one width at a time, plus full SmolLM2-135M; every shape within 13%.
+ACTIVATION_H = 0.5
+ACTIVATION_Q = 3.0
+ACTIVATION_KV = 5.0
+ACTIVATION_F = 5.5
+ACTIVATION_SCORES = 3.5
+# Per token outside the layers (embedding output, final norm, the loss's per-token values
+# and their gradients), in units of embed_dim; same fit.
+ACTIVATION_TOKEN_H = 13.0
+# float32 copies of the vocabulary-wide tensors of the policy loss per token (logits,
+# log-softmax/entropy and their gradient, partly fused by XLA); same fit.
+LOGIT_COPIES = 1.75
+# XLA:CPU has no bfloat16 arithmetic: it upcasts, so a bfloat16 model's activations cost
+# float32 bytes there and its vocabulary-wide loss tensors about 4 float32 copies per token
+# (measured on qwen3-0.6b shapes: 16.7 bytes per token x vocab entry, 7.4 in float32).
+# TPUs and GPUs compute in bfloat16 natively and keep the float32 figures above.
+CPU_BF16_LOGIT_COPIES = 4.0
+# train.remat: what the backward pass keeps per token per layer instead of ACTIVATION_*.
+# full (jax.checkpoint of each decoder layer): the layer's input (1 x embed_dim) per layer,
+# plus one layer's full activations while it is recomputed. dots_saveable (matmul outputs
+# kept: q, k, v, o projections, gate, up, down): h + q + 2 kv + 2 f + h elements per layer,
+# plus one layer's attention scores recomputed. First-principles counts, not fitted.
+REMAT_FULL_H = 1.0
+
+# Order of the items in the printed plan.
+TRAINER_ITEMS = ("policy", "reference", "optimizer", "gradients", "new weights", "activations",
+                 "logits")
+ROLLOUT_ITEMS = ("rollout weights", "kv cache", "sampler logits", "vllm reserve")
+
+
+def param_count(m: ModelConfig) -> int:
+    """Parameters of a Llama/Qwen3-style decoder from its architecture numbers."""
+    attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
+    mlp = 3 * m.embed_dim * m.hidden_dim
+    norms = 2 * m.embed_dim + (2 * m.head_dim if m.family == "qwen3" else 0)
+    per_layer = attn + mlp + norms
+    embed = m.vocab_size * m.embed_dim * (1 if m.tie_embeddings else 2)
+    return m.num_layers * per_layer + embed + m.embed_dim
+
+
+def micro_batch_prompts(cfg: Config) -> int:
+    """Prompts per gradient step slice (micro batch); completions = this x num_generations."""
+    t = cfg.train
+    return t.micro_batch_size or t.mini_batch_size or t.batch_size
+
+
+def divisors(n: int, below: int | None = None) -> list[int]:
+    """The divisors of n, largest first (those below `below` when given)."""
+    top = n if below is None else min(n, below - 1)
+    return [d for d in range(top, 0, -1) if n % d == 0]
+
+
+def rollout_micro_prompts(cfg: Config) -> int:
+    """Prompts per sampler call (and per reference/old log-prob pass): rollout.micro_batch_size
+    when set. Unset, on an accelerator: the largest divisor of the mini batch, a multiple of
+    the train micro batch, at which a training slice of that size would also fit the memory
+    plan (a sampler call keeps no activations for backprop, so this is conservative: the plan
+    does not itemize the log-prob passes' logits). A recipe's train micro batch is sized for
+    the smallest machine it runs on (SmolLM2's 4 prompts); on an H100, with one sampler call
+    per step, rollout tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py),
+    where 4-prompt calls had made it fall. On the CPU: the train micro batch."""
+    if cfg.rollout.micro_batch_size:
+        return cfg.rollout.micro_batch_size
+    train = micro_batch_prompts(cfg)
+    if expected_platform(cfg.hardware) == "cpu":
+        return train
+    mini = cfg.train.mini_batch_size or cfg.train.batch_size
+    for prompts in (d for d in divisors(mini) if d > train and d % train == 0):
+        trial = replace(cfg, train=replace(cfg.train, micro_batch_size=prompts),
+                        rollout=replace(cfg.rollout, micro_batch_size=prompts))
+        if memory_plan(trial).fits:
+            return prompts
+    return train
+
+
+def compute_dtype(m: ModelConfig) -> str:
+    """The dtype the forward pass runs in: model.dtype (Tunix's qwen3 casts its weights to it;
+    rlexp.engine.numerics.use_compute_dtype makes llama3 do the same)."""
+    return m.dtype
+
+
+def sequence_length(cfg: Config) -> int:
+    """Tokens of one training sequence: prompt + completion."""
+    return cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length
+
+
+def activation_factor(m: ModelConfig, seq: int) -> float:
+    """Elements kept per token per layer, in units of embed_dim (see the constants above)."""
+    q = m.num_heads * m.head_dim
+    kv = m.num_kv_heads * m.head_dim
+    elems = (ACTIVATION_H * m.embed_dim + ACTIVATION_Q * q + ACTIVATION_KV * kv
+             + ACTIVATION_F * m.hidden_dim + ACTIVATION_SCORES * m.num_heads * seq)
+    return elems / m.embed_dim
+
+
+def activation_units(m: ModelConfig, seq: int, remat: str) -> float:
+    """Elements kept per token over all layers, in units of embed_dim, for train.remat."""
+    full = activation_factor(m, seq)
+    if remat == "none":
+        return m.num_layers * full
+    if remat == "full":
+        return m.num_layers * REMAT_FULL_H + full
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    dots = (2 * m.embed_dim + q + 2 * kv + 2 * m.hidden_dim) / m.embed_dim
+    return m.num_layers * dots + ACTIVATION_SCORES * m.num_heads * seq / m.embed_dim
+
+
+def _batch_shards(mesh: MeshConfig, rows: int) -> int:
+    # Tunix shards the batch over fsdp only when it divides (sharding_utils.get_sharding),
+    # otherwise the rows are replicated; activations are sharded over tp in any case.
+    return (mesh.fsdp if rows % mesh.fsdp == 0 else 1) * mesh.tp
+
+
+@dataclass
+class MemoryPlan:
+    # Bytes per trainer device by item (TRAINER_ITEMS).
+    trainer: dict[str, float] = field(default_factory=dict)
+    # Bytes per rollout device by item (ROLLOUT_ITEMS).
+    rollout: dict[str, float] = field(default_factory=dict)
+    # Trainer and rollout on the same devices (phases take turns on each device).
+    colocated: bool = True
+    # Peak bytes on the busiest device.
+    peak: float = 0.0
+    # Usable bytes per device (hardware.hbm_gib_per_device; 95% of it on GPUs).
+    capacity: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    @property
+    def items(self) -> dict[str, float]:
+        """Every item, trainer first (bytes per device of the role that holds it)."""
+        return {**self.trainer, **self.rollout}
+
+
+def memory_plan(cfg: Config) -> MemoryPlan:
+    m, h, r, a = cfg.model, cfg.hardware, cfg.rollout, cfg.algo
+    n = param_count(m)
+    pb = DTYPE_BYTES[m.param_dtype]
+    cb = DTYPE_BYTES[compute_dtype(m)]
+    on_cpu = expected_platform(h) == "cpu"
+    # Bytes per activation element and float32 copies of the logits (see the constants).
+    ab = 4 if on_cpu else cb
+    logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES
+    tm, rm = h.trainer_mesh, h.rollout_mesh
+    t_shards, r_shards = tm.fsdp * tm.tp, rm.fsdp * rm.tp
+    seq = sequence_length(cfg)
+    rows = micro_batch_prompts(cfg) * a.num_generations
+    act_shards = _batch_shards(tm, rows)
+    colocated = h.split == "colocated"
+    mini = cfg.train.mini_batch_size or cfg.train.batch_size
+    accumulates = micro_batch_prompts(cfg) < mini
+    shared_backbone = colocated and tm == rm
+
+    trainer = {
+        "policy": n * pb / t_shards,
+        "reference": n * DTYPE_BYTES[m.dtype] / t_shards if a.beta > 0 else 0.0,
+        "optimizer": n * OPTIMIZER_MOMENTS * pb / t_shards,
+        "gradients": n * pb / t_shards if accumulates else 0.0,
+        # Tunix's jitted step donates the optimizer state but not the model: the updated
+        # weights are new buffers while the old ones are still alive.
+        "new weights": n * pb / t_shards,
+        "activations": rows * seq * m.embed_dim * (activation_units(m, seq, cfg.train.remat)
+                                                   + ACTIVATION_TOKEN_H) * ab / act_shards,
+        "logits": rows * seq * m.vocab_size * logit_copies * 4 / act_shards,
+    }
+    capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
+    roll_rows = rollout_micro_prompts(cfg) * a.num_generations
+    if r.name == "vllm":
+        # vLLM's gpu_memory_utilization is a share of the device's whole memory.
+        rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
+                   "vllm reserve": r.hbm_utilization * h.hbm_gib_per_device * GIB}
+    else:
+        rollout = {
+            "rollout weights": 0.0 if shared_backbone else n * pb / r_shards,
+            "kv cache": roll_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
+            * m.head_dim * cb,
+            "sampler logits": roll_rows * r.max_prompt_length * m.vocab_size * 4
+            / _batch_shards(rm, roll_rows),
+            "vllm reserve": 0.0,
+        }
+    persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
+    train_phase = trainer["new weights"] + trainer["activations"] + trainer["logits"]
+    roll_phase = rollout["kv cache"] + rollout["sampler logits"]
+    # Held through both phases: a separate rollout copy of the weights and vLLM's reservation.
+    roll_held = rollout["rollout weights"] + rollout["vllm reserve"]
+    if colocated:
+        peak = persistent_t + roll_held + max(train_phase, roll_phase)
+    else:
+        peak = max(persistent_t + train_phase, roll_held + roll_phase)
+    return MemoryPlan(trainer=trainer, rollout=rollout, colocated=colocated, peak=peak,
+                      capacity=capacity)
+
+
+def sharding_problem(cfg: Config) -> str | None:
+    """One line when a mesh axis does not divide the model dimension Tunix shards over it.
+
+    Tunix's llama3/qwen3 weights are sharded fsdp over embed_dim and tp over vocab, embed_dim
+    (norm weights), heads, kv heads, head_dim (qwen3 q/k norms) and the MLP width; JAX
+    refuses to place an array whose sharded dimension the axis does not divide.
+    """
+    m, h = cfg.model, cfg.hardware
+    dims = {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+            "hidden_dim": m.hidden_dim, "vocab_size": m.vocab_size}
+    if m.family == "qwen3":
+        dims["head_dim"] = m.head_dim
+    for role in ("trainer_mesh", "rollout_mesh"):
+        mesh: MeshConfig = getattr(h, role)
+        if m.embed_dim % mesh.fsdp:
+            return (f"hardware.{role}.fsdp={mesh.fsdp} does not divide model.embed_dim="
+                    f"{m.embed_dim} (model={m.name} hardware={h.name}); pick a divisor")
+        for name, value in dims.items():
+            if value % mesh.tp:
+                return (f"hardware.{role}.tp={mesh.tp} does not divide model.{name}={value} "
+                        f"(model={m.name} hardware={h.name}); use a tp that divides it, e.g. "
+                        f"hardware.{role}.tp=1 hardware.{role}.fsdp={mesh.fsdp * mesh.tp}")
+    return None

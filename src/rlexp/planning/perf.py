@@ -1,0 +1,44 @@
+"""Model FLOPs of a training step and the model-FLOPs utilization (MFU) they give.
+
+The convention of PaLM (Chowdhery et al. 2022, appendix B) and nanoGPT's estimate_mfu: a
+training token costs 6N FLOPs in the matmuls of an N-parameter decoder (2N forward, 4N
+backward) plus 12·L·H·Q·T in attention (L layers, H query heads of width Q, sequence length T).
+Counted here: the policy update of one global step, over the padded sequences it trains on
+(prompt + completion, as the trainer computes them), num_iterations times. Not counted: the
+rollout's sampling and the reference/old-policy forward passes, so `perf/mfu` is the update's
+utilization and a lower bound of the step's.
+"""
+
+from __future__ import annotations
+
+from rlexp.config.schema import Config
+
+
+def train_flops_per_token(n_params: int, num_layers: int, num_heads: int, head_dim: int,
+                          seq_len: int) -> float:
+    """6N + 12·L·H·Q·T (PaLM appendix B)."""
+    return 6.0 * n_params + 12.0 * num_layers * num_heads * head_dim * seq_len
+
+
+def step_flops(cfg: Config, sequences: int) -> float:
+    """Model FLOPs of one global step's policy update over `sequences` completions."""
+    from rlexp.planning.memory import param_count
+
+    m, r = cfg.model, cfg.rollout
+    seq = r.max_prompt_length + r.max_completion_length
+    per_token = train_flops_per_token(param_count(m), m.num_layers, m.num_heads, m.head_dim, seq)
+    return per_token * seq * sequences * cfg.algo.num_iterations
+
+
+def utilization(flops: float, seconds: float, peak_tflops: float) -> dict[str, float]:
+    """{'perf/tflops': achieved TFLOP/s, 'perf/mfu': fraction of `peak_tflops`} ({} if no time)."""
+    if seconds <= 0 or peak_tflops <= 0:
+        return {}
+    tflops = flops / seconds / 1e12
+    return {"perf/tflops": tflops, "perf/mfu": tflops / peak_tflops}
+
+
+def peak_tflops(cfg: Config) -> float:
+    """bf16 peak of the devices the trainer runs on (the hardware profile's datasheet figure)."""
+    mesh = cfg.hardware.trainer_mesh
+    return cfg.hardware.peak_bf16_tflops * mesh.fsdp * mesh.tp

@@ -1,0 +1,246 @@
+"""The plan of a run, worked out before anything compiles: model size, meshes, memory, I/O.
+
+`run.dry_run=true` prints `plan.lines`; a plan that cannot run (`fits=False`) stops the run
+with exit 2 and the one line in `plan.why`. Pure: imports neither JAX nor Tunix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlexp.config.schema import Config, HardwareConfig
+from rlexp.planning.memory import (GIB, ROLLOUT_ITEMS, TRAINER_ITEMS, MemoryPlan, compute_dtype,
+                          divisors, memory_plan, micro_batch_prompts, param_count,
+                          rollout_micro_prompts, sharding_problem)
+from rlexp.planning.hardware import expected_platform, role_device_ranges
+
+__all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts"]
+
+
+@dataclass
+class Plan:
+    # Parameters of the policy model.
+    params: int
+    # Human-readable lines describing the run (printed by dry_run).
+    lines: list[str] = field(default_factory=list)
+    # Bytes per device by item (policy, reference, optimizer, ..., kv cache).
+    memory: dict[str, float] = field(default_factory=dict)
+    # Peak bytes on the busiest device (what has to fit hardware.hbm_gib_per_device).
+    memory_total: float = 0.0
+    # JAX devices the run uses (all hosts).
+    devices: int = 1
+    # False when the run cannot run on the hardware (memory or sharding).
+    fits: bool = True
+    # One line saying why it cannot run (names model, hardware and the numbers).
+    why: str = ""
+
+
+def _gib(b: float) -> str:
+    return f"{b / GIB:.2f}" if b < 10 * GIB else f"{b / GIB:.1f}"
+
+
+def _size(b: float) -> str:
+    """Bytes with a unit that keeps tiny runs readable (KiB/MiB) and big ones in GiB."""
+    for unit, scale in (("GiB", GIB), ("MiB", 1024**2)):
+        if b >= scale:
+            return f"{b / scale:.3g} {unit}" if b < 100 * scale else f"{b / scale:.0f} {unit}"
+    return f"{b / 1024:.3g} KiB"
+
+
+def mesh_lines(hw: HardwareConfig) -> list[str]:
+    """How the devices are split between roles and the mesh shape of each."""
+    ranges = role_device_ranges(hw)
+    t, r = hw.trainer_mesh, hw.rollout_mesh
+    where = "emulated on CPU" if hw.emulate else f"{hw.platform}"
+    head = (f"hardware   {hw.name}: {hw.devices} {where} device(s) ({hw.accelerator_type}), "
+            f"{hw.hosts} host(s), {hw.hbm_gib_per_device:g} GiB and "
+            f"{hw.peak_bf16_tflops:g} bf16 TFLOP/s per device")
+    if ranges.colocated:
+        share = "shared weights" if t == r else "separate rollout weights"
+        return [head, f"mesh       colocated on devices 0-{hw.devices - 1}: trainer (fsdp={t.fsdp}, "
+                      f"tp={t.tp}), rollout (fsdp={r.fsdp}, tp={r.tp}), {share}"]
+    (t0, t1), (r0, r1) = ranges.trainer, ranges.rollout
+    return [head, f"mesh       split: trainer devices {t0}-{t1 - 1} (fsdp={t.fsdp}, tp={t.tp}), "
+                  f"rollout devices {r0}-{r1 - 1} (fsdp={r.fsdp}, tp={r.tp})"]
+
+
+def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
+    roles = "per device" if mem.colocated else "per trainer / rollout device"
+    if platform == "gpu":
+        # Calibrated on XLA:CPU; a lent H100 measured peaks 1.35-1.41x below this estimate.
+        roles += " (GPU figures unverified: calibrated on CPU, likely over-estimates)"
+    lines = [f"memory     {roles}:"]
+    for role, items, names in (("trainer", mem.trainer, TRAINER_ITEMS),
+                               ("rollout", mem.rollout, ROLLOUT_ITEMS)):
+        parts = ", ".join(f"{k} {_size(items[k])}" for k in names if items[k] > 0)
+        lines.append(f"  {role:8s} {parts}")
+    verdict = "fits" if mem.fits else "DOES NOT FIT"
+    lines.append(f"  total    {_size(mem.peak)} of {mem.capacity / GIB:g} GiB "
+                 f"({100 * mem.peak / mem.capacity:.0f}%): {verdict}")
+    return lines
+
+
+def local_ram_bytes() -> int:
+    """Physical memory of this machine (emulation runs every virtual device in it)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
+    """Emulation runs every virtual device in this host's RAM: the devices' sum must fit."""
+    h = cfg.hardware
+    if not h.emulate:
+        return None
+    ranges = role_device_ranges(h)
+    if mem.colocated:
+        total = mem.peak * h.devices
+    else:
+        n_t = ranges.trainer[1] - ranges.trainer[0]
+        n_r = ranges.rollout[1] - ranges.rollout[0]
+        total = sum(mem.trainer.values()) * n_t + sum(mem.rollout.values()) * n_r
+    ram = local_ram_bytes()
+    if total <= ram:
+        return None
+    return (f"model={cfg.model.name} hardware={h.name} (emulated): needs {_gib(total)} GiB of "
+            f"this machine's memory for {h.devices} virtual devices, has {_gib(ram)}; "
+            f"emulate with a smaller model (e.g. model=tiny) or use the real hardware")
+
+
+def _with(cfg: Config, **train: object) -> Config:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **train))
+
+
+def fitting_fix(cfg: Config) -> str | None:
+    """The smallest change that makes the memory plan fit: a smaller train micro batch (the
+    sampler and the reference pass follow it unless rollout.micro_batch_size is set), then
+    train.remat=full, then both; as overrides to paste. None when none of them fits."""
+    t = cfg.train
+    mini = t.mini_batch_size or t.batch_size
+    current = micro_batch_prompts(cfg)
+    micros = divisors(mini, below=current)
+    remats = [t.remat] + (["full"] if t.remat != "full" else [])
+    for remat in remats:
+        for micro in [current, *micros]:
+            if micro == current and remat == t.remat:
+                continue
+            if memory_plan(_with(cfg, micro_batch_size=micro, remat=remat)).fits:
+                parts = [f"train.micro_batch_size={micro}"] if micro != current else []
+                parts += [f"train.remat={remat}"] if remat != t.remat else []
+                return " ".join(parts)
+    return None
+
+
+def largest_fitting_micro(cfg: Config) -> int | None:
+    """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
+    fits; None when not even one prompt does."""
+    mini = cfg.train.mini_batch_size or cfg.train.batch_size
+    for micro in divisors(mini):
+        if memory_plan(_with(cfg, micro_batch_size=micro)).fits:
+            return micro
+    return None
+
+
+def micro_batch_hint(cfg: Config) -> str | None:
+    """On an accelerator, a plan line when a larger update micro batch fits than the one set:
+    a recipe's micro batch is sized for the smallest machine it runs on (SmolLM2's 4 prompts,
+    for host RAM), and small slices leave a GPU idle. On an H100 at 256 rows, 4 -> 32 prompts
+    per slice raised train tokens/s from 62k to 142k (bench/accelerator.py)."""
+    if expected_platform(cfg.hardware) == "cpu":
+        return None
+    current, best = micro_batch_prompts(cfg), largest_fitting_micro(cfg)
+    if best is None or best <= current:
+        return None
+    return (f"hint       train.micro_batch_size={best} also fits ({current} now): fewer, larger "
+            f"update slices, the same update up to float rounding")
+
+
+# Above this many parameters a model is "real": tiny's recipe values on it are a mistake.
+REAL_MODEL_PARAMS = 50_000_000
+
+
+def _recipes() -> dict[str, dict]:
+    """conf/recipe/*.yaml as plain dicts (train.learning_rate, rollout lengths, ...)."""
+    from omegaconf import OmegaConf
+
+    from rlexp.config.paths import conf_dir
+
+    out = {}
+    for path in sorted(Path(conf_dir(), "recipe").glob("*.yaml")):
+        node = OmegaConf.to_container(OmegaConf.load(path)) or {}
+        if node:
+            out[path.stem] = node
+    return out
+
+
+def recipe_warning(cfg: Config) -> str | None:
+    """One line when the effective lr and lengths are another model's recipe (e.g. the tiny
+    model's lr 1e-3 and 64 + 24 tokens on a billion-parameter model)."""
+    n = param_count(cfg.model)
+    t, r = cfg.train, cfg.rollout
+    for name, rec in _recipes().items():
+        if name == cfg.model.name:
+            continue
+        lr = rec.get("train", {}).get("learning_rate")
+        lengths = (rec.get("rollout", {}).get("max_prompt_length"),
+                   rec.get("rollout", {}).get("max_completion_length"))
+        if lr == t.learning_rate and lengths == (r.max_prompt_length, r.max_completion_length):
+            return (f"warning: train.learning_rate={t.learning_rate} and {r.max_prompt_length} + "
+                    f"{r.max_completion_length} tokens are recipe={name}'s settings (made for "
+                    f"model={name}), not model={cfg.model.name}'s")
+    if n >= REAL_MODEL_PARAMS and t.learning_rate >= 1e-4:
+        return (f"warning: train.learning_rate={t.learning_rate} is a toy-model value for a "
+                f"{n / 1e9:.2f}B-parameter model (real-model RL recipes use 1e-6 to 1e-5)")
+    return None
+
+
+def make_plan(cfg: Config) -> Plan:
+    n = param_count(cfg.model)
+    t, a, h = cfg.train, cfg.algo, cfg.hardware
+    mem = memory_plan(cfg)
+    m = cfg.model
+    dtypes = (m.dtype if m.param_dtype == m.dtype and compute_dtype(m) == m.dtype else
+              f"weights {m.param_dtype}, compute {compute_dtype(m)}")
+    roll = rollout_micro_prompts(cfg)
+    planned = not cfg.rollout.micro_batch_size and roll != micro_batch_prompts(cfg)
+    lines = [
+        f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
+        f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
+        f"G={a.num_generations} mu={a.num_iterations} kl={a.kl_estimator}",
+        *mesh_lines(h),
+        f"train      {t.steps} steps x {t.batch_size} prompts x {a.num_generations} completions, "
+        f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate} "
+        f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
+        f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
+        f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
+        f"micro batch {roll} prompts{' (planned from memory)' if planned else ''}",
+        f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
+        *memory_lines(mem, "cpu" if h.emulate else h.platform),
+    ]
+    warning = recipe_warning(cfg)
+    if warning:
+        lines.append(warning)
+    hint = micro_batch_hint(cfg) if mem.fits else None
+    if hint:
+        lines.append(hint)
+    if m.path is None and (m.tokenizer == "hf" or m.family != "qwen3") and m.name != "smollm2-135m":
+        lines.append(f"note       model.path is not set: planned from conf/model/{m.name}.yaml; "
+                     f"a real run needs model.path=<HF dir | hub id | gs:// path>")
+    why = sharding_problem(cfg) or ""
+    if not why and not mem.fits:
+        worst = max(mem.items, key=mem.items.get)
+        fix = fitting_fix(cfg)
+        fix = (f"it fits with {fix} (micro-batching and remat shrink activations, logits and "
+               f"the KV cache)" if fix else
+               "micro-batching and train.remat=full do not make it fit: use more or larger "
+               "devices, a smaller model or batch, or algo.beta=0")
+        why = (f"model={cfg.model.name} hardware={h.name}: needs {_gib(mem.peak)} GiB per device, "
+               f"has {mem.capacity / GIB:.3g} (largest item: {worst} {_gib(mem.items[worst])} GiB); "
+               f"{fix}")
+    if not why:
+        why = _host_problem(cfg, mem) or ""
+    if why:
+        lines.append(f"cannot run: {why}")
+    return Plan(params=n, lines=lines, memory=mem.items, memory_total=mem.peak,
+                devices=h.devices, fits=not why, why=why)

@@ -1,0 +1,111 @@
+"""Compare runs: `python -m rlexp.report <sweep dir | parent run id | experiment name>`.
+
+Prints one row per run (swept values, final train reward, final and best eval accuracy,
+steps, wall time, status), ranked by final eval accuracy or by --metric, and writes the
+curves of all runs to a PNG: <sweep dir>/comparison.png, else ./comparison-<target>.png.
+A sweep dir is read from MLflow (the children of its parent run) and from its jobs'
+summary.json files, so jobs that were not tracked still show up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from rlexp.base.errors import UserError, fail
+from rlexp.tracking import PARENT_FILE, parent_run_id, store
+from rlexp.tracking.compare import Row
+
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _sweep_uri(sweep_dir: Path, uri: str | None) -> str:
+    if uri:
+        return store.resolve_uri(uri)
+    import json
+
+    try:  # the store the sweep's parent run lives in
+        return json.loads((sweep_dir / PARENT_FILE).read_text())["uri"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return store.resolve_uri(None)
+
+
+def _client(uri: str, required: bool):
+    """A client, or None when a sqlite store does not exist (never create one by reading)."""
+    path = store.sqlite_path(uri)
+    if path is not None and not path.exists():
+        if required:
+            raise UserError(f"no MLflow store at {path} (use --uri or $MLFLOW_TRACKING_URI)")
+        return None
+    return store.client(uri)
+
+
+def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row], Path]:
+    """The rows to compare and where their PNG goes."""
+    from rlexp.tracking import compare
+
+    path = Path(target)
+    if path.is_dir():
+        uri = _sweep_uri(path, uri)
+        parent = parent_run_id(path)
+        client = _client(uri, required=False) if parent else None
+        tracked = [compare.row_from_run(client, r, metric)
+                   for r in compare.child_runs(client, parent)] if client else []
+        rows = compare.merge(tracked, compare.summary_rows(path))
+        if not rows:
+            raise UserError(f"{path} holds no runs (no summary.json below it, no MLflow "
+                            "parent run)")
+        return rows, path / "comparison.png"
+    uri = store.resolve_uri(uri)
+    client = _client(uri, required=True)
+    out = Path.cwd() / f"comparison-{store.slug(target)[:40]}.png"
+    if RUN_ID.fullmatch(target):
+        from mlflow.exceptions import MlflowException
+
+        try:
+            runs = compare.child_runs(client, target)
+        except MlflowException:
+            raise UserError(f"no MLflow run {target} in {uri}") from None
+        if not runs:
+            raise UserError(f"MLflow run {target} has no child runs")
+    else:
+        runs = compare.experiment_runs(client, target)
+        if not runs:
+            raise UserError(f"{target!r} is not a directory, a run id or an experiment with "
+                            f"runs in {uri}")
+    return [compare.row_from_run(client, r, metric) for r in runs], out
+
+
+def report(target: str, uri: str | None = None, metric: str | None = None,
+           ascending: bool = False) -> tuple[str, Path | None]:
+    """(the table as text, the PNG written or None)."""
+    from rlexp.tracking import compare
+
+    rows, png = collect(target, uri, metric)
+    rows = compare.rank(rows, metric, ascending)
+    header, body = compare.table(rows, metric)
+    drawn = compare.plot(rows, metric, png, title=Path(target).name or target)
+    return compare.to_text(header, body), png if drawn else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rlexp.report",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("target", help="a sweep dir, a parent MLflow run id or an experiment")
+    parser.add_argument("--metric", help="rank by the final value of this metric "
+                        "(e.g. eval/pass_at_k) and show it as a column")
+    parser.add_argument("--ascending", action="store_true",
+                        help="lower is better for the ranking (losses, times)")
+    parser.add_argument("--uri", help="tracking URI (default: as for runs)")
+    args = parser.parse_args(argv)
+    try:
+        text, png = report(args.target, args.uri, args.metric, args.ascending)
+    except UserError as exc:
+        fail(str(exc))
+    print(text)
+    print(f"curves: {png}" if png else "curves: none (no metric history)")
+
+
+if __name__ == "__main__":
+    main()

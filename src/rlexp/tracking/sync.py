@@ -1,0 +1,253 @@
+"""Send what a run dir's spool still holds to MLflow: `python -m rlexp.sync <run dir>`.
+
+After the store was unreachable during a run (or the run crashed), the records not yet in
+the store wait in <run dir>/tracking_spool.jsonl. Sending is idempotent, so syncing twice,
+or syncing a run that later resumes, logs nothing twice. Metrics after the last checkpoint
+are held back (a resume produces them again) unless --all says the run will not resume.
+
+    python -m rlexp.sync RUN_DIR                  replay into the run tracking.json names
+    python -m rlexp.sync RUN_DIR --uri URI        the store moved (or tracking.json is damaged)
+    python -m rlexp.sync RUN_DIR --new-run        the run (or the whole store) was deleted:
+                                                  deliver the spool into a new run
+
+Damaged input never crashes it: unreadable spool lines are skipped and counted, a damaged
+tracking.json is rebuilt from the run dir (summary.json's run id, or the store's run tagged
+with the dir; the gate from the newest checkpoint dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlexp.base.errors import UserError, fail
+from rlexp.base.redact import MASK, redact_uri
+from rlexp.tracking import store
+from rlexp.tracking.run import ALWAYS, TrackedRun, record
+from rlexp.base.files import write_json_atomic
+from rlexp.tracking.spool import LINK_FILE, LOCK_FILE, SPOOL_FILE, Link
+
+SUMMARY_FILE = "summary.json"
+DEFAULT_EXPERIMENT = "rlexp"
+
+
+def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
+         new_run: bool = False, experiment: str | None = None) -> str:
+    """Replay the spool of `run_dir`; returns a one-line account. Raises UserError."""
+    from rlexp.base.lock import Busy, DirLock
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} has no tracking.json (not a run dir)")
+    try:
+        dir_lock = DirLock(run_dir).acquire()  # a job starting now waits for us, not mixes in
+    except Busy as exc:
+        raise UserError(str(exc)) from None
+    try:
+        with open(run_dir / LOCK_FILE, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(f"a live process is tracking {run_dir}; it sends its spool "
+                                "itself") from None
+            return _sync(run_dir, send_all, uri, new_run, experiment)
+    finally:
+        dir_lock.release()
+
+
+def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
+          experiment: str | None) -> str:
+    notes: list[str] = []
+    link = Link.load(run_dir)
+    if link is None:
+        link = _rebuild_link(run_dir, uri, experiment, new_run, notes)
+    elif uri:
+        link.uri = store.resolve_uri(uri)  # the store moved (e.g. a server's new address)
+    elif MASK in link.uri:  # tracking.json keeps the URI with its credentials masked
+        env = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not env or redact_uri(env) != link.uri:
+            raise UserError(f"{run_dir}/tracking.json names {link.uri} with its credentials "
+                            "masked: pass the full URI with --uri (or set MLFLOW_TRACKING_URI)")
+        link.uri = env
+    if experiment:
+        link.experiment = experiment
+    run = TrackedRun(run_dir, link)
+    try:
+        if run.skipped:
+            notes.append(f"{run.skipped} damaged spool records skipped")
+        if new_run:
+            old = link.run_id
+            link.run_id = link.experiment_id = None
+            _add_start(run, run_dir, old)
+            notes.append(f"new run (was {old or 'never created'})")
+        ended = any(r["kind"] == "status" and r["status"] != "RUNNING" for r in run.records)
+        gate = ALWAYS if send_all or not link.gated else link.checkpoint_step
+        try:
+            if link.run_id is not None:
+                status = _status(run, link.run_id)
+                if status is None:
+                    raise UserError(f"MLflow run {link.run_id} is not in the store {link.uri} "
+                                    f"(deleted?); deliver the spool into a new run with: "
+                                    f"python -m rlexp.sync {run_dir} --new-run")
+                if status == "RUNNING" and not ended:
+                    # No process holds the lock, so nothing is running: the run crashed.
+                    run.add(record("status", status="KILLED", t=None))
+            elif new_run and not ended:
+                run.add(record("status", status="KILLED", t=None))
+            sent = run.flush(gate)
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(f"could not reach the MLflow store {link.uri}: "
+                            f"{store.first_line(exc)}") from None
+        link.save(run_dir)
+        if _fill_summary_run_id(run, run_dir):
+            notes.append(f"{SUMMARY_FILE} mlflow_run_id set")
+    finally:
+        run.close()
+    held = sum(r["kind"] == "metrics" for r in run.records)
+    if held:
+        notes.append(f"{held} metric records after the last checkpoint (step "
+                     f"{link.checkpoint_step}) held back for a resume (--all sends them)")
+    note = "".join(f"; {n}" for n in notes)
+    return f"sent {sent} records to MLflow run {link.run_id} ({redact_uri(link.uri)}){note}"
+
+
+def _status(run: TrackedRun, run_id: str) -> str | None:
+    """The run's status in the store; None when the store does not have it."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return run.client.get_run(run_id).info.status
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def latest_checkpoint(run_dir: Path) -> int:
+    """Newest committed checkpoint step under run_dir/checkpoints (-1 when none)."""
+    folder = run_dir / "checkpoints"
+    steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+    return max(steps, default=-1)
+
+
+def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_run: bool,
+                  notes: list[str]) -> Link:
+    """tracking.json is missing or damaged: rebuild it from what else the run dir holds."""
+    what = "damaged" if Link.damaged(run_dir) else "missing"
+    if what == "missing" and not (run_dir / SPOOL_FILE).exists():
+        raise UserError(f"{run_dir} has no tracking.json (was it tracked with tracker=mlflow?)")
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        raise UserError(f"{run_dir}/{LINK_FILE} is {what}: name the store with --uri URI "
+                        f"(and --experiment NAME unless it is '{DEFAULT_EXPERIMENT}')")
+    checkpoint = latest_checkpoint(run_dir)
+    link = Link(uri=store.resolve_uri(uri), experiment=experiment or DEFAULT_EXPERIMENT,
+                gated=checkpoint >= 0, checkpoint_step=checkpoint)
+    if not new_run:
+        summary = _read_json(run_dir / SUMMARY_FILE)
+        hint = summary.get("mlflow_run_id") if isinstance(summary, dict) else None
+        try:
+            store.ensure_store(link.uri)
+            link.run_id = store.find_run(store.client(link.uri), link.experiment, run_dir,
+                                         hint if isinstance(hint, str) else None)
+        except Exception as exc:
+            raise UserError(f"could not reach the MLflow store {redact_uri(link.uri)}: "
+                            f"{store.first_line(exc)}") from None
+        if link.run_id is None:
+            raise UserError(f"{run_dir}/{LINK_FILE} is {what} and no MLflow run of this dir is "
+                            f"in experiment '{link.experiment}' of {redact_uri(link.uri)}; "
+                            f"--new-run delivers the spool into a new run")
+    if (run_dir / LINK_FILE).exists():
+        Link.set_aside(run_dir)
+    notes.append(f"{LINK_FILE} was {what}: rebuilt")
+    return link
+
+
+def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
+    """A new run needs a start record and the params, which the spool may no longer hold
+    (sent to the lost run): rebuild them from summary.json and Hydra's saved config."""
+    from rlexp.tracking.listener import clean_params, clean_tags, now_ms
+
+    summary = _read_json(run_dir / SUMMARY_FILE)
+    summary = summary if isinstance(summary, dict) else {}
+    if not any(r["kind"] == "start" for r in run.records):
+        tags = {**{k: v for k, v in (summary.get("choices") or {}).items()},
+                store.RUN_DIR_TAG: str(run_dir.resolve()),
+                "rlexp.synced_from_run": old_run_id or "none"}
+        run.add(record("start", name=str(summary.get("name") or run_dir.name),
+                       tags=clean_tags(tags), t=now_ms(), parent_run_id=None))
+    if not any(r["kind"] == "params" for r in run.records):
+        params = _hydra_params(run_dir)
+        if params:
+            run.add(record("params", params=clean_params(params)))
+    if summary and not any(r["kind"] == "json" for r in run.records):
+        run.add(record("json", artifact_file=SUMMARY_FILE, data=summary))
+
+
+def _hydra_params(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        from rlexp.config.naming import flatten
+
+        return flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+    except Exception:  # a damaged config file: the run gets no params, the metrics still go
+        return {}
+
+
+def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
+    """summary.json names the MLflow run once a sync created or found it (local file and the
+    run's artifact). Only a summary whose status is final is uploaded again."""
+    summary = _read_json(run_dir / SUMMARY_FILE)
+    rid = run.link.run_id
+    if not isinstance(summary, dict) or rid is None or summary.get("mlflow_run_id") == rid:
+        return False
+    summary["mlflow_run_id"] = rid
+    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    if summary.get("status") in ("FINISHED", "FAILED", "KILLED"):
+        try:
+            run.client.log_dict(rid, summary, SUMMARY_FILE)
+        except Exception as exc:  # the local file is right; the artifact waits for next time
+            print(f"rlexp.sync: warning: {SUMMARY_FILE} artifact not updated: "
+                  f"{store.first_line(exc)}", flush=True)
+    return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rlexp.sync", description=__doc__.split(
+        "\n")[0])
+    parser.add_argument("run_dir", type=Path, help="the run dir (holds tracking.json)")
+    parser.add_argument("--all", action="store_true",
+                        help="also send metrics after the last checkpoint (no resume coming)")
+    parser.add_argument("--uri", help="send to this tracking URI instead of the recorded one")
+    parser.add_argument("--new-run", action="store_true",
+                        help="deliver the spool into a new MLflow run (the old one, or its "
+                             "store, is gone)")
+    parser.add_argument("--experiment", help="experiment of a rebuilt tracking.json or a new "
+                                             "run (default: the recorded one, else 'rlexp')")
+    args = parser.parse_args(argv)
+    try:
+        account = sync(args.run_dir, args.all, args.uri, args.new_run, args.experiment)
+        print(f"rlexp.sync: {account}")
+    except UserError as exc:
+        fail(str(exc))
+
+
+if __name__ == "__main__":
+    main()
