@@ -74,7 +74,7 @@ def ui(tmp_path_factory):
     assert proc.returncode == 0, explain(proc)
     sweep = only_sweep_dir(root)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    server = subprocess.Popen([sys.executable, "-m", "rlexp.tracking.ui", "--port", "0"], cwd=root,
+    server = subprocess.Popen([sys.executable, "-m", "rlexp.ui", "--port", "0"], cwd=root,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True)
     try:

@@ -437,7 +437,7 @@ def test_the_basic_sweeper_composes_only_jobs_preflight_did_not_check(tmp_path, 
     validated by Hydra as before (here: its validation asserts, having no config loader)."""
     from rlexp.launch import preflight
 
-    monkeypatch.setattr(cli, "CHECKED_JOBS", set())
+    monkeypatch.setattr(preflight, "CHECKED_JOBS", set())
     monkeypatch.chdir(tmp_path)
     preflight.preflight(["-m", "train.seed=0,1", "algo.beta=0.0", "hydra/launcher=basic"])
     # imported after Hydra's plugin scan (in pre-flight), which re-executes plugin modules

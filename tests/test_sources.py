@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlexp.inputs import sources
+from rlexp.inputs import model_files, sources
 from rlexp.config.schema import ModelConfig
 from rlexp.base.errors import UserError
 
@@ -92,7 +92,7 @@ def test_cached_hub_config_must_agree_with_the_yaml(hub_cache):
     make_hub_cache(hub_cache, "Qwen/Qwen3-0.6B", {"config.json": json.dumps(bad)})
     m = ModelConfig(name="qwen3-0.6b", family="qwen3", path="Qwen/Qwen3-0.6B", num_layers=28)
     with pytest.raises(UserError, match="num_layers=28 but .*num_hidden_layers=12"):
-        sources.check_model(m, "unused")
+        model_files.check_model(m, "unused")
 
 
 def _memory_model(url: str, files: dict[str, bytes]) -> None:

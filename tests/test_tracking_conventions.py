@@ -146,7 +146,7 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
     assert len(outputs) == 1 and outputs[0].step == 2
     logged = client.get_logged_model(outputs[0].model_id)
     assert logged.name == "policy" and logged.source_run_id == run.info.run_id
-    assert logged.tags["rlexp.engine.weights"] == f"runs:/{run.info.run_id}/model"
+    assert logged.tags["rlexp.weights"] == f"runs:/{run.info.run_id}/model"
     config = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
     text = config.read_text()
     assert "beta: 0.04" in text and "hunter2" not in text  # redacted like params

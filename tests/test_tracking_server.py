@@ -37,7 +37,7 @@ class Server:
     def start(self) -> "Server":
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rlexp.tracking.ui", "--port", str(self.port), "--uri",
+            [sys.executable, "-m", "rlexp.ui", "--port", str(self.port), "--uri",
              f"sqlite:///{self.db}"], env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120

@@ -226,7 +226,7 @@ def test_submitted_jobs_report_to_the_parent_which_stays_running(tmp_path):
         (kid,) = client.search_runs([parent["experiment_id"]],
                                     f"tags.mlflow.parentRunId = '{parent['run_id']}'")
         assert kid.info.status == "FINISHED"
-        report = subprocess.run([sys.executable, "-m", "rlexp.tracking.report", parent["run_id"]],
+        report = subprocess.run([sys.executable, "-m", "rlexp.report", parent["run_id"]],
                                 cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": server.url},
                                 capture_output=True, text=True, timeout=300)
         assert report.returncode == 0, report.stderr[-2000:]

@@ -220,7 +220,7 @@ class TrackedRun:
         else:
             model = self.client.create_logged_model(
                 exp_id, name="policy", source_run_id=run_id, model_type="hf-safetensors",
-                tags={"rlexp.engine.weights": f"runs:/{run_id}/{artifact_path}"})
+                tags={"rlexp.weights": f"runs:/{run_id}/{artifact_path}"})
             model_id = model.model_id
             self.client.finalize_logged_model(model_id, "READY")
         self.client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])

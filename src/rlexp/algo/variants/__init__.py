@@ -1,1 +1,2 @@
-"""One module per algorithm, each defining ALGORITHM (see rlexp.algo.algorithm)."""
+"""One module per algorithm, each defining ALGORITHM (see rlexp.algo.algorithm): grpo, gspo,
+dapo, dr_grpo."""
