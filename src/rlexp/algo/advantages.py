@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlexp.algo.choices import REWARD_SCALES
+
 # Added to the std so a group of equal rewards gives advantage 0, not 0/0.
 STD_EPS = 1e-6
-SCALES = ("group", "batch", "none")
 
 
 def group_advantages(rewards: np.ndarray, group_size: int, eps: float = STD_EPS,
@@ -36,5 +37,5 @@ def group_advantages(rewards: np.ndarray, group_size: int, eps: float = STD_EPS,
     elif scale == "batch":
         centred = centred / ((r.std(ddof=1) if r.size > 1 else 0.0) + eps)
     elif scale != "none":
-        raise ValueError(f"unknown advantage scale {scale!r}; valid: {', '.join(SCALES)}")
+        raise ValueError(f"unknown advantage scale {scale!r}; valid: {', '.join(REWARD_SCALES)}")
     return centred.reshape(-1).astype(np.float32)

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from rlexp.algo.advantages import group_advantages
+from rlexp.algo.choices import RATIO_LEVELS, TUNIX_LOSS_ALGOS
 
 Advantages = Callable[[np.ndarray, int, str], np.ndarray]
 
@@ -41,10 +42,12 @@ class Algorithm:
     advantages: Advantages = default_advantages
 
     def __post_init__(self) -> None:
-        if self.ratio_level not in ("token", "sequence"):
-            raise ValueError(f"Algorithm {self.name}: ratio_level must be token or sequence")
-        if self.tunix_loss_algo not in ("grpo", "gspo-token"):  # Tunix 0.1.7 accepts these
-            raise ValueError(f"Algorithm {self.name}: tunix_loss_algo must be grpo or gspo-token")
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"Algorithm {self.name}: ratio_level must be "
+                             f"{' or '.join(RATIO_LEVELS)}")
+        if self.tunix_loss_algo not in TUNIX_LOSS_ALGOS:
+            raise ValueError(f"Algorithm {self.name}: tunix_loss_algo must be "
+                             f"{' or '.join(TUNIX_LOSS_ALGOS)}")
 
 
 @lru_cache(maxsize=None)

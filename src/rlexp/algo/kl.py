@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-ESTIMATORS = ("k1", "k2", "k3")
-# Tunix's names for the same estimators (GRPOConfig.kl_loss_mode); Tunix's default is k1.
-TUNIX_KL_MODE = {"k1": "kl", "k2": "mse_kl", "k3": "low_var_kl"}
+from rlexp.algo.choices import KL_ESTIMATORS
 
 
 def kl_estimate(logp: jnp.ndarray, ref_logp: jnp.ndarray, estimator: str) -> jnp.ndarray:
@@ -24,4 +22,4 @@ def kl_estimate(logp: jnp.ndarray, ref_logp: jnp.ndarray, estimator: str) -> jnp
         return 0.5 * d * d
     if estimator == "k3":
         return jnp.exp(d) - 1.0 - d
-    raise ValueError(f"unknown KL estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
+    raise ValueError(f"unknown KL estimator {estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")

@@ -22,23 +22,26 @@ the budget without EOS (TRL's mask_truncated_completions).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from rlexp.algo import algorithm
+from rlexp.algo.choices import LOSS_AGGREGATIONS, RATIO_LEVELS
 from rlexp.algo.kl import kl_estimate
 
-LEVELS = ("token", "sequence")
-AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum",
-                "sequence-mean-token-scale")
+# LossSettings fields that the algorithm's config (AlgoConfig) names otherwise.
+ALGO_CONFIG_NAMES = {"level": "ratio_level", "group_size": "num_generations"}
 # Log-ratios are clipped before exp() so one wild token cannot overflow (as Tunix does).
 MAX_LOG_RATIO = 20.0
 
 
 @dataclass(frozen=True)
 class LossSettings:
-    # token (GRPO) | sequence (GSPO-token).
+    # One of RATIO_LEVELS: token (GRPO) | sequence (GSPO-token).
     level: str
     # Lower clip: ratio >= 1 - epsilon.
     epsilon: float
@@ -46,9 +49,9 @@ class LossSettings:
     epsilon_high: float
     # KL penalty weight (0 = no penalty; the KL is still reported when ref log-probs exist).
     beta: float
-    # k1 | k2 | k3.
+    # One of KL_ESTIMATORS (rlexp.algo.choices).
     kl_estimator: str
-    # token-mean | sequence-mean-token-mean | sequence-mean-token-sum | sequence-mean-token-scale.
+    # One of LOSS_AGGREGATIONS.
     loss_agg: str
     # Drop whole groups whose advantages are all exactly 0 (DAPO dynamic sampling).
     dynamic_sampling: bool = False
@@ -56,6 +59,21 @@ class LossSettings:
     group_size: int = 1
     # Drop completions truncated at the budget (no EOS) from the loss.
     mask_truncated: bool = False
+
+    @classmethod
+    def from_algo(cls, algo: Any) -> LossSettings:
+        """The settings of an rlexp.config AlgoConfig (duck-typed: algo sits below config).
+        Each field copies the AlgoConfig field of its name (ALGO_CONFIG_NAMES aside), so a
+        new loss knob is a field here and in AlgoConfig, and its use in the maths. Unset
+        knobs resolve here: ratio_level null = the algorithm's own, epsilon_high null =
+        epsilon."""
+        values = {f.name: getattr(algo, ALGO_CONFIG_NAMES.get(f.name, f.name))
+                  for f in dataclasses.fields(cls)}
+        if values["level"] is None:
+            values["level"] = algorithm.get(algo.name).ratio_level
+        if values["epsilon_high"] is None:
+            values["epsilon_high"] = values["epsilon"]
+        return cls(**values)
 
 
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
@@ -77,7 +95,7 @@ def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str) -> jnp.ndarr
         return x.sum() / nonempty
     if mode == "sequence-mean-token-scale":  # Dr.GRPO: a constant norm, the padded length T
         return (x.sum(axis=-1) / x.shape[-1]).sum() / nonempty
-    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGGREGATIONS)}")
+    raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(LOSS_AGGREGATIONS)}")
 
 
 def importance_log_ratio(logp: jnp.ndarray, old_logp: jnp.ndarray, mask: jnp.ndarray,
@@ -90,7 +108,7 @@ def importance_log_ratio(logp: jnp.ndarray, old_logp: jnp.ndarray, mask: jnp.nda
         m = mask.astype(jnp.float32)
         seq = (log_r * m).sum(axis=-1) / jnp.maximum(m.sum(axis=-1), 1.0)
         return logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq)[:, None]
-    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(LEVELS)}")
+    raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
 
 
 def kept_rows(advantages: jnp.ndarray, truncated: jnp.ndarray | None, s: LossSettings

@@ -17,7 +17,6 @@ from typing import Any
 
 from rlexp.base.errors import UserError
 
-TEMPLATES = ("reasoning", "answer")
 ANSWER_INSTRUCTION = "Answer between <answer> and </answer>."
 
 

@@ -3,8 +3,9 @@
   policy loss "rlexp"          -> rlexp.algo.losses.policy_loss (GRPO token / GSPO sequence)
   advantage   "rlexp_group"    -> rlexp.algo.advantages.group_advantages
 
-`AlgoSettings` extends Tunix's GRPOConfig with the fields our loss reads; Tunix's own
-fields are filled consistently (loss_algo, kl_loss_mode, loss_agg_mode) so its logs agree.
+`AlgoSettings` is Tunix's GRPOConfig carrying our loss's settings, built once from the
+algorithm config; Tunix's own fields are filled consistently (loss_algo, kl_loss_mode,
+loss_agg_mode) so its logs agree.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ from flax import nnx
 from tunix.rl import common, function_registry
 from tunix.rl.grpo.grpo_learner import GRPOConfig
 
-from rlexp.algo.advantages import group_advantages
-from rlexp.algo.kl import TUNIX_KL_MODE
 from rlexp.algo import algorithm
+from rlexp.algo.advantages import group_advantages
+from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from rlexp.algo.losses import LossSettings, policy_loss, truncated_rows
 from rlexp.config.schema import AlgoConfig
 
 POLICY_LOSS = "rlexp"
 ADVANTAGE = "rlexp_group"
-# Our aggregation names -> Tunix's (only seq-mean-token-sum differs).
-TUNIX_LOSS_AGG = {"token-mean": "token-mean",
-                  "sequence-mean-token-mean": "sequence-mean-token-mean",
-                  "sequence-mean-token-sum": "seq-mean-token-sum",
-                  "sequence-mean-token-scale": "sequence-mean-token-scale"}
+# Tunix's names for our KL estimators (GRPOConfig.kl_loss_mode); Tunix's default is k1.
+TUNIX_KL_MODE = dict(zip(KL_ESTIMATORS, ("kl", "mse_kl", "low_var_kl")))
+# Tunix's names for our aggregations: the same but for seq-mean-token-sum.
+TUNIX_LOSS_AGG = {agg: agg.replace("sequence-mean-token-sum", "seq-mean-token-sum")
+                  for agg in LOSS_AGGREGATIONS}
 # Keys of the loss's aux dict, collected by the engine every update.
 AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_min",
             "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy")
@@ -38,37 +39,22 @@ AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_
 
 @dataclasses.dataclass(kw_only=True)
 class AlgoSettings(GRPOConfig):
-    # token (GRPO) | sequence (GSPO-token).
-    ratio_level: str = "token"
-    # Upper clip range (Tunix 0.1.7's GRPOConfig has no such field).
-    epsilon_high: float = 0.2
-    # k1 | k2 | k3 (rlexp's names; kl_loss_mode carries Tunix's).
-    kl_estimator: str = "k3"
-    # rlexp's aggregation name (loss_agg_mode carries Tunix's).
-    loss_agg: str = "sequence-mean-token-mean"
-    # Drop groups with all-equal rewards from the loss (DAPO dynamic sampling).
-    dynamic_sampling: bool = False
-    # Drop completions truncated at the budget from the loss.
-    mask_truncated: bool = False
+    # What rlexp's loss reads (Tunix's fields that mean the same are set from it).
+    loss: LossSettings
 
-    def loss_settings(self) -> LossSettings:
-        return LossSettings(level=self.ratio_level, epsilon=self.epsilon,
-                            epsilon_high=self.epsilon_high, beta=self.beta,
-                            kl_estimator=self.kl_estimator, loss_agg=self.loss_agg,
-                            dynamic_sampling=self.dynamic_sampling,
-                            group_size=self.num_generations, mask_truncated=self.mask_truncated)
+    @property
+    def ratio_level(self) -> str:
+        """The resolved importance-ratio level, beside Tunix's loss_algo label for it."""
+        return self.loss.level
 
 
 def algo_settings(a: AlgoConfig) -> AlgoSettings:
-    alg = algorithm.get(a.name)
+    loss = LossSettings.from_algo(a)
     return AlgoSettings(
-        policy_loss_fn=POLICY_LOSS, advantage_estimator=advantage_estimator(a),
-        loss_algo=alg.tunix_loss_algo, ratio_level=a.ratio_level or alg.ratio_level,
-        num_generations=a.num_generations, num_iterations=a.num_iterations, beta=a.beta,
-        epsilon=a.epsilon, epsilon_high=a.epsilon if a.epsilon_high is None else a.epsilon_high,
-        kl_estimator=a.kl_estimator, kl_loss_mode=TUNIX_KL_MODE[a.kl_estimator],
-        loss_agg=a.loss_agg, loss_agg_mode=TUNIX_LOSS_AGG[a.loss_agg],
-        dynamic_sampling=a.dynamic_sampling, mask_truncated=a.mask_truncated)
+        loss=loss, policy_loss_fn=POLICY_LOSS, advantage_estimator=advantage_estimator(a),
+        loss_algo=algorithm.get(a.name).tunix_loss_algo, num_generations=loss.group_size,
+        num_iterations=a.num_iterations, beta=loss.beta, epsilon=loss.epsilon,
+        kl_loss_mode=TUNIX_KL_MODE[loss.kl_estimator], loss_agg_mode=TUNIX_LOSS_AGG[loss.loss_agg])
 
 
 def advantage_estimator(a: AlgoConfig) -> str:
@@ -91,7 +77,7 @@ _REGISTERED: set[str] = set()
 def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings,
                     eos_id: int = -1) -> tuple[Any, dict[str, Any]]:
     """The part of the registered loss after the forward pass (tested on its own)."""
-    settings = algo_config.loss_settings()
+    settings = algo_config.loss
     truncated = truncated_rows(train_example.completion_ids, train_example.completion_mask,
                                eos_id) if settings.mask_truncated else None
     return policy_loss(per_token_logps, train_example.old_per_token_logps,

@@ -15,6 +15,9 @@ import dataclasses
 import importlib
 import inspect
 import re
+from importlib.metadata import PackageNotFoundError, version
+
+from rlexp.config.validate import CHOICES
 
 # What the pins in pyproject.toml install; named in the error so the fix is obvious.
 TESTED_VERSION = "0.1.7"
@@ -104,10 +107,10 @@ NAMES: tuple[Name, ...] = (
          ("inputs", "positions", "head_dim", "rope_theta")),
     Name("tunix.models.llama3.model", "apply_rope", "function",
          ("inputs", "positions", "head_dim", "rope_theta")),
-    # engine/numerics.py: training-only remat wraps DecoderLayer.__call__ around its block.
+    # engine/tunix_patches.py: training-only remat wraps DecoderLayer.__call__ around its block.
     *(Name(f"tunix.models.{family}.model:DecoderLayer", method, "method",
            ("x", "segment_pos", "cache", "attn_mask"), True, why="train.remat wrapper")
-      for family in ("qwen3", "llama3") for method in ("__call__", "block")),
+      for family in CHOICES["model.family"].values for method in ("__call__", "block")),
     # engine/algo_registry.py: rlexp's loss and advantage registered by name, reading these.
     Name(_GRPO, "algo_config.temperature", "attribute",
          why="the loss's forward runs at the rollout temperature GRPOLearner copies here"),
@@ -188,7 +191,6 @@ def problems() -> list[str]:
 
 
 def installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("google-tunix")

@@ -1,12 +1,17 @@
 """The refusals pre-flight applies to each composed job: one line and exit code 2, found in
-milliseconds before Hydra makes a dir or MLflow a run, instead of minutes into a run."""
+milliseconds before Hydra makes a dir or MLflow a run, instead of minutes into a run.
+
+CHECKS lists the per-job checks in order: what needs the filesystem, the user's code, the data
+or the memory plan (rules that need only the Config are rlexp.config.rules). check_writable
+and check_launcher check the command itself (its output dir, its launcher), before any job."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rlexp.base.errors import UserError
 from rlexp.config.schema import Config
@@ -21,12 +26,21 @@ def check_writable(path: Path) -> None:
         raise UserError(f"hydra.run.dir={path}: cannot write under {probe} (permission denied); "
                         "run from a writable directory or set hydra.run.dir=/writable/path")
 
+
+def check_model_files(cfg: Config) -> None:
+    """model.path resolves: a local dir, the hub cache or a bucket; nothing is downloaded. A
+    dry run reads no weights, but a model.path given must resolve; without one it still
+    plans (the plan notes that a real run needs it)."""
+    from rlexp.inputs.model_files import check_model
+
+    if cfg.model.path is not None or not cfg.run.dry_run:
+        check_model(cfg.model, cfg.run.cache_dir)
+
+
 def check_inputs(cfg: Config) -> None:
     """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
     from rlexp.data.loaders import dataset_file
-    from rlexp.inputs.model_files import check_model
 
-    check_model(cfg.model, cfg.run.cache_dir)  # local dir, hub cache or bucket; no download
     dataset_file(cfg.dataset)
     from rlexp.inputs.storage import check as check_output_uri
 
@@ -161,13 +175,37 @@ def check_chat_template(cfg: Config) -> None:
                         "(tokenizer_config.json 'chat_template' or chat_template.jinja); set "
                         "model.chat_template=false for a base model")
 
-def check_refusals(cfg: Config) -> None:
-    """Settings that can never work, found in milliseconds instead of minutes into a run."""
-    check_tracker(cfg)
-    check_rollout(cfg)
-    check_cache_dir(cfg)
-    check_dataset_text(cfg)
-    check_chat_template(cfg)
+
+@dataclass(frozen=True)
+class Check:
+    # Names the check (tests, docs).
+    name: str
+    # Raises UserError (one line) when the job cannot work.
+    fn: Callable[[Config], None]
+    # Whether a dry run applies it too (a dry run reads no data and needs no memory to spare).
+    dry_run: bool = True
+
+
+# In order: the first refusal is the one reported.
+CHECKS: tuple[Check, ...] = (
+    Check("tracker", check_tracker),
+    Check("rollout", check_rollout),
+    Check("cache_dir", check_cache_dir),
+    Check("dataset_text", check_dataset_text),
+    Check("chat_template", check_chat_template),
+    Check("plugins", check_plugins),  # user code: a dry run reports a bad _target_ too
+    Check("model_files", check_model_files),
+    Check("inputs", check_inputs, dry_run=False),
+    Check("fits", check_fits, dry_run=False),
+)
+
+
+def check_job(cfg: Config) -> None:
+    """Every check of CHECKS that applies to this job (a dry run or not), in order."""
+    for check in CHECKS:
+        if check.dry_run or not cfg.run.dry_run:
+            check.fn(cfg)
+
 
 def check_launcher(base: Any) -> None:
     """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""

@@ -1,0 +1,16 @@
+"""The algorithm's choices, spelled once: the maths branches on them and the config
+validator offers them (rlexp.config.validate). JAX-free, so validation imports no JAX."""
+
+from __future__ import annotations
+
+# Per-token KL estimators (rlexp.algo.kl): k1 (log-ratio), k2 (squared / 2), k3 (Schulman's).
+KL_ESTIMATORS = ("k1", "k2", "k3")
+# Reductions of per-token losses over the completion mask (rlexp.algo.losses.aggregate).
+LOSS_AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum",
+                     "sequence-mean-token-scale")
+# Importance-ratio levels: per token (GRPO) or per sequence (GSPO-token).
+RATIO_LEVELS = ("token", "sequence")
+# Advantage std scalings (TRL's scale_rewards, rlexp.algo.advantages).
+REWARD_SCALES = ("group", "batch", "none")
+# Tunix's loss_algo labels an Algorithm may carry (Tunix 0.1.7 accepts these).
+TUNIX_LOSS_ALGOS = ("grpo", "gspo-token")

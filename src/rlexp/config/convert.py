@@ -1,0 +1,80 @@
+"""A composed DictConfig -> the validated `Config`, once, at the entry point; nothing below the
+entry point sees a DictConfig. Unknown keys and OmegaConf's errors become one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from functools import lru_cache
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.base.errors import UserError
+from rlexp.config.schema import Config
+from rlexp.config.validate import validate
+
+
+def _sub_schema(schema: type, name: str) -> Optional[type]:
+    """The dataclass of field `name` of `schema` (None for a leaf or an unknown name)."""
+    hint = _hints(schema).get(name)
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+@lru_cache(maxsize=None)
+def _hints(schema: type) -> dict[str, Any]:
+    # Cached: a sweep converts every job's config, and resolving the hints evaluates them.
+    return typing.get_type_hints(schema)
+
+
+def unknown_key_message(dotted: str) -> str:
+    """'algo.clip is not a config key; valid keys under algo are: ...' (from the schema)."""
+    schema: type = Config
+    parts = dotted.split(".")
+    for i, part in enumerate(parts[:-1]):
+        sub = _sub_schema(schema, part)
+        if sub is None:  # the unknown part is higher up the path
+            dotted = ".".join(parts[: i + 1])
+            break
+        schema = sub
+    parent = dotted.rsplit(".", 1)[0] if "." in dotted else "the top level"
+    valid = sorted(f.name for f in dataclasses.fields(schema))
+    return f"{dotted} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
+
+
+def _unknown_keys(node: DictConfig, schema: type, prefix: str) -> list[str]:
+    """Keys present in the composed config that the schema lacks (e.g. `+algo.clip_eps=1`)."""
+    names = {f.name for f in dataclasses.fields(schema)}
+    bad = []
+    for key in node.keys():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            bad.append(dotted)
+            continue
+        sub = _sub_schema(schema, str(key))
+        if sub is not None and isinstance(node._get_node(key), DictConfig):
+            bad.extend(_unknown_keys(node._get_node(key), sub, dotted + "."))
+    return bad
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """Composed DictConfig (without its `hydra` node) -> validated `Config` dataclass."""
+    plain = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]) \
+        if "hydra" in cfg else cfg
+    unknown = _unknown_keys(plain, Config, "")
+    if unknown:
+        raise UserError(unknown_key_message(unknown[0]))
+    try:
+        obj = OmegaConf.to_object(plain)
+    except Exception as exc:  # interpolation or type errors surfacing late
+        raise UserError(one_line_omegaconf_error(exc)) from None
+    if not isinstance(obj, Config):  # composed without the schema (should not happen)
+        obj = Config(**{k: v for k, v in obj.items()})
+    return validate(obj)
+
+
+def one_line_omegaconf_error(exc: BaseException) -> str:
+    """OmegaConf errors are multi-line ('full_key: ...'); keep what a user needs."""
+    full_key = getattr(exc, "full_key", None)
+    msg = str(getattr(exc, "msg", None) or exc).splitlines()[0].strip()
+    return f"{full_key}: {msg}" if full_key else msg

@@ -1,0 +1,201 @@
+"""The named rules a Config must keep beyond its ranges and choices: relations between fields
+(and the few checks of one field that a table cannot express). Each needs only the Config;
+checks that need files, user code, the plan or the data run in pre-flight
+(rlexp.launch.checks). rlexp.config.validate applies RULES in order after the tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from rlexp.algo import algorithm
+from rlexp.config.schema import Config
+
+
+@dataclass(frozen=True)
+class Refusal:
+    # Dotted key the message blames.
+    key: str
+    # The value as the message shows it (repr).
+    value: Any
+    # Why it is invalid ("must be >= 1").
+    why: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.key}={self.value!r} is invalid: {self.why}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    # Names the rule (tests, docs).
+    name: str
+    # cfg -> a Refusal, or None when the config keeps the rule. May raise UserError in its
+    # own words (algo_imports: the user's module does not import).
+    check: Callable[[Config], Optional[Refusal]]
+
+
+def _algo_imports(cfg: Config) -> Optional[Refusal]:
+    # The choice table lets a dotted algo.name through; it must import as an Algorithm.
+    if cfg.algo.name not in algorithm.algorithms():
+        algorithm.get(cfg.algo.name)  # UserError naming algo.name when it does not import
+    return None
+
+
+def _epsilon_high(cfg: Config) -> Optional[Refusal]:
+    a = cfg.algo
+    if a.epsilon_high is None or a.epsilon <= a.epsilon_high:
+        return None
+    return Refusal("algo.epsilon_high", a.epsilon_high,
+                   f"must be >= algo.epsilon ({a.epsilon}) and < 1")
+
+
+def _profile_steps(cfg: Config) -> Optional[Refusal]:
+    ps = cfg.run.profile_steps
+    if len(ps) == 0 or len(ps) == 2 and ps[0] <= ps[1]:
+        return None
+    return Refusal("run.profile_steps", list(ps),
+                   "must be [] or [first, last] with first <= last (global steps, e.g. [2,3])")
+
+
+def _batch_sizes(cfg: Config) -> tuple[int, int]:
+    """(mini-batch, micro-batch) in prompts, their nulls resolved."""
+    t = cfg.train
+    mini = t.mini_batch_size or t.batch_size
+    return mini, t.micro_batch_size or mini
+
+
+def _mini_divides_batch(cfg: Config) -> Optional[Refusal]:
+    t = cfg.train
+    mini, _ = _batch_sizes(cfg)
+    if t.batch_size % mini == 0:
+        return None
+    return Refusal("train.mini_batch_size", t.mini_batch_size,
+                   f"must divide train.batch_size ({t.batch_size})")
+
+
+def _micro_divides_mini(cfg: Config) -> Optional[Refusal]:
+    mini, micro = _batch_sizes(cfg)
+    if mini % micro == 0:
+        return None
+    return Refusal("train.micro_batch_size", cfg.train.micro_batch_size,
+                   f"must divide the mini-batch size ({mini})")
+
+
+def _rollout_micro_batch(cfg: Config) -> Optional[Refusal]:
+    # Tunix merges (or splits) train micro-batches into sampler calls of this many prompts,
+    # within one mini-batch: other sizes leave a ragged last call (another compile).
+    rm = cfg.rollout.micro_batch_size
+    mini, micro = _batch_sizes(cfg)
+    if rm is None or ((rm % micro == 0 or micro % rm == 0) and (mini % rm == 0 or rm % mini == 0)):
+        return None
+    return Refusal("rollout.micro_batch_size", rm, f"must divide or be a multiple of both the "
+                   f"train micro batch ({micro}) and the mini-batch ({mini})")
+
+
+def _kv_cache(cfg: Config) -> Optional[Refusal]:
+    r = cfg.rollout
+    if r.kv_cache_size >= r.max_prompt_length + r.max_completion_length:
+        return None
+    return Refusal("rollout.kv_cache_size", r.kv_cache_size,
+                   "must be >= rollout.max_prompt_length + rollout.max_completion_length")
+
+
+def _eval_samples(cfg: Config) -> Optional[Refusal]:
+    num_eval = cfg.dataset.num_eval
+    if 1 <= cfg.eval.num_samples <= num_eval:
+        return None
+    return Refusal("eval.num_samples", cfg.eval.num_samples,
+                   f"must be in [1, dataset.num_eval={num_eval}]")
+
+
+def _train_set_fills_a_batch(cfg: Config) -> Optional[Refusal]:
+    d, t = cfg.dataset, cfg.train
+    if d.num_train >= t.batch_size:
+        return None
+    return Refusal("dataset.num_train", d.num_train,
+                   f"must be >= train.batch_size ({t.batch_size})")
+
+
+def _operators(cfg: Config) -> Optional[Refusal]:
+    ops = cfg.dataset.operators
+    if ops and set(ops) <= set("+-*/"):
+        return None
+    return Refusal("dataset.operators", ops, "must be a non-empty subset of '+-*/'")
+
+
+def _terms(cfg: Config) -> Optional[Refusal]:
+    d = cfg.dataset
+    if 1 <= d.min_terms <= d.max_terms:
+        return None
+    return Refusal("dataset.max_terms", d.max_terms,
+                   f"must be >= dataset.min_terms ({d.min_terms}) >= 1")
+
+
+def _answer_regex(cfg: Config) -> Optional[Refusal]:
+    d = cfg.dataset
+    if d.extractor != "regex" or d.answer_regex:
+        return None
+    return Refusal("dataset.answer_regex", d.answer_regex,
+                   "must be set when dataset.extractor=regex")
+
+
+# Builders that generate their problems (no file to read).
+GENERATED_DATASETS = ("rlexp.data.loaders.arithmetic", "rlexp.data.loaders.gsm_symbolic")
+
+
+def _generated_dataset_reads_no_file(cfg: Config) -> Optional[Refusal]:
+    d = cfg.dataset
+    if d._target_ not in GENERATED_DATASETS or not (d.path or d.hub):
+        return None
+    return Refusal("dataset.path" if d.path else "dataset.hub", d.path or d.hub,
+                   f"{d._target_} generates its problems and would ignore it; pick a file "
+                   f"dataset (dataset=gsm8k, or dataset._target_=rlexp.data.loaders.generic)")
+
+
+def _digits(cfg: Config) -> Optional[Refusal]:
+    d = cfg.dataset
+    if 1 <= d.min_digits <= d.max_digits:
+        return None
+    return Refusal("dataset.max_digits", d.max_digits,
+                   f"must be >= dataset.min_digits ({d.min_digits}) >= 1")
+
+
+def _meshes_fill_devices(cfg: Config) -> Optional[Refusal]:
+    h = cfg.hardware
+    for role, frac in (("trainer_mesh", h.trainer_fraction), ("rollout_mesh", h.sampler_fraction)):
+        mesh = getattr(h, role)
+        avail = h.devices if h.split == "colocated" else int(round(h.devices * frac))
+        if mesh.fsdp * mesh.tp != avail:
+            return Refusal(f"hardware.{role}", f"fsdp={mesh.fsdp},tp={mesh.tp}",
+                           f"fsdp*tp must equal the {avail} devices this role gets")
+    return None
+
+
+def _split_fractions(cfg: Config) -> Optional[Refusal]:
+    h = cfg.hardware
+    if h.split != "split" or h.trainer_fraction + h.sampler_fraction <= 1.0 + 1e-9:
+        return None
+    return Refusal("hardware.sampler_fraction", h.sampler_fraction,
+                   "trainer_fraction + sampler_fraction must be <= 1")
+
+
+# In order: the first refusal is the one reported.
+RULES: tuple[Rule, ...] = (
+    Rule("algo_imports", _algo_imports),
+    Rule("epsilon_high_at_least_epsilon", _epsilon_high),
+    Rule("profile_steps_pair", _profile_steps),
+    Rule("mini_batch_divides_batch", _mini_divides_batch),
+    Rule("micro_batch_divides_mini_batch", _micro_divides_mini),
+    Rule("rollout_micro_batch_fits_train_batches", _rollout_micro_batch),
+    Rule("kv_cache_holds_prompt_and_completion", _kv_cache),
+    Rule("eval_samples_within_eval_set", _eval_samples),
+    Rule("train_set_fills_a_batch", _train_set_fills_a_batch),
+    Rule("operators_subset", _operators),
+    Rule("terms_ordered", _terms),
+    Rule("answer_regex_for_regex_extractor", _answer_regex),
+    Rule("generated_dataset_reads_no_file", _generated_dataset_reads_no_file),
+    Rule("digits_ordered", _digits),
+    Rule("meshes_fill_devices", _meshes_fill_devices),
+    Rule("split_fractions_fit", _split_fractions),
+)

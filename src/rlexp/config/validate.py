@@ -1,0 +1,224 @@
+"""Validation of a Config, in one place: the CHOICES and RANGES tables checked generically,
+then the named cross-field rules (rlexp.config.rules). The first refusal is a UserError of one
+line, `key=value is invalid: why`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Optional
+
+from rlexp.algo.algorithm import algorithms
+from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIO_LEVELS, REWARD_SCALES
+from rlexp.base.errors import UserError
+from rlexp.config.rules import RULES, Refusal
+from rlexp.config.schema import Config
+
+
+@dataclass(frozen=True)
+class OneOf:
+    # The valid values, in the order a refusal lists them.
+    values: tuple[str, ...] = ()
+    # Instead of `values`: the keys of this dict field (checked only when it has any).
+    keys_of: Optional[str] = None
+    # Also valid: null, as a refusal words it ("null (the algorithm's own)").
+    null: Optional[str] = None
+    # Also valid: a dotted import path, as a refusal words it ("a dotted path to fn(text)").
+    dotted: Optional[str] = None
+
+
+DTYPES = ("float32", "bfloat16")
+# Whether a higher or a lower metric is better.
+MODES = ("max", "min")
+
+# Valid values of every choice field. Checked before RANGES: a choice can select other values
+# (a bad hardware.gpu_type leaves the figures it selects at 0, which a range would blame).
+CHOICES: dict[str, OneOf] = {
+    "hardware.gpu_type": OneOf(keys_of="hardware.gpu_specs"),
+    "model.family": OneOf(("qwen3", "llama3")),
+    "model.dtype": OneOf(DTYPES),
+    "model.param_dtype": OneOf(DTYPES),
+    "train.remat": OneOf(("none", "full", "dots_saveable")),
+    "model.tokenizer": OneOf(("char", "hf")),
+    "algo.kl_estimator": OneOf(KL_ESTIMATORS),
+    "algo.loss_agg": OneOf(LOSS_AGGREGATIONS),
+    "algo.scale_rewards": OneOf(REWARD_SCALES),
+    "algo.ratio_level": OneOf(RATIO_LEVELS, null="null (the algorithm's own)"),
+    "hardware.platform": OneOf(("cpu", "tpu", "gpu")),
+    "hardware.split": OneOf(("colocated", "split")),
+    "dataset.template": OneOf(("reasoning", "answer")),
+    "dataset.extractor": OneOf(("none", "gsm8k", "boxed", "regex"),
+                               dotted="a dotted path to fn(text)"),
+    "rollout.name": OneOf(("vanilla", "vllm")),
+    "tracker.name": OneOf(("mlflow", "none")),
+    "train.lr_schedule": OneOf(("constant", "cosine", "warmup_cosine")),
+    "train.early_stop.mode": OneOf(MODES),
+    "train.prune.mode": OneOf(MODES),
+    "train.prune.pruner": OneOf(("none", "median")),
+    "algo.name": OneOf(tuple(algorithms()),
+                       dotted="a dotted path to an rlexp.algo.algorithm.Algorithm"),
+}
+
+# Valid interval of every numeric field, in interval notation ("[1, inf)": 1 or more).
+# Every value must also be finite (inf and nan are refused whatever the interval). None
+# (an Optional field left unset) is always allowed. One line per field: a numeric field
+# added to the schema without a line here fails tests/test_config.py.
+RANGES: dict[str, str] = {
+    "model.num_layers": "[1, inf)",
+    "model.embed_dim": "[1, inf)",
+    "model.num_heads": "[1, inf)",
+    "model.num_kv_heads": "[1, inf)",
+    "model.head_dim": "[1, inf)",
+    "model.hidden_dim": "[1, inf)",
+    "model.vocab_size": "[1, inf)",
+    "model.rope_theta": "(0, inf)",
+    "model.norm_eps": "(0, 1)",
+    "model.max_position": "[1, inf)",
+    "model.warm_start_steps": "[0, inf)",
+    "model.warm_start_lr": "(0, inf)",
+    "model.warm_start_batch_size": "[1, inf)",
+    "algo.beta": "[0, inf)",
+    "algo.epsilon": "(0, 1)",
+    "algo.epsilon_high": "(0, 1)",
+    "algo.num_generations": "[2, inf)",  # group-relative advantages need two completions
+    "algo.num_iterations": "[1, inf)",
+    "algo.overlong_buffer": "[0, 1]",  # 0 = off
+    "algo.overlong_penalty": "[0, inf)",
+    "hardware.chips": "[1, inf)",
+    "hardware.devices": "[1, inf)",
+    "hardware.hosts": "[1, inf)",
+    "hardware.hbm_gib_per_device": "(0, inf)",
+    "hardware.peak_bf16_tflops": "(0, inf)",
+    "hardware.trainer_mesh.fsdp": "[1, inf)",
+    "hardware.trainer_mesh.tp": "[1, inf)",
+    "hardware.rollout_mesh.fsdp": "[1, inf)",
+    "hardware.rollout_mesh.tp": "[1, inf)",
+    "hardware.trainer_fraction": "(0, 1]",
+    "hardware.sampler_fraction": "(0, 1]",
+    "hardware.cpus_per_task": "[1, inf)",
+    "hardware.gpus_per_node": "[0, inf)",
+    "hardware.timeout_min": "[1, inf)",
+    "hardware.host_memory_gib": "(0, inf)",
+    "dataset.num_train": "[1, inf)",
+    "dataset.num_eval": "[1, inf)",
+    "dataset.seed": "[0, 4294967295]",  # NumPy seeds are unsigned 32-bit
+    "dataset.min_terms": "[1, inf)",
+    "dataset.max_terms": "[1, inf)",
+    "dataset.min_digits": "[1, inf)",
+    "dataset.max_digits": "[1, inf)",
+    "dataset.eval_fraction": "(0, 1)",
+    "rollout.temperature": "(0, inf)",
+    "rollout.top_p": "(0, 1]",
+    "rollout.top_k": "[1, inf)",
+    "rollout.max_prompt_length": "[1, inf)",
+    "rollout.max_completion_length": "[1, inf)",
+    "rollout.kv_cache_size": "[2, inf)",
+    "rollout.tensor_parallel_size": "[1, inf)",
+    "rollout.data_parallel_size": "[1, inf)",
+    "rollout.hbm_utilization": "(0, 1]",
+    "tracker.flush_every_s": "[0, inf)",
+    "tracker.system_metrics_every_s": "[0, inf)",  # 0 = off
+    "train.early_stop.patience": "[1, inf)",
+    "train.early_stop.min_delta": "[0, inf)",
+    "train.prune.startup_jobs": "[0, inf)",
+    "train.prune.warmup_steps": "[0, inf)",
+    "run.profile_steps": "[1, inf)",
+    "run.cache_keep": "[1, inf)",
+    "reward.functions.weight": "(-inf, inf)",  # negative = a penalty
+    "train.steps": "[1, inf)",
+    "train.batch_size": "[1, inf)",
+    "train.mini_batch_size": "[1, inf)",
+    "train.micro_batch_size": "[1, inf)",
+    "rollout.micro_batch_size": "[1, inf)",
+    "train.learning_rate": "(0, inf)",
+    "train.warmup_steps": "[0, inf)",
+    "train.grad_clip": "[0, inf)",  # 0 = off
+    "train.weight_decay": "[0, inf)",
+    "train.seed": "[0, 4294967295]",
+    "train.checkpoint_every": "[0, inf)",  # 0 = only at the end
+    "train.keep_checkpoints": "[1, inf)",
+    "eval.every": "[0, inf)",  # 0 = only before and after
+    "eval.num_samples": "[1, inf)",
+    "eval.pass_k": "[1, inf)",
+    "eval.temperature": "(0, inf)",  # the greedy pass is separate
+    "eval.keep_samples": "[0, inf)",
+}
+
+
+def in_range(value: float, interval: str) -> bool:
+    """value lies in `interval` ("[0, 1)", "(0, inf)", ...) and is finite."""
+    if not math.isfinite(value):
+        return False
+    lo_text, hi_text = interval[1:-1].split(",")
+    lo, hi = float(lo_text), float(hi_text)
+    above = value >= lo if interval[0] == "[" else value > lo
+    below = value <= hi if interval[-1] == "]" else value < hi
+    return above and below
+
+
+def numeric_keys(schema: Optional[type] = None, prefix: str = "") -> list[str]:
+    """Dotted keys of every int/float field of the schema (Optional ones too; bools are not)."""
+    schema = schema or Config
+    out: list[str] = []
+    for name, hint in typing.get_type_hints(schema).items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        if dataclasses.is_dataclass(args[0]):
+            out += numeric_keys(args[0], f"{prefix}{name}.")
+        elif args[0] in (int, float):
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def leaves(obj: Any, dotted: str) -> list[tuple[str, Any]]:
+    """(dotted key, value) of `dotted` under obj; a list field yields one per item (key.N.x),
+    a missing field none (a renamed or removed one: tests/test_config.py says so)."""
+    return _leaves(obj, dotted.split("."), "")
+
+
+def _leaves(obj: Any, parts: list[str], prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(obj, (list, tuple)):
+        return [kv for i, item in enumerate(obj) for kv in _leaves(item, parts, f"{prefix}{i}.")]
+    if not parts:
+        return [(prefix.rstrip("."), obj)]
+    if not hasattr(obj, parts[0]):
+        return []
+    return _leaves(getattr(obj, parts[0]), parts[1:], f"{prefix}{parts[0]}.")
+
+
+def choice_refusal(cfg: Config) -> Optional[Refusal]:
+    """The first CHOICES field whose value is not one of its choices."""
+    for key, spec in CHOICES.items():
+        valid = spec.values
+        if spec.keys_of is not None:
+            valid = tuple(sorted(attrgetter(spec.keys_of)(cfg)))
+            if not valid:
+                continue
+        for shown, value in leaves(cfg, key):
+            if value in valid or (spec.null and value is None) or \
+                    (spec.dotted and isinstance(value, str) and "." in value):
+                continue
+            listed = ", ".join(valid) + (f", {spec.null}" if spec.null else "") + \
+                (f", or {spec.dotted}" if spec.dotted else "")
+            return Refusal(shown, value, f"valid choices are {listed}")
+    return None
+
+
+def range_refusal(cfg: Config) -> Optional[Refusal]:
+    """The first RANGES field whose value lies outside its interval (None passes)."""
+    for key, interval in RANGES.items():
+        for shown, value in leaves(cfg, key):
+            if value is not None and not isinstance(value, bool) and not in_range(value, interval):
+                return Refusal(shown, value, f"must be in {interval}")
+    return None
+
+
+def validate(cfg: Config) -> Config:
+    """The tables, then the rules, in order: UserError (one line) for the first refusal."""
+    for check in (choice_refusal, range_refusal, *(rule.check for rule in RULES)):
+        refusal = check(cfg)
+        if refusal is not None:
+            raise UserError(refusal.message)
+    return cfg

@@ -1,0 +1,286 @@
+"""Validation has one home: the CHOICES/RANGES tables name real fields, every named rule
+refuses with its own words, each choice tuple is spelled once in src, the loss's settings
+follow the algorithm config by field name, and pre-flight runs its checks from one list."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from rlexp.algo import choices as algo_choices
+from rlexp.base.errors import UserError
+from rlexp.config.rules import RULES
+from rlexp.config.schema import AlgoConfig, Config
+from rlexp.config.validate import CHOICES, RANGES, leaves, numeric_keys, validate
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "rlexp"
+
+
+def _has_field(dotted: str) -> bool:
+    """The dotted key names a schema field (a list field counts through its item type)."""
+    import typing
+
+    schema: Any = Config
+    for part in dotted.split("."):
+        hints = typing.get_type_hints(schema)
+        if part not in hints:
+            return False
+        schema = hints[part]
+        args = [a for a in typing.get_args(schema) if a is not type(None)]
+        if typing.get_origin(schema) is list or args and dataclasses.is_dataclass(args[0]):
+            schema = args[0]
+    return True
+
+
+def test_every_table_key_is_a_schema_field():
+    keys = [*CHOICES, *RANGES, *(s.keys_of for s in CHOICES.values() if s.keys_of)]
+    assert [k for k in keys if not _has_field(k)] == []
+    assert set(RANGES) == set(numeric_keys())
+
+
+def test_the_defaults_keep_every_rule():
+    cfg = Config()
+    assert [rule.name for rule in RULES if rule.check(cfg) is not None] == []
+    assert len({rule.name for rule in RULES}) == len(RULES)
+
+
+def _set(**changes: Any) -> Callable[[Config], None]:
+    """A mutation of a default Config: section__field=value ("dataset__max_terms": 2)."""
+    def mutate(cfg: Config) -> None:
+        for dotted, value in changes.items():
+            *path, name = dotted.split("__")
+            obj: Any = cfg
+            for part in path:
+                obj = getattr(obj, part)
+            setattr(obj, name, value)
+    return mutate
+
+
+# Rule name -> (a config that breaks it, the refusal word for word).
+RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
+    "algo_imports": (_set(algo__name="rlexp.algo.algorithm.Algorithm"),
+                     "algo.name='rlexp.algo.algorithm.Algorithm': not an "
+                     "rlexp.algo.algorithm.Algorithm (got type)"),
+    "epsilon_high_at_least_epsilon": (
+        _set(algo__epsilon=0.2, algo__epsilon_high=0.1),
+        "algo.epsilon_high=0.1 is invalid: must be >= algo.epsilon (0.2) and < 1"),
+    "profile_steps_pair": (
+        _set(run__profile_steps=[3, 2]),
+        "run.profile_steps=[3, 2] is invalid: must be [] or [first, last] with first <= last "
+        "(global steps, e.g. [2,3])"),
+    "mini_batch_divides_batch": (
+        _set(train__batch_size=8, train__mini_batch_size=3),
+        "train.mini_batch_size=3 is invalid: must divide train.batch_size (8)"),
+    "micro_batch_divides_mini_batch": (
+        _set(train__batch_size=8, train__mini_batch_size=4, train__micro_batch_size=3),
+        "train.micro_batch_size=3 is invalid: must divide the mini-batch size (4)"),
+    "rollout_micro_batch_fits_train_batches": (
+        _set(train__batch_size=8, train__micro_batch_size=4, rollout__micro_batch_size=3),
+        "rollout.micro_batch_size=3 is invalid: must divide or be a multiple of both the train "
+        "micro batch (4) and the mini-batch (8)"),
+    "kv_cache_holds_prompt_and_completion": (
+        _set(rollout__kv_cache_size=100),
+        "rollout.kv_cache_size=100 is invalid: must be >= rollout.max_prompt_length + "
+        "rollout.max_completion_length"),
+    "eval_samples_within_eval_set": (
+        _set(eval__num_samples=100, dataset__num_eval=64),
+        "eval.num_samples=100 is invalid: must be in [1, dataset.num_eval=64]"),
+    "train_set_fills_a_batch": (
+        _set(dataset__num_train=4, train__batch_size=8),
+        "dataset.num_train=4 is invalid: must be >= train.batch_size (8)"),
+    "operators_subset": (
+        _set(dataset__operators="+x"),
+        "dataset.operators='+x' is invalid: must be a non-empty subset of '+-*/'"),
+    "terms_ordered": (
+        _set(dataset__min_terms=3, dataset__max_terms=2),
+        "dataset.max_terms=2 is invalid: must be >= dataset.min_terms (3) >= 1"),
+    "answer_regex_for_regex_extractor": (
+        _set(dataset__extractor="regex"),
+        "dataset.answer_regex=None is invalid: must be set when dataset.extractor=regex"),
+    "generated_dataset_reads_no_file": (
+        _set(dataset__path="x.jsonl"),
+        "dataset.path='x.jsonl' is invalid: rlexp.data.loaders.arithmetic generates its "
+        "problems and would ignore it; pick a file dataset (dataset=gsm8k, or "
+        "dataset._target_=rlexp.data.loaders.generic)"),
+    "digits_ordered": (
+        _set(dataset__min_digits=2, dataset__max_digits=1),
+        "dataset.max_digits=1 is invalid: must be >= dataset.min_digits (2) >= 1"),
+    "meshes_fill_devices": (
+        _set(hardware__trainer_mesh=dataclasses.replace(Config().hardware.trainer_mesh, fsdp=2)),
+        "hardware.trainer_mesh='fsdp=2,tp=1' is invalid: fsdp*tp must equal the 1 devices this "
+        "role gets"),
+    "split_fractions_fit": (
+        _set(hardware__split="split", hardware__devices=2, hardware__trainer_fraction=0.6,
+             hardware__sampler_fraction=0.6),
+        "hardware.sampler_fraction=0.6 is invalid: trainer_fraction + sampler_fraction must be "
+        "<= 1"),
+}
+
+
+def test_every_rule_has_a_case():
+    assert [rule.name for rule in RULES] == list(RULE_CASES)
+
+
+@pytest.mark.parametrize("name", list(RULE_CASES))
+def test_each_rule_refuses_in_its_own_words(name):
+    mutate, message = RULE_CASES[name]
+    cfg = Config()
+    mutate(cfg)
+    with pytest.raises(UserError) as err:
+        validate(cfg)
+    assert str(err.value) == message
+    others = [r.name for r in RULES if r.name != name and _refuses(r.check, cfg)]
+    assert others == []  # the case breaks this rule alone
+
+
+def _refuses(check: Callable[[Config], Any], cfg: Config) -> bool:
+    try:
+        return check(cfg) is not None
+    except UserError:
+        return True
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("algo.ratio_level", "word",
+     "algo.ratio_level='word' is invalid: valid choices are token, sequence, null (the "
+     "algorithm's own)"),
+    ("dataset.extractor", "last",
+     "dataset.extractor='last' is invalid: valid choices are none, gsm8k, boxed, regex, or a "
+     "dotted path to fn(text)"),
+    ("algo.name", "ppo",
+     "algo.name='ppo' is invalid: valid choices are dapo, dr_grpo, grpo, gspo, or a dotted "
+     "path to an rlexp.algo.algorithm.Algorithm"),
+    ("algo.kl_estimator", "k4", "algo.kl_estimator='k4' is invalid: valid choices are k1, k2, k3"),
+    ("train.prune.mode", "up", "train.prune.mode='up' is invalid: valid choices are max, min"),
+])
+def test_choices_refuse_with_the_valid_values(key, value, message):
+    cfg = Config()
+    section, _, name = key.rpartition(".")
+    setattr(leaves(cfg, section)[0][1], name, value)
+    with pytest.raises(UserError) as err:
+        validate(cfg)
+    assert str(err.value) == message
+
+
+def test_null_and_dotted_choices_pass():
+    cfg = Config()
+    cfg.algo.ratio_level = None
+    cfg.dataset.extractor = "mypkg.extract"
+    validate(cfg)
+
+
+def test_a_bad_gpu_type_is_blamed_before_the_figures_it_zeroes():
+    cfg = Config()
+    cfg.hardware.gpu_specs = {"h100": {}, "h200": {}}
+    cfg.hardware.gpu_type = "b200"
+    cfg.hardware.hbm_gib_per_device = 0.0  # what gpu.yaml's interpolation leaves
+    with pytest.raises(UserError) as err:
+        validate(cfg)
+    assert str(err.value) == "hardware.gpu_type='b200' is invalid: valid choices are h100, h200"
+    cfg.hardware.gpu_specs = {}  # off GPU the field is not a choice
+    cfg.hardware.hbm_gib_per_device = 24.0
+    validate(cfg)
+
+
+# ---------------------------------------------------------------------- one spelling
+
+
+def _choice_sets() -> dict[frozenset[str], str]:
+    found = {frozenset(spec.values): key for key, spec in CHOICES.items() if len(spec.values) > 1}
+    for name in dir(algo_choices):
+        value = getattr(algo_choices, name)
+        if name.isupper() and isinstance(value, tuple):
+            found[frozenset(value)] = f"rlexp.algo.choices.{name}"
+    return found
+
+
+def test_no_choice_tuple_is_spelled_twice():
+    """A tuple, list or set of strings in src equal to a choice tuple is a second spelling
+    (the first is the tuple itself); use the constant instead."""
+    wanted = _choice_sets()
+    spelled: dict[frozenset[str], list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1 and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+                key = frozenset(e.value for e in node.elts)
+                if key in wanted:
+                    spelled.setdefault(key, []).append(f"{path.relative_to(SRC)}:{node.lineno}")
+    twice = {wanted[k]: where for k, where in spelled.items() if len(where) > 1}
+    assert twice == {}
+
+
+# ---------------------------------------------------------------------- loss settings
+
+
+def test_every_loss_setting_comes_from_the_algo_config_by_name():
+    losses = pytest.importorskip("rlexp.algo.losses")
+    algo_fields = {f.name for f in dataclasses.fields(AlgoConfig)}
+    names = [losses.ALGO_CONFIG_NAMES.get(f.name, f.name)
+             for f in dataclasses.fields(losses.LossSettings)]
+    assert [n for n in names if n not in algo_fields] == []
+    algo = AlgoConfig(name="gspo", beta=0.1, epsilon=0.3, num_generations=6, loss_agg="token-mean",
+                      kl_estimator="k1", dynamic_sampling=True, mask_truncated=True)
+    s = losses.LossSettings.from_algo(algo)
+    assert s == losses.LossSettings(level="sequence", epsilon=0.3, epsilon_high=0.3, beta=0.1,
+                                    kl_estimator="k1", loss_agg="token-mean",
+                                    dynamic_sampling=True, group_size=6, mask_truncated=True)
+    assert losses.LossSettings.from_algo(AlgoConfig(ratio_level="sequence",
+                                                    epsilon_high=0.28)).epsilon_high == 0.28
+
+
+def test_a_new_loss_knob_is_a_field_in_both_and_nothing_else():
+    losses = pytest.importorskip("rlexp.algo.losses")
+
+    @dataclasses.dataclass(frozen=True)
+    class WiderSettings(losses.LossSettings):
+        new_knob: float = 0.0
+
+    @dataclasses.dataclass
+    class WiderAlgo(AlgoConfig):
+        new_knob: float = 0.5
+
+    assert WiderSettings.from_algo(WiderAlgo(new_knob=0.7)).new_knob == 0.7
+
+
+def test_tunix_settings_carry_the_loss_settings_and_name_every_choice():
+    registry = pytest.importorskip("rlexp.engine.algo_registry")
+    from rlexp.algo.losses import LossSettings
+
+    algo = AlgoConfig(name="dapo", epsilon_high=0.28, loss_agg="sequence-mean-token-sum")
+    settings = registry.algo_settings(algo)
+    assert settings.loss == LossSettings.from_algo(algo)
+    assert (settings.beta, settings.epsilon, settings.num_generations) == (
+        algo.beta, algo.epsilon, algo.num_generations)
+    assert settings.loss_agg_mode == "seq-mean-token-sum"
+    assert tuple(registry.TUNIX_KL_MODE) == algo_choices.KL_ESTIMATORS
+    assert tuple(registry.TUNIX_LOSS_AGG) == algo_choices.LOSS_AGGREGATIONS
+
+
+# ---------------------------------------------------------------------- pre-flight checks
+
+
+def test_preflight_runs_its_checks_from_the_one_list(monkeypatch):
+    from rlexp.launch import checks
+    from rlexp.launch.preflight import preflight
+
+    names = [c.name for c in checks.CHECKS]
+    assert len(set(names)) == len(names)
+    assert [c.name for c in checks.CHECKS if not c.dry_run] == ["inputs", "fits"]
+    seen: list[str] = []
+
+    def refuse(cfg: Config) -> None:
+        seen.append("refuse")
+        raise UserError("refused by the test's check")
+
+    monkeypatch.setattr(checks, "CHECKS", (checks.Check("first", lambda cfg: seen.append("first")),
+                                           checks.Check("real_only", refuse, dry_run=False)))
+    preflight(["run.dry_run=true"])  # a dry run skips real_only
+    assert seen == ["first"]
+    with pytest.raises(UserError, match="refused by the test's check"):
+        preflight([])
+    assert seen == ["first", "first", "refuse"]
