@@ -16,7 +16,7 @@ log = logging.getLogger("rlexp")
 
 def _task(cfg: DictConfig) -> float | None:
     from rlexp.job import experiment
-    from rlexp.config.schema import to_config
+    from rlexp.config.convert import to_config
 
     job = experiment.JobContext.from_hydra()
     try:
@@ -66,4 +66,4 @@ if __name__ == "__main__":
     main()
     from rlexp.base.runtime import exit_now
 
-    exit_now()  # finished: skip the interpreter's teardown (1-2 s)
+    exit_now()  # finished: skip the interpreter's teardown (1-2 s; not with RLEXP_FAST_START=0)

@@ -21,6 +21,11 @@ heap in a full garbage collection (rlexp.base.runtime.frozen_heap: 1.0 -> 0.07 s
 Workers inherit the environment of the moment the fork server starts, which may be before
 rlexp set the platform variables; each job sets its own (rlexp.planning.hardware.setup_platform,
 which also sets jax_platforms, read when JAX was imported) before JAX starts a backend.
+
+With RLEXP_FAST_START=0 (rlexp.base.runtime.fast_start_enabled) this is the plugin's own
+launcher: no fork server, no warm-up, Hydra's execute_job as it is. The private names of
+loky, multiprocessing and the plugin used here are listed, and checked, in
+rlexp.base.private_apis.
 """
 
 from __future__ import annotations
@@ -46,10 +51,10 @@ SWEEP_END_MODULES = ("rlexp.tracking.compare", "matplotlib.backends.backend_agg"
 
 
 # loky replaces a worker whose RSS grew 300 MB past its size after its first task
-# (joblib/externals/loky/process_executor.py, _MAX_MEMORY_LEAK_SIZE). After a warm-up, the
-# first real job (JAX's backend, compiled programs, the model: +0.5-1 GB for tiny) would
-# count as a leak and the warm worker would be swapped for a cold one; rlexp's jobs free
-# their memory when they end, so the allowance is raised to this.
+# (joblib/externals/loky/process_executor.py, a private global: rlexp.base.private_apis).
+# After a warm-up, the first real job (JAX's backend, compiled programs, the model:
+# +0.5-1 GB for tiny) would count as a leak and the warm worker would be swapped for a cold
+# one; rlexp's jobs free their memory when they end, so the allowance is raised to this.
 LEAK_ALLOWANCE = 4 << 30
 
 
@@ -128,7 +133,8 @@ def wait_warm_up() -> None:
 def use_fork_server() -> bool:
     """Make loky start this process's workers from a fork server that imports PRELOAD first.
     loky takes its start method from one process-wide default (the executor joblib makes is
-    given no context): this launcher is the only user of it in an rlexp command."""
+    given no context; rlexp.base.private_apis): this launcher is the only user of it in an
+    rlexp command."""
     import multiprocessing
     import multiprocessing.forkserver
 
@@ -178,16 +184,14 @@ def _warm_workers(joblib_cfg: dict[str, Any], modules: Sequence[str] = (PRELOAD,
 
 
 def with_this_workers_plugins(singleton_state: dict[str, Any]) -> dict[str, Any]:
-    """Hydra's singleton state for a job, plus the plugin registry this process already has.
-    Singleton.set_state leaves the registry out and rediscovers every plugin (importing each
-    hydra_plugins module) for every job a worker runs: 0.35 s for a worker's first job,
-    ~0.1 s for each one after (hydra/core/singleton.py)."""
+    """Hydra's singleton state for a job, plus this process's plugin registry (discovered
+    here for a worker's first job, as Singleton.set_state would). set_state leaves the
+    registry out and rediscovers every plugin (importing each hydra_plugins module) for every
+    job a worker runs: 0.35 s for a worker's first job, ~0.1 s for each one after
+    (hydra/core/singleton.py)."""
     from hydra.core.plugins import Plugins
-    from hydra.core.singleton import Singleton
 
-    plugins = Singleton._instances.get(Plugins)
-    if plugins is None:
-        return singleton_state
+    plugins = Plugins.instance()
     return {**singleton_state, "instances": {**singleton_state["instances"], Plugins: plugins}}
 
 
@@ -210,12 +214,18 @@ _hydra_functions: dict[str, Any] = {}
 class RlexpJoblibLauncher(JoblibLauncher):
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
+        from rlexp.base.runtime import fast_start_enabled
+
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        start_warm_up(self.joblib)  # a no-op when the entry point started it
+        if fast_start_enabled():
+            start_warm_up(self.joblib)  # a no-op when the entry point started it
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlexp.base.runtime import import_all
+        from rlexp.base.runtime import fast_start_enabled, import_all
+
+        if not fast_start_enabled():  # the plugin's launch, as it is
+            return super().launch(job_overrides, initial_job_idx)
 
         threading.Thread(target=import_all, args=(SWEEP_END_MODULES,), daemon=True,
                          name="rlexp-sweep-end-imports").start()

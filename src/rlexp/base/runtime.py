@@ -1,5 +1,6 @@
 """What an rlexp process does with Python's own machinery: the cyclic garbage collector while
-it imports and while a job runs, and how a finished command leaves.
+it imports and while a job runs, and how a finished command leaves; and the one switch for
+every start-up shortcut (fast_start_enabled), with what pre-flight already checked.
 
 Measured on a 2-core CPU with gc.callbacks, one tiny run (16.7 s): full collections took
 2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (each full pass walks
@@ -11,8 +12,45 @@ interpreter's own teardown (module dicts, a last full collection, XLA's objects)
 from __future__ import annotations
 
 import gc
+import os
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
+
+# The off-switch of every shortcut that only makes a start, a sweep or an exit shorter:
+# RLEXP_FAST_START=0 (README.md, "Engine and speed").
+FAST_START_ENV = "RLEXP_FAST_START"
+
+
+def fast_start_enabled() -> bool:
+    """False when RLEXP_FAST_START is 0 (or false/no/off): then no fork server, preload or
+    early start of a sweep's workers (rlexp.launch.fast_start and the joblib launcher), no
+    frozen heap or paused collector (here), no exit shortcut (exit_now), Tunix's __init__.py
+    runs (rlexp.engine.tunix_patches), pre-flight composes every job in full and Hydra's
+    basic sweeper composes each job again. Results are the same either way; read here only,
+    each time it is asked (workers inherit the environment)."""
+    return os.environ.get(FAST_START_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+# Task-override sets of the jobs pre-flight composed and checked in this process (written by
+# rlexp.launch.preflight, read by hydra_plugins/rlexp_presets/sweeper.py).
+_checked_jobs: set[frozenset[str]] = set()
+
+
+def task_overrides(job: Sequence[str]) -> frozenset[str]:
+    """A job's overrides without hydra.* ones: what Hydra's sweeper batches hold."""
+    return frozenset(o for o in job if not o.lstrip("+~").startswith("hydra"))
+
+
+def note_checked_jobs(jobs: Iterable[Sequence[str]]) -> None:
+    """Pre-flight composed and checked each of these jobs (their override lists) in full."""
+    _checked_jobs.update(task_overrides(job) for job in jobs)
+
+
+def all_checked(batch: Sequence[Sequence[str]]) -> bool:
+    """Every job of a sweeper's batch was checked by pre-flight in this process, so Hydra's
+    sweeper need not compose it again (False when the shortcuts are off)."""
+    return (fast_start_enabled() and bool(batch)
+            and all(task_overrides(job) in _checked_jobs for job in batch))
 
 # Jobs this process has started (sweeps run several in one process), and whether one runs.
 _jobs_in_process = 0
@@ -41,6 +79,9 @@ def frozen_heap() -> Iterator[None]:
     unfrozen at the end unless it was frozen before the job (a sweep worker's preload)."""
     global _jobs_in_process, _in_job, _frozen_after_full
 
+    if not fast_start_enabled():  # the collector as Python runs it
+        yield
+        return
     was_frozen = gc.get_freeze_count() > 0
     gc.freeze()
     if not _jobs_in_process:
@@ -68,6 +109,9 @@ def loading(freeze: bool | None = None) -> Iterator[None]:
     job's collections (Tunix's four) skip it. Freezing is for a job (`frozen_heap` hands it
     back at the end) or a sweep worker warming up (freeze=True); elsewhere, a test or a
     bench building an engine by hand, the collector is only paused."""
+    if not fast_start_enabled():
+        yield
+        return
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -96,15 +140,13 @@ def exit_now(code: int = 0) -> None:
     that would be waited for (an async checkpoint, MLflow's logging queue), run every exit
     handler (MLflow's, loky's, logging's, JAX's, which also shuts jax.distributed down),
     flush, and os._exit. Only for a process that ran `python -m rlexp` to completion: the
-    caller is the `__main__` guard, never a library call (pytest would exit with it)."""
-    import atexit
-    import os
-    import threading
+    caller is the `__main__` guard, never a library call (pytest would exit with it).
+    With the shortcuts off (fast_start_enabled) it is sys.exit(code)."""
+    if not fast_start_enabled():
+        raise SystemExit(code)
+    from rlexp.base.private_apis import finish_like_the_interpreter
 
-    # What Py_FinalizeEx does first, by the same call: threading's own exit callbacks (which
-    # stop concurrent.futures' idle workers), then a join of every non-daemon thread.
-    threading._shutdown()
-    atexit._run_exitfuncs()
+    finish_like_the_interpreter()  # Python's own first steps of its shutdown
     flush_std_streams()
     os._exit(code)
 

@@ -9,10 +9,11 @@ update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sa
 
 Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_models (the
 policy as a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once),
-numerics (patches to Tunix's numerics), algo_registry (rlexp's losses plugged into Tunix),
-vllm_rollout, checkpoint_store (orbax through Tunix), warm_start, weights (flat parameter
-names), export (the policy as a Hugging Face dir), probes (host-side step metrics), profile
-(JAX traces), protocol (the Engine interface the job sees).
+tunix_patches (every change rlexp makes to Tunix: its import shortcut, the numerics
+patches), algo_registry (rlexp's losses plugged into Tunix), vllm_rollout, checkpoint_store
+(orbax through Tunix), warm_start, weights (flat parameter names), export (the policy as a
+Hugging Face dir), probes (host-side step metrics), profile (JAX traces), protocol (the Engine
+interface the job sees).
 
 Layer: engine. May import rlexp.planning, rlexp.inputs, rlexp.data, rlexp.tracking (only to
 resolve an MLflow run id for init_from and export), rlexp.config, rlexp.algo, rlexp.base.
@@ -29,42 +30,12 @@ from typing import TYPE_CHECKING, Any
 from rlexp.config.schema import Config
 from rlexp.data import Splits
 from rlexp.engine.protocol import CheckpointStore, Engine
+from rlexp.engine.tunix_patches import skip_tunix_init
 
 if TYPE_CHECKING:
     from rlexp.planning.plan import Plan
 
-
-
-def _tunix_without_its_init() -> None:
-    """Let `import tunix.rl.rl_cluster` load what it names and no more. tunix/__init__.py
-    (0.1.7) imports every trainer Tunix ships (distillation, DPO/ORPO, PPO, agentic GRPO,
-    PEFT), which rlexp never uses: 0.4-0.8 s of each process's start on a 2-core CPU. The
-    package module is made from its spec without running that file; the first access to a
-    name the file defines (`tunix.GRPOLearner`, `tunix.__version__`) runs it, so code that
-    uses the top-level API still sees all of it."""
-    import importlib.util
-    import sys
-
-    if "tunix" in sys.modules:
-        return
-    spec = importlib.util.find_spec("tunix")
-    if spec is None or spec.loader is None:  # not installed: the first import says so
-        return
-    package = importlib.util.module_from_spec(spec)
-
-    def whole_api(name: str) -> Any:
-        del package.__getattr__  # once: names __init__ does not define stay AttributeErrors
-        spec.loader.exec_module(package)
-        try:
-            return package.__dict__[name]
-        except KeyError:
-            raise AttributeError(f"module 'tunix' has no attribute {name!r}") from None
-
-    package.__getattr__ = whole_api
-    sys.modules["tunix"] = package
-
-
-_tunix_without_its_init()  # before any rlexp.engine module imports from tunix
+skip_tunix_init()  # before any rlexp.engine module imports from tunix (tunix_patches)
 
 __all__ = ["CheckpointStore", "Engine", "TunixEngine", "build", "eval_key", "rollout_key"]
 
@@ -221,7 +192,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
         from rlexp.engine import warm_start
         from rlexp.engine import algo_registry as registry
         from rlexp.engine import tunix_adapter
-        from rlexp.engine.numerics import dedicated_pad, use_training_remat
+        from rlexp.engine.tunix_patches import dedicated_pad, use_training_remat
         from rlexp.engine.probes import StepProbe
 
     _check_installed_tunix()

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rlexp.engine import TunixEngine
 
+# Imported inside functions, on purpose: orbax (3.1 s) and Tunix are imported when a store opens:
+# pre-flight imports rlexp.engine for export's checkpoint lookup and never needs them.
+
 
 def counters(engine: "TunixEngine") -> dict[str, int]:
     """Tunix's private step counters (all four must move together on resume), and the

@@ -22,13 +22,26 @@ import logging
 import re
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
+from rlexp.base.errors import UserError, fail
+from rlexp.config.convert import one_line_omegaconf_error
 from rlexp.config.schema import ModelConfig
-from rlexp.base.errors import UserError
+from rlexp.engine.weights import assign, params
+from rlexp.inputs import storage
+from rlexp.inputs.model_files import resolve_path
+from rlexp.inputs.tokenizer import ALPHABET, BOS, EOS, PAD, _SPECIALS
+from rlexp.tracking import default_uri
+from rlexp.tracking.spool import Link
+from rlexp.tracking.store import client, resolve_uri
+
+# Imported inside functions, on purpose: safetensors, tokenizers and orbax (3.1 s) are imported
+# where an export or an init_from needs them: pre-flight imports this module to find a checkpoint.
 
 log = logging.getLogger("rlexp")
 
@@ -52,7 +65,6 @@ def tunix_key(path: str) -> str:
         parts = parts[:-1]
     return ".".join(parts)
 
-
 def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
     """Tunix qwen3/llama3 parameters (dotted names) -> Hugging Face state dict (numpy)."""
     out: dict[str, np.ndarray] = {}
@@ -72,7 +84,6 @@ def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
         out.pop("lm_head.weight", None)
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
-
 def _layer(i: int, name: str, w: np.ndarray) -> dict[str, np.ndarray]:
     p = f"model.layers.{i}."
     if name in ("attn.q_proj.w", "attn.k_proj.w", "attn.v_proj.w"):  # [embed, heads, hd]
@@ -87,14 +98,12 @@ def _layer(i: int, name: str, w: np.ndarray) -> dict[str, np.ndarray]:
         return {p + f"mlp.{hit.group(1)}_proj.weight": w.T}  # [in, out] -> [out, in]
     raise ValueError(f"no Hugging Face name for Tunix parameter layers.{i}.{name!r}")
 
-
 def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """config.json: the source model's own (architecture unchanged by training) with the
     export dtype, or one written from the YAML for a random-init model."""
     if base is not None:
         return {**base, "torch_dtype": dtype}
     arch, model_type = _ARCH[m.family]
-    from rlexp.inputs.tokenizer import BOS, EOS, PAD
 
     cfg = {"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
            "num_hidden_layers": m.num_layers, "hidden_size": m.embed_dim,
@@ -106,7 +115,6 @@ def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) ->
     if m.tokenizer == "char":
         cfg.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
     return cfg
-
 
 # ------------------------------------------------------------------------------- writing
 
@@ -137,7 +145,6 @@ def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
     tmp.rename(out)
     return out
 
-
 def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
     from safetensors.numpy import save_file
 
@@ -162,15 +169,12 @@ def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
         index["weight_map"].update({k: name for k in shard})
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
-
 def write_char_tokenizer(out: Path, vocab_size: int) -> None:
     """rlexp's character tokenizer as a `tokenizers` BPE without merges (one token per
     character, same ids; ids past the alphabet are placeholders), with the
     tokenizer_config.json `AutoTokenizer` reads. Written without importing transformers
     (1.2 s, at the end of every tiny run); tests/test_export.py loads it with transformers."""
     from tokenizers import Tokenizer, decoders, models
-
-    from rlexp.inputs.tokenizer import _SPECIALS, ALPHABET
 
     specials = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>",
                 "unk_token": "<unk>"}
@@ -185,7 +189,6 @@ def write_char_tokenizer(out: Path, vocab_size: int) -> None:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
               "clean_up_tokenization_spaces": False, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-
 
 # ----------------------------------------------------------------------- origins and runs
 
@@ -206,12 +209,8 @@ def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
     raise UserError(f"run.init_from={spec}: no checkpoint found (pass a run dir with "
                     f"checkpoints/, a checkpoint dir, or an MLflow run id)")
 
-
 def _remote_checkpoints(run_dir: Path) -> list[Any]:
     """A run made with run.output_uri keeps its checkpoints at <uri>/<run name>/checkpoints."""
-    from omegaconf import OmegaConf
-
-    from rlexp.inputs import storage
 
     try:
         saved = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
@@ -220,9 +219,7 @@ def _remote_checkpoints(run_dir: Path) -> list[Any]:
     uri = OmegaConf.select(saved, "run.output_uri", default=None)
     return [storage.checkpoint_dir(uri, run_dir, run_dir.name)] if uri else []
 
-
 def _run_dir_of(run_id: str, uri: str | None) -> Path:
-    from rlexp.tracking.store import client, resolve_uri
 
     try:
         run = client(resolve_uri(uri)).get_run(run_id)
@@ -234,16 +231,13 @@ def _run_dir_of(run_id: str, uri: str | None) -> Path:
         raise UserError(f"run.init_from={run_id}: the MLflow run has no rlexp.run_dir tag")
     return Path(run_dir)
 
-
 def run_dir_of(checkpoint: Path) -> Path:
     """<run dir>/checkpoints/<step> -> <run dir>."""
     return checkpoint.parent.parent
 
-
 def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
     """The policy parameters of an orbax checkpoint step dir, as dotted-name numpy arrays
     (read on the host: no model, no mesh)."""
-    import warnings
 
     import orbax.checkpoint as ocp
 
@@ -264,13 +258,9 @@ def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
     walk(tree, "")
     return flat
 
-
 def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
     """The model section and run.cache_dir a run dir was made with (.hydra/config.yaml).
     Only these two are read, so a run made by an older rlexp still exports."""
-    from omegaconf import OmegaConf
-
-    from rlexp.config.schema import one_line_omegaconf_error
 
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -284,10 +274,8 @@ def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
     cache_dir = OmegaConf.select(saved, "run.cache_dir", default=None) or "outputs/cache"
     return model, str(cache_dir)
 
-
 def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
     """Set an nnx model's parameters from a checkpoint's (same names and shapes)."""
-    from rlexp.engine.weights import assign, params
 
     for key, value in params(model, sep=".").items():
         theirs = flat.get(key)
@@ -297,10 +285,8 @@ def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
                             f"{tuple(value.shape)} here; the model config must match the origin's")
     assign(model, flat, sep=".")
 
-
 def init_from(cfg: Any, model: Any) -> dict[str, str]:
     """run.init_from: load the origin's newest checkpoint into `model` (origin only read)."""
-    from rlexp.tracking import default_uri
 
     checkpoint = find_checkpoint(cfg.run.init_from, default_uri(cfg))
     init_model(model, load_checkpoint(checkpoint), cfg.run.init_from)
@@ -308,10 +294,8 @@ def init_from(cfg: Any, model: Any) -> dict[str, str]:
     where = str(checkpoint) if "://" in str(checkpoint) else str(Path(checkpoint).absolute())
     return {"init_from": where}
 
-
 def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None) -> Path:
     """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir."""
-    from rlexp.inputs.model_files import resolve_path
 
     checkpoint = find_checkpoint(spec, tracking_uri)
     given = Path(spec).expanduser()
@@ -324,15 +308,12 @@ def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = No
     _log_to_mlflow(run_dir, out)
     return out
 
-
 def _log_to_mlflow(run_dir: Path, out: Path) -> None:
     """The export as artifact `model` of the run's MLflow run (tracking.json), if it has one."""
-    from rlexp.tracking.spool import Link
 
     link = Link.load(run_dir)
     if link is None or link.run_id is None:
         return
-    from rlexp.tracking.store import client
 
     try:
         client(link.uri).log_artifacts(link.run_id, str(out), "model")
@@ -342,9 +323,7 @@ def _log_to_mlflow(run_dir: Path, out: Path) -> None:
               f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
               file=sys.stderr)
 
-
 def main(argv: list[str] | None = None) -> None:
-    from rlexp.base.errors import fail
 
     parser = argparse.ArgumentParser(prog="python -m rlexp.export", description=__doc__.split(
         "\n\n")[0])
@@ -360,7 +339,6 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         fail(str(exc))
     print(f"rlexp: exported {out}")
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -20,6 +20,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# Imported inside functions, on purpose: jax (1.4 s) is imported where used: pre-flight imports
+# rlexp.engine and never needs it.
+
 # aux/metric name -> how the per-update values of a step combine (default: mean).
 _EXTREMES = {"ratio_max": np.max, "ratio_min": np.min}
 # rlexp's stable names for the per-update values (others: train/<name>).

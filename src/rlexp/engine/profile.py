@@ -11,6 +11,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+# Imported inside functions, on purpose: jax (1.4 s) is imported where used: pre-flight imports
+# rlexp.engine and never needs it.
+
 log = logging.getLogger("rlexp")
 
 PROFILE_DIR = "profile"

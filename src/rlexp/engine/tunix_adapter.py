@@ -4,7 +4,7 @@ Known Tunix 0.1.7 traps handled here (measured on Tunix 0.1.7; tunix/rl/rollout/
 vanilla_rollout.py, tunix/generate/sampler.py, tunix/sft/metrics_logger.py): (1) the vanilla
 rollout reuses one PRNG key on every call, so the engine sets a fresh key per call;
 (2) RematConfig.DECODER crashes in the sampler, so it is never used (training-only remat
-lives in engine/numerics.py); (3) no metrics backend is registered: Tunix's backend is a
+lives in engine/tunix_patches.py); (3) no metrics backend is registered: Tunix's backend is a
 global jax.monitoring listener whose close() clears every listener; (4) Tunix's KL default is
 k1 (kl_loss_mode="kl"), so rlexp names its estimator explicitly; (5) the vanilla rollout
 computes the old log-probs (num_iterations > 1) at temperature 1 while the loss uses the
@@ -22,17 +22,22 @@ rollout.micro_batch_size prompts per call, independent of the update's micro-bat
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import optax
-from tunix.rl import common
-from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl import common, rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import base_rollout
 
-from rlexp.engine import algo_registry as registry
 from rlexp.config.schema import Config
+from rlexp.engine import algo_registry as registry
 from rlexp.planning.memory import rollout_micro_prompts
+
+# Imported inside functions, on purpose: jax's and Tunix's submodules named inside functions are
+# the ones only some runs need (vLLM, profiling).
 
 Mode = rl_cluster_lib.Mode
 Role = rl_cluster_lib.Role
@@ -42,7 +47,6 @@ def updates_per_step(cfg: Config) -> int:
     """Optimizer updates one global step makes: mini-batches x num_iterations."""
     mini = cfg.train.mini_batch_size or cfg.train.batch_size
     return cfg.train.batch_size // mini * cfg.algo.num_iterations
-
 
 def lr_schedule(cfg: Config) -> optax.Schedule:
     """Learning rate as a function of the optimizer update count."""
@@ -55,7 +59,6 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
     warmup = min(t.warmup_steps * updates_per_step(cfg), total - 1)
     return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total)
 
-
 class HostSchedule:
     """The learning-rate schedule as host floats: evaluated for every update count once, so
     the loop's per-step read is a table lookup, not a device computation and sync."""
@@ -67,22 +70,18 @@ class HostSchedule:
     def __call__(self, count: int) -> float:
         if self.table is None:
             import jax
-            import numpy as np
 
             with jax.default_device(jax.devices("cpu")[0]):
                 self.table = np.asarray(jax.vmap(self.schedule)(np.arange(self.total + 1)))
         return float(self.table[min(int(count), self.total)])
 
-
 def host_lr_schedule(cfg: Config) -> HostSchedule:
     return HostSchedule(lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg))
-
 
 def optimizer(cfg: Config) -> optax.GradientTransformation:
     t = cfg.train
     adam = optax.adamw(lr_schedule(cfg), b1=0.9, b2=0.99, weight_decay=t.weight_decay)
     return optax.chain(optax.clip_by_global_norm(t.grad_clip), adam) if t.grad_clip > 0 else adam
-
 
 def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
     """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature).
@@ -102,7 +101,6 @@ def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
             max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size)
 
     return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
-
 
 def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
                  meshes: dict[str, Any]) -> rl_cluster_lib.RLCluster:
@@ -129,7 +127,6 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
         memoize_prompt_encoding(cluster)
     return cluster
 
-
 class SamplingKeys:
     """A fresh PRNG key for every sampler call (trap 1 in this module's docstring).
 
@@ -154,7 +151,6 @@ class SamplingKeys:
         return jax.random.fold_in(self.base, self.calls)
 
     def attach(self, cluster: rl_cluster_lib.RLCluster) -> None:
-        import dataclasses
 
         rollout = cluster.rollout
         generate = rollout.generate
@@ -164,7 +160,6 @@ class SamplingKeys:
             return generate(prompts, dataclasses.replace(rollout_config, seed=keys.next()), **kw)
 
         rollout.generate = keyed_generate
-
 
 def memoize_prompt_encoding(cluster: rl_cluster_lib.RLCluster, limit: int = 65536) -> None:
     """The vanilla sampler tokenizes every prompt string it is given, and GRPO hands it each
@@ -186,7 +181,6 @@ def memoize_prompt_encoding(cluster: rl_cluster_lib.RLCluster, limit: int = 6553
 
     tok.encode = cached_encode
 
-
 def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: float) -> None:
     """Trap 6: make the vanilla rollout's old log-probs use the sampling temperature."""
     rollout = cluster.rollout
@@ -200,12 +194,10 @@ def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: fl
 
     rollout.get_per_token_logps = get_per_token_logps
 
-
 def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
                  reward_fns: Sequence[Callable[..., list[float]]]) -> GRPOLearner:
     return GRPOLearner(rl_cluster=cluster, algo_config=registry.algo_settings(cfg.algo),
                        reward_fns=list(reward_fns))
-
 
 class StepRunner:
     """One RL global step through GRPOLearner's own step code, without its outer loop.
@@ -225,7 +217,6 @@ class StepRunner:
         learner._rollout_micro_batch_size = learner._rollout_micro_batch_size or self.micro
         learner._compute_logps_micro_batch_size = learner._compute_logps_micro_batch_size or self.micro
         self.grad_acc = tc.get_with_default("gradient_accumulation_steps", 1)
-        import math
 
         self.service = math.lcm(learner._rollout_micro_batch_size,
                                 learner._compute_logps_micro_batch_size)

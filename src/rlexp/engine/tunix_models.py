@@ -7,11 +7,16 @@ rlexp.inputs.model_files checked the directory and config.json. Heavy imports st
 
 from __future__ import annotations
 
+import functools
+import importlib
 from typing import Any
 
-from rlexp.config.schema import ModelConfig
 from rlexp.base.errors import UserError
+from rlexp.config.schema import ModelConfig
 from rlexp.inputs.model_files import check_hf_config, model_dir
+
+# Imported inside functions, on purpose: jax, flax (1.9 s) and Tunix's model modules are imported
+# where a model is built: pre-flight imports rlexp.engine and never needs them.
 
 
 def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
@@ -44,8 +49,6 @@ TUNIX_ROPE_THETA = 1_000_000.0
 
 def use_rope_theta(m: ModelConfig) -> None:
     """Make Tunix's `apply_rope` of model.family use model.rope_theta (idempotent)."""
-    import functools
-    import importlib
 
     module = importlib.import_module(f"tunix.models.{m.family}.model")
     original = module.__dict__.setdefault("_rlexp_apply_rope", module.apply_rope)
@@ -55,7 +58,7 @@ def use_rope_theta(m: ModelConfig) -> None:
 
 def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded)."""
-    from rlexp.engine.numerics import use_compute_dtype
+    from rlexp.engine.tunix_patches import use_compute_dtype
 
     path = model_dir(m)
     use_rope_theta(m)
@@ -105,7 +108,7 @@ def clone(model: Any, dtype: str | None = None) -> Any:
     """An independent copy (the reference model must not follow the policy's updates);
     with `dtype`, its floating-point weights cast to it (the reference is kept in model.dtype)."""
     if dtype is not None:
-        from rlexp.engine.numerics import cast_floats
+        from rlexp.engine.tunix_patches import cast_floats
 
         return cast_floats(model, dtype)
     import jax

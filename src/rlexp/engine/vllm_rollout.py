@@ -15,8 +15,11 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from rlexp.config.schema import Config
 from rlexp.base.errors import UserError
+from rlexp.config.schema import Config
+
+# Imported inside functions, on purpose: vLLM is optional (rlexp[vllm]) and Tunix's vLLM sampler
+# imports it: both only when rollout=vllm builds.
 
 INSTALL = "pip install 'rlexp[vllm]'"
 

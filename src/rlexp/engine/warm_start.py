@@ -20,8 +20,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rlexp.base.retention import mark_used, prune_cache
 from rlexp.config.schema import Config
-from rlexp.data import Example
+from rlexp.data import Example, batch_indices
+from rlexp.engine.weights import assign, params
+
+# Imported inside functions, on purpose: jax, flax (1.9 s) and optax are imported where the warm
+# start trains: pre-flight imports rlexp.engine and never needs them.
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +117,6 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
     import optax
     from flax import nnx
 
-    from rlexp.data import batch_indices
 
     optimizer = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0),
                                                  optax.adamw(lr, weight_decay=weight_decay)), wrt=nnx.Param)
@@ -138,7 +142,6 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
 
 
 def save_params(model: Any, path: Path) -> None:
-    from rlexp.engine.weights import params
 
     flat = params(model)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,7 +153,6 @@ def save_params(model: Any, path: Path) -> None:
 
 
 def load_params(model: Any, path: Path) -> None:
-    from rlexp.engine.weights import assign
 
     with np.load(path) as data:
         assign(model, {k: data[k] for k in data.files})
@@ -158,7 +160,6 @@ def load_params(model: Any, path: Path) -> None:
 
 def _keep_cache(cfg: Config, path: Path) -> None:
     """This entry was used now; the cache keeps the run.cache_keep entries used last."""
-    from rlexp.base.retention import mark_used, prune_cache
 
     mark_used(path)
     prune_cache(path.parent.parent, cfg.run.cache_keep, protect=path.parent)

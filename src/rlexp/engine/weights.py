@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+# Imported inside functions, on purpose: jax and flax (1.9 s) are imported where used: pre-flight
+# imports rlexp.engine and never needs them.
+
 
 def flatten(tree: dict, sep: str = "/", prefix: str = "") -> dict[str, Any]:
     """Nested dict -> {"layers/0/attn/q_proj/w": leaf, ...}."""

@@ -19,12 +19,8 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rlexp.base.errors import UserError
-
-if TYPE_CHECKING:
-    from rlexp.config.schema import ModelConfig
 
 # Hugging Face repo ids: `name` or `org/name`, letters, digits, '-', '_', '.'; we require the
 # org (a bare word is far more likely a relative dir). Optional `@revision` (branch/tag/sha).
@@ -179,9 +175,11 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
         raise UserError(f"model.path={src.spec}: no config.json / *.safetensors under it")
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    prefix = fs._strip_protocol(root).rstrip("/") + "/"
-    for remote in names:
-        rel = fs._strip_protocol(remote)[len(prefix):]
+    from fsspec.core import strip_protocol
+
+    prefix = strip_protocol(root).rstrip("/") + "/"
+    for remote in names:  # find() gives paths without the protocol: put it back to strip
+        rel = strip_protocol(fs.unstrip_protocol(remote))[len(prefix):]
         local = tmp / rel
         local.parent.mkdir(parents=True, exist_ok=True)
         fs.get_file(remote, str(local))

@@ -1,11 +1,18 @@
-"""Start-up speed for sweeps: the joblib launcher's fork server started before pre-flight when
-the command line names it, and its workers warmed up while the sweep is composed
-(hydra_plugins/rlexp_presets/joblib_launcher.py does the work)."""
+"""Start-up speed for sweeps, the launch layer's one door to it: the joblib launcher's fork
+server (and its preload) started before pre-flight when the command line names it, and its
+workers warmed up while the sweep is composed (hydra_plugins/rlexp_presets/joblib_launcher.py
+and _preload.py do the work). The entry point and pre-flight call only this module.
+
+RLEXP_FAST_START=0 turns all of it off (rlexp.base.runtime.fast_start_enabled, which also
+holds the other layers' shortcuts); pre-flight then composes every job in full, and the
+launcher is the plugin's own. The private names involved are listed in rlexp.base.private_apis.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from rlexp.base.runtime import fast_start_enabled
 from rlexp.config.schema import Config
 
 
@@ -31,7 +38,7 @@ def start_fork_server_early(argv: Sequence[str]) -> None:
     workers come from before pre-flight, so its imports (4 s on a 2-core CPU) overlap
     pre-flight's composition (1 s for 8 jobs). A launcher chosen in a config file is known
     only after pre-flight (start_workers). The server ends with this process."""
-    if launches_joblib(argv):
+    if fast_start_enabled() and launches_joblib(argv):
         from hydra_plugins.rlexp_presets.joblib_launcher import start_fork_server
 
         start_fork_server()
@@ -40,7 +47,8 @@ def start_workers(launcher: dict[str, Any] | None, jobs: Sequence[Config]) -> No
     """hydra/launcher=joblib: its workers start, with JAX and rlexp's engine imported, while
     this process composes the sweep and opens its MLflow parent run (joblib_launcher.py)."""
     target = (launcher or {}).get("_target_", "")
-    if target != "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher":
+    if (target != "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher"
+            or not fast_start_enabled()):
         return
     from hydra_plugins.rlexp_presets.joblib_launcher import start_warm_up
 

@@ -16,29 +16,20 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
-from rlexp.config.schema import (Config, RewardFunctionConfig, one_line_omegaconf_error, to_config,
-                          unknown_key_message)
+from rlexp.config.convert import one_line_omegaconf_error, to_config, unknown_key_message
+from rlexp.config.schema import Config, RewardFunctionConfig
+from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.config.paths import conf_dir
-from rlexp.launch.checks import (LAUNCHER_NEEDS, check_fits, check_inputs, check_launcher,
-                                 check_plugins, check_refusals, check_writable)
+from rlexp.launch.checks import LAUNCHER_NEEDS, check_job, check_launcher, check_writable
 from rlexp.launch.fast_start import hydra_only, start_workers
 
 log = logging.getLogger("rlexp")
 
 # Past this many jobs, validate each swept value once instead of the whole product.
 MAX_PRODUCT = 256
-# Task-override sets of the jobs pre-flight composed and checked in this process; the basic
-# sweeper does not compose them a second time (hydra_plugins/rlexp_presets/sweeper.py).
-CHECKED_JOBS: set[frozenset[str]] = set()
-
-
-def task_overrides(job: Sequence[str]) -> frozenset[str]:
-    """A job's overrides without hydra.* ones: what Hydra's sweeper batches hold."""
-    return frozenset(o for o in job if not o.lstrip("+~").startswith("hydra"))
-
 
 @dataclass
 class Preflight:
@@ -186,10 +177,11 @@ class JobComposer:
     A compose reads and merges every file of the defaults list (~0.15-0.2 s on a 2-core CPU),
     so a 256-job sweep took ~45 s before its first job. Jobs that choose the same config
     group options and differ from a job composed before only in plain scalar values
-    (`train.seed=3`, `algo.beta=0.04`) get that job's config with their values set by
-    Hydra's own override code (ConfigLoaderImpl._apply_overrides_to_config), which is what
-    compose() does after merging the files. Anything else (a group choice, +/++/~, a list
-    or dict value, an @package) composes in full. tests/test_cli.py checks the two agree."""
+    (`train.seed=3`, `algo.beta=0.04`) get that job's config with their values set as
+    compose() sets a plain override after merging the files (OmegaConf.update, merge=True,
+    the same errors: set_plain_values). Anything else (a group choice, +/++/~, a list or
+    dict value, an @package) composes in full. tests/test_cli.py checks the two agree.
+    With RLEXP_FAST_START=0 every job composes in full."""
 
     # False: every job composes in full (the reference the shortcut is tested against).
     reuse = True
@@ -201,12 +193,12 @@ class JobComposer:
         self.repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
         # Group choices and override keys -> (that job's parsed overrides, its config).
         self.composed: dict[tuple, tuple[list[Any], Any]] = {}
+        self.reuse = self.reuse and runtime.fast_start_enabled()
 
     def compose(self, overrides: list[str]) -> Any:
         import copy
 
         from hydra import compose
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -224,8 +216,33 @@ class JobComposer:
         # The same shape: only plain overrides can differ from the job composed before.
         changed = [o for o, b in zip(parsed, before) if o.input_line != b.input_line]
         cfg = copy.deepcopy(base)
-        ConfigLoaderImpl._apply_overrides_to_config(changed, cfg)
+        set_plain_values(changed, cfg)
         return cfg
+
+
+def set_plain_values(overrides: list[Any], cfg: Any) -> None:
+    """Set plain `key=value` overrides (no +/++/~, no @package) on a composed config, as
+    Hydra's compose() does after merging the files (hydra/_internal/config_loader_impl.py,
+    1.3): OmegaConf.update with merge=True, a missing key or a bad value raised as Hydra's
+    ConfigCompositionException so pre-flight reports it the same way."""
+    import sys
+
+    from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+    for override in overrides:
+        try:
+            try:
+                OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+            except (ConfigAttributeError, ConfigKeyError) as ex:
+                raise ConfigCompositionException(
+                    f"Could not override '{override.key_or_group}'."
+                    f"\nTo append to your config use +{override.input_line}") from ex
+        except OmegaConfBaseException as ex:
+            raise ConfigCompositionException(
+                f"Error merging override {override.input_line}"
+            ).with_traceback(sys.exc_info()[2]) from ex
 
 
 def preflight(argv: list[str]) -> Preflight | None:
@@ -283,24 +300,14 @@ def preflight(argv: list[str]) -> Preflight | None:
                                  or o.lstrip("+~").startswith("hydra.searchpath")]
                 cfg = to_config(composer.compose(job_overrides))
                 if not args.cfg:
-                    check_refusals(cfg)
-                    check_plugins(cfg)  # user code: a dry run reports a bad _target_ too
-                if not args.cfg and not cfg.run.dry_run:
-                    check_inputs(cfg)
-                    check_fits(cfg)
-                elif not args.cfg and cfg.model.path is not None:
-                    # A dry run reads no weights, but a model.path given must resolve; without
-                    # one it still plans (the plan notes that a real run needs it).
-                    from rlexp.inputs.model_files import check_model
-
-                    check_model(cfg.model, cfg.run.cache_dir)
+                    check_job(cfg)  # launch.checks.CHECKS, in order
                 configs.append(cfg)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
     if not args.cfg and len(configs) == len(jobs):  # every job composed and checked
-        CHECKED_JOBS.update(task_overrides(job) for job in jobs)
+        runtime.note_checked_jobs(jobs)  # Hydra's basic sweeper need not compose them again
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
                      job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
                      launcher=launcher)

@@ -142,10 +142,10 @@ def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dic
     with warnings.catch_warnings():  # "source can be interpreted in multiple ways": a name
         warnings.simplefilter("ignore")
         ds = mlflow.data.from_pandas(df, source=source, name=name)
-    entity = ds._to_mlflow_entity()
-    return {"name": entity.name, "digest": entity.digest, "source_type": entity.source_type,
-            "source": entity.source, "schema": entity.schema, "profile": entity.profile,
-            "context": context}
+    entity = ds.to_dict()  # name, digest, source, source_type, schema, profile (all str)
+    return {"name": entity["name"], "digest": entity["digest"],
+            "source_type": entity["source_type"], "source": entity["source"],
+            "schema": entity.get("schema"), "profile": entity.get("profile"), "context": context}
 
 
 def rows_of(examples: Iterable[Any]) -> list[dict]:
