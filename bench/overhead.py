@@ -39,7 +39,8 @@ SKIP = 5  # compile and warm-up steps left out of the steady state
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from rlexp.config.schema import register_configs, to_config
+    from rlexp.config.convert import to_config
+    from rlexp.config.schema import register_configs
     from rlexp.config.paths import conf_dir
 
     register_configs()

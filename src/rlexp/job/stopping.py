@@ -30,6 +30,9 @@ from typing import Any, Protocol
 
 from rlexp.config.schema import EarlyStopConfig, PruneConfig
 
+# Imported inside functions, on purpose: optuna (5.5 s) is optional (rlexp[optuna]): imported only
+# when a sweep job prunes.
+
 # One JSON line per finished or pruned job of the sweep: its state, final value and curve.
 PRUNING_FILE = "pruning.jsonl"
 

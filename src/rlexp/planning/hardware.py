@@ -19,11 +19,16 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from rlexp.config.schema import HardwareConfig, MeshConfig
+import numpy as np
+
 from rlexp.base.errors import UserError
+from rlexp.config.schema import HardwareConfig, MeshConfig
 
 if TYPE_CHECKING:
     import jax
+
+# Imported inside functions, on purpose: jax (1.4 s) is imported only where devices are read or
+# meshes built: plans and dry runs need none.
 
 MESH_AXES = ("fsdp", "tp")
 
@@ -40,14 +45,12 @@ def usable_hbm_fraction(hw: HardwareConfig) -> float:
     """Share of hardware.hbm_gib_per_device a run can allocate (see GPU_MEMORY_FRACTION)."""
     return GPU_MEMORY_FRACTION if expected_platform(hw) == "gpu" else 1.0
 
-
 # ------------------------------------------------------------------------------ platform
 
 
 def expected_platform(hw: HardwareConfig) -> str:
     """The JAX platform the run will see: emulation always runs on CPU."""
     return "cpu" if hw.emulate else hw.platform
-
 
 def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """Environment variables `setup_platform` sets (pure: returns the changes only).
@@ -71,17 +74,14 @@ def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, st
         changes["XLA_FLAGS"] = " ".join(flags)
     return changes
 
-
 def _backend_started() -> bool:
     """True once JAX has created a backend (after that, XLA_FLAGS changes are ignored)."""
-    import sys
 
     if "jax" not in sys.modules:
         return False
     from jax._src import xla_bridge  # private, but the only way to ask without starting one
 
     return bool(xla_bridge._backends)
-
 
 def setup_platform(hw: HardwareConfig) -> None:
     """Prepare the process environment for `hw`. Call before anything initializes JAX.
@@ -107,7 +107,6 @@ def setup_platform(hw: HardwareConfig) -> None:
 
         jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
 
-
 def init_distributed(hw: HardwareConfig) -> None:
     """Join the other hosts of a multi-host slice (TPU pods, multi-node GPU). Idempotent.
 
@@ -120,7 +119,6 @@ def init_distributed(hw: HardwareConfig) -> None:
     if not jax.distributed.is_initialized():
         # On Cloud TPU and SLURM the coordinator, process count and id are auto-detected.
         jax.distributed.initialize()
-
 
 # ------------------------------------------------------------------------------- devices
 
@@ -144,7 +142,6 @@ def device_mismatch(hw: HardwareConfig, platform: str, count: int, kind: str) ->
     return (f"hardware={hw.name}{' (emulated)' if hw.emulate else ''} expects {want} but JAX "
             f"sees {count} {platform} device(s) ('{kind}'); {fix}")
 
-
 def check_devices(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None) -> None:
     """Raise UserError (one line) when the visible devices do not match the profile."""
     if devices is None:
@@ -155,7 +152,6 @@ def check_devices(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = N
     problem = device_mismatch(hw, first.platform, len(devices), first.device_kind)
     if problem is not None:
         raise UserError(problem)
-
 
 # ---------------------------------------------------------------------------------- meshes
 
@@ -170,7 +166,6 @@ class RoleDevices:
     @property
     def colocated(self) -> bool:
         return self.trainer == self.rollout
-
 
 def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     """Device index ranges per role.
@@ -187,11 +182,9 @@ def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     n_roll = int(round(n * hw.sampler_fraction))
     return RoleDevices(trainer=(0, n_train), rollout=(n - n_roll, n))
 
-
 def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.sharding.Mesh":
     """A ("fsdp", "tp") mesh over exactly `devices` (len must be fsdp * tp)."""
     import jax
-    import numpy as np
     from jax.experimental import mesh_utils
 
     shape = (mesh.fsdp, mesh.tp)
@@ -206,7 +199,6 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.shardin
         # layout the helper knows; row-major order of the device ids is then the layout.
         grid = np.array(list(devices)).reshape(shape)
     return jax.sharding.Mesh(grid, MESH_AXES)
-
 
 def role_meshes(hw: HardwareConfig,
                 devices: Sequence["jax.Device"] | None = None) -> dict[str, "jax.sharding.Mesh"]:

@@ -150,7 +150,7 @@ def rollout_micro_prompts(cfg: Config) -> int:
 
 def compute_dtype(m: ModelConfig) -> str:
     """The dtype the forward pass runs in: model.dtype (Tunix's qwen3 casts its weights to it;
-    rlexp.engine.numerics.use_compute_dtype makes llama3 do the same)."""
+    rlexp.engine.tunix_patches.use_compute_dtype makes llama3 do the same)."""
     return m.dtype
 
 

@@ -12,6 +12,7 @@ utilization and a lower bound of the step's.
 from __future__ import annotations
 
 from rlexp.config.schema import Config
+from rlexp.planning.memory import param_count
 
 
 def train_flops_per_token(n_params: int, num_layers: int, num_heads: int, head_dim: int,
@@ -22,7 +23,6 @@ def train_flops_per_token(n_params: int, num_layers: int, num_heads: int, head_d
 
 def step_flops(cfg: Config, sequences: int) -> float:
     """Model FLOPs of one global step's policy update over `sequences` completions."""
-    from rlexp.planning.memory import param_count
 
     m, r = cfg.model, cfg.rollout
     seq = r.max_prompt_length + r.max_completion_length

@@ -23,8 +23,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlexp.tracking.conventions import constant_metrics
+from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import Link
-from rlexp.tracking.store import default_uri, prepare_store, resolve_uri
+from rlexp.tracking.store import default_uri, prepare_in_background, prepare_store, resolve_uri
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
@@ -42,9 +44,7 @@ def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
     uri = default_uri(cfg)
     if uri is None:
         return None
-    from rlexp.tracking.listener import MlflowListener
 
-    from rlexp.tracking.conventions import constant_metrics
 
     t = cfg.train
     return MlflowListener(uri=uri, experiment=cfg.tracker.experiment, run_dir=Path(run_dir),
@@ -60,7 +60,6 @@ def warm_up(cfg: "Config") -> None:
     built (store.prepare_in_background); the listener waits for it at run start."""
     uri = default_uri(cfg)
     if uri is not None:
-        from rlexp.tracking.store import prepare_in_background
 
         prepare_in_background(uri)
 

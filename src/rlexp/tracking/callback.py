@@ -19,16 +19,24 @@ from __future__ import annotations
 import atexit
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from rlexp.base.errors import fail
 from rlexp.base.events import Listener
-from rlexp.base.redact import redact_text
-from rlexp.tracking import PARENT_FILE, SWEPT_FILE, store
 from rlexp.base.files import write_json_atomic
+from rlexp.base.lock import Busy, DirLock
+from rlexp.base.redact import redact_text, redact_uri
+from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
+from rlexp.tracking.conventions import sweep_display_name, swept_keys
+from rlexp.tracking.listener import clean_params, clean_tags
+
+# Imported inside functions, on purpose: mlflow (2.3 s) is imported where a sweep's parent run is
+# opened or closed, off the launching path when tracker=none.
 
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
@@ -41,7 +49,6 @@ def tracker_uri(config: DictConfig) -> str | None:
         return None
     return store.resolve_uri(OmegaConf.select(config, "tracker.uri", default=None))
 
-
 def parent_status(statuses: list[str], completed: bool) -> str:
     if not statuses or any(s not in ("FINISHED", "KILLED") for s in statuses):
         return "FAILED"
@@ -49,10 +56,8 @@ def parent_status(statuses: list[str], completed: bool) -> str:
         return "KILLED"
     return "FINISHED" if completed else "FAILED"
 
-
 def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
     """summary.csv, summary.md and comparison.png of a sweep's rows, in the sweep dir."""
-    from rlexp.tracking import compare
 
     ranked = compare.rank(rows, None)
     header, body = compare.table(ranked, None)
@@ -62,7 +67,6 @@ def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
     if compare.plot(ranked, None, sweep_dir / COMPARISON_PNG, title=title):
         paths.append(sweep_dir / COMPARISON_PNG)
     return paths
-
 
 # Written by launchers that submit jobs elsewhere (xpk) and return at once.
 REMOTE_FILE = "workloads.json"
@@ -100,7 +104,6 @@ class SweepCallback(Callback):
             print(f"rlexp: warning: no MLflow parent run for the sweep "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
             return
-        from rlexp.base.redact import redact_uri  # the file keeps no credentials (jobs know the URI)
 
         write_json_atomic(self.sweep_dir / PARENT_FILE,
                           {**self.parent, "uri": redact_uri(self.parent["uri"])})
@@ -111,7 +114,6 @@ class SweepCallback(Callback):
     @staticmethod
     def _swept_keys(config: DictConfig, overrides: list[str]) -> list[str] | None:
         """What the jobs vary (command-line sweeps and the sweeper's params)."""
-        from rlexp.tracking.conventions import swept_keys
 
         params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
         try:
@@ -127,8 +129,6 @@ class SweepCallback(Callback):
     def _hold_sweep_dir(self, sweep_dir: Path) -> None:
         """The same sweep already running would run every job twice in the same dirs: exit 2
         before any job starts (the lock is held until the sweep ends or the process dies)."""
-        from rlexp.base.errors import fail
-        from rlexp.base.lock import Busy, DirLock
 
         try:
             self._dir_lock = DirLock(sweep_dir, "sweep dir").acquire()
@@ -138,15 +138,12 @@ class SweepCallback(Callback):
     def _open_parent(self, uri: str, experiment: str, overrides: list[str]) -> dict[str, str]:
         from mlflow.exceptions import MlflowException
 
-        from rlexp.tracking.listener import clean_params, clean_tags
-
         assert self.sweep_dir is not None
         client = store.client(uri)
         try:
             previous = json.loads((self.sweep_dir / PARENT_FILE).read_text())
         except (OSError, ValueError):
             previous = None
-        from rlexp.base.redact import redact_uri
 
         if isinstance(previous, dict) and previous.get("uri") in (uri, redact_uri(uri)):
             previous["uri"] = uri  # parent_run.json keeps it with credentials masked
@@ -160,7 +157,6 @@ class SweepCallback(Callback):
         tags = clean_tags({"sweep": name, "rlexp.sweep_id": name,
                            "rlexp.sweep_dir": str(self.sweep_dir), "rlexp.role": "sweep",
                            "overrides": redact_text(" ".join(overrides))})
-        from rlexp.tracking.conventions import sweep_display_name
 
         tags["rlexp.dir_name"] = name
         run = client.create_run(exp_id, run_name=sweep_display_name(
@@ -180,7 +176,6 @@ class SweepCallback(Callback):
             return
         self._closed = True
         try:
-            from rlexp.tracking import compare
 
             client = store.client(self.parent["uri"])
             run_id = self.parent["run_id"]
@@ -204,15 +199,11 @@ class SweepCallback(Callback):
             print(f"rlexp: warning: could not close the sweep's MLflow parent run "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
 
-
 def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
     """A remotely launched sweep (RLEXP_SWEEP_JOBS=expected): once `expected` children have
     ended, give the parent its summary table and final status. Called by each child after
     its own run ended; returns the status set, None while children are still running.
     Two last children ending at once both set the same status (idempotent)."""
-    import tempfile
-
-    from rlexp.tracking import compare
 
     client = store.client(uri)
     children = compare.child_runs(client, parent_id)
@@ -226,7 +217,6 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
             client.log_artifact(parent_id, str(path))
     client.set_terminated(parent_id, status)
     return status
-
 
 class RemoteParentCloser(Listener):
     """Listener of a remotely launched job (rlexp.tracking.remote_jobs env): after the job's own MLflow

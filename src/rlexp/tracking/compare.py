@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.tracking.plots import plot_compare
 from rlexp.tracking.run import fetch_history
 
 if TYPE_CHECKING:
@@ -273,7 +274,6 @@ def label(row: Row, swept: list[str]) -> str:
 
 
 def plot(rows: list[Row], metric: str | None, path: Path, title: str = "") -> bool:
-    from rlexp.tracking.plots import plot_compare
 
     swept = swept_keys(rows)
     metrics = list(dict.fromkeys([*COMPARED, *([metric] if metric else [])]))

@@ -25,9 +25,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from rlexp.base.events import Listener, RunInfo
-from rlexp.base.redact import redact_obj, redact_params, redact_text
+from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri
 from rlexp.tracking import store
+from rlexp.tracking.conventions import SystemMetrics, dataset_input, rows_of, standard_tags
 from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link, Spool
 
@@ -53,27 +56,21 @@ MAX_LISTED_TABLES = 100
 def now_ms() -> int:
     return int(time.time() * 1000)
 
-
 def warn(message: str) -> None:
     print(f"rlexp: warning: {message}", file=sys.stderr, flush=True)
-
 
 def clean_params(flat: dict[str, Any]) -> dict[str, str]:
     return {store.sanitize_key(k): store.truncate(v, store.MAX_PARAM_VAL_LEN)
             for k, v in redact_params(flat).items()}
 
-
 def same_store(saved: str, uri: str) -> bool:
     """tracking.json's URI (credentials masked) names the same store as `uri`."""
-    from rlexp.base.redact import redact_uri
 
     return saved == uri or saved == redact_uri(uri)
-
 
 def clean_tags(tags: dict[str, Any]) -> dict[str, str]:
     return {store.sanitize_key(k): store.truncate(redact_text(str(v)), store.MAX_TAG_VAL_LEN)
             for k, v in tags.items()}
-
 
 class MlflowListener(Listener):
     def __init__(self, uri: str, experiment: str, run_dir: Path, gated: bool,
@@ -298,7 +295,6 @@ class MlflowListener(Listener):
         link = Link(uri=self.uri, experiment=self.experiment, gated=self.gated)
         link.save(self.run_dir)
         self.run = TrackedRun(self.run_dir, link)
-        from rlexp.tracking.conventions import standard_tags
 
         run_dir = str(self.run_dir.resolve())
         tags = clean_tags({**info.tags, "rlexp.run_dir": run_dir,
@@ -308,7 +304,6 @@ class MlflowListener(Listener):
                             t=now_ms(), parent_run_id=info.extra.get("parent_run_id")))
         self.run.add(record("params", params=clean_params(info.params)))
         if info.extra.get("config") is not None:  # the resolved config, as a user would write it
-            import yaml
 
             self.run.add(record("text", artifact_file="config.yaml", text=yaml.safe_dump(
                 redact_obj(info.extra["config"]), sort_keys=False)))
@@ -418,7 +413,6 @@ class MlflowListener(Listener):
         """{'name', 'source', 'train': [examples], 'eval': [...]} -> MLflow dataset inputs."""
         if not datasets:
             return []
-        from rlexp.tracking.conventions import dataset_input, rows_of
 
         out = []
         for context in ("train", "eval"):
@@ -435,7 +429,6 @@ class MlflowListener(Listener):
         if self._system_every_s <= 0 or self.run is None or self.run.link.run_id is None:
             return  # off, or the store is unreachable now (the monitor writes directly)
         try:
-            from rlexp.tracking.conventions import SystemMetrics
 
             self._system = SystemMetrics(self.uri, self.run.link.run_id, self._system_every_s,
                                          resume)
@@ -456,11 +449,9 @@ class MlflowListener(Listener):
             self._lock.close()  # closing releases the flock
             self._lock = None
 
-
 def _has_start(run_dir: Path) -> bool:
     """A run that was never created can be resumed only if its start record is spooled."""
     return any(r["kind"] == "start" for r in Spool(run_dir / SPOOL_FILE).read())
-
 
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):

@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+# Imported inside functions, on purpose: matplotlib (1.1 s) is imported only when curves are drawn
+# at the end of a run.
+
 History = Mapping[str, Sequence[tuple[int, float]]]
 
 

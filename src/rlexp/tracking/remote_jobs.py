@@ -22,7 +22,10 @@ import json
 import os
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from rlexp.base.errors import UserError
+from rlexp.tracking.store import resolve_uri, sqlite_path
 
 ENV_URI = "MLFLOW_TRACKING_URI"
 ENV_PARENT = "RLEXP_PARENT_RUN_ID"
@@ -41,7 +44,6 @@ def launcher_kind(target: str | None) -> str:
         return "local"
     return next((kind for frag, kind in _KINDS if frag in text), "local")
 
-
 def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None = None) -> None:
     """UserError (one line, what to pass instead) when `kind`'s jobs cannot reach `uri`."""
     if kind == "local" or uri is None or uri.startswith(SERVER_SCHEMES):
@@ -51,7 +53,6 @@ def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None 
         raise UserError(f"hydra/launcher={choice}: tracking store {shown} is on this machine and "
                         f"the pods cannot reach it; pass tracker.uri=http://<mlflow server>:5000 "
                         f"(or MLFLOW_TRACKING_URI), or tracker=none")
-    from rlexp.tracking.store import sqlite_path
 
     db = sqlite_path(uri)
     path = db if db is not None else Path(uri.removeprefix("file://").removeprefix("file:"))
@@ -61,13 +62,11 @@ def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None 
                         f"share; pass tracker.uri=http://<mlflow server>:5000 or a sqlite:/// "
                         f"path next to the sweep dir")
 
-
 def _device(path: Path) -> int:
     probe = Path(path).absolute()
     while not probe.exists():
         probe = probe.parent
     return os.stat(probe).st_dev
-
 
 def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
     """What each job of a sweep is given: the store and parent from <sweep dir>/parent_run.json
@@ -81,11 +80,9 @@ def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
     return {ENV_URI: str(parent["uri"]), ENV_PARENT: str(parent["run_id"]),
             ENV_JOBS: str(num_jobs)}
 
-
 def parent_from_env() -> str | None:
     """The parent run a remotely launched job was given (RLEXP_PARENT_RUN_ID)."""
     return os.environ.get(ENV_PARENT) or None
-
 
 def expected_jobs() -> int | None:
     try:
@@ -93,14 +90,10 @@ def expected_jobs() -> int | None:
     except (KeyError, ValueError):
         return None
 
-
 def check_sweep_store(base: object) -> None:
     """Pre-flight of a multirun (the composed config with `hydra`): the launcher's jobs can
     reach the tracking store, and an xpk pod writes its outputs somewhere that outlives it.
     Runs before the sweep callback opens the parent run."""
-    from omegaconf import OmegaConf
-
-    from rlexp.tracking.store import resolve_uri
 
     kind = launcher_kind(OmegaConf.select(base, "hydra.launcher._target_", default=None))
     choices = OmegaConf.select(base, "hydra.runtime.choices", default=None) or {}

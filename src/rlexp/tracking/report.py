@@ -10,12 +10,16 @@ summary.json files, so jobs that were not tracked still show up.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
 from rlexp.base.errors import UserError, fail
-from rlexp.tracking import PARENT_FILE, parent_run_id, store
+from rlexp.tracking import PARENT_FILE, compare, parent_run_id, store
 from rlexp.tracking.compare import Row
+
+# Imported inside functions, on purpose: mlflow (2.3 s) is imported when the report reads the
+# store.
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -23,7 +27,6 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 def _sweep_uri(sweep_dir: Path, uri: str | None) -> str:
     if uri:
         return store.resolve_uri(uri)
-    import json
 
     try:  # the store the sweep's parent run lives in
         return json.loads((sweep_dir / PARENT_FILE).read_text())["uri"]
@@ -43,7 +46,6 @@ def _client(uri: str, required: bool):
 
 def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row], Path]:
     """The rows to compare and where their PNG goes."""
-    from rlexp.tracking import compare
 
     path = Path(target)
     if path.is_dir():
@@ -80,7 +82,6 @@ def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row]
 def report(target: str, uri: str | None = None, metric: str | None = None,
            ascending: bool = False) -> tuple[str, Path | None]:
     """(the table as text, the PNG written or None)."""
-    from rlexp.tracking import compare
 
     rows, png = collect(target, uri, metric)
     rows = compare.rank(rows, metric, ascending)

@@ -14,10 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlexp.tracking import store
+from rlexp.tracking.plots import plot_run
 from rlexp.tracking.spool import SPOOL_FILE, Link, Spool
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+# Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is written:
+# tracking.warm_up imports it on a thread while the engine builds.
 
 CURVES_FILE = "curves.png"
 # What curves.png plots (whichever the run has): panel title -> metric names.
@@ -234,7 +238,6 @@ class TrackedRun:
             print(f"rlexp: warning: artifact {path} is gone; not logged", flush=True)
 
     def _log_curves(self, run_id: str) -> None:
-        from rlexp.tracking.plots import plot_run
 
         history = fetch_history(self.client, run_id,
                                 [m for names in CURVE_PANELS.values() for m in names])

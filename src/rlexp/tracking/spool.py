@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -9,6 +9,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
+import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,11 +18,15 @@ from typing import TYPE_CHECKING, Iterator
 from urllib.parse import unquote
 
 from rlexp.base.errors import UserError
+from rlexp.base.redact import redact_uri
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from rlexp.config.schema import Config
+
+# Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is opened:
+# tracking.warm_up does it on a thread while the engine builds, and pre-flight never needs it.
 
 # Default store, relative to the directory the command runs in.
 DEFAULT_DB = Path("outputs") / "mlflow.db"
@@ -185,8 +191,6 @@ def _copy_schema(path: Path) -> bool:
     new store: every sweep dir and test dir), opening a migrated one takes 0.07 s. The
     template holds no experiment: SqlAlchemyStore creates `Default` in the copy, with the
     copy's own artifact root. False (MLflow migrates as usual) when no template can be made."""
-    import shutil
-    import sqlite3
 
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
@@ -214,7 +218,6 @@ def _copy_schema(path: Path) -> bool:
 
 def _usable(template: Path) -> bool:
     """A sqlite file with MLflow's revision table and no experiment (not a torn copy)."""
-    import sqlite3
 
     if not template.is_file():
         return False
@@ -234,7 +237,6 @@ def client(uri: str) -> "MlflowClient":
     if uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
-        from rlexp.base.redact import redact_uri
 
         if redact_uri(uri) != uri:  # MLflow's "View run at <url>" line would print them
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

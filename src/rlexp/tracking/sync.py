@@ -24,12 +24,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from rlexp.base.errors import UserError, fail
-from rlexp.base.redact import MASK, redact_uri
-from rlexp.tracking import store
-from rlexp.tracking.run import ALWAYS, TrackedRun, record
 from rlexp.base.files import write_json_atomic
+from rlexp.base.lock import Busy, DirLock
+from rlexp.base.redact import MASK, redact_uri
+from rlexp.config.naming import flatten
+from rlexp.tracking import store
+from rlexp.tracking.listener import clean_params, clean_tags, now_ms
+from rlexp.tracking.run import ALWAYS, TrackedRun, record
 from rlexp.tracking.spool import LINK_FILE, LOCK_FILE, SPOOL_FILE, Link
+
+# Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is read.
 
 SUMMARY_FILE = "summary.json"
 DEFAULT_EXPERIMENT = "rlexp"
@@ -38,7 +45,6 @@ DEFAULT_EXPERIMENT = "rlexp"
 def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
          new_run: bool = False, experiment: str | None = None) -> str:
     """Replay the spool of `run_dir`; returns a one-line account. Raises UserError."""
-    from rlexp.base.lock import Busy, DirLock
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -57,7 +63,6 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
             return _sync(run_dir, send_all, uri, new_run, experiment)
     finally:
         dir_lock.release()
-
 
 def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
           experiment: str | None) -> str:
@@ -116,7 +121,6 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
     note = "".join(f"; {n}" for n in notes)
     return f"sent {sent} records to MLflow run {link.run_id} ({redact_uri(link.uri)}){note}"
 
-
 def _status(run: TrackedRun, run_id: str) -> str | None:
     """The run's status in the store; None when the store does not have it."""
     from mlflow.exceptions import MlflowException
@@ -128,20 +132,17 @@ def _status(run: TrackedRun, run_id: str) -> str | None:
             return None
         raise
 
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError):
         return None
 
-
 def latest_checkpoint(run_dir: Path) -> int:
     """Newest committed checkpoint step under run_dir/checkpoints (-1 when none)."""
     folder = run_dir / "checkpoints"
     steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
     return max(steps, default=-1)
-
 
 def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_run: bool,
                   notes: list[str]) -> Link:
@@ -175,11 +176,9 @@ def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_ru
     notes.append(f"{LINK_FILE} was {what}: rebuilt")
     return link
 
-
 def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     """A new run needs a start record and the params, which the spool may no longer hold
     (sent to the lost run): rebuild them from summary.json and Hydra's saved config."""
-    from rlexp.tracking.listener import clean_params, clean_tags, now_ms
 
     summary = _read_json(run_dir / SUMMARY_FILE)
     summary = summary if isinstance(summary, dict) else {}
@@ -196,20 +195,15 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     if summary and not any(r["kind"] == "json" for r in run.records):
         run.add(record("json", artifact_file=SUMMARY_FILE, data=summary))
 
-
 def _hydra_params(run_dir: Path) -> dict[str, Any]:
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         return {}
     try:
-        from omegaconf import OmegaConf
-
-        from rlexp.config.naming import flatten
 
         return flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
     except Exception:  # a damaged config file: the run gets no params, the metrics still go
         return {}
-
 
 def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
     """summary.json names the MLflow run once a sync created or found it (local file and the
@@ -227,7 +221,6 @@ def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
             print(f"rlexp.sync: warning: {SUMMARY_FILE} artifact not updated: "
                   f"{store.first_line(exc)}", flush=True)
     return True
-
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rlexp.sync", description=__doc__.split(
@@ -247,7 +240,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"rlexp.sync: {account}")
     except UserError as exc:
         fail(str(exc))
-
 
 if __name__ == "__main__":
     main()
