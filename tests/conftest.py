@@ -1,14 +1,60 @@
-"""Fixtures shared by the tests: one run cache for the session, and one real sqlite MLflow
-store per test module for the tracking tests."""
+"""Fixtures shared by the tests: one run cache for the session, one real sqlite MLflow store
+per test module for the tracking tests, rlexp's Hydra config composed and typed
+(`compose_config`, `hydra_conf`), and `require`, the check of a prerequisite that the setup
+installs (`from conftest import require`)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from mlflow import MlflowClient
 
+from rlexp.config.paths import conf_dir
 from rlexp.tracking import prepare_store
+
+
+def require(ok: bool, what: str, setup_step: str) -> None:
+    """A prerequisite the setup provides: when it is missing (`ok` false) the test FAILS under
+    CI=true, where the setup must have run, and is skipped elsewhere; either way one line
+    says what is missing and the step that provides it. Works at module level too.
+
+        require(shutil.which("chromium") is not None, "chromium is not installed",
+                "bash scripts/setup --test")
+    """
+    if ok:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what}: run `{setup_step}` (required with CI=true)", pytrace=False)
+    pytest.skip(f"{what} (`{setup_step}` provides it)", allow_module_level=True)
+
+
+@pytest.fixture()
+def compose_config():
+    """compose_config(*overrides) -> rlexp's Config: conf/config.yaml composed by Hydra with
+    the overrides, then typed and validated by rlexp's own conversion (as a run's job gets it)."""
+    from rlexp.config.convert import to_config
+
+    def compose_typed(*overrides: str):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            return to_config(compose("config", overrides=list(overrides)))
+
+    yield compose_typed
+    GlobalHydra.instance().clear()
+
+
+@pytest.fixture()
+def hydra_conf(request):
+    """Hydra initialized on rlexp's conf/ for the test: hydra.compose("config", ...) inside it,
+    with return_hydra_config=True for the hydra node (launcher, sweeper)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(conf_dir()), version_base="1.3",
+                               job_name=request.module.__name__):
+        yield
+    GlobalHydra.instance().clear()
 
 
 @pytest.fixture(scope="module")

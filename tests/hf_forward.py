@@ -27,14 +27,10 @@ def torch_available() -> bool:
 
 def require_torch() -> None:
     """Fail under CI=true (setup must have installed it), skip elsewhere."""
-    import pytest
+    from conftest import require  # here, not at the top: the child process runs without pytest
 
-    if torch_available():
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"torch is not installed in {TORCH_SITE}: run `bash scripts/setup --test`",
-                    pytrace=False)
-    pytest.skip(f"torch is not installed in {TORCH_SITE} (bash scripts/setup --test)")
+    require(torch_available(), f"torch is not installed in {TORCH_SITE}",
+            "bash scripts/setup --test")
 
 
 def hf_logits(export_dir: Path, tokens: np.ndarray) -> np.ndarray:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+
 ROOT = Path(__file__).resolve().parents[1]
 SETUP = ROOT / ".ci" / "slurm.sh"
 
@@ -52,7 +54,4 @@ def ensure_slurm() -> str | None:
 @pytest.fixture(scope="session")
 def slurm() -> None:
     problem = ensure_slurm()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"SLURM is required in CI: {problem}")
-        pytest.skip(f"no SLURM here: {problem}")
+    require(problem is None, f"no SLURM here: {problem}", "bash scripts/setup --test")

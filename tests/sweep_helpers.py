@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers import cli
+
 # The smallest real training run: 2 RL steps, a handful of eval prompts, the tiny model on
 # CPU without its supervised warm start (16 s, and launchers do not care what it learns), so
 # a job costs its JAX compile plus seconds. vocab_size=128: conf/model/tiny.yaml says 64, which
@@ -55,11 +57,9 @@ def fault_env(root: Path, seed: int) -> dict[str, str]:
 
 def rlexp(args: list[str], cwd: Path, timeout: int = 900, env: dict | None = None,
           python: str = sys.executable) -> subprocess.CompletedProcess:
-    """`python -m rlexp ARGS` in cwd (outputs/ lands there), captured."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("MLFLOW_TRACKING_URI", None)  # the run's own default store under cwd
-    return subprocess.run([python, "-m", "rlexp", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    """`python -m rlexp ARGS` in cwd (outputs/ lands there), captured: helpers.cli with a
+    sweep's longer timeout."""
+    return cli(*args, cwd=cwd, env=env, timeout=timeout, python=python)
 
 
 def explain(proc: subprocess.CompletedProcess, n: int = 4000) -> str:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -59,10 +61,7 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    if CHROMIUM is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed: run `bash scripts/setup --test`")
-        pytest.skip("chromium is not installed (bash scripts/setup --test installs it)")
+    require(CHROMIUM is not None, "chromium is not installed", "bash scripts/setup --test")
     from fake_engine import sweep_env
     from sweep_helpers import explain, only_sweep_dir, rlexp
 

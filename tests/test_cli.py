@@ -7,9 +7,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,25 +18,9 @@ from rlexp.config.schema import Config
 from rlexp.job.console import ConsoleListener, quiet_third_party
 from rlexp.base.errors import UserError
 from rlexp.base.events import RunInfo
+from helpers import cli, one_line_exit_2
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
-         timeout: int = 120) -> subprocess.CompletedProcess:
-    base = {**os.environ, "MLFLOW_TRACKING_URI": "", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**base, **(env or {})})
-
-
-def _one_line_exit_2(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr and proc.stdout.strip() == "", proc.stdout
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _refused(overrides: list[str]) -> str:
@@ -116,15 +97,27 @@ def test_tokenizer_without_chat_template(tmp_path):
     preflight(["model=qwen3-0.6b", f"model.path={model}", "run.dry_run=true"])
 
 
-@pytest.mark.parametrize("override,needle", [
+# Out-of-range values: refused by pre-flight in one line, and through the entry point with
+# exit 2 before anything is written.
+OUT_OF_RANGE = [
     ("rollout.max_prompt_length=-5", "rollout.max_prompt_length=-5 is invalid: must be in [1, inf)"),
     ("train.learning_rate=inf", "train.learning_rate=inf is invalid: must be in (0, inf)"),
     ("eval.temperature=-1", "eval.temperature=-1.0 is invalid: must be in (0, inf)"),
     ("eval.keep_samples=-1", "eval.keep_samples=-1 is invalid: must be in [0, inf)"),
     ("train.warmup_steps=-3", "train.warmup_steps=-3 is invalid: must be in [0, inf)"),
-])
-def test_issue_values_exit_2_with_one_line(tmp_path, override, needle):
-    _one_line_exit_2(_cli(override, cwd=tmp_path), needle)
+    ("train.weight_decay=nan", "train.weight_decay=nan is invalid"),
+    ("hardware.trainer_fraction=0", "hardware.trainer_fraction=0.0 is invalid: must be in (0, 1]"),
+]
+
+
+@pytest.mark.parametrize("override,needle", OUT_OF_RANGE)
+def test_out_of_range_values_are_refused_at_start(override, needle):
+    assert needle in _refused([override])
+
+
+@pytest.mark.parametrize("override,needle", OUT_OF_RANGE)
+def test_out_of_range_values_exit_2_with_one_line(tmp_path, override, needle):
+    one_line_exit_2(cli(override, cwd=tmp_path), needle)
     assert not (tmp_path / "outputs").exists()
 
 
@@ -136,9 +129,9 @@ def test_slurm_launcher_without_slurm(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
-    proc = _cli("-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", cwd=tmp_path,
-                env={"PATH": str(bin_dir)})
-    _one_line_exit_2(proc, "hydra/launcher=rlexp_slurm needs sbatch", "slurm-client")
+    proc = cli("-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", cwd=tmp_path,
+               env={"PATH": str(bin_dir)})
+    one_line_exit_2(proc, "hydra/launcher=rlexp_slurm needs sbatch", "slurm-client")
     assert not (tmp_path / "outputs").exists()
 
 
@@ -147,27 +140,27 @@ def test_ray_launcher_without_its_plugin(tmp_path):
 
     if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
         pytest.skip("hydra-ray-launcher is installed here")
-    proc = _cli("-m", "hydra/launcher=rlexp_ray", "train.seed=0,1", cwd=tmp_path)
-    _one_line_exit_2(proc, "pip install 'rlexp[ray]'")
+    proc = cli("-m", "hydra/launcher=rlexp_ray", "train.seed=0,1", cwd=tmp_path)
+    one_line_exit_2(proc, "pip install 'rlexp[ray]'")
     assert not (tmp_path / "outputs").exists()
 
 
 def test_xpk_launcher_without_xpk(tmp_path):
-    proc = _cli("-m", "hydra/launcher=xpk", "train.seed=0,1", cwd=tmp_path,
-                env={"RLEXP_XPK_BIN": str(tmp_path / "no-such-xpk")})
-    _one_line_exit_2(proc, "hydra/launcher=xpk needs the xpk CLI")
+    proc = cli("-m", "hydra/launcher=xpk", "train.seed=0,1", cwd=tmp_path,
+               env={"RLEXP_XPK_BIN": str(tmp_path / "no-such-xpk")})
+    one_line_exit_2(proc, "hydra/launcher=xpk needs the xpk CLI")
 
 
 def test_n_jobs_0_exits_2_without_a_parent_run(tmp_path):
-    proc = _cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "train.seed=0,1",
-                cwd=tmp_path)
-    _one_line_exit_2(proc, "hydra.launcher.n_jobs=0")
+    proc = cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "train.seed=0,1",
+               cwd=tmp_path)
+    one_line_exit_2(proc, "hydra.launcher.n_jobs=0")
     assert not (tmp_path / "outputs").exists()  # no store, so no FAILED parent either
 
 
 def test_multirun_dry_run_writes_nothing(tmp_path):
-    proc = _cli("-m", "algo.beta=0,0.04,0.08", "algo.num_generations=2,4", "run.dry_run=true",
-                cwd=tmp_path)
+    proc = cli("-m", "algo.beta=0,0.04,0.08", "algo.num_generations=2,4", "run.dry_run=true",
+               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "a sweep of 6 job(s)" in proc.stdout and proc.stdout.count("rlexp plan") == 6
     assert not (tmp_path / "outputs").exists()  # no job dirs, no multirun.yaml, no store
@@ -175,7 +168,7 @@ def test_multirun_dry_run_writes_nothing(tmp_path):
 
 def test_optuna_dry_run_writes_nothing(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    proc = _cli("+sweep=optuna", "run.dry_run=true", cwd=tmp_path)
+    proc = cli("+sweep=optuna", "run.dry_run=true", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "No trials are completed yet" not in proc.stdout + proc.stderr
     assert "chosen by the sweeper at run time" in proc.stdout
@@ -183,8 +176,8 @@ def test_optuna_dry_run_writes_nothing(tmp_path):
 
 
 def test_single_dry_run_writes_nothing_and_masks_the_uri(tmp_path):
-    proc = _cli("run.dry_run=true", "tracker.uri=http://alice:Hidden1234@127.0.0.1:1/",
-                cwd=tmp_path)
+    proc = cli("run.dry_run=true", "tracker.uri=http://alice:Hidden1234@127.0.0.1:1/",
+               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Hidden1234" not in proc.stdout + proc.stderr
     assert "http://alice:***@127.0.0.1:1/" in proc.stdout
@@ -193,12 +186,12 @@ def test_single_dry_run_writes_nothing_and_masks_the_uri(tmp_path):
 
 def test_dry_run_without_model_path_fails_like_the_real_run(tmp_path):
     """The plan is still printed (memory planning needs no weights), then exit 2."""
-    proc = _cli("model=qwen3-0.6b", "run.dry_run=true", "train.micro_batch_size=1", cwd=tmp_path)
+    proc = cli("model=qwen3-0.6b", "run.dry_run=true", "train.micro_batch_size=1", cwd=tmp_path)
     assert proc.returncode == 2 and "rlexp plan" in proc.stdout, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "model=qwen3-0.6b needs model.path" in lines[0]
     assert not (tmp_path / "outputs").exists()
-    proc = _cli("model=smollm2-135m", "run.dry_run=true", cwd=tmp_path)  # packaged weights
+    proc = cli("model=smollm2-135m", "run.dry_run=true", cwd=tmp_path)  # packaged weights
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 

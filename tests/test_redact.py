@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from rlexp.base.events import RunInfo
 from rlexp.base.redact import MASK, is_secret_key, redact_params, redact_text, scrub_run_dir
 from rlexp.tracking import prepare_store
 from rlexp.tracking.listener import MlflowListener
+from helpers import cli
 
 TOKEN = "hf_PlantedTokenValue123456"
 API_KEY = "sk-planted-api-key-987654"
@@ -176,9 +176,6 @@ def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
     emulated 4-device v5p-8 profile (platform setup for multiruns). None of the values may be
     anywhere under the output dirs, in the store (db, artifacts, params, tags) or on the
     console; the URI still works; ordinary metric names are not masked; no noise lines."""
-    import subprocess
-    import sys
-
     from mlflow import MlflowClient
     from test_tracking_server import Server
 
@@ -187,14 +184,13 @@ def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
     server = Server(tmp_path / "store" / "mlflow.db", free_port()).start()
     try:
         uri = server.url.replace("http://", f"http://alice:{URI_PASSWORD}@")
-        proc = subprocess.run(
-            [sys.executable, "-m", "rlexp", "-m", "train.seed=0,1", "hardware=v5p-8",
-             "hardware.emulate=true", "train.steps=1", "train.batch_size=4", "eval.pass_k=1",
-             "eval.num_samples=4", "dataset.num_eval=4", "model.warm_start_steps=0",
-             f"tracker.uri={uri}", f"+hydra.job.env_set.HF_TOKEN={ENV_SET_TOKEN}",
-             f"+hydra.job.env_set.DATA_URL='https://data.invalid/d.jsonl?sig={QUERY_SIG}&v=1'"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=900,
-            env={**os.environ, "WANDB_API_KEY": ENV_VAR_KEY, "MLFLOW_TRACKING_URI": ""})
+        proc = cli(
+            "-m", "train.seed=0,1", "hardware=v5p-8", "hardware.emulate=true", "train.steps=1",
+            "train.batch_size=4", "eval.pass_k=1", "eval.num_samples=4", "dataset.num_eval=4",
+            "model.warm_start_steps=0", f"tracker.uri={uri}",
+            f"+hydra.job.env_set.HF_TOKEN={ENV_SET_TOKEN}",
+            f"+hydra.job.env_set.DATA_URL='https://data.invalid/d.jsonl?sig={QUERY_SIG}&v=1'",
+            cwd=tmp_path, timeout=900, env={"WANDB_API_KEY": ENV_VAR_KEY})
         console = proc.stdout + proc.stderr
         assert proc.returncode == 0, console[-3000:]
         client = MlflowClient(server.url)  # the same store, reached without credentials
@@ -231,13 +227,8 @@ def test_no_credential_reaches_disk_store_or_console_in_a_real_sweep(tmp_path):
 def test_cfg_job_prints_the_config_without_credentials(tmp_path):
     """`python -m rlexp --cfg job` prints the composed config; the tracking URI's password and
     a secret-named key's value are masked there too, the rest is printed as composed."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlexp", "--cfg", "job",
-         "tracker.uri=http://alice:s3cretpw@mlflow.example:5000", "+tracker.tags.api_key=abc123xyz"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = cli("--cfg", "job", "tracker.uri=http://alice:s3cretpw@mlflow.example:5000",
+               "+tracker.tags.api_key=abc123xyz", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "s3cretpw" not in proc.stdout and "abc123xyz" not in proc.stdout
     assert f"uri: http://alice:{MASK}@mlflow.example:5000" in proc.stdout

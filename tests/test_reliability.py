@@ -1,11 +1,15 @@
-"""Reliability without training: the run/sweep-dir lock, damaged tracking state, one MLflow
-run per run dir, summary fields, keep-N pruning. Fast: no JAX compile (the `python -m rlexp`
-commands here stop at the lock, before anything is built)."""
+"""Reliability. Fast, without training (no JAX compile: the `python -m rlexp` commands stop at
+the lock or at pre-flight): the run/sweep-dir lock, damaged tracking state, one MLflow run per
+run dir, summary fields, keep-N pruning, bad paths refused before anything is written.
+Slow, with real `python -m rlexp` runs: SIGKILL and SIGTERM mid-run, rerun the same command,
+nothing lost or doubled (one warm-start cache shared between them keeps each run short)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,11 +20,11 @@ import pytest
 from mlflow import MlflowClient
 
 from rlexp.base.errors import UserError
-from rlexp.base.events import RunInfo
 from rlexp.base.lock import LOCK_FILE, Busy, DirLock
 from rlexp.tracking import prepare_store, run_id
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import LINK_FILE, SPOOL_FILE, Spool
+from helpers import cli, cli_env, crash, history, info, metrics, one_line_exit_2
 
 # A process that takes a dir's lock the way a running job does, says so, then sleeps.
 HOLDER = ("import sys, time; from rlexp.base.lock import DirLock; "
@@ -43,25 +47,6 @@ def holder():
     for proc in procs:
         proc.kill()
         proc.wait()
-
-
-def info(run_dir: Path, start_step: int = 0) -> RunInfo:
-    return RunInfo(name="run", run_dir=run_dir, params={"algo.beta": 0.04}, tags={"algo": "grpo"},
-                   start_step=start_step, total_steps=8, extra={})
-
-
-def metrics(step: int, offset: float = 0.0) -> dict[str, float]:
-    return {"train/loss": step + offset, "train/reward_mean": step / 10 + offset}
-
-
-def crash(listener: MlflowListener) -> None:
-    """The process dies: no on_run_end; its writer thread and its lock go with it."""
-    listener._stop_writer()
-    listener._release_lock()
-
-
-def history(client: MlflowClient, rid: str, name: str = "train/loss") -> list[int]:
-    return sorted(m.step for m in client.get_metric_history(rid, name))
 
 
 def runs_of(client: MlflowClient, experiment: str) -> list:
@@ -98,12 +83,9 @@ def test_second_identical_command_exits_2_before_touching_anything(tmp_path, hol
     proc = holder(run_dir)  # the first command, running in this dir
     (run_dir / "tracking_spool.jsonl").write_text("")  # what the first one already wrote
     before = _listing(run_dir)
-    second = subprocess.run(
-        [sys.executable, "-m", "rlexp", f"hydra.run.dir={run_dir}", "train.steps=2",
-         "run.progress=false"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 2, second.stderr[-2000:]
-    lines = [line for line in second.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"pid {proc.pid}" in lines[0] and "Traceback" not in second.stderr
+    second = cli(f"hydra.run.dir={run_dir}", "train.steps=2", "run.progress=false",
+                 cwd=tmp_path, timeout=300)
+    one_line_exit_2(second, f"pid {proc.pid}")
     after = _listing(run_dir)
     # Hydra rewrites its own .hydra files and log before the job runs; rlexp writes nothing
     rlexp_files = {k: v for k, v in after.items()
@@ -117,13 +99,9 @@ def test_second_identical_command_exits_2_before_touching_anything(tmp_path, hol
 def test_second_identical_sweep_exits_2_before_any_job(tmp_path, holder):
     sweep_dir = tmp_path / "outputs" / "sweeps" / "same"
     proc = holder(sweep_dir)  # the first sweep, running
-    second = subprocess.run(
-        [sys.executable, "-m", "rlexp", "-m", f"hydra.sweep.dir={sweep_dir}",
-         "train.steps=1,2", "run.progress=false", "tracker=none"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 2, second.stderr[-2000:]
-    lines = [line for line in second.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"pid {proc.pid}" in lines[0], second.stderr[-2000:]
+    second = cli("-m", f"hydra.sweep.dir={sweep_dir}", "train.steps=1,2", "run.progress=false",
+                 "tracker=none", cwd=tmp_path, timeout=300)
+    one_line_exit_2(second, f"pid {proc.pid}")
     assert [p.name for p in sweep_dir.iterdir()] == [LOCK_FILE]  # no job dir, no parent run
 
 
@@ -361,3 +339,187 @@ def test_warm_start_cache_keeps_the_entries_used_last(tmp_path):
     removed = prune_cache(tmp_path, keep=2, protect=tmp_path / "b")
     assert sorted(p.name for p in removed) == ["c", "dead"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "d", "writing"]
+
+
+# ------------------------------------------------------------------- bad input, non-finite
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (["dataset=gsm8k", "dataset.path=/nonexistent/gsm8k.jsonl"], "dataset.path"),
+    (["model=qwen3-0.6b", "model.path=/nonexistent/qwen"], "model.path"),
+])
+def test_bad_paths_exit_2_and_leave_nothing(tmp_path, bad, needle):
+    proc = cli(*bad, cwd=tmp_path, env={"HF_DATASETS_OFFLINE": "1"}, timeout=300)
+    one_line_exit_2(proc, needle)
+    runs = tmp_path / "outputs" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+    db = tmp_path / "outputs" / "mlflow.db"
+    if db.exists():  # the store may exist, but holds no run of this command
+        client = MlflowClient(f"sqlite:///{db}")
+        assert not client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def test_check_finite_names_the_bad_metric():
+    from rlexp.job.loop import NonFinite, check_finite
+
+    check_finite(3, {"train/loss": 0.5, "train/reward_mean": 1.0})
+    with pytest.raises(NonFinite, match=r"step 3: train/loss=inf"):
+        check_finite(3, {"train/loss": math.inf, "train/reward_mean": 1.0})
+    with pytest.raises(NonFinite, match="train/reward/format_exact=nan"):
+        check_finite(3, {"train/reward/format_exact": math.nan})
+
+
+# ------------------------------------------------------- real runs killed and rerun (slow)
+
+SMALL = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
+         "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _overrides(cache: Path, *extra: str) -> list[str]:
+    return [*SMALL, f"run.cache_dir={cache}", *extra]
+
+
+def _rerun(cwd: Path, overrides: list[str]) -> subprocess.CompletedProcess:
+    proc = cli(*overrides, cwd=cwd, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _run_dir(cwd: Path) -> Path:
+    (run,) = (cwd / "outputs" / "runs").iterdir()
+    return run
+
+
+def _step(cwd: Path) -> int:
+    try:
+        return json.loads(next((cwd / "outputs" / "runs").glob("*/progress.json")).read_text())["step"]
+    except (StopIteration, OSError, ValueError):
+        return -1
+
+
+def _start_and_signal(cwd: Path, overrides: list[str], at_step: int, sig: int) -> tuple[int, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp", *overrides], cwd=cwd, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while _step(cwd) < at_step:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "the run never reached the step"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
+def _tracked(run_dir: Path) -> tuple[MlflowClient, str]:
+    """The store and MLflow run a run dir's tracking.json names."""
+    link = json.loads((run_dir / LINK_FILE).read_text())
+    return MlflowClient(link["uri"]), link["run_id"]
+
+
+@pytest.mark.slow
+def test_sigkill_after_step_6_then_rerun_logs_every_step_once(tmp_path, cache_dir):
+    overrides = _overrides(cache_dir, "train.steps=12", "train.checkpoint_every=4")
+    code, out = _start_and_signal(tmp_path, overrides, 6, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    run_dir = _run_dir(tmp_path)
+    _, first_id = _tracked(run_dir)
+
+    _rerun(tmp_path, overrides)
+    client, rid = _tracked(run_dir)
+    assert rid == first_id
+    assert history(client, rid) == list(range(1, 13))  # 12 consecutive steps, each exactly once
+    evals = history(client, rid, "eval/accuracy")
+    assert evals == sorted(set(evals)) and evals[0] == 0 and evals[-1] == 12
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "FINISHED" and summary["steps_done"] == 12
+    assert summary["resumed_from_step"] >= 4
+    assert client.get_run(rid).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_sigkill_without_checkpoints_restarts_the_same_mlflow_run(tmp_path, cache_dir):
+    """train.checkpoint_every=0: nothing to resume from, so the rerun trains from step 0 again,
+    in the same MLflow run (one run per run dir), and logs no step twice (the same rule as
+    test_crash_before_the_first_checkpoint_keeps_one_run, through a real killed process)."""
+    overrides = _overrides(cache_dir, "train.steps=8", "train.checkpoint_every=0",
+                           "tracker.flush_every_s=0.05")
+    code, _ = _start_and_signal(tmp_path, overrides, 4, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    run_dir = _run_dir(tmp_path)
+    _, first_id = _tracked(run_dir)
+    rerun = _rerun(tmp_path, overrides)
+    assert "restarts from step 0 in the same MLflow run" in rerun.stdout
+    client, rid = _tracked(run_dir)
+    assert rid == first_id and history(client, rid) == list(range(1, 9))
+    assert len(client.search_runs([client.get_run(rid).info.experiment_id])) == 1
+    assert client.get_run(rid).info.status == "FINISHED"
+
+
+def _corrupt(checkpoint: Path) -> None:
+    for f in checkpoint.rglob("*"):
+        if f.is_file() and "model_params" in str(f):
+            f.write_bytes(b"\0garbage")
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_marks_killed_and_resumes_past_a_corrupt_checkpoint(tmp_path, cache_dir):
+    overrides = _overrides(cache_dir, "train.steps=8", "train.checkpoint_every=2")
+    code, out = _start_and_signal(tmp_path, overrides, 3, signal.SIGTERM)
+    assert code != 0, out[-2000:]
+    run_dir = _run_dir(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "KILLED" and "SIGTERM" in summary["error"]
+    client, rid = _tracked(run_dir)
+    assert client.get_run(rid).info.status == "KILLED"
+    steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+    stopped_at = max(steps)
+    assert summary["steps_done"] == stopped_at  # "killed after N steps", not "?"
+    assert stopped_at >= 3  # saved at the step boundary where SIGTERM was seen
+    _corrupt(run_dir / "checkpoints" / str(stopped_at))
+
+    rerun = _rerun(tmp_path, overrides)
+    assert "unusable" in rerun.stdout + rerun.stderr  # the corrupt one: skipped with a warning
+    client, rid = _tracked(run_dir)
+    assert history(client, rid) == list(range(1, 9))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "FINISHED" and summary["resumed_from_step"] < stopped_at
+    assert client.get_run(rid).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cache_dir, monkeypatch):
+    import importlib
+
+    from rlexp.launch.preflight import preflight
+    from rlexp.job.experiment import JobContext, run
+
+    monkeypatch.chdir(tmp_path)
+    (cfg,) = preflight(_overrides(cache_dir, "train.steps=4", "train.checkpoint_every=2")).jobs
+    calls: list[int] = []
+
+    def nan_after_probe(prompts, completions, answers, **_):
+        # Finite when build() probes it (a NaN there is refused at start), NaN mid-run.
+        calls.append(len(completions))
+        return [0.0 if len(calls) == 1 else math.nan for _ in completions]
+
+    # patched where the config names it (rlexp.rewards re-exports rlexp.data.rewards' function)
+    (target,) = [f._target_ for f in cfg.reward.functions if f.name == "answer_close"]
+    module, name = target.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(module), name, nan_after_probe)
+    run_dir = tmp_path / "outputs" / "runs" / "nan"
+    run_dir.mkdir(parents=True)
+    job = JobContext(run_dir=run_dir, name="nan", choices={}, overrides=[])
+    with pytest.raises(SystemExit) as stopped:
+        run(cfg, job)
+    assert stopped.value.code == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "FAILED" and "nan" in summary["error"]
+    assert "train/reward/answer_close" in summary["error"]
+    assert (run_dir / "checkpoints" / "0").is_dir()  # the last good checkpoint is kept
+    client, rid = _tracked(run_dir)
+    assert client.get_run(rid).info.status == "FAILED"

@@ -114,22 +114,18 @@ def numpy_greedy(w: dict, ids: list[int], cfg: dict, steps: int, eos: int) -> li
     return out
 
 
-def _rlexp_model(path):
-    """The converted checkpoint through rlexp.engine.tunix_models.build_model (model=smollm2-135m)."""
-    from hydra import compose, initialize_config_dir
-
-    from rlexp.config.schema import to_config
+def _rlexp_model(compose_config, path):
+    """The converted checkpoint through rlexp.engine.tunix_models.build_model (model=smollm2-135m);
+    compose_config: conftest's fixture."""
     from rlexp.engine import tunix_models as engine_models
-    from rlexp.config.paths import conf_dir
 
-    with initialize_config_dir(str(conf_dir()), version_base="1.3"):
-        cfg = to_config(compose("config", overrides=["model=smollm2-135m", f"model.path={path}"]))
+    cfg = compose_config("model=smollm2-135m", f"model.path={path}")
     hf = json.loads((path / "config.json").read_text())
     return engine_models.build_model(cfg.model, mesh=None, seed=0), hf
 
 
 @pytest.mark.slow
-def test_greedy_completion_through_tunix_matches_numpy(converted):
+def test_greedy_completion_through_tunix_matches_numpy(converted, compose_config):
     import jax.numpy as jnp
     from safetensors.numpy import load_file
     from transformers import AutoTokenizer
@@ -138,7 +134,7 @@ def test_greedy_completion_through_tunix_matches_numpy(converted):
     tok = AutoTokenizer.from_pretrained(str(converted), local_files_only=True)
     text = tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False,
                                    add_generation_prompt=True)
-    model, hf = _rlexp_model(converted)
+    model, hf = _rlexp_model(compose_config, converted)
     weights = load_file(str(converted / "model.safetensors"))
     sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
         cache_size=128, num_layers=hf["num_hidden_layers"],

@@ -4,9 +4,7 @@ offline), and fsspec URLs (a memory filesystem standing in for gs://, same copy 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from rlexp.inputs import model_files, sources
 from rlexp.config.schema import ModelConfig
 from rlexp.base.errors import UserError
+from helpers import cli
 
 REPO = Path(__file__).resolve().parents[1]
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -141,12 +140,10 @@ def test_gs_without_gcsfs_names_the_extra(tmp_path):
 
 
 def _dry_run(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rlexp", "model=qwen3-0.6b", "model.path=Qwen/Qwen3-0.6B",
-         "run.dry_run=true", "tracker=none",
-         # the memory plan of the cpu profile is not what this test is about
-         "train.micro_batch_size=1"],
-        cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    return cli("model=qwen3-0.6b", "model.path=Qwen/Qwen3-0.6B", "run.dry_run=true",
+               "tracker=none",
+               # the memory plan of the cpu profile is not what this test is about
+               "train.micro_batch_size=1", cwd=cwd, env=env)
 
 
 def test_cli_dry_run_hub_id_offline(tmp_path):

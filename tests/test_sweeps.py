@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 from omegaconf import OmegaConf
 
-from rlexp.config.schema import Config, to_config
-from rlexp.config.paths import conf_dir, sweeps_dir
+from rlexp.config.convert import to_config
+from rlexp.config.schema import Config
+from rlexp.config.paths import sweeps_dir
 from rlexp.planning.plan import make_plan
+from helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted(p.stem for p in (sweeps_dir() or ROOT / "sweeps").glob("*.yaml"))
@@ -36,14 +35,6 @@ TINY = ["train.steps=2", "train.batch_size=2", "eval.num_samples=4", "dataset.nu
         "eval.pass_k=1"]
 # Sweeps whose swept keys only act off-policy: they must set algo.num_iterations >= 2.
 OFF_POLICY = {"epsilon", "grpo_vs_gspo", "grid", "optuna"}
-
-
-@pytest.fixture()
-def hydra_conf():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(conf_dir()), version_base="1.3", job_name="test_sweeps"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 def _sweep_config(name: str, extra: list[str] = ()):
@@ -194,10 +185,8 @@ def test_optuna_sweep_maximizes_accuracy(hydra_conf):
 def test_real_multirun_takes_the_command_line_value(tmp_path):
     """The CLI value replaces the sweep file's list, in the jobs a dry run lists (a dry run
     expands the sweep in pre-flight and launches nothing, so no dirs or MLflow runs)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "rlexp", "+sweep=beta", "algo.beta=0.5,0.7", "run.dry_run=true",
-         "tracker=none", f"hydra.sweep.dir={tmp_path}/sweep", *TINY],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = cli("+sweep=beta", "algo.beta=0.5,0.7", "run.dry_run=true", "tracker=none",
+               f"hydra.sweep.dir={tmp_path}/sweep", *TINY, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     launched = re.findall(r"#\d+ : (.*)", proc.stdout + proc.stderr)
     assert len(launched) == 2, proc.stdout + proc.stderr

@@ -18,35 +18,12 @@ from omegaconf import OmegaConf
 
 from rlexp.config.schema import Config
 from rlexp.base.errors import UserError
-from rlexp.base.events import RunInfo
 from rlexp.tracking import default_uri, make_listener, parent_run_id, prepare_store, run_id
 from rlexp.tracking.callback import SweepCallback, parent_status
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import SPOOL_FILE
 from rlexp.tracking.sync import sync
-
-METRICS = ["train/reward_mean", "train/loss", "train/kl", "train/clip_fraction",
-           "time/step_s", "throughput/tokens_per_s"] + [f"train/reward/fn{i}" for i in range(14)]
-
-
-def metrics(step: int, offset: float = 0.0) -> dict[str, float]:
-    return {name: step + i / 100 + offset for i, name in enumerate(METRICS)}
-
-
-def info(run_dir: Path, name: str = "run", start_step: int = 0, **extra) -> RunInfo:
-    return RunInfo(name=name, run_dir=run_dir, params={"algo.beta": 0.04, "algo.name": "grpo"},
-                   tags={"algo": "grpo"}, start_step=start_step, total_steps=8, extra=extra)
-
-
-def crash(listener: MlflowListener) -> None:
-    """The process dies: no on_run_end; its writer thread and its lock go with it."""
-    listener._stop_writer()
-    listener._release_lock()
-
-
-def history(client: MlflowClient, rid: str, name: str) -> list[int]:
-    return sorted(m.step for m in client.get_metric_history(rid, name))
-
+from helpers import METRICS, crash, history, info, metrics
 
 def test_simulated_run_lands_in_store(uri, client, tmp_path):
     run_dir = tmp_path / "run"

@@ -7,21 +7,19 @@ the fast tier, with the name in the message, instead of silently in a training s
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 import rlexp
+from conftest import require
 
 SRC = Path(rlexp.__file__).resolve().parent
 ENGINE = SRC / "engine"
 
-if importlib.util.find_spec("tunix") is None:  # pragma: no cover - the setup installs it
-    if os.environ.get("CI") == "true":
-        pytest.fail("tunix is not installed: run `bash scripts/setup --test`", pytrace=False)
-    pytest.skip("tunix is not installed (bash scripts/setup --test)", allow_module_level=True)
+require(importlib.util.find_spec("tunix") is not None, "tunix is not installed",
+        "bash scripts/setup --test")
 
 from rlexp.engine import tunix_names  # noqa: E402
 

@@ -8,13 +8,13 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rlexp.launch.preflight import preflight
 from rlexp.base.errors import UserError
+from helpers import cli
 
 PACKAGE = "myrl_e12_user"
 ALGOS = """
@@ -105,11 +105,10 @@ reward:
     return tmp_path
 
 
-def _cli(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(cwd / "pkg"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def _user_cli(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    """helpers.cli with the user's package (cwd/pkg) importable, as if installed."""
+    path = os.pathsep.join([str(cwd / "pkg"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return cli(*args, cwd=cwd, env={"PYTHONPATH": path}, timeout=timeout)
 
 
 def test_config_dir_experiment_and_dataset_compose_and_are_typed(user, monkeypatch):
@@ -159,7 +158,7 @@ def test_typo_in_a_reward_entry_names_the_entry_keys():
 
 
 def test_user_options_appear_in_help(user):
-    proc = _cli("--config-dir", "conf", "--help", cwd=user)
+    proc = _user_cli("--config-dir", "conf", "--help", cwd=user)
     assert proc.returncode == 0, proc.stderr
     options = {line.split(":")[0].strip(): line.split(":", 1)[1].split(", ")
                for line in proc.stdout.splitlines()
@@ -174,7 +173,7 @@ def test_user_options_appear_in_help(user):
     ("bad_length", "returned 1 values for 3 completions"),
 ])
 def test_bad_reward_target_exits_2_with_one_line_and_no_run(user, experiment, needle):
-    proc = _cli("--config-dir", "conf", f"experiment={experiment}", cwd=user)
+    proc = _user_cli("--config-dir", "conf", f"experiment={experiment}", cwd=user)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
@@ -196,8 +195,8 @@ def test_algorithm_family_is_one_sweep():
 def test_user_experiment_runs_dapo_and_dr_grpo_with_its_reward_logged(user):
     """The acceptance run: user config dir + package + data, 3 steps, one sweep over DAPO and
     Dr.GRPO (both jobs in one process, so JAX starts once)."""
-    proc = _cli("--config-dir", "conf", "-m", "experiment=mine", "algo=dapo,dr_grpo",
-                cwd=user, timeout=900)
+    proc = _user_cli("--config-dir", "conf", "-m", "experiment=mine", "algo=dapo,dr_grpo",
+                     cwd=user, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = [json.loads(p.read_text()) for p in (user / "outputs").rglob("summary.json")
                  if p.parent.name != p.parents[1].name]

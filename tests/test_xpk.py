@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from conftest import require
+from helpers import cli
 from hydra_plugins.rlexp_xpk_launcher import commands as xc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +36,8 @@ def find_xpk() -> str | None:
 @pytest.fixture(scope="module")
 def xpk_bin() -> str:
     found = find_xpk()
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("xpk is not installed in CI (pip install xpk, or RLEXP_XPK_BIN=<path>)")
-        pytest.skip("xpk not installed (pip install xpk, or RLEXP_XPK_BIN=<path>)")
+    require(found is not None, "xpk is not installed (nor is $RLEXP_XPK_BIN set)",
+            "bash scripts/setup")
     return found
 
 
@@ -97,10 +97,8 @@ def test_argv_create_vs_pathways_and_dry_run():
 
 def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300,
          env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RLEXP_XPK_BIN": xpk, "HYDRA_FULL_ERROR": "0", **(env or {})}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    """helpers.cli with this xpk binary."""
+    return cli(*args, cwd=cwd, env={"RLEXP_XPK_BIN": xpk, **(env or {})}, timeout=timeout)
 
 
 # Never contacted (a dry run creates no MLflow run); its password is never printed.

