@@ -71,11 +71,9 @@ def _cfg(steps=20, every=1, **early) -> Config:
 
 
 def _run(cfg, curve, tmp_path, monkeypatch, stops=None, step_fn=lambda: None):
-    import rlexp.job.evaluate
-    from rlexp.job import loop
-    from rlexp.job import stopping
+    from rlexp.job import loop, stopping
 
-    monkeypatch.setattr(rlexp.job.evaluate, "evaluate", fake_evaluate)
+    monkeypatch.setattr(loop, "evaluate", fake_evaluate)  # the name the loop calls
     engine = FakeEngine(cfg, curve=curve, step_fn=step_fn)
     rec = Recorder()
     stops = stops or stopping.build(cfg.train.early_stop, cfg.train.prune, None, "job")

@@ -9,19 +9,22 @@ import hydra
 from omegaconf import DictConfig
 
 from rlexp.base.errors import UserError, fail
+from rlexp.base.redact import RedactedStream, install_log_redaction
+from rlexp.config.convert import to_config
 from rlexp.config.paths import conf_dir
+from rlexp.job import experiment
+from rlexp.job.console import quiet_third_party
+from rlexp.launch import dry_run, fast_start, preflight
+from rlexp.planning.hardware import setup_platform
 
 log = logging.getLogger("rlexp")
 
 
 def _task(cfg: DictConfig) -> float | None:
-    from rlexp.job import experiment
-    from rlexp.config.convert import to_config
 
     job = experiment.JobContext.from_hydra()
     try:
         config = to_config(cfg)
-        from rlexp.planning.hardware import setup_platform
 
         setup_platform(config.hardware)  # a no-op when pre-flight set it for the whole command
     except UserError as exc:
@@ -32,13 +35,10 @@ def _task(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    from rlexp.launch import dry_run, fast_start, preflight
 
     argv = sys.argv[1:]
-    from rlexp.job.console import quiet_third_party
 
     quiet_third_party()  # before MLflow is imported: it reads its log level once
-    from rlexp.base.redact import install_log_redaction
 
     install_log_redaction()  # Hydra logs each job's overrides (tracker.uri=... included)
     fast_start.start_fork_server_early(argv)
@@ -56,11 +56,9 @@ def main() -> None:
         preflight.before_launch(pre)
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
     if pre is not None and pre.print_only:  # --cfg prints the composed config: no credentials
-        from rlexp.base.redact import RedactedStream
 
         sys.stdout = RedactedStream(sys.stdout)
     app()
-
 
 if __name__ == "__main__":
     main()

@@ -18,8 +18,11 @@ from typing import Callable
 
 import numpy as np
 
+from rlexp.algo import variants
 from rlexp.algo.advantages import group_advantages
 from rlexp.algo.choices import RATIO_LEVELS, TUNIX_LOSS_ALGOS
+from rlexp.base.errors import UserError
+from rlexp.base.plugins import resolve
 
 Advantages = Callable[[np.ndarray, int, str], np.ndarray]
 
@@ -53,7 +56,6 @@ class Algorithm:
 @lru_cache(maxsize=None)
 def algorithms() -> dict[str, Algorithm]:
     """Every ALGORITHM of rlexp.algo.variants, by name."""
-    from rlexp.algo import variants
 
     found: dict[str, Algorithm] = {}
     for info in pkgutil.iter_modules(variants.__path__):
@@ -68,8 +70,6 @@ def get(name: str) -> Algorithm:
     """A shipped algorithm by name, or a user's by dotted path ('mypkg.algos.RLOO')."""
     if name in algorithms():
         return algorithms()[name]
-    from rlexp.base.errors import UserError
-    from rlexp.base.plugins import resolve
 
     found = resolve(name, "algo.name", want_callable=False)
     if not isinstance(found, Algorithm):

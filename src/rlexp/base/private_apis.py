@@ -19,10 +19,14 @@ This module is also the one place that calls Python's own private exit functions
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib
 import importlib.util
 import inspect
+import platform
+import threading
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 
@@ -53,7 +57,6 @@ class PrivateApi:
 
     def label(self) -> str:
         return f"{self.owner.replace(':', '.')}.{self.name}"
-
 
 _PYTHON = "3.11.7"
 _HYDRA = "1.3.8"
@@ -121,8 +124,6 @@ def finish_like_the_interpreter() -> None:
     """The start of Python's own shutdown, by the same calls: threading's exit callbacks and
     a join of the non-daemon threads, then every atexit handler. rlexp.base.runtime.exit_now
     then flushes and leaves with os._exit, skipping the rest (the teardown)."""
-    import atexit
-    import threading
 
     threading._shutdown()
     atexit._run_exitfuncs()
@@ -198,8 +199,6 @@ def problems() -> list[str]:
 
 
 def installed_version(library: str) -> str:
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
 
     if library == "python":
         return platform.python_version()

@@ -66,8 +66,10 @@ _ASSIGNMENT = re.compile(r"(?P<key>[+~]{0,2}[A-Za-z_][\w.\-/]*)(?P<sep>=|:(?!//)
 _AUTH_SCHEME = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization\s*[:=]\s*(?:[A-Za-z]+\s+)?"
                           r"|\bBearer\s+)(?P<value>[^\s'\",;]{6,})")
 
+
 def _words(name: str) -> list[str]:
     return [w for w in _SPLIT.split(_CAMEL.sub("_", name).lower()) if w]
+
 
 def is_secret_key(key: str) -> bool:
     """True for HF_TOKEN, tracker.api_key, db_password, mySecret, X-Amz-Signature, passkey;
@@ -80,6 +82,7 @@ def is_secret_key(key: str) -> bool:
         return True
     return words[-1] in SECRET_WORDS or tuple(words[-2:]) in SECRET_PAIRS
 
+
 def _mask_query(query: str, found: set[str] | None) -> str:
     parts = []
     for item in query.split("&"):
@@ -90,6 +93,7 @@ def _mask_query(query: str, found: set[str] | None) -> str:
             value = MASK
         parts.append(f"{name}{sep}{value}")
     return "&".join(parts)
+
 
 def redact_uri(uri: str, found: set[str] | None = None) -> str:
     """Mask the credentials of every URI in `uri` (userinfo, secret query parameters);
@@ -114,6 +118,7 @@ def redact_uri(uri: str, found: set[str] | None = None) -> str:
 
     return _URI.sub(one, uri)
 
+
 def secret_values(argv: Iterable[str] | None = None) -> set[str]:
     """Values to hide: secret-named env vars, secret-named `key=value` arguments and the
     credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...)."""
@@ -131,6 +136,7 @@ def secret_values(argv: Iterable[str] | None = None) -> set[str]:
             redact_uri(arg, found)
     return {v for v in found if len(v) >= MIN_SECRET_LEN}
 
+
 def redact_text(text: str, extra: Iterable[str] = (), values: set[str] | None = None) -> str:
     """Mask URI credentials, secret-named assignments and known secret values in `text`;
     `values` = secret_values() computed by the caller (it scans the environment)."""
@@ -147,6 +153,7 @@ def redact_text(text: str, extra: Iterable[str] = (), values: set[str] | None = 
     text = _AUTH_SCHEME.sub(lambda m: f"{m['head']}{MASK}", text)
     return _ASSIGNMENT.sub(mask, text)
 
+
 class RedactedStream:
     """A text stream that masks secrets in what is written to it (`--cfg job` prints the
     composed config, tracker.uri credentials and secret-named keys included)."""
@@ -162,11 +169,13 @@ class RedactedStream:
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, ...
         return getattr(self.stream, name)
 
+
 def redact_value(key: str, value: Any, values: set[str] | None = None) -> Any:
     """One param: masked when its key is secret; strings also scrubbed of secret values."""
     if is_secret_key(key) and value not in (None, ""):
         return MASK
     return redact_text(value, values=values) if isinstance(value, str) else value
+
 
 def redact_obj(obj: Any, key: str = "", values: set[str] | None = None) -> Any:
     """A JSON-like tree (summary, eval samples, a dataset's rows) with secrets masked at
@@ -179,10 +188,12 @@ def redact_obj(obj: Any, key: str = "", values: set[str] | None = None) -> Any:
     return redact_value(key, obj, values) if key else (
         redact_text(obj, values=values) if isinstance(obj, str) else obj)
 
+
 def redact_params(flat: dict[str, Any]) -> dict[str, Any]:
     """Flattened config {dotted key: value} -> the same with secrets masked."""
     values = secret_values()
     return {k: redact_value(k, v, values) for k, v in flat.items()}
+
 
 def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:
     """Values of secret-named keys, `k=v` strings and URI credentials in a loaded YAML tree."""
@@ -199,6 +210,7 @@ def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:
             if is_secret_key(m["key"]):
                 found.add(m["value"])
         redact_uri(node, found)
+
 
 def scrub_files(paths: Iterable[Path]) -> None:
     """Rewrite YAML files Hydra saved so no secret value persists on disk (atomic, in place)."""
@@ -221,10 +233,12 @@ def scrub_files(paths: Iterable[Path]) -> None:
             tmp.write_text(scrubbed)
             tmp.replace(path)
 
+
 def scrub_run_dir(run_dir: Path) -> None:
     """Hydra's saved config files of one run (<run dir>/.hydra/*.yaml)."""
     hydra_dir = Path(run_dir) / ".hydra"
     scrub_files(hydra_dir / name for name in HYDRA_FILES)
+
 
 def scrub_sweep_dir(sweep_dir: Path) -> None:
     """The sweep's multirun.yaml (it keeps `+hydra.job.env_set.HF_TOKEN=...` in clear)."""
@@ -234,6 +248,7 @@ try:  # a Hydra callback, listed in conf/config.yaml; hydra is always installed 
     from hydra.experimental.callback import Callback as _HydraCallback
 except ImportError:  # pragma: no cover
     _HydraCallback = object  # type: ignore[assignment,misc]
+
 
 class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
     """Masks secrets in the files Hydra writes, right after it writes them: a job's .hydra/

@@ -12,9 +12,13 @@ interpreter's own teardown (module dicts, a last full collection, XLA's objects)
 from __future__ import annotations
 
 import gc
+import importlib
 import os
+import sys
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
+
+from rlexp.base.private_apis import finish_like_the_interpreter
 
 # The off-switch of every shortcut that only makes a start, a sweep or an exit shorter:
 # RLEXP_FAST_START=0 (README.md, "Engine and speed").
@@ -29,7 +33,6 @@ def fast_start_enabled() -> bool:
     basic sweeper composes each job again. Results are the same either way; read here only,
     each time it is asked (workers inherit the environment)."""
     return os.environ.get(FAST_START_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
 
 # Task-override sets of the jobs pre-flight composed and checked in this process (written by
 # rlexp.launch.preflight, read by hydra_plugins/rlexp_presets/sweeper.py).
@@ -126,7 +129,6 @@ def loading(freeze: bool | None = None) -> Iterator[None]:
 def import_all(modules: Iterable[str]) -> None:
     """Import ahead of need (a sweep's fork server, its workers, its launching process); a
     module that fails is left for the code that needs it to report."""
-    import importlib
 
     for name in modules:
         try:
@@ -144,7 +146,6 @@ def exit_now(code: int = 0) -> None:
     With the shortcuts off (fast_start_enabled) it is sys.exit(code)."""
     if not fast_start_enabled():
         raise SystemExit(code)
-    from rlexp.base.private_apis import finish_like_the_interpreter
 
     finish_like_the_interpreter()  # Python's own first steps of its shutdown
     flush_std_streams()
@@ -153,7 +154,6 @@ def exit_now(code: int = 0) -> None:
 
 def flush_std_streams() -> None:
     """Flush stdout and stderr before an os._exit (which flushes nothing)."""
-    import sys
 
     for stream in (sys.stdout, sys.stderr):
         try:

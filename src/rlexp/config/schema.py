@@ -13,6 +13,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from rlexp.config.paths import sweeps_dir
+
 
 @dataclass
 class ModelConfig:
@@ -439,7 +441,6 @@ class Config:
 
 def register_configs() -> None:
     """Store the schema `base_config` (first in config.yaml's defaults) and the sweeps."""
-    from rlexp.config.paths import sweeps_dir
 
     cs = ConfigStore.instance()
     # The root schema types every group's node, so group YAML files need no schema of their own.

@@ -119,6 +119,7 @@ def _build(d: DatasetConfig) -> RawSplits:
 
 # ------------------------------------------------------------------------- procedural
 
+
 def _procedural_splits(d: DatasetConfig, make: Callable[[int, int], Iterable[Problem]]) -> RawSplits:
     """Eval = the first num_eval distinct questions of stream A; train = stream B minus eval.
 
@@ -172,6 +173,7 @@ def gsm_symbolic(d: DatasetConfig) -> RawSplits:
 
 
 # ---------------------------------------------------------------------------- generic
+
 
 def generic(d: DatasetConfig) -> RawSplits:
     """Rows of dataset.path (a file) or dataset.hub (a `datasets` name), mapped and split."""

@@ -96,6 +96,7 @@ def math_verify(completion: str, answer: str, **_: object) -> float:
 
 # ------------------------------------------------------------- built-ins, plug-in signature
 
+
 def _batched(score: Callable[..., float], name: str) -> Callable[..., list[float]]:
     def fn(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
            **kwargs: Any) -> list[float]:

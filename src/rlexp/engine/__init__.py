@@ -23,14 +23,27 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from rlexp.base import runtime
+from rlexp.base.errors import UserError
 from rlexp.config.schema import Config
-from rlexp.data import Splits
+from rlexp.data import PromptTemplate, Splits, build_splits, load_problems, rewards
+from rlexp.engine import tunix_models as engine_models, tunix_names, warm_start
+from rlexp.engine.checkpoint_store import EngineCheckpoints
+from rlexp.engine.export import init_from
+from rlexp.engine.probes import StepProbe
 from rlexp.engine.protocol import CheckpointStore, Engine
+from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
 from rlexp.engine.tunix_patches import skip_tunix_init
+from rlexp.engine.weights import params
+from rlexp.inputs import model_files as models
+from rlexp.planning.hardware import role_meshes
 
 if TYPE_CHECKING:
     from rlexp.planning.plan import Plan
@@ -102,14 +115,10 @@ class TunixEngine:
 
     def policy_state(self) -> dict[str, Any]:
         """A NumPy copy of the policy's parameters (flattened names -> arrays)."""
-        import numpy as np
-
-        from rlexp.engine.weights import params
 
         return {k: np.array(v) for k, v in params(self.cluster.actor_trainer.model).items()}
 
     def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
-        from rlexp.engine.checkpoint_store import EngineCheckpoints
 
         return EngineCheckpoints(self, directory, keep)
 
@@ -134,7 +143,6 @@ def use_compilation_cache(cfg: Config) -> Path | None:
     first compile). Thresholds at zero: the tiny model's programs compile in well under
     JAX's default 1 s minimum, yet a run compiles dozens of them (prefill, decode per
     shape, log-probs, the update, the warm start)."""
-    import os
 
     if not cfg.run.compilation_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return None
@@ -151,8 +159,6 @@ def use_compilation_cache(cfg: Config) -> Path | None:
 def check_tunix(problems: list[str]) -> None:
     """Stop in one line when the installed Tunix lacks a private name the engine uses."""
     if problems:
-        from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
-        from rlexp.base.errors import UserError
 
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"google-tunix {installed_version()} is not the version rlexp was "
@@ -164,17 +170,12 @@ def check_tunix(problems: list[str]) -> None:
 def _check_installed_tunix() -> None:
     """check_tunix once per process (0.28 s of source inspection; a sweep's jobs in one
     process share it). A failed check raises, so it is not cached and the next job repeats it."""
-    from rlexp.engine import tunix_names
 
     check_tunix(tunix_names.problems())
 
 
 def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     """Everything the loop needs. UserError (one line, naming the key) for bad input."""
-    from rlexp.inputs import model_files as models
-    from rlexp.data import rewards
-    from rlexp.data import PromptTemplate, build_splits, load_problems
-    from rlexp.engine import tunix_models as engine_models
 
     models.resolve_path(cfg.model, cfg.run.cache_dir)
     models.model_dir(cfg.model)  # path errors first: cheapest to report
@@ -184,16 +185,13 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     terms = rewards.for_run(cfg)
 
     use_compilation_cache(cfg)  # user input checked; before the first compile
-    from rlexp.base import runtime
 
     with runtime.loading():  # JAX, Flax, Tunix: most of the objects a job's process holds
         from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-        from rlexp.engine import warm_start
         from rlexp.engine import algo_registry as registry
         from rlexp.engine import tunix_adapter
         from rlexp.engine.tunix_patches import dedicated_pad, use_training_remat
-        from rlexp.engine.probes import StepProbe
 
     _check_installed_tunix()
     tok = TokenizerAdapter(raw_tok)
@@ -208,15 +206,12 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     if splits.skipped:
         log.warning("dataset: skipped %d malformed rows or rows without an answer", splits.skipped)
 
-    from rlexp.planning.hardware import role_meshes
-
     meshes = role_meshes(cfg.hardware)
     # Process-wide patches: set before anything traces the model (the warm start does), and
     # reset by every build so a sweep's previous job in this process leaves nothing behind.
     use_training_remat(cfg.model.family, cfg.train.remat)
     model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
     if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
-        from rlexp.engine.export import init_from
 
         info.update(init_from(cfg, model))
     else:

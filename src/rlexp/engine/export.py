@@ -65,6 +65,7 @@ def tunix_key(path: str) -> str:
         parts = parts[:-1]
     return ".".join(parts)
 
+
 def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
     """Tunix qwen3/llama3 parameters (dotted names) -> Hugging Face state dict (numpy)."""
     out: dict[str, np.ndarray] = {}
@@ -84,6 +85,7 @@ def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
         out.pop("lm_head.weight", None)
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
+
 def _layer(i: int, name: str, w: np.ndarray) -> dict[str, np.ndarray]:
     p = f"model.layers.{i}."
     if name in ("attn.q_proj.w", "attn.k_proj.w", "attn.v_proj.w"):  # [embed, heads, hd]
@@ -97,6 +99,7 @@ def _layer(i: int, name: str, w: np.ndarray) -> dict[str, np.ndarray]:
     if (hit := re.fullmatch(r"mlp\.(gate|up|down)_proj\.kernel", name)) is not None:
         return {p + f"mlp.{hit.group(1)}_proj.weight": w.T}  # [in, out] -> [out, in]
     raise ValueError(f"no Hugging Face name for Tunix parameter layers.{i}.{name!r}")
+
 
 def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """config.json: the source model's own (architecture unchanged by training) with the
@@ -145,6 +148,7 @@ def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
     tmp.rename(out)
     return out
 
+
 def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
     from safetensors.numpy import save_file
 
@@ -168,6 +172,7 @@ def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
         save_file(shard, str(out / name), metadata=meta)
         index["weight_map"].update({k: name for k in shard})
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
 
 def write_char_tokenizer(out: Path, vocab_size: int) -> None:
     """rlexp's character tokenizer as a `tokenizers` BPE without merges (one token per
@@ -209,6 +214,7 @@ def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
     raise UserError(f"run.init_from={spec}: no checkpoint found (pass a run dir with "
                     f"checkpoints/, a checkpoint dir, or an MLflow run id)")
 
+
 def _remote_checkpoints(run_dir: Path) -> list[Any]:
     """A run made with run.output_uri keeps its checkpoints at <uri>/<run name>/checkpoints."""
 
@@ -218,6 +224,7 @@ def _remote_checkpoints(run_dir: Path) -> list[Any]:
         return []
     uri = OmegaConf.select(saved, "run.output_uri", default=None)
     return [storage.checkpoint_dir(uri, run_dir, run_dir.name)] if uri else []
+
 
 def _run_dir_of(run_id: str, uri: str | None) -> Path:
 
@@ -231,9 +238,11 @@ def _run_dir_of(run_id: str, uri: str | None) -> Path:
         raise UserError(f"run.init_from={run_id}: the MLflow run has no rlexp.run_dir tag")
     return Path(run_dir)
 
+
 def run_dir_of(checkpoint: Path) -> Path:
     """<run dir>/checkpoints/<step> -> <run dir>."""
     return checkpoint.parent.parent
+
 
 def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
     """The policy parameters of an orbax checkpoint step dir, as dotted-name numpy arrays
@@ -258,6 +267,7 @@ def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
     walk(tree, "")
     return flat
 
+
 def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
     """The model section and run.cache_dir a run dir was made with (.hydra/config.yaml).
     Only these two are read, so a run made by an older rlexp still exports."""
@@ -274,6 +284,7 @@ def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
     cache_dir = OmegaConf.select(saved, "run.cache_dir", default=None) or "outputs/cache"
     return model, str(cache_dir)
 
+
 def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
     """Set an nnx model's parameters from a checkpoint's (same names and shapes)."""
 
@@ -285,6 +296,7 @@ def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
                             f"{tuple(value.shape)} here; the model config must match the origin's")
     assign(model, flat, sep=".")
 
+
 def init_from(cfg: Any, model: Any) -> dict[str, str]:
     """run.init_from: load the origin's newest checkpoint into `model` (origin only read)."""
 
@@ -293,6 +305,7 @@ def init_from(cfg: Any, model: Any) -> dict[str, str]:
     log.info("run.init_from=%s: starting from %s", cfg.run.init_from, checkpoint)
     where = str(checkpoint) if "://" in str(checkpoint) else str(Path(checkpoint).absolute())
     return {"init_from": where}
+
 
 def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None) -> Path:
     """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir."""
@@ -308,6 +321,7 @@ def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = No
     _log_to_mlflow(run_dir, out)
     return out
 
+
 def _log_to_mlflow(run_dir: Path, out: Path) -> None:
     """The export as artifact `model` of the run's MLflow run (tracking.json), if it has one."""
 
@@ -322,6 +336,7 @@ def _log_to_mlflow(run_dir: Path, out: Path) -> None:
         print(f"rlexp: warning: could not log {out} to MLflow run {link.run_id} "
               f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})",
               file=sys.stderr)
+
 
 def main(argv: list[str] | None = None) -> None:
 

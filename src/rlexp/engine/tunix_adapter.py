@@ -48,6 +48,7 @@ def updates_per_step(cfg: Config) -> int:
     mini = cfg.train.mini_batch_size or cfg.train.batch_size
     return cfg.train.batch_size // mini * cfg.algo.num_iterations
 
+
 def lr_schedule(cfg: Config) -> optax.Schedule:
     """Learning rate as a function of the optimizer update count."""
     t = cfg.train
@@ -58,6 +59,7 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
         return optax.cosine_decay_schedule(t.learning_rate, total)
     warmup = min(t.warmup_steps * updates_per_step(cfg), total - 1)
     return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total)
+
 
 class HostSchedule:
     """The learning-rate schedule as host floats: evaluated for every update count once, so
@@ -75,13 +77,16 @@ class HostSchedule:
                 self.table = np.asarray(jax.vmap(self.schedule)(np.arange(self.total + 1)))
         return float(self.table[min(int(count), self.total)])
 
+
 def host_lr_schedule(cfg: Config) -> HostSchedule:
     return HostSchedule(lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg))
+
 
 def optimizer(cfg: Config) -> optax.GradientTransformation:
     t = cfg.train
     adam = optax.adamw(lr_schedule(cfg), b1=0.9, b2=0.99, weight_decay=t.weight_decay)
     return optax.chain(optax.clip_by_global_norm(t.grad_clip), adam) if t.grad_clip > 0 else adam
+
 
 def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
     """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature).
@@ -101,6 +106,7 @@ def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
             max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size)
 
     return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
+
 
 def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
                  meshes: dict[str, Any]) -> rl_cluster_lib.RLCluster:
@@ -126,6 +132,7 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
         _old_logps_at_temperature(cluster, cfg.rollout.temperature)
         memoize_prompt_encoding(cluster)
     return cluster
+
 
 class SamplingKeys:
     """A fresh PRNG key for every sampler call (trap 1 in this module's docstring).
@@ -161,6 +168,7 @@ class SamplingKeys:
 
         rollout.generate = keyed_generate
 
+
 def memoize_prompt_encoding(cluster: rl_cluster_lib.RLCluster, limit: int = 65536) -> None:
     """The vanilla sampler tokenizes every prompt string it is given, and GRPO hands it each
     prompt num_generations times (and evaluation the same prompts every time): remember the
@@ -181,6 +189,7 @@ def memoize_prompt_encoding(cluster: rl_cluster_lib.RLCluster, limit: int = 6553
 
     tok.encode = cached_encode
 
+
 def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: float) -> None:
     """Trap 6: make the vanilla rollout's old log-probs use the sampling temperature."""
     rollout = cluster.rollout
@@ -194,10 +203,12 @@ def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: fl
 
     rollout.get_per_token_logps = get_per_token_logps
 
+
 def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
                  reward_fns: Sequence[Callable[..., list[float]]]) -> GRPOLearner:
     return GRPOLearner(rl_cluster=cluster, algo_config=registry.algo_settings(cfg.algo),
                        reward_fns=list(reward_fns))
+
 
 class StepRunner:
     """One RL global step through GRPOLearner's own step code, without its outer loop.

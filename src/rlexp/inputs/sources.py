@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 from rlexp.base.errors import UserError
@@ -82,7 +83,6 @@ def fetch(spec: str, cache_dir: str) -> Path:
         return _hub_download(src)
     return copy_tree(src, cache_dir)
 
-
 # ---------------------------------------------------------------------------------- hub
 
 
@@ -129,7 +129,6 @@ def _cache_root() -> str:
     from huggingface_hub import constants
 
     return str(constants.HF_HUB_CACHE)
-
 
 # ------------------------------------------------------------------------------ buckets
 
@@ -194,7 +193,6 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
 
 
 def _wanted(path: str) -> bool:
-    from fnmatch import fnmatch
 
     name = path.rsplit("/", 1)[-1]
     return any(fnmatch(name, pat) for pat in WEIGHT_PATTERNS)

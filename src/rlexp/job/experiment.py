@@ -74,6 +74,7 @@ class JobContext:
         return cls(run_dir=run_dir, name=run_dir.name, choices=choices,
                    overrides=list(hc.overrides.task), sweep_dir=sweep)
 
+
 def _git() -> dict[str, str]:
     src = Path(__file__).resolve().parent
     try:
@@ -85,6 +86,7 @@ def _git() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {"git.commit": "unknown", "git.dirty": "unknown"}
 
+
 def _versions() -> dict[str, str]:
 
     out = {}
@@ -95,6 +97,7 @@ def _versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[tag] = "missing"
     return out
+
 
 def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
 
@@ -110,11 +113,13 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
         tags["rlexp.init_from"] = cfg.run.init_from
     return tags
 
+
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
 
 def write_summary(run_dir: Path, summary: dict) -> None:
 
@@ -139,6 +144,7 @@ def carry_over(previous: dict | None, summary: dict) -> dict:
             out[key] = value
     return out
 
+
 def _forget_previous(run_dir: Path) -> None:
     """run.resume=false: the old checkpoints, tracking link and summary no longer apply."""
     for name in ("checkpoints", "tracking.json", "tracking_spool.jsonl", "summary.json"):
@@ -147,6 +153,7 @@ def _forget_previous(run_dir: Path) -> None:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
+
 
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
 
@@ -157,6 +164,7 @@ def print_plan(cfg: Config, plan, job: JobContext) -> None:
 
     print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
           f" experiment={cfg.tracker.experiment}")
+
 
 def run(cfg: Config, job: JobContext) -> float | None:
 
@@ -175,6 +183,7 @@ def run(cfg: Config, job: JobContext) -> float | None:
     finally:
         lock.release()
 
+
 def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
 
     try:
@@ -184,6 +193,7 @@ def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
 
             fail(str(exc))
         raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
+
 
 def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     quiet_libraries()
@@ -270,6 +280,7 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         sys.exit(143 if status == "KILLED" else 1)
     return summary["objective"]
 
+
 def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> str | None:
     """The final policy as a Hugging Face dir, handed to the tracker as artifact `model`.
     Never fails the run: the checkpoint holds the same weights (python -m rlexp.export)."""
@@ -283,6 +294,7 @@ def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> st
         return None
     listeners.on_artifact(out, "model")
     return str(out)
+
 
 def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
     """A rerun of a finished command: which code finished it, and how to train again.
@@ -300,12 +312,15 @@ def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
     return (f"rlexp: {run_dir} already finished {when}{by}{changed}: add run.resume=false "
             "to train it again (its checkpoints and summary are replaced)")
 
+
 class JobStopped(Exception):
     """A job of a sweep was killed or stopped cleanly; Hydra records it as failed."""
+
 
 def _error_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
 
 def _failed_summary(job: JobContext, error: str) -> None:
     job.run_dir.mkdir(parents=True, exist_ok=True)
@@ -313,10 +328,12 @@ def _failed_summary(job: JobContext, error: str) -> None:
                                 "choices": job.choices, "overrides": job.overrides,
                                 "run_dir": str(job.run_dir.resolve()), "objective": None})
 
+
 def _device_count() -> int:
     import jax
 
     return jax.device_count()
+
 
 def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
     if job.sweep_dir is None:
@@ -326,11 +343,13 @@ def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
     _failed_summary(job, message)
     raise UserError(message)  # in a sweep: this job fails, the others go on
 
+
 def _remove_if_empty(run_dir: Path) -> None:
     """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
     hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock"}
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
         shutil.rmtree(run_dir, ignore_errors=True)
+
 
 class ProgressFile(Listener):
     """run_dir/progress.json: the latest step, for schedulers, watchdogs and the resume bench."""
@@ -346,10 +365,12 @@ class ProgressFile(Listener):
         tmp.write_text(json.dumps({"step": step, "time": time.time()}))
         tmp.replace(self.path)
 
+
 def quiet_libraries() -> None:
     """orbax/absl log every checkpoint at INFO; keep the console for rlexp's own lines."""
 
     quiet_third_party()
+
 
 def _parent(job: JobContext) -> dict[str, Any]:
     """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
@@ -362,6 +383,7 @@ def _parent(job: JobContext) -> dict[str, Any]:
     parent = parent or parent_from_env()
     return {"parent_run_id": parent} if parent else {}
 
+
 def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
     """What trackers show besides params: a short run name, the resolved config, the data."""
 
@@ -370,6 +392,7 @@ def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
             "config": dataclasses.asdict(cfg), "user_tags": dict(cfg.tracker.tags),
             "datasets": {"name": cfg.dataset.name, "source": cfg.dataset.path or cfg.dataset.name,
                          "train": engine.splits.train, "eval": engine.splits.eval}}
+
 
 def _listeners(cfg: Config, run_dir: Path) -> list:
 

@@ -19,9 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from rlexp.job import guards
-from rlexp.config.schema import Config
 from rlexp.base.events import Listeners
+from rlexp.config.schema import Config
+from rlexp.engine import eval_key, rollout_key
+from rlexp.engine.profile import StepProfiler
+from rlexp.job import guards
+from rlexp.job.evaluate import evaluate
+from rlexp.job.resume import Preempted
+from rlexp.planning.perf import peak_tflops, step_flops, utilization
 
 if TYPE_CHECKING:
     from rlexp.job.resume import Checkpointer, StopFlag
@@ -90,11 +95,6 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
     (SIGTERM) is set; `resumed` is the metadata of the checkpoint the engine was restored from;
     `stops` (early stopping, sweep pruning) may end training before cfg.train.steps.
     """
-    from rlexp.job.resume import Preempted
-    from rlexp.engine import eval_key, rollout_key
-    from rlexp.job.evaluate import evaluate
-    from rlexp.planning.perf import peak_tflops, step_flops, utilization
-    from rlexp.engine.profile import StepProfiler
 
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()

@@ -7,14 +7,29 @@ and check_launcher check the command itself (its output dir, its launcher), befo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from omegaconf import OmegaConf
+
 from rlexp.base.errors import UserError
+from rlexp.base.plugins import resolve
+from rlexp.base.redact import redact_uri
 from rlexp.config.schema import Config
+from rlexp.data import rewards
+from rlexp.data.loaders import dataset_file
+from rlexp.data.templates import PromptTemplate
+from rlexp.engine.export import find_checkpoint
+from rlexp.inputs.model_files import check_model
+from rlexp.inputs.storage import check as check_output_uri
+from rlexp.planning.plan import make_plan
+from rlexp.tracking import default_uri
 
 
 def check_writable(path: Path) -> None:
@@ -31,7 +46,6 @@ def check_model_files(cfg: Config) -> None:
     """model.path resolves: a local dir, the hub cache or a bucket; nothing is downloaded. A
     dry run reads no weights, but a model.path given must resolve; without one it still
     plans (the plan notes that a real run needs it)."""
-    from rlexp.inputs.model_files import check_model
 
     if cfg.model.path is not None or not cfg.run.dry_run:
         check_model(cfg.model, cfg.run.cache_dir)
@@ -39,24 +53,18 @@ def check_model_files(cfg: Config) -> None:
 
 def check_inputs(cfg: Config) -> None:
     """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
-    from rlexp.data.loaders import dataset_file
 
     dataset_file(cfg.dataset)
-    from rlexp.inputs.storage import check as check_output_uri
 
     check_output_uri(cfg.run.output_uri)  # gs:// needs its filesystem backend
     if cfg.run.init_from:  # the origin has a checkpoint (read only when the run builds)
-        from rlexp.engine.export import find_checkpoint
-        from rlexp.tracking import default_uri
 
         find_checkpoint(cfg.run.init_from, default_uri(cfg))
+
 
 def check_plugins(cfg: Config) -> None:
     """User code named by `_target_`s imports, and each reward function returns one float
     per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
-    from rlexp.data import rewards
-    from rlexp.data.templates import PromptTemplate
-    from rlexp.base.plugins import resolve
 
     rewards.for_run(cfg)  # resolves and probes every entry
     resolve(cfg.dataset._target_, "dataset._target_")
@@ -64,9 +72,9 @@ def check_plugins(cfg: Config) -> None:
         resolve(cfg.dataset.extractor, "dataset.extractor")
     PromptTemplate.from_config(cfg.dataset)  # prompt_file readable, {question} present
 
+
 def check_fits(cfg: Config) -> None:
     """The memory plan says the run fits its hardware (a dry run prints the plan first)."""
-    from rlexp.planning.plan import make_plan
 
     plan = make_plan(cfg)
     if not plan.fits:
@@ -89,10 +97,10 @@ LAUNCHER_NEEDS = {
                                                       "(hydra-ray-launcher and ray)"),
 }
 
+
 def check_tracker(cfg: Config) -> None:
     """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to; only a store
     that is down spools, a URI that can never work is a user error."""
-    from rlexp.base.redact import redact_uri
 
     if cfg.tracker.name != "mlflow":
         return
@@ -115,13 +123,14 @@ def check_tracker(cfg: Config) -> None:
                         f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
                         "postgresql+psycopg2://)")
 
+
 def check_rollout(cfg: Config) -> None:
     """rollout=vllm imports vLLM only when the engine builds (minutes in): check it now."""
-    import importlib.util
 
     if cfg.rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
         raise UserError("rollout.name=vllm needs vLLM, which is not installed: "
                         "pip install 'rlexp[vllm]' on a GPU/TPU host, or use rollout=vanilla")
+
 
 def check_cache_dir(cfg: Config) -> None:
     path = Path(cfg.run.cache_dir).expanduser()
@@ -135,6 +144,7 @@ def check_cache_dir(cfg: Config) -> None:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"run.cache_dir={cfg.run.cache_dir}: cannot write under {probe}")
+
 
 def check_dataset_text(cfg: Config) -> None:
     """A jsonl/json/csv dataset.path must be text (a binary file fails deep in the loader)."""
@@ -152,6 +162,7 @@ def check_dataset_text(cfg: Config) -> None:
             return  # a multi-byte character cut at the end of the sample
         raise UserError(f"dataset.path={cfg.dataset.path} is not a UTF-8 text file (jsonl, json "
                         "or csv) nor .parquet; valid formats are jsonl, json, csv, parquet") from None
+
 
 def check_chat_template(cfg: Config) -> None:
     """model.chat_template=true needs a tokenizer that has one."""
@@ -185,7 +196,6 @@ class Check:
     # Whether a dry run applies it too (a dry run reads no data and needs no memory to spare).
     dry_run: bool = True
 
-
 # In order: the first refusal is the one reported.
 CHECKS: tuple[Check, ...] = (
     Check("tracker", check_tracker),
@@ -209,11 +219,6 @@ def check_job(cfg: Config) -> None:
 
 def check_launcher(base: Any) -> None:
     """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
-    import importlib.util
-    import shlex
-    import shutil
-
-    from omegaconf import OmegaConf
 
     choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)

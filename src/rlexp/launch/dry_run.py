@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlexp.base.errors import UserError
-
+from rlexp.config.naming import run_name
+from rlexp.inputs.model_files import check_model
+from rlexp.job.experiment import JobContext, print_plan
 from rlexp.launch.preflight import Preflight
+from rlexp.planning.plan import make_plan
 
 
 def dry_run(pre: Preflight) -> None:
     """run.dry_run=true: print each job's plan from here, without Hydra launching anything,
     so no run or sweep dir, no multirun.yaml and no MLflow run is made. A plan that does not
     fit ends in exit 2 after it is printed."""
-    from rlexp.job.experiment import JobContext, print_plan
-    from rlexp.config.naming import run_name
-    from rlexp.planning.plan import make_plan
 
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
@@ -38,6 +38,5 @@ def dry_run(pre: Preflight) -> None:
         if not plan.fits:
             raise UserError(plan.why)
         if cfg.model.path is None:  # planned from the YAML, but the real run would stop
-            from rlexp.inputs.model_files import check_model
 
             check_model(cfg.model, cfg.run.cache_dir)

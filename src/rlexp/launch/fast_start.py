@@ -22,6 +22,7 @@ def hydra_only(args: Any) -> bool:
     return bool(args.help or args.hydra_help or args.info or args.shell_completion
                 or args.experimental_rerun)
 
+
 def launches_joblib(argv: Sequence[str]) -> bool:
     """The command line names hydra/launcher=joblib for a sweep that will launch jobs."""
     from hydra._internal.utils import get_args_parser
@@ -33,6 +34,7 @@ def launches_joblib(argv: Sequence[str]) -> bool:
     return (bool(args.multirun) and "hydra/launcher=joblib" in args.overrides
             and not (hydra_only(args) or args.cfg or "run.dry_run=true" in args.overrides))
 
+
 def start_fork_server_early(argv: Sequence[str]) -> None:
     """A sweep whose command line names hydra/launcher=joblib: start the fork server its
     workers come from before pre-flight, so its imports (4 s on a 2-core CPU) overlap
@@ -42,6 +44,7 @@ def start_fork_server_early(argv: Sequence[str]) -> None:
         from hydra_plugins.rlexp_presets.joblib_launcher import start_fork_server
 
         start_fork_server()
+
 
 def start_workers(launcher: dict[str, Any] | None, jobs: Sequence[Config]) -> None:
     """hydra/launcher=joblib: its workers start, with JAX and rlexp's engine imported, while

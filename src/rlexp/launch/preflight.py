@@ -9,6 +9,7 @@ the first mistake into one line and exit code 2.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import itertools
 import logging
@@ -18,18 +19,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlexp.config.convert import one_line_omegaconf_error, to_config, unknown_key_message
-from rlexp.config.schema import Config, RewardFunctionConfig
+from hydra import compose
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import (compute_search_path_dir, create_config_search_path,
+                                   get_args_parser)
+from hydra.core.config_search_path import SearchPathQuery
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import OmegaConf
+from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, OmegaConfBaseException,
+                              ValidationError)
+
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
+from rlexp.config.convert import one_line_omegaconf_error, to_config, unknown_key_message
+from rlexp.config.naming import sweep_name
 from rlexp.config.paths import conf_dir
+from rlexp.config.schema import Config, RewardFunctionConfig
+from rlexp.job.guards import noop_warning
 from rlexp.launch.checks import LAUNCHER_NEEDS, check_job, check_launcher, check_writable
 from rlexp.launch.fast_start import hydra_only, start_workers
+from rlexp.planning.hardware import platform_env, setup_platform
+from rlexp.tracking.remote_jobs import check_sweep_store
 
 log = logging.getLogger("rlexp")
 
 # Past this many jobs, validate each swept value once instead of the whole product.
 MAX_PRODUCT = 256
+
 
 @dataclass
 class Preflight:
@@ -58,8 +76,6 @@ class Preflight:
 
 def explain(exc: BaseException, overrides: list[str]) -> str:
     """Hydra/OmegaConf composition error -> one line naming the key and valid choices."""
-    from hydra.errors import MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     if isinstance(exc, UserError):
         return str(exc)
@@ -100,7 +116,6 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
 
 def _expand(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict]:
     """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
     params = [f"{k}={v}" for k, v in sweeper_params.items()]
@@ -145,10 +160,6 @@ def search_path_context(args: Any) -> Iterator[None]:
     compose time. A conf/ in the working directory is NOT added: Hydra never searches the
     cwd implicitly, and rlexp keeps its behaviour; pass `--config-dir conf` for that.
     """
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import compute_search_path_dir, create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.core.global_hydra import GlobalHydra
 
     # The entry point's file, as Hydra's own main would pass it (rlexp/__main__.py).
     entry_file = str(Path(__file__).resolve().parents[1] / "__main__.py")
@@ -166,7 +177,6 @@ def search_path_context(args: Any) -> Iterator[None]:
         yield
     finally:
         GlobalHydra.instance().clear()
-
 
 # ------------------------------------------------------------------- refusals (exit 2, one line)
 
@@ -187,7 +197,6 @@ class JobComposer:
     reuse = True
 
     def __init__(self, config_name: str) -> None:
-        from hydra.core.global_hydra import GlobalHydra
 
         self.config_name = config_name
         self.repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
@@ -196,10 +205,6 @@ class JobComposer:
         self.reuse = self.reuse and runtime.fast_start_enabled()
 
     def compose(self, overrides: list[str]) -> Any:
-        import copy
-
-        from hydra import compose
-        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         parsed = OverridesParser.create().parse_overrides(overrides)
         plain = [not (o.package is not None or o.is_add() or o.is_force_add() or o.is_delete()
@@ -225,11 +230,6 @@ def set_plain_values(overrides: list[Any], cfg: Any) -> None:
     Hydra's compose() does after merging the files (hydra/_internal/config_loader_impl.py,
     1.3): OmegaConf.update with merge=True, a missing key or a bad value raised as Hydra's
     ConfigCompositionException so pre-flight reports it the same way."""
-    import sys
-
-    from hydra.errors import ConfigCompositionException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     for override in overrides:
         try:
@@ -247,10 +247,6 @@ def set_plain_values(overrides: list[Any], cfg: Any) -> None:
 
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
-    from hydra import compose
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
     args = get_args_parser().parse_args(argv)
     if hydra_only(args):
@@ -260,7 +256,6 @@ def preflight(argv: list[str]) -> Preflight | None:
     GlobalHydra.instance().clear()
     try:
         with search_path_context(args):
-            from hydra.core.override_parser.overrides_parser import OverridesParser
 
             parsed = OverridesParser.create().parse_overrides(overrides)
             # One compose with the first value of each sweep: checks groups and hydra/* too.
@@ -282,13 +277,11 @@ def preflight(argv: list[str]) -> Preflight | None:
             if not args.cfg:
                 out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
-                    from rlexp.config.naming import sweep_name  # as Hydra resolves it for the sweep
 
                     out = str(Path(str(out)).parent / sweep_name(overrides))
                 check_writable(Path(out))
                 if multirun:
                     check_launcher(base)
-                    from rlexp.tracking.remote_jobs import check_sweep_store
 
                     check_sweep_store(base)  # jobs on other machines reach the store
             jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
@@ -317,8 +310,6 @@ def before_launch(pre: Preflight) -> None:
     """What must happen in the launching process, once, before any job starts."""
     if pre.print_only:
         return
-    from rlexp.job.guards import noop_warning
-    from rlexp.planning.hardware import platform_env, setup_platform
 
     warning = noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun)
     if warning:  # once per command, only for a knob the user set (or swept)
@@ -331,5 +322,4 @@ def before_launch(pre: Preflight) -> None:
     if pre.jobs and len(envs) == 1:
         setup_platform(pre.jobs[0].hardware)
     start_workers(pre.launcher, pre.jobs)
-
 

@@ -52,6 +52,7 @@ def expected_platform(hw: HardwareConfig) -> str:
     """The JAX platform the run will see: emulation always runs on CPU."""
     return "cpu" if hw.emulate else hw.platform
 
+
 def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """Environment variables `setup_platform` sets (pure: returns the changes only).
 
@@ -74,6 +75,7 @@ def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, st
         changes["XLA_FLAGS"] = " ".join(flags)
     return changes
 
+
 def _backend_started() -> bool:
     """True once JAX has created a backend (after that, XLA_FLAGS changes are ignored)."""
 
@@ -82,6 +84,7 @@ def _backend_started() -> bool:
     from jax._src import xla_bridge  # private, but the only way to ask without starting one
 
     return bool(xla_bridge._backends)
+
 
 def setup_platform(hw: HardwareConfig) -> None:
     """Prepare the process environment for `hw`. Call before anything initializes JAX.
@@ -106,6 +109,7 @@ def setup_platform(hw: HardwareConfig) -> None:
         import jax
 
         jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
+
 
 def init_distributed(hw: HardwareConfig) -> None:
     """Join the other hosts of a multi-host slice (TPU pods, multi-node GPU). Idempotent.
@@ -142,6 +146,7 @@ def device_mismatch(hw: HardwareConfig, platform: str, count: int, kind: str) ->
     return (f"hardware={hw.name}{' (emulated)' if hw.emulate else ''} expects {want} but JAX "
             f"sees {count} {platform} device(s) ('{kind}'); {fix}")
 
+
 def check_devices(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None) -> None:
     """Raise UserError (one line) when the visible devices do not match the profile."""
     if devices is None:
@@ -167,6 +172,7 @@ class RoleDevices:
     def colocated(self) -> bool:
         return self.trainer == self.rollout
 
+
 def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     """Device index ranges per role.
 
@@ -181,6 +187,7 @@ def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     n_train = int(round(n * hw.trainer_fraction))
     n_roll = int(round(n * hw.sampler_fraction))
     return RoleDevices(trainer=(0, n_train), rollout=(n - n_roll, n))
+
 
 def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.sharding.Mesh":
     """A ("fsdp", "tp") mesh over exactly `devices` (len must be fsdp * tp)."""
@@ -199,6 +206,7 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.shardin
         # layout the helper knows; row-major order of the device ids is then the layout.
         grid = np.array(list(devices)).reshape(shape)
     return jax.sharding.Mesh(grid, MESH_AXES)
+
 
 def role_meshes(hw: HardwareConfig,
                 devices: Sequence["jax.Device"] | None = None) -> dict[str, "jax.sharding.Mesh"]:

@@ -40,8 +40,10 @@ class Plan:
     # One line saying why it cannot run (names model, hardware and the numbers).
     why: str = ""
 
+
 def _gib(b: float) -> str:
     return f"{b / GIB:.2f}" if b < 10 * GIB else f"{b / GIB:.1f}"
+
 
 def _size(b: float) -> str:
     """Bytes with a unit that keeps tiny runs readable (KiB/MiB) and big ones in GiB."""
@@ -49,6 +51,7 @@ def _size(b: float) -> str:
         if b >= scale:
             return f"{b / scale:.3g} {unit}" if b < 100 * scale else f"{b / scale:.0f} {unit}"
     return f"{b / 1024:.3g} KiB"
+
 
 def mesh_lines(hw: HardwareConfig) -> list[str]:
     """How the devices are split between roles and the mesh shape of each."""
@@ -66,6 +69,7 @@ def mesh_lines(hw: HardwareConfig) -> list[str]:
     return [head, f"mesh       split: trainer devices {t0}-{t1 - 1} (fsdp={t.fsdp}, tp={t.tp}), "
                   f"rollout devices {r0}-{r1 - 1} (fsdp={r.fsdp}, tp={r.tp})"]
 
+
 def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
     roles = "per device" if mem.colocated else "per trainer / rollout device"
     if platform == "gpu":
@@ -81,9 +85,11 @@ def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
                  f"({100 * mem.peak / mem.capacity:.0f}%): {verdict}")
     return lines
 
+
 def local_ram_bytes() -> int:
     """Physical memory of this machine (emulation runs every virtual device in it)."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
 
 def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
     """Emulation runs every virtual device in this host's RAM: the devices' sum must fit."""
@@ -104,8 +110,10 @@ def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
             f"this machine's memory for {h.devices} virtual devices, has {_gib(ram)}; "
             f"emulate with a smaller model (e.g. model=tiny) or use the real hardware")
 
+
 def _with(cfg: Config, **train: object) -> Config:
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **train))
+
 
 def fitting_fix(cfg: Config) -> str | None:
     """The smallest change that makes the memory plan fit: a smaller train micro batch (the
@@ -126,6 +134,7 @@ def fitting_fix(cfg: Config) -> str | None:
                 return " ".join(parts)
     return None
 
+
 def largest_fitting_micro(cfg: Config) -> int | None:
     """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
     fits; None when not even one prompt does."""
@@ -134,6 +143,7 @@ def largest_fitting_micro(cfg: Config) -> int | None:
         if memory_plan(_with(cfg, micro_batch_size=micro)).fits:
             return micro
     return None
+
 
 def micro_batch_hint(cfg: Config) -> str | None:
     """On an accelerator, a plan line when a larger update micro batch fits than the one set:
@@ -162,6 +172,7 @@ def _recipes() -> dict[str, dict]:
             out[path.stem] = node
     return out
 
+
 def recipe_warning(cfg: Config) -> str | None:
     """One line when the effective lr and lengths are another model's recipe (e.g. the tiny
     model's lr 1e-3 and 64 + 24 tokens on a billion-parameter model)."""
@@ -181,6 +192,7 @@ def recipe_warning(cfg: Config) -> str | None:
         return (f"warning: train.learning_rate={t.learning_rate} is a toy-model value for a "
                 f"{n / 1e9:.2f}B-parameter model (real-model RL recipes use 1e-6 to 1e-5)")
     return None
+
 
 def make_plan(cfg: Config) -> Plan:
     n = param_count(cfg.model)

@@ -49,12 +49,14 @@ def tracker_uri(config: DictConfig) -> str | None:
         return None
     return store.resolve_uri(OmegaConf.select(config, "tracker.uri", default=None))
 
+
 def parent_status(statuses: list[str], completed: bool) -> str:
     if not statuses or any(s not in ("FINISHED", "KILLED") for s in statuses):
         return "FAILED"
     if "KILLED" in statuses:
         return "KILLED"
     return "FINISHED" if completed else "FAILED"
+
 
 def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
     """summary.csv, summary.md and comparison.png of a sweep's rows, in the sweep dir."""
@@ -199,6 +201,7 @@ class SweepCallback(Callback):
             print(f"rlexp: warning: could not close the sweep's MLflow parent run "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
 
+
 def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
     """A remotely launched sweep (RLEXP_SWEEP_JOBS=expected): once `expected` children have
     ended, give the parent its summary table and final status. Called by each child after
@@ -217,6 +220,7 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
             client.log_artifact(parent_id, str(path))
     client.set_terminated(parent_id, status)
     return status
+
 
 class RemoteParentCloser(Listener):
     """Listener of a remotely launched job (rlexp.tracking.remote_jobs env): after the job's own MLflow

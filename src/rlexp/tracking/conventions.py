@@ -8,7 +8,13 @@ import getpass
 import logging
 import os
 import sys
+import warnings
 from typing import Any, Iterable, Mapping
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from rlexp.base.redact import is_secret_key
+from rlexp.config.naming import identity_overrides
 
 log = logging.getLogger("rlexp")
 
@@ -43,8 +49,6 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     """The MLflow run name: tracker.run_name if set; a sweep job's swept values first
     ('beta=0.04,epsilon=0.2'); else the group choices plus the command's own overrides
     ('grpo-tiny-arithmetic-cpu steps=2'). Run dirs keep their long unique names."""
-    from rlexp.config.naming import identity_overrides
-    from rlexp.base.redact import is_secret_key
 
     if run_name:
         return run_name
@@ -75,7 +79,6 @@ def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None,
 def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | None) -> list[str]:
     """Keys a multirun varies: sweep overrides on the command line (a=1,2 / range / choice /
     interval) and the sweeper's params (sweeps/*.yaml) whose value is not a single fixed one."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     keys = []
     parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
@@ -133,7 +136,6 @@ def constant_metrics(num_iterations: int, batch_size: int,
 def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dict:
     """A run input as MLflow's dataset entity (mlflow.data.pandas_dataset: name, digest,
     source, schema, profile), JSON-ready for the spool."""
-    import warnings
 
     import mlflow.data
     import pandas as pd

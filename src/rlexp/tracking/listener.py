@@ -56,21 +56,26 @@ MAX_LISTED_TABLES = 100
 def now_ms() -> int:
     return int(time.time() * 1000)
 
+
 def warn(message: str) -> None:
     print(f"rlexp: warning: {message}", file=sys.stderr, flush=True)
+
 
 def clean_params(flat: dict[str, Any]) -> dict[str, str]:
     return {store.sanitize_key(k): store.truncate(v, store.MAX_PARAM_VAL_LEN)
             for k, v in redact_params(flat).items()}
+
 
 def same_store(saved: str, uri: str) -> bool:
     """tracking.json's URI (credentials masked) names the same store as `uri`."""
 
     return saved == uri or saved == redact_uri(uri)
 
+
 def clean_tags(tags: dict[str, Any]) -> dict[str, str]:
     return {store.sanitize_key(k): store.truncate(redact_text(str(v)), store.MAX_TAG_VAL_LEN)
             for k, v in tags.items()}
+
 
 class MlflowListener(Listener):
     def __init__(self, uri: str, experiment: str, run_dir: Path, gated: bool,
@@ -449,9 +454,11 @@ class MlflowListener(Listener):
             self._lock.close()  # closing releases the flock
             self._lock = None
 
+
 def _has_start(run_dir: Path) -> bool:
     """A run that was never created can be resumed only if its start record is spooled."""
     return any(r["kind"] == "start" for r in Spool(run_dir / SPOOL_FILE).read())
+
 
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, int, float, bool)):

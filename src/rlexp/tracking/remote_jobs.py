@@ -44,6 +44,7 @@ def launcher_kind(target: str | None) -> str:
         return "local"
     return next((kind for frag, kind in _KINDS if frag in text), "local")
 
+
 def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None = None) -> None:
     """UserError (one line, what to pass instead) when `kind`'s jobs cannot reach `uri`."""
     if kind == "local" or uri is None or uri.startswith(SERVER_SCHEMES):
@@ -62,11 +63,13 @@ def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None 
                         f"share; pass tracker.uri=http://<mlflow server>:5000 or a sqlite:/// "
                         f"path next to the sweep dir")
 
+
 def _device(path: Path) -> int:
     probe = Path(path).absolute()
     while not probe.exists():
         probe = probe.parent
     return os.stat(probe).st_dev
+
 
 def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
     """What each job of a sweep is given: the store and parent from <sweep dir>/parent_run.json
@@ -80,15 +83,18 @@ def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
     return {ENV_URI: str(parent["uri"]), ENV_PARENT: str(parent["run_id"]),
             ENV_JOBS: str(num_jobs)}
 
+
 def parent_from_env() -> str | None:
     """The parent run a remotely launched job was given (RLEXP_PARENT_RUN_ID)."""
     return os.environ.get(ENV_PARENT) or None
+
 
 def expected_jobs() -> int | None:
     try:
         return int(os.environ[ENV_JOBS])
     except (KeyError, ValueError):
         return None
+
 
 def check_sweep_store(base: object) -> None:
     """Pre-flight of a multirun (the composed config with `hydra`): the launcher's jobs can

@@ -64,6 +64,7 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
     finally:
         dir_lock.release()
 
+
 def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
           experiment: str | None) -> str:
     notes: list[str] = []
@@ -121,6 +122,7 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
     note = "".join(f"; {n}" for n in notes)
     return f"sent {sent} records to MLflow run {link.run_id} ({redact_uri(link.uri)}){note}"
 
+
 def _status(run: TrackedRun, run_id: str) -> str | None:
     """The run's status in the store; None when the store does not have it."""
     from mlflow.exceptions import MlflowException
@@ -132,17 +134,20 @@ def _status(run: TrackedRun, run_id: str) -> str | None:
             return None
         raise
 
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError):
         return None
 
+
 def latest_checkpoint(run_dir: Path) -> int:
     """Newest committed checkpoint step under run_dir/checkpoints (-1 when none)."""
     folder = run_dir / "checkpoints"
     steps = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
     return max(steps, default=-1)
+
 
 def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_run: bool,
                   notes: list[str]) -> Link:
@@ -176,6 +181,7 @@ def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_ru
     notes.append(f"{LINK_FILE} was {what}: rebuilt")
     return link
 
+
 def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     """A new run needs a start record and the params, which the spool may no longer hold
     (sent to the lost run): rebuild them from summary.json and Hydra's saved config."""
@@ -195,6 +201,7 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     if summary and not any(r["kind"] == "json" for r in run.records):
         run.add(record("json", artifact_file=SUMMARY_FILE, data=summary))
 
+
 def _hydra_params(run_dir: Path) -> dict[str, Any]:
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -204,6 +211,7 @@ def _hydra_params(run_dir: Path) -> dict[str, Any]:
         return flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
     except Exception:  # a damaged config file: the run gets no params, the metrics still go
         return {}
+
 
 def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
     """summary.json names the MLflow run once a sync created or found it (local file and the
@@ -221,6 +229,7 @@ def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
             print(f"rlexp.sync: warning: {SUMMARY_FILE} artifact not updated: "
                   f"{store.first_line(exc)}", flush=True)
     return True
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rlexp.sync", description=__doc__.split(
