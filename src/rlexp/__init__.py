@@ -9,17 +9,12 @@ rlexp`), sync, export, ui and report (`python -m rlexp.<command>`); rewards keep
 reward functions under the names configs use (rlexp.rewards.format_exact_reward, ...).
 """
 
+from rlexp.config.naming import register_resolvers
+from rlexp.config.schema import register_configs
+
 __version__ = "0.1.0"
 
-
-def _register() -> None:
-    # Hydra needs the schema and the name resolvers in every process that composes or
-    # resolves a config (the CLI, and launcher workers that unpickle a job).
-    from rlexp.config.schema import register_configs
-    from rlexp.config.naming import register_resolvers
-
-    register_configs()
-    register_resolvers()
-
-
-_register()
+# Hydra needs the schema and the name resolvers in every process that composes or resolves a
+# config (the CLI, and launcher workers that unpickle a job).
+register_configs()
+register_resolvers()

@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rlexp.base.redact import is_secret_key
+
 # Overrides that do not change what a run computes, so they do not change its identity.
 NEUTRAL_PREFIXES = ("hydra.", "hydra/", "run.", "+run.", "~run.", "tracker.", "+tracker.",
                     "+sweep", "sweep=")
@@ -35,8 +37,6 @@ def identity_overrides(overrides: Iterable[str]) -> list[str]:
 
 
 def _short(override: str) -> str:
-    from rlexp.base.redact import is_secret_key
-
     key, _, value = override.lstrip("+~").partition("=")
     if "/" in key or key in NAMED_GROUPS:  # a group choice: already in the name
         return ""

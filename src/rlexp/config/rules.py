@@ -124,12 +124,14 @@ def _operators(cfg: Config) -> Optional[Refusal]:
     return Refusal("dataset.operators", ops, "must be a non-empty subset of '+-*/'")
 
 
-def _terms(cfg: Config) -> Optional[Refusal]:
-    d = cfg.dataset
-    if 1 <= d.min_terms <= d.max_terms:
-        return None
-    return Refusal("dataset.max_terms", d.max_terms,
-                   f"must be >= dataset.min_terms ({d.min_terms}) >= 1")
+def _ordered_from_one(field: str) -> Callable[[Config], Optional[Refusal]]:
+    """dataset.min_<field> >= 1 and dataset.max_<field> >= it."""
+    def rule(cfg: Config) -> Optional[Refusal]:
+        low, high = getattr(cfg.dataset, f"min_{field}"), getattr(cfg.dataset, f"max_{field}")
+        if 1 <= low <= high:
+            return None
+        return Refusal(f"dataset.max_{field}", high, f"must be >= dataset.min_{field} ({low}) >= 1")
+    return rule
 
 
 def _answer_regex(cfg: Config) -> Optional[Refusal]:
@@ -151,14 +153,6 @@ def _generated_dataset_reads_no_file(cfg: Config) -> Optional[Refusal]:
     return Refusal("dataset.path" if d.path else "dataset.hub", d.path or d.hub,
                    f"{d._target_} generates its problems and would ignore it; pick a file "
                    f"dataset (dataset=gsm8k, or dataset._target_=rlexp.data.loaders.generic)")
-
-
-def _digits(cfg: Config) -> Optional[Refusal]:
-    d = cfg.dataset
-    if 1 <= d.min_digits <= d.max_digits:
-        return None
-    return Refusal("dataset.max_digits", d.max_digits,
-                   f"must be >= dataset.min_digits ({d.min_digits}) >= 1")
 
 
 def _meshes_fill_devices(cfg: Config) -> Optional[Refusal]:
@@ -192,10 +186,10 @@ RULES: tuple[Rule, ...] = (
     Rule("eval_samples_within_eval_set", _eval_samples),
     Rule("train_set_fills_a_batch", _train_set_fills_a_batch),
     Rule("operators_subset", _operators),
-    Rule("terms_ordered", _terms),
+    Rule("terms_ordered", _ordered_from_one("terms")),
     Rule("answer_regex_for_regex_extractor", _answer_regex),
     Rule("generated_dataset_reads_no_file", _generated_dataset_reads_no_file),
-    Rule("digits_ordered", _digits),
+    Rule("digits_ordered", _ordered_from_one("digits")),
     Rule("meshes_fill_devices", _meshes_fill_devices),
     Rule("split_fractions_fit", _split_fractions),
 )

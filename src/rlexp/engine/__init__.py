@@ -48,6 +48,10 @@ from rlexp.planning.hardware import role_meshes
 if TYPE_CHECKING:
     from rlexp.planning.plan import Plan
 
+# Imported inside functions, on purpose: jax (1.4 s) and the engine modules that import Tunix's
+# trainers (tunix_adapter, algo_registry, tunix_patches: 3.5 s) are imported where a run builds:
+# pre-flight imports this package (export's checkpoint lookup) and must not pay for them.
+
 skip_tunix_init()  # before any rlexp.engine module imports from tunix (tunix_patches)
 
 __all__ = ["CheckpointStore", "Engine", "TunixEngine", "build", "eval_key", "rollout_key"]

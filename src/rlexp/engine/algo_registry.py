@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from tunix.rl import common, function_registry
@@ -103,8 +104,6 @@ def policy_loss_fn(model: nnx.Module, train_example: Any, algo_config: AlgoSetti
 
 def masked_entropy(logits: Any, mask: Any) -> Any:
     """Mean over unmasked tokens of the entropy of softmax(logits) [B, T, V] -> scalar."""
-    import jax.numpy as jnp
-
     logits = logits.astype(jnp.float32)
     logz = jax.nn.logsumexp(logits, axis=-1)
     probs = jnp.exp(logits - logz[..., None])

@@ -35,6 +35,9 @@ from typing import Any, Iterable
 
 from rlexp.base.runtime import fast_start_enabled
 
+# Imported inside functions, on purpose: jax, flax (1.9 s) and Tunix's modules are imported where
+# a patch is applied: skip_tunix_init() must run before anything imports Tunix.
+
 
 def skip_tunix_init() -> None:
     """Let `import tunix.rl.rl_cluster` load what it names and no more. The package module is

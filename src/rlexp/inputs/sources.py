@@ -23,6 +23,9 @@ from pathlib import Path
 
 from rlexp.base.errors import UserError
 
+# Imported inside functions, on purpose: huggingface_hub and fsspec are imported only for a hub id
+# or a bucket URL (fsspec's gs:// backend is the optional rlexp[gcs]).
+
 # Hugging Face repo ids: `name` or `org/name`, letters, digits, '-', '_', '.'; we require the
 # org (a bare word is far more likely a relative dir). Optional `@revision` (branch/tag/sha).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")

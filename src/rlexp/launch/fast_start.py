@@ -15,6 +15,9 @@ from typing import Any, Sequence
 from rlexp.base.runtime import fast_start_enabled
 from rlexp.config.schema import Config
 
+# Imported inside functions, on purpose: the joblib launcher plugin (joblib, loky) is imported
+# only when a sweep names hydra/launcher=joblib.
+
 
 def hydra_only(args: Any) -> bool:
     """Hydra's own flags that print something (help, info, shell completion) or rerun a

@@ -16,6 +16,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from rlexp.base.redact import is_secret_key
 from rlexp.config.naming import identity_overrides
 
+# Imported inside functions, on purpose: mlflow (2.3 s) and pandas are imported where a dataset
+# input or the system-metrics monitor is made: tracking.warm_up loads MLflow on a thread while the
+# engine builds.
+
 log = logging.getLogger("rlexp")
 
 # MLflow's run-name column and chart legends show ~20-30 characters.
