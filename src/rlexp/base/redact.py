@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,9 @@ def redact_uri(uri: str, found: set[str] | None = None) -> str:
 
     def one(m: re.Match) -> str:
         rest = m["rest"]
+        # Punctuation that ends a sentence, not the URI ("store http://h/?token=T: down").
+        end = len(rest.rstrip(".:;)]"))
+        rest, after = rest[:end], rest[end:]
         cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0],
                   default=len(rest))
         authority, tail = rest[:cut], rest[cut:]
@@ -114,15 +118,42 @@ def redact_uri(uri: str, found: set[str] | None = None) -> str:
             path, _, query = tail.partition("?")
             query, hash_, fragment = query.partition("#")
             tail = f"{path}?{_mask_query(query, found)}{hash_}{fragment}"
-        return f"{m['scheme']}{authority}{tail}"
+        return f"{m['scheme']}{authority}{tail}{after}"
 
     return _URI.sub(one, uri)
 
 
+# Secrets this process learned from what it was given (a tracking URI, a job's overrides):
+# counted by secret_values() though no environment variable or argument holds them (a
+# launcher's worker gets tracker.uri=http://u:PW@host inside its pickled job, not in argv).
+_learned: set[str] = set()
+
+
+def remember(*texts: str | None) -> None:
+    """Count the secrets inside `texts` as this process's secrets from now on: URI credentials
+    (`user:PW@`, `?token=`, `&sig=`, `X-Amz-Signature=`) and values of secret-named `key=value`
+    pairs. Every line masked afterwards (console, logs, exception text) masks them too, in
+    whatever form they reappear (a URI cut short, a decoded query). Cheap; idempotent."""
+    found: set[str] = set()
+    for text in texts:
+        if not isinstance(text, str) or not text:
+            continue
+        redact_uri(text, found)
+        key, sep, value = text.partition("=")
+        if sep and is_secret_key(key):
+            found.add(value)
+        found.update(m["value"] for m in _ASSIGNMENT.finditer(text) if is_secret_key(m["key"]))
+    new = {v for v in found if len(v) >= MIN_SECRET_LEN and v != MASK} - _learned
+    if new:
+        _learned.update(new)
+        install_log_redaction()
+
+
 def secret_values(argv: Iterable[str] | None = None) -> set[str]:
     """Values to hide: secret-named env vars, secret-named `key=value` arguments and the
-    credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...)."""
-    found: set[str] = set()
+    credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...),
+    and what remember() learned."""
+    found: set[str] = set(_learned)
     for k, v in os.environ.items():
         if is_secret_key(k):
             found.add(v)
@@ -147,23 +178,43 @@ def redact_text(text: str, extra: Iterable[str] = (), values: set[str] | None = 
             text = text.replace(value, MASK)
 
     def mask(m: re.Match) -> str:
-        return f"{m['key']}{m['sep']}{MASK}" if is_secret_key(m["key"]) and m["value"] != MASK \
-            else m[0]
+        if not is_secret_key(m["key"]):
+            return m[0]
+        value = m["value"]
+        end = len(value.rstrip(".:;)]")) or len(value)  # a sentence's punctuation stays
+        return m[0] if value[:end] == MASK else f"{m['key']}{m['sep']}{MASK}{value[end:]}"
 
     text = _AUTH_SCHEME.sub(lambda m: f"{m['head']}{MASK}", text)
     return _ASSIGNMENT.sub(mask, text)
 
 
+_current: tuple[Any, set[str]] | None = None
+
+
+def current_secrets() -> set[str]:
+    """secret_values(), recomputed only when the environment, argv or what remember() learned
+    changed (scanning the environment costs ~0.2 ms: too much for every console line)."""
+    global _current
+    key = (len(_learned), tuple(sys.argv), hash(frozenset(os.environ.items())))
+    if _current is None or _current[0] != key:
+        _current = (key, secret_values())
+    return _current[1]
+
+
 class RedactedStream:
     """A text stream that masks secrets in what is written to it (`--cfg job` prints the
-    composed config, tracker.uri credentials and secret-named keys included)."""
+    composed config, tracker.uri credentials and secret-named keys included). values=None:
+    this process's secrets at each write (current_secrets), so ones learned later count."""
 
     def __init__(self, stream: Any, values: set[str] | None = None) -> None:
         self.stream = stream
-        self.values = secret_values() if values is None else values
+        self.values = values
 
     def write(self, text: str) -> int:
-        self.stream.write(redact_text(text, values=self.values))
+        if not isinstance(text, str):  # not ours to judge (bytes on a binary stream)
+            return self.stream.write(text)
+        values = current_secrets() if self.values is None else self.values
+        self.stream.write(redact_text(text, values=values))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, ...
@@ -257,8 +308,11 @@ class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
 
-        install_log_redaction()  # a launcher's worker process logs too (env_set secrets)
         hc = HydraConfig.get()
+        # A launcher's worker gets the job's overrides (tracker.uri=http://u:PW@...) pickled,
+        # not in its argv: its lines are masked of them all the same (env_set secrets too).
+        remember(*hc.overrides.task)
+        install_log_redaction()
         scrub_run_dir(Path(hc.runtime.output_dir))
         if hc.mode == RunMode.MULTIRUN:
             scrub_sweep_dir(Path(hc.sweep.dir))
@@ -270,13 +324,17 @@ _factory_installed = False
 
 
 def install_log_redaction() -> None:
-    """Mask secrets in every log record this process creates (Hydra's launchers log each
-    job's overrides, `tracker.uri=...` included). Installed only when the command or the
-    environment carries a secret, so ordinary runs pay nothing; idempotent."""
+    """Mask secrets in every line this process shows or logs once it knows a secret: log
+    records (Hydra's launchers log each job's overrides, `tracker.uri=...` included; a
+    library's exception in exc_info), Python warnings, and whatever is written to
+    sys.stdout/sys.stderr (exception text in rlexp's own lines, Hydra's error reports, a
+    library's prints). Installed only when the command, the environment or remember() hold a
+    secret, so ordinary runs pay nothing; idempotent."""
 
     global _factory_installed
     if _factory_installed or not secret_values():
         return
+    _factory_installed = True
     base = logging.getLogRecordFactory()
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
@@ -285,10 +343,26 @@ def install_log_redaction() -> None:
             message = record.getMessage()
         except Exception:  # a record that cannot format is left to logging's own handling
             return record
-        masked = redact_text(message)
+        values = current_secrets()
+        masked = redact_text(message, values=values)
         if masked != message:
             record.msg, record.args = masked, ()
+        if record.exc_info and record.exc_info[0] is not None:  # formatted once, masked
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = redact_text(text, values=values)
         return record
 
     logging.setLogRecordFactory(factory)
-    _factory_installed = True
+    show = warnings.showwarning
+
+    def showwarning(message: Any, category: Any, filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+        text = str(message)
+        masked = redact_text(text, values=current_secrets())
+        show(masked if masked != text else message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, RedactedStream):
+            setattr(sys, name, RedactedStream(stream))

@@ -7,7 +7,8 @@ hides the bar and the step lines only: evaluation lines and the final table stay
 
 `quiet_third_party()` removes lines that tell a user nothing they can act on (absl's
 resharding notes, MLflow's table creation and system-metrics chatter, Hugging Face's offline
-retries); warnings and errors of those libraries still show.
+retries, urllib3's retries against a store that is down); warnings and errors of those
+libraries still show.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ NOISE = {
     "absl": ("Resharding model from", "Skipping non-TPU device"),
     "huggingface_hub": ("thrown while requesting", "Returning existing local_dir"),
     "huggingface_hub.utils._http": ("thrown while requesting",),
+    # MLflow's requests retry through urllib3, which logs each retry as a warning: a store
+    # that is down printed ~20 "Retrying (Retry(total=0, ...)) after connection broken by
+    # ..." lines in a 2-step run; rlexp says once that the store is unreachable instead.
+    "urllib3.connectionpool": ("Retrying (",),
 }
 # Loggers whose INFO lines are bookkeeping (table creation, monitors, font caches).
 QUIET_LOGGERS = ("mlflow", "alembic", "matplotlib", "orbax", "jax._src", "tunix", "absl",

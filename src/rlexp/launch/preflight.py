@@ -80,7 +80,13 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
     if isinstance(exc, UserError):
         return str(exc)
     if isinstance(exc, OverrideParseException):
-        return f"cannot parse override {exc.override!r}: {exc.message.splitlines()[0]}"
+        line = f"cannot parse override {exc.override!r}: {exc.message.splitlines()[0]}"
+        key, sep, value = (exc.override or "").partition("=")
+        if sep and value[:1] not in ("'", '"') and any(c in value for c in "?&="):
+            # A URL's query (`?token=...&sig=...`): Hydra's grammar takes '=' and '&' only
+            # inside a quoted value; the shell's quotes go around the whole override.
+            line += f"; quote the value: '{key}=\"{value}\"'"
+        return line
     missing = getattr(exc, "missing_cfg_file", None) or ""
     if isinstance(exc, MissingConfigException) and missing.startswith("hydra/launcher/"):
         # A launcher preset whose plugin is absent ("Could not load 'hydra/launcher/ray'").

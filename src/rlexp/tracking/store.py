@@ -6,19 +6,23 @@ loading must stay fast.
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import json
 import os
 import re
 import shutil
+import socket
 import sqlite3
+import ssl
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rlexp.base.errors import UserError
-from rlexp.base.redact import redact_uri
+from rlexp.base.redact import redact_text, redact_uri, remember
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -26,7 +30,8 @@ if TYPE_CHECKING:
     from rlexp.config.schema import Config
 
 # Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is opened:
-# tracking.warm_up does it on a thread while the engine builds, and pre-flight never needs it.
+# tracking.warm_up does it on a thread while the engine builds, and pre-flight never needs it;
+# urllib.request (15 ms, http.client and email) only where classify() asks an http store.
 
 # Default store, relative to the directory the command runs in.
 DEFAULT_DB = Path("outputs") / "mlflow.db"
@@ -108,7 +113,7 @@ def prepare_store(uri: str) -> None:
     except UserError:
         raise
     except Exception as exc:  # the listener spools and retries
-        print(f"rlexp: warning: could not prepare the MLflow store {uri}: "
+        print(f"rlexp: warning: could not prepare the MLflow store {redact_uri(uri)}: "
               f"{first_line(exc)}", flush=True)
 
 
@@ -177,6 +182,242 @@ def ensure_store(uri: str) -> None:
     _prepared.add(uri)
 
 
+# ------------------------------------------------------------ down or wrong (classify)
+
+# How long classify() waits for a name lookup and for the store's answer: a store that is
+# down costs the start of a run at most this (a refused connection answers at once).
+PROBE_TIMEOUT_S = 3.0
+# What classify() asks an http store: cheap, read-only, authenticated like every write.
+# Appended to the URI as MLflow appends its endpoints (rest_utils.http_request).
+PROBE_ENDPOINT = "/api/2.0/mlflow/experiments/search?max_results=1"
+# Database servers a tracking URI can name, and their default ports.
+DB_PORTS = {"postgresql": 5432, "mysql": 3306}
+# Name lookup errors that mean the name does not exist (not: the resolver is unreachable).
+_NO_SUCH_NAME = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA", "EAI_FAIL",
+                                              "EAI_ADDRFAMILY") if hasattr(socket, n)}
+_classified: dict[str, str] = {}
+
+
+def classify(uri: str, timeout: float = PROBE_TIMEOUT_S, cache: bool = True) -> str:
+    """What a tracking store is now: "ok", "down: <why>" or "wrong: <why>" (never raises).
+
+    down: the store may come back; a run spools and `rlexp.sync` sends later.
+      A refused connection, no answer within `timeout`, a name lookup that could not be made
+      (no resolver), an HTTP 5xx/429 (a proxy in front of a stopped server).
+    wrong: no run can ever log there as given; refused at start.
+      A host name that does not resolve, an answer that is not MLflow's REST API (an HTML
+      page, a 404), HTTP 401/403 (credentials missing or refused), a TLS failure, a sqlite
+      path whose directory does not exist (or that is not a database, or not writable).
+    The default store (outputs/mlflow.db under the cwd) is made when first used: ok.
+    Probes an http store with one GET (PROBE_ENDPOINT) sent as MLflow would send it (the
+    URI's user:password, MLFLOW_TRACKING_USERNAME/PASSWORD or _TOKEN, its TLS settings, the
+    environment's proxies); a database server with a name lookup and a TCP connection.
+    Results are kept per URI for this process (a sweep's jobs share one probe) unless
+    cache=False (rlexp.sync asks again after a failure)."""
+    remember(uri)
+    if cache and uri in _classified:
+        return _classified[uri]
+    try:
+        found = _classify(uri, timeout)
+    except Exception as exc:  # a probe that breaks says nothing about the store
+        found = f"ok (not probed: {type(exc).__name__})"
+    if cache:
+        _classified[uri] = found
+    return found
+
+
+def is_wrong(state: str) -> bool:
+    return state.startswith("wrong")
+
+
+def is_down(state: str) -> bool:
+    return state.startswith("down")
+
+
+def _classify(uri: str, timeout: float) -> str:
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if scheme == "sqlite":
+        return _classify_sqlite(uri)
+    if scheme in ("http", "https"):
+        return _classify_http(uri, timeout)
+    if scheme in DB_PORTS:
+        return _classify_db(uri, scheme, timeout)
+    return "ok"  # databricks, mssql (often a DSN name), a plugin's scheme: not probed
+
+
+def _classify_sqlite(uri: str) -> str:
+    path = sqlite_path(resolve_uri(uri))
+    if path is None:
+        return "ok"  # sqlite:// (in memory)
+    if path.parent == (Path.cwd() / DEFAULT_DB).parent and path.parent.parent.is_dir():
+        return "ok"  # the default store's outputs/ is made with it
+    if path.is_dir():
+        return f"wrong: {path} is a directory, not a database file"
+    if not path.parent.is_dir():
+        why = "is a file" if path.parent.exists() else "does not exist"
+        return (f"wrong: its directory {path.parent} {why} (a typo? create the directory "
+                f"first: rlexp does not make it)")
+    if path.exists():
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(16)
+        except OSError as exc:
+            return f"wrong: cannot read {path} ({exc.strerror})"
+        if head and head != b"SQLite format 3\x00":
+            return f"wrong: {path} is not an SQLite database"
+        if not os.access(path, os.R_OK | os.W_OK):
+            return f"wrong: {path} is not writable (permission denied)"
+    elif not os.access(path.parent, os.W_OK | os.X_OK):
+        return f"wrong: cannot create a database in {path.parent} (permission denied)"
+    return "ok"
+
+
+def _lookup(host: str, port: int, timeout: float) -> str | None:
+    """None when `host` resolves; else 'down: ...' or 'wrong: ...'. On a thread: a resolver
+    that does not answer would block for ~10 s or more."""
+    result: dict[str, BaseException] = {}
+
+    def look() -> None:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # reported below
+            result["error"] = exc
+
+    thread = threading.Thread(target=look, name="rlexp-store-lookup", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return f"down: the name lookup of {host} did not answer within {timeout:g}s"
+    exc = result.get("error")
+    if exc is None:
+        return None
+    if isinstance(exc, socket.gaierror) and exc.errno in _NO_SUCH_NAME:
+        return f"wrong: host {host} does not resolve ({exc.strerror}; a typo in the address?)"
+    return f"down: the name lookup of {host} failed ({getattr(exc, 'strerror', None) or exc})"
+
+
+def _network_error(exc: BaseException, where: str, timeout: float) -> str:
+    """A connection that failed -> 'down: ...' or 'wrong: ...'."""
+    import http.client
+
+    if isinstance(exc, (ssl.SSLError, ssl.CertificateError)):
+        return f"wrong: TLS with {where} failed ({getattr(exc, 'reason', None) or exc})"
+    if isinstance(exc, socket.gaierror):
+        host = where.rsplit(":", 1)[0]
+        if exc.errno in _NO_SUCH_NAME:
+            return f"wrong: host {host} does not resolve ({exc.strerror}; a typo in the address?)"
+        return f"down: the name lookup of {host} failed ({exc.strerror})"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"down: {where} refused the connection (nothing listens there now)"
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return f"down: {where} did not answer within {timeout:g}s"
+    if isinstance(exc, http.client.RemoteDisconnected) or isinstance(exc, ConnectionError):
+        return f"down: {where} closed the connection ({type(exc).__name__})"
+    if isinstance(exc, http.client.HTTPException):  # BadStatusLine: something else listens
+        return f"wrong: {where} does not answer in HTTP ({type(exc).__name__})"
+    return f"down: {where} cannot be reached ({getattr(exc, 'strerror', None) or exc})"
+
+
+def _classify_db(uri: str, scheme: str, timeout: float) -> str:
+    parts = urlsplit(uri)
+    try:
+        host, port = parts.hostname, parts.port or DB_PORTS[scheme]
+    except ValueError:
+        return f"wrong: the port in {redact_uri(parts.netloc)} is not a number"
+    if not host:
+        return "ok"  # a local socket (?host=/var/run/postgresql)
+    why = _lookup(host, port, timeout)
+    if why is not None:
+        return why
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return _network_error(exc, f"{host}:{port}", timeout)
+    return "ok"
+
+
+def _classify_http(uri: str, timeout: float) -> str:
+    import urllib.error
+    import urllib.request
+
+    parts = urlsplit(uri)
+    try:
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"wrong: the port in {redact_uri(parts.netloc)} is not a number"
+    if not host:
+        return "wrong: the URI names no host (http://host:port)"
+    where = f"{host}:{port}"
+    proxied = bool(urllib.request.getproxies().get(parts.scheme)) and \
+        not urllib.request.proxy_bypass(host)
+    if not proxied:  # behind a proxy the proxy resolves the name
+        why = _lookup(host, port, timeout)
+        if why is not None:
+            return why
+    url = urlsplit((uri[:-1] if uri.endswith("/") else uri) + PROBE_ENDPOINT)
+    userinfo, _, hostport = url.netloc.rpartition("@")
+    request = urllib.request.Request(urlunsplit(url._replace(netloc=hostport, fragment="")),
+                                     headers={"User-Agent": "rlexp", "Accept": "application/json"})
+    # As MLflow's request (requests): its username/password variables, else the URI's
+    # user:password, else its token variable.
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), \
+        os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if not (user and password) and userinfo:
+        user, _, password = (unquote(p) for p in userinfo.partition(":"))
+    if user and (password or userinfo):
+        basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {basic}")
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
+    if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
+        context = ssl._create_unverified_context()
+    else:
+        context = ssl.create_default_context(
+            cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
+    if os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
+        context.load_cert_chain(os.environ["MLFLOW_TRACKING_CLIENT_CERT_PATH"])
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            status, headers, body = response.status, response.headers, response.read(65536)
+    except urllib.error.HTTPError as exc:
+        status, headers = exc.code, exc.headers
+        try:
+            body = exc.read(65536)
+        except OSError:
+            body = b""
+    except urllib.error.URLError as exc:
+        reason = exc.reason if isinstance(exc.reason, BaseException) else exc
+        return _network_error(reason, where, timeout)
+    except Exception as exc:  # timeouts while reading, a reset, not HTTP at all
+        return _network_error(exc, where, timeout)
+    return _judge_answer(status, headers.get("Content-Type", "") if headers else "", body)
+
+
+def _judge_answer(status: int, content_type: str, body: bytes) -> str:
+    """The store's answer to PROBE_ENDPOINT -> ok, down or wrong."""
+    try:
+        data = json.loads(body.decode("utf-8")) if body.strip() else None
+    except ValueError:
+        data = None
+    mlflow_error = isinstance(data, dict) and "error_code" in data
+    if status in (401, 403):
+        if os.environ.get("MLFLOW_TRACKING_AUTH"):  # a plugin's auth, which this probe lacks
+            return "ok (not probed: MLFLOW_TRACKING_AUTH)"
+        return (f"wrong: the store refused access (HTTP {status}): check the credentials "
+                f"(user:password in the URI, MLFLOW_TRACKING_USERNAME/PASSWORD or "
+                f"MLFLOW_TRACKING_TOKEN)")
+    if status >= 500 or status in (408, 429):
+        return f"down: the store answered HTTP {status} (a server that is stopping or busy)"
+    if 200 <= status < 300 and isinstance(data, dict) or mlflow_error:
+        return "ok"
+    what = "an HTML page" if "html" in content_type.lower() or body.lstrip()[:1] == b"<" \
+        else f"HTTP {status} {content_type or 'without a content type'}"
+    return (f"wrong: it answers with {what}, not MLflow's REST API (HTTP {status} for "
+            f"{PROBE_ENDPOINT.split('?')[0]}; the address of something else, or a path "
+            f"MLflow does not serve?)")
+
+
 def schema_template() -> Path:
     """Where this MLflow version's empty, migrated sqlite schema is kept, once per machine."""
     import mlflow
@@ -234,6 +475,7 @@ def _usable(template: Path) -> bool:
 def client(uri: str) -> "MlflowClient":
     from mlflow import MlflowClient
 
+    remember(uri)  # its credentials are masked in every line, also inside MLflow's errors
     if uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
@@ -290,7 +532,10 @@ def truncate(value: object, limit: int) -> str:
 
 
 def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    """`Type: first line of the message`, at most 200 characters, secrets masked: MLflow's
+    errors repeat the request URL, credentials and `?token=` included. Masked before it is
+    cut: a URI cut inside its password would no longer look like one."""
+    text = redact_text(str(exc).strip())
     line = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
     return line if len(line) <= 200 else line[:197] + "..."
 

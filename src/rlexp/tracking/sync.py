@@ -13,6 +13,10 @@ are held back (a resume produces them again) unless --all says the run will not 
 Damaged input never crashes it: unreadable spool lines are skipped and counted, a damaged
 tracking.json is rebuilt from the run dir (summary.json's run id, or the store's run tagged
 with the dir; the gate from the newest checkpoint dir).
+
+A store it cannot send to is named in one line that says which it is (store.classify): down
+(refused, no answer: run sync again once it is up) or wrong (a host name that does not
+resolve, not MLflow, 401/403: pass the right one with --uri); the spool keeps every record.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,7 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import UserError, fail
 from rlexp.base.files import write_json_atomic
 from rlexp.base.lock import Busy, DirLock
-from rlexp.base.redact import MASK, redact_uri
+from rlexp.base.redact import MASK, install_log_redaction, redact_uri, remember
 from rlexp.config.naming import flatten
 from rlexp.tracking import store
 from rlexp.tracking.listener import clean_params, clean_tags, now_ms
@@ -81,6 +86,7 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
         link.uri = env
     if experiment:
         link.experiment = experiment
+    _check_store(link.uri)
     run = TrackedRun(run_dir, link)
     try:
         if run.skipped:
@@ -96,7 +102,8 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
             if link.run_id is not None:
                 status = _status(run, link.run_id)
                 if status is None:
-                    raise UserError(f"MLflow run {link.run_id} is not in the store {link.uri} "
+                    raise UserError(f"MLflow run {link.run_id} is not in the store "
+                                    f"{redact_uri(link.uri)} "
                                     f"(deleted?); deliver the spool into a new run with: "
                                     f"python -m rlexp.sync {run_dir} --new-run")
                 if status == "RUNNING" and not ended:
@@ -108,8 +115,7 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
         except UserError:
             raise
         except Exception as exc:
-            raise UserError(f"could not reach the MLflow store {link.uri}: "
-                            f"{store.first_line(exc)}") from None
+            raise _store_error(link.uri, exc) from None
         link.save(run_dir)
         if _fill_summary_run_id(run, run_dir):
             notes.append(f"{SUMMARY_FILE} mlflow_run_id set")
@@ -121,6 +127,36 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
                      f"{link.checkpoint_step}) held back for a resume (--all sends them)")
     note = "".join(f"; {n}" for n in notes)
     return f"sent {sent} records to MLflow run {link.run_id} ({redact_uri(link.uri)}){note}"
+
+
+def _check_store(uri: str) -> None:
+    """Before anything is sent: a server or database that is wrong (a host name that does not
+    resolve, not MLflow, 401/403) or down is said now, in one line (store.classify), instead
+    of after MLflow's retries. A sqlite store is made if missing, its directory too: sync is
+    asked for it by name (--uri, or the run's own store)."""
+    if store.sqlite_path(uri) is not None:
+        return
+    state = store.classify(uri)
+    if not store.is_wrong(state) and not store.is_down(state):
+        return
+    raise _store_error(uri, None, state)
+
+
+def _store_error(uri: str, exc: BaseException | None, state: str | None = None) -> UserError:
+    """Sending to `uri` failed: say whether the store is down (run sync again later) or wrong
+    (it never will work as given: pass the right one with --uri). The spool keeps it all."""
+    state = state or store.classify(uri, cache=False)
+    shown = redact_uri(uri)
+    why = state.split(": ", 1)[-1]
+    if store.is_wrong(state):
+        return UserError(f"could not reach the MLflow store {shown}: the store is wrong: {why}; "
+                         f"nothing was sent (the records stay in the spool): pass the right "
+                         f"store with --uri URI")
+    if store.is_down(state):
+        return UserError(f"could not reach the MLflow store {shown}: the store is down: {why}; "
+                         f"the records stay in the spool: run this command again once it is up")
+    return UserError(f"could not reach the MLflow store {shown}: "
+                     f"{store.first_line(exc) if exc is not None else state}")
 
 
 def _status(run: TrackedRun, run_id: str) -> str | None:
@@ -165,13 +201,13 @@ def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_ru
     if not new_run:
         summary = _read_json(run_dir / SUMMARY_FILE)
         hint = summary.get("mlflow_run_id") if isinstance(summary, dict) else None
+        _check_store(link.uri)
         try:
             store.ensure_store(link.uri)
             link.run_id = store.find_run(store.client(link.uri), link.experiment, run_dir,
                                          hint if isinstance(hint, str) else None)
         except Exception as exc:
-            raise UserError(f"could not reach the MLflow store {redact_uri(link.uri)}: "
-                            f"{store.first_line(exc)}") from None
+            raise _store_error(link.uri, exc) from None
         if link.run_id is None:
             raise UserError(f"{run_dir}/{LINK_FILE} is {what} and no MLflow run of this dir is "
                             f"in experiment '{link.experiment}' of {redact_uri(link.uri)}; "
@@ -207,7 +243,6 @@ def _hydra_params(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-
         return flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
     except Exception:  # a damaged config file: the run gets no params, the metrics still go
         return {}
@@ -244,6 +279,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiment", help="experiment of a rebuilt tracking.json or a new "
                                              "run (default: the recorded one, else 'rlexp')")
     args = parser.parse_args(argv)
+    remember(args.uri)  # masked in every line, MLflow's errors included
+    install_log_redaction()
+    # MLflow retries through urllib3, which logs each retry: rlexp.sync says it once.
+    logging.getLogger("urllib3.connectionpool").addFilter(
+        lambda record: not str(record.msg).startswith("Retrying ("))
     try:
         account = sync(args.run_dir, args.all, args.uri, args.new_run, args.experiment)
         print(f"rlexp.sync: {account}")

@@ -1,0 +1,365 @@
+"""A tracking store that is down spools as ever; one that is wrong (a host name that does not
+resolve, something that is not MLflow, 401/403, a sqlite file in a missing directory) is
+refused at start in one line; secrets inside a store's URI (`user:PW@`, `?token=`, `&sig=`,
+`X-Amz-Signature=`) reach no console line, log, file or store, exception text included; urllib3's
+retries against a down store stay quiet. ("Reliability round three", items 3, 4 and 6.)
+
+Stores here: "down" is a closed port on 127.0.0.1, "unreachable" a name under .invalid (which
+never resolves), "wrong" a tiny http.server on 127.0.0.1 answering HTML, 401 or 403."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from rlexp.base.errors import UserError
+from rlexp.base.redact import redact_text, remember
+from rlexp.job.console import quiet_third_party
+from rlexp.launch.preflight import preflight
+from rlexp.tracking import store
+from rlexp.tracking.listener import MlflowListener
+from rlexp.tracking.spool import LINK_FILE, SPOOL_FILE
+from rlexp.tracking.ui import free_port
+from helpers import cli, cli_env, info, metrics, one_line_exit_2
+from sweep_helpers import TINY
+
+PASSWORD = "PlantedPw4711"
+TOKEN = "PlantedTok4712"
+SIG = "PlantedSig4713"
+AMZ = "PlantedAmz4714"
+SECRETS = (PASSWORD, TOKEN, SIG, AMZ)
+# Every kind of URI secret at once, after the store's address.
+QUERY = f"?token={TOKEN}&sig={SIG}&X-Amz-Signature={AMZ}"
+
+
+def with_secrets(base: str) -> str:
+    """http://127.0.0.1:PORT -> http://alice:PW@127.0.0.1:PORT/?token=...&sig=...&X-Amz-..."""
+    scheme, rest = base.split("://", 1)
+    return f"{scheme}://alice:{PASSWORD}@{rest.rstrip('/')}/{QUERY}"
+
+
+def quoted(uri: str) -> str:
+    """The override as it must be typed: Hydra takes '=' and '&' only inside quotes."""
+    return f'tracker.uri="{uri}"'
+
+
+def assert_no_secret(text: str, where: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text, f"{secret} in {where}: {text[-3000:]}"
+
+
+def files_holding_secrets(root: Path) -> list[str]:
+    """grep -r of a tree (run dirs, sweep dirs, a store's db and artifacts)."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            found += [f"{path}: {s}" for s in SECRETS if s.encode() in data]
+    return found
+
+
+class FakeStore:
+    """An http.server on 127.0.0.1 answering every request with one status and body; it
+    records what it was asked (method, path) so a test can see no run was created."""
+
+    def __init__(self, status: int, body: bytes, content_type: str):
+        self.requests: list[tuple[str, str]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self) -> None:
+                fake.requests.append((self.command, self.path))
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+STORES = {
+    "html": (200, b"<!doctype html><html><body>Welcome to nginx!</body></html>", "text/html"),
+    "401": (401, b"You are not authenticated. Please see the docs.", "text/plain"),
+    "403": (403, b"<html><body><h1>403 Forbidden</h1></body></html>", "text/html"),
+    "404": (404, b"<html><title>404 Not Found</title></html>", "text/html"),
+    "mlflow": (200, b'{"experiments": [{"experiment_id": "0", "name": "Default"}]}',
+               "application/json"),
+    "503": (503, b"<html>502 Bad Gateway</html>", "text/html"),
+}
+
+
+@pytest.fixture
+def serve():
+    """serve(kind) -> a running FakeStore answering like STORES[kind]."""
+    started: list[FakeStore] = []
+
+    def start(kind: str) -> FakeStore:
+        started.append(FakeStore(*STORES[kind]))
+        return started[-1]
+
+    yield start
+    for fake in started:
+        fake.close()
+
+
+def down_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+UNRESOLVED = "http://no-such-host.invalid:5000"
+
+
+# ----------------------------------------------------------------- classify: down or wrong
+
+
+def test_classify_tells_down_from_wrong(serve):
+    state = store.classify(with_secrets(down_url()), cache=False)
+    assert state.startswith("down:") and "refused" in state, state
+    state = store.classify(with_secrets(UNRESOLVED), cache=False)
+    assert state.startswith("wrong:") and "does not resolve" in state, state
+    for kind, needle in (("html", "HTML page"), ("404", "HTML page"), ("401", "HTTP 401"),
+                         ("403", "HTTP 403")):
+        state = store.classify(with_secrets(serve(kind).url), cache=False)
+        assert state.startswith("wrong:") and needle in state, (kind, state)
+    assert store.classify(serve("mlflow").url, cache=False) == "ok"
+    state = store.classify(serve("503").url, cache=False)
+    assert state.startswith("down:") and "503" in state  # a proxy before a stopped server
+    # A host that resolves and accepts the connection but never answers: down (timeout).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        state = store.classify(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.5,
+                               cache=False)
+    assert state.startswith("down:") and "did not answer" in state, state
+    state = store.classify(f"postgresql://u:{PASSWORD}@no-such-host.invalid/db", cache=False)
+    assert state.startswith("wrong:") and PASSWORD not in state, state
+
+
+def test_classify_sqlite_needs_an_existing_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "no" / "such" / "dir" / "m.db"
+    state = store.classify(f"sqlite:///{missing}", cache=False)
+    assert state.startswith("wrong:") and "does not exist" in state, state
+    assert not (tmp_path / "no").exists()  # nothing made
+    assert store.classify(f"sqlite:///{tmp_path / 'm.db'}", cache=False) == "ok"
+    assert store.classify("sqlite:///outputs/mlflow.db", cache=False) == "ok"  # the default
+    (tmp_path / "notes.db").write_text("not a database")
+    assert "not an SQLite database" in store.classify(f"sqlite:///{tmp_path / 'notes.db'}",
+                                                      cache=False)
+    assert "is a directory" in store.classify(f"sqlite:///{tmp_path}", cache=False)
+
+
+def test_a_down_store_passes_preflight_and_dry_runs_do_not_probe():
+    preflight([quoted(with_secrets(down_url()))])  # down: the run starts and spools
+    preflight([quoted(with_secrets(UNRESOLVED)), "run.dry_run=true"])  # a dry run: no probe
+    with pytest.raises(UserError, match="is not a usable MLflow store"):
+        preflight([quoted(with_secrets(UNRESOLVED))])
+
+
+# ------------------------------------------------------------ wrong: refused at start
+
+
+@pytest.mark.parametrize("kind,needle", [
+    ("unresolved", "does not resolve"),
+    ("html", "answers with an HTML page"),
+    ("401", "refused access (HTTP 401)"),
+    ("403", "refused access (HTTP 403)"),
+])
+def test_a_wrong_store_exits_2_at_start_and_writes_nothing(kind, needle, serve, tmp_path):
+    fake = serve(kind) if kind in STORES else None
+    uri = with_secrets(fake.url if fake else UNRESOLVED)
+    proc = cli(quoted(uri), cwd=tmp_path)
+    line = one_line_exit_2(proc, "rlexp: error: tracker.uri=http://alice:***@",
+                           "is not a usable MLflow store", needle)
+    assert_no_secret(proc.stdout + proc.stderr, "the console")
+    assert list(tmp_path.iterdir()) == [], line  # no run dir, no store, nothing
+    if fake is not None:  # only the probe: no experiment, no run created
+        assert [m for m, _ in fake.requests] == ["GET"], fake.requests
+
+
+def test_a_wrong_store_refuses_a_sweep_before_its_parent_run(serve, tmp_path):
+    fake = serve("html")
+    proc = cli("-m", "train.seed=0,1,2", quoted(with_secrets(fake.url)), cwd=tmp_path)
+    one_line_exit_2(proc, "is not a usable MLflow store", "HTML page")
+    assert_no_secret(proc.stdout + proc.stderr, "the console")
+    assert list(tmp_path.iterdir()) == []  # no sweep dir, no multirun.yaml
+    assert len(fake.requests) == 1  # one probe for the three jobs, no parent run
+
+
+def test_a_wrong_store_in_the_environment_is_named_by_its_variable(serve, tmp_path):
+    proc = cli(cwd=tmp_path, env={"MLFLOW_TRACKING_URI": with_secrets(serve("401").url)})
+    one_line_exit_2(proc, "rlexp: error: MLFLOW_TRACKING_URI=http://alice:***@", "HTTP 401")
+    assert_no_secret(proc.stdout + proc.stderr, "the console")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sqlite_store_in_a_missing_directory_is_refused_and_not_made(tmp_path):
+    db = tmp_path / "nonexistent" / "dir" / "m.db"
+    proc = cli(f"tracker.uri=sqlite:///{db}", cwd=tmp_path)
+    one_line_exit_2(proc, f"tracker.uri=sqlite:///{db} is not a usable MLflow store",
+                    f"its directory {db.parent} does not exist")
+    assert list(tmp_path.iterdir()) == []  # /nonexistent/dir was not created, nor outputs/
+
+
+def test_an_unquoted_query_override_is_refused_with_a_hint_to_quote_it(tmp_path):
+    uri = f"http://127.0.0.1:5077/?token={TOKEN}&sig={SIG}&X-Amz-Signature={AMZ}"
+    proc = cli(f"tracker.uri={uri}", cwd=tmp_path)
+    line = one_line_exit_2(proc, "cannot parse override", "quote the value: ")
+    assert line.endswith("""'tracker.uri="http://127.0.0.1:5077/?token=***&sig=***"""
+                         """&X-Amz-Signature=***"'"""), line
+    assert_no_secret(proc.stdout + proc.stderr, "the console")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------- down: spools, quiet
+
+
+def _spooled_run(run_dir: Path, uri: str) -> None:
+    """A run whose store is down all along: everything waits in its spool."""
+    listener = MlflowListener(uri, "offline", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir, "offline-run"))
+    for step in (1, 2, 3):
+        listener.on_metrics(step, metrics(step))
+    listener.on_run_end("FINISHED", {"steps_done": 3})
+
+
+def test_a_down_store_warns_once_without_secrets_or_retry_chatter(tmp_path, capsys, caplog):
+    quiet_third_party()
+    uri = with_secrets(down_url())
+    run_dir = tmp_path / "run"
+    with caplog.at_level(logging.DEBUG):
+        _spooled_run(run_dir, uri)
+    err = capsys.readouterr().err
+    assert err.count("unreachable (") == 1, err  # one warning for the outage
+    assert "http://alice:***@127.0.0.1:" in err and "token=***" in err, err
+    assert_no_secret(err, "the warnings")
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+    assert (run_dir / SPOOL_FILE).exists()
+    assert files_holding_secrets(tmp_path) == []  # spool, tracking.json, summary
+
+
+def test_urllib3_retry_lines_are_dropped():
+    quiet_third_party()
+    logger = logging.getLogger("urllib3.connectionpool")
+    retry = logger.makeRecord(logger.name, logging.WARNING, __file__, 1,
+                              "Retrying (%r) after connection broken by '%r': %s",
+                              ("Retry(total=0)", "NewConnectionError", "/api/2.0/x"), None)
+    other = logger.makeRecord(logger.name, logging.WARNING, __file__, 1,
+                              "Connection pool is full, discarding connection: %s", ("h",), None)
+    assert not logger.filter(retry) and logger.filter(other)
+
+
+def test_first_line_masks_before_it_cuts(monkeypatch):
+    """A message cut at 200 characters inside a password used to leave it in clear."""
+    monkeypatch.setattr("sys.argv", ["rlexp"])  # the secret is known only from the text
+    exc = RuntimeError("x" * 170 + f" http://alice:{PASSWORD}@store.example:5000/api/2.0/"
+                       f"mlflow/runs/log-batch {QUERY}")
+    line = store.first_line(exc)
+    assert len(line) <= 200 and PASSWORD[:4] not in line, line
+    assert_no_secret(line, "first_line")
+
+
+def test_a_remembered_uri_masks_its_secrets_anywhere():
+    remember(with_secrets("http://store.example:5000"))
+    text = redact_text(f"pw {PASSWORD}, tok {TOKEN}; in a path: /x?sig={SIG}; raw {AMZ}.")
+    assert_no_secret(text, "redacted text")
+
+
+def test_library_lines_logs_warnings_and_prints_are_masked(tmp_path):
+    """Once a process knows a URI's secrets, every line masks them: a library's log record
+    (and its traceback), a Python warning, a plain print to stdout or stderr."""
+    script = textwrap.dedent(f"""
+        import logging, sys, warnings
+        from rlexp.base.redact import remember
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+        remember({with_secrets('http://store.example:5000')!r})
+        logging.getLogger("urllib3.connectionpool").warning("to /?token=%s", {TOKEN!r})
+        try:
+            raise ConnectionError("refused by store.example for {PASSWORD}")
+        except ConnectionError:
+            logging.getLogger("mlflow").exception("request failed")
+        warnings.warn("signed with {SIG}")
+        print("amz {AMZ}")
+        print("pw {PASSWORD}", file=sys.stderr)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "ConnectionError" in out and "signed with ***" in out and "amz ***" in out, out
+    assert_no_secret(out, "the console")
+
+
+# ----------------------------------------------------------------- rlexp.sync: which one
+
+
+def _sync(run_dir: Path, uri: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlexp.sync", str(run_dir), "--uri", uri],
+                          env=cli_env(), capture_output=True, text=True, timeout=120)
+
+
+def test_sync_says_whether_the_store_is_down_or_wrong(serve, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    _spooled_run(run_dir, with_secrets(down_url()))
+    capsys.readouterr()
+    spool = (run_dir / SPOOL_FILE).read_bytes()
+    link = json.loads((run_dir / LINK_FILE).read_text())
+    assert link["uri"].startswith("http://alice:***@") and link["run_id"] is None
+    cases = [(with_secrets(down_url()), "the store is down: ", "run this command again"),
+             (with_secrets(UNRESOLVED), "the store is wrong: ", "does not resolve"),
+             (with_secrets(serve("html").url), "the store is wrong: ", "HTML page"),
+             (with_secrets(serve("401").url), "the store is wrong: ", "HTTP 401")]
+    for uri, *needles in cases:
+        proc = _sync(run_dir, uri)
+        one_line_exit_2(proc, "rlexp: error: could not reach the MLflow store http://alice:***@",
+                        *needles)
+        assert_no_secret(proc.stdout + proc.stderr, "rlexp.sync's console")
+        assert (run_dir / SPOOL_FILE).read_bytes() == spool  # every record kept
+    assert files_holding_secrets(tmp_path) == []
+
+
+# ---------------------------------------------------------- a real run against a down store
+
+
+@pytest.mark.slow
+def test_a_real_run_with_a_down_store_spools_quietly_and_leaks_nothing(tmp_path):
+    """`python -m rlexp` with every kind of URI secret and nothing listening: the run trains,
+    exits 0 and spools; one warning says so; no urllib3 retry lines; no secret on the
+    console, in the run dir (rlexp.log, .hydra, spool, summary) or anywhere under the cwd."""
+    uri = with_secrets(down_url())
+    proc = cli(*TINY, quoted(uri), cwd=tmp_path, timeout=600)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console[-3000:]
+    assert console.count("unreachable (") == 1 and "python -m rlexp.sync" in console, console
+    assert "Retrying" not in console and "Traceback" not in console, console[-3000:]
+    assert_no_secret(console, "the console")
+    (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert (run_dir / SPOOL_FILE).exists() and (run_dir / "rlexp.log").exists()
+    assert "Retrying" not in (run_dir / "rlexp.log").read_text()
+    assert files_holding_secrets(tmp_path) == []
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()  # the named store, not the default
