@@ -270,7 +270,7 @@ def test_preflight_runs_its_checks_from_the_one_list(monkeypatch):
 
     names = [c.name for c in checks.CHECKS]
     assert len(set(names)) == len(names)
-    assert [c.name for c in checks.CHECKS if not c.dry_run] == ["inputs", "fits"]
+    assert [c.name for c in checks.CHECKS if not c.dry_run] == ["inputs", "fits", "free_space"]
     seen: list[str] = []
 
     def refuse(cfg: Config) -> None:

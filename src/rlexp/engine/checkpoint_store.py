@@ -5,10 +5,28 @@ step counters of Tunix's learner, actor trainer and cluster. Tunix's final save 
 global step (tunix/sft/peft_trainer.py, 0.1.7: close() saves without custom metadata), so
 rlexp keeps its own step in the metadata and sets these counters back on restore. The
 resume policy (which checkpoint, what to do with an unusable one) is rlexp.job.resume's.
+
+Also what a full disk needs, in one place (no orbax import): `disk_full(exc)` recognizes one
+(OSError ENOSPC/EDQUOT, or tensorstore's RESOURCE_EXHAUSTED write errors, anywhere in the
+exception's chain) as a `DiskFull` naming the path and its free space; `unfinished` and
+`remove_unfinished` find and delete orbax's temporary dirs (<step>.orbax-checkpoint-tmp, a
+save that failed or was killed); `committed_steps` and `read_metadata` read the checkpoints
+on disk without orbax. A failed orbax save leaves noise in other threads (absl's error per
+background thread, asyncio's "exception was never retrieved", tensorstore callbacks raising
+"Event loop is closed" into the closed loop orbax ran the save in): `quiet_orbax_failures`
+drops exactly those, since the save's own exception says it all.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +34,200 @@ if TYPE_CHECKING:
 
 # Imported inside functions, on purpose: orbax (3.1 s) and Tunix are imported when a store opens:
 # pre-flight imports rlexp.engine for export's checkpoint lookup and never needs them.
+
+# orbax writes step s into "<s>.orbax-checkpoint-tmp" and renames it to "<s>" once complete
+# (orbax/checkpoint/_src/path/atomicity_types.py TMP_DIR_SUFFIX, 0.12).
+TMP_MARK = ".orbax-checkpoint-tmp"
+# Per step: orbax's JSON metadata, our counters under "custom_metadata".
+METADATA_FILE = "_CHECKPOINT_METADATA"
+# errno values of a full disk (no space, quota exceeded).
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# tensorstore (under orbax) reports a full disk as RESOURCE_EXHAUSTED with the file it wrote;
+# XLA's out-of-memory is RESOURCE_EXHAUSTED too, so the write words must be there as well.
+_TS_WRITE = ("Error writing", "Failed writing", "Failed to write")
+_TS_PATH = re.compile(r'(?:local file|Failed writing:) "([^"]+)"')
+
+
+class DiskFull(OSError):
+    """The disk under `path` is full (a save or a write failed with ENOSPC)."""
+
+    def __init__(self, path: str | Path, free: int | None):
+        path = os.path.abspath(path) if is_local(path) else str(path)
+        super().__init__(errno.ENOSPC, f"no space left on the disk of {path}", path)
+        # Where the write failed (a file or the checkpoint dir), absolute.
+        self.path = path
+        # Bytes free on that disk when it failed (None: cannot be measured, e.g. gs://).
+        self.free = free
+
+    def describe(self) -> str:
+        free = "unknown space" if self.free is None else human_bytes(self.free)
+        return f"disk full writing {self.path} ({free} free)"
+
+
+def human_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
+def nearest_existing(path: str | Path) -> Path:
+    """`path`, or its nearest parent that exists (what a dir not made yet will live on)."""
+    probe = Path(path).expanduser().absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def is_local(path: Any) -> bool:
+    return "://" not in str(path)
+
+
+def free_bytes(path: str | Path) -> int | None:
+    """Bytes a user may still write on the disk of `path` (None for a bucket or on error)."""
+    if not is_local(path):
+        return None
+    try:
+        return int(shutil.disk_usage(nearest_existing(path)).free)
+    except OSError:
+        return None
+
+
+def disk_full(exc: BaseException, where: str | Path | None = None) -> DiskFull | None:
+    """A DiskFull when `exc` (or an exception in its chain) is a full disk, else None. The
+    path is the one the error names, else `where`."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, DiskFull):
+            return error
+        path = None
+        if isinstance(error, OSError) and error.errno in FULL_ERRNOS:
+            path = error.filename or where
+        else:
+            text = str(error)
+            if "No space left on device" in text or ("RESOURCE_EXHAUSTED" in text and any(
+                    w in text for w in _TS_WRITE) and "Out of memory" not in text):
+                found = _TS_PATH.search(text)
+                path = found.group(1) if found else where
+            else:
+                error = error.__cause__ or error.__context__
+                continue
+        path = _outside_tmp(path if path is not None else Path.cwd())
+        return DiskFull(path, free_bytes(path))
+    return None
+
+
+def _outside_tmp(path: str | Path) -> str:
+    """A path inside orbax's temporary dir names the checkpoints dir (the temporary one is
+    removed)."""
+    text = str(path)
+    if TMP_MARK in text:
+        head = text.split(TMP_MARK, 1)[0]
+        return str(Path(head).parent)
+    return text
+
+
+def unfinished(directory: str | Path) -> list[Path]:
+    """orbax's temporary dirs in a local checkpoints dir: saves that never completed."""
+    if not is_local(directory) or not Path(directory).is_dir():
+        return []
+    return sorted(p for p in Path(directory).iterdir() if TMP_MARK in p.name)
+
+
+def remove_unfinished(directory: str | Path) -> list[Path]:
+    """Delete the unfinished saves (only the dir's owner calls this: it holds the lock)."""
+    removed = unfinished(directory)
+    for path in removed:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return removed
+
+
+def committed_steps(directory: str | Path) -> list[int]:
+    """Steps with a committed checkpoint in a local dir, newest first (no orbax)."""
+    if not is_local(directory) or not Path(directory).is_dir():
+        return []
+    return sorted((int(p.name) for p in Path(directory).iterdir()
+                   if p.name.isdigit() and p.is_dir()), reverse=True)
+
+
+def read_metadata(directory: str | Path, step: int) -> dict[str, Any] | None:
+    """rlexp's metadata of a committed local checkpoint (orbax's custom metadata), None when
+    it cannot be read."""
+    try:
+        data = json.loads((Path(directory) / str(step) / METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    meta = data.get("custom_metadata") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else None
+
+
+def dir_bytes(path: str | Path) -> int:
+    """Bytes of the files under a local dir."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+# ---------------------------------------------------------------- a failed save's chatter
+
+# Log lines of orbax's background threads and asyncio that repeat what the save raised.
+_ABSL_NOISE = ("_SignalingThread.run() raised an exception",
+               # a leftover temporary dir of a killed save (rlexp removes them at open)
+               "Attempted to create temporary directory")
+_NEVER_RETRIEVED = ("exception was never retrieved",)
+_ORBAX_WORDS = ("orbax", "tensorstore", "RESOURCE_EXHAUSTED", "No space left")
+
+
+class _OrbaxNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is not ours to judge
+            return True
+        if record.name == "absl":
+            return not any(n in message for n in _ABSL_NOISE)
+        return not (any(n in message for n in _NEVER_RETRIEVED)
+                    and any(w in message for w in _ORBAX_WORDS))
+
+
+def _is_orbax_unraisable(unraisable: Any) -> bool:
+    """tensorstore's write callbacks that fire after orbax closed the save's event loop, and
+    orbax's coroutines dropped half-way (a failed save or restore)."""
+    exc, obj = unraisable.exc_value, unraisable.object
+    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+        return True
+    code = getattr(obj, "cr_code", None) or getattr(obj, "__code__", None)
+    return "orbax" in str(getattr(code, "co_filename", ""))
+
+
+_previous_hook: Any = None
+
+
+def _unraisable_hook(unraisable: Any) -> None:
+    if not _is_orbax_unraisable(unraisable):
+        (_previous_hook or sys.__unraisablehook__)(unraisable)
+
+
+def quiet_orbax_failures() -> None:
+    """Drop the repeats of a failed save's error (see the module docstring); idempotent."""
+    global _previous_hook
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OrbaxNoise) for f in logger.filters):
+            logger.addFilter(_OrbaxNoise())
+    if sys.unraisablehook is not _unraisable_hook:
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable_hook
 
 
 def counters(engine: "TunixEngine") -> dict[str, int]:
@@ -49,6 +261,7 @@ class EngineCheckpoints:
         import orbax.checkpoint as ocp
         from tunix.sft.checkpoint_manager import CheckpointManager
 
+        quiet_orbax_failures()
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                                enable_async_checkpointing=False)
         self.engine = engine

@@ -2,6 +2,17 @@
 
 Data flows one way: config -> plan -> components -> loop -> listeners. This is the only place
 that decides a run's status (FINISHED, FAILED, KILLED) and writes summary.json.
+
+A rerun learns the earlier attempt's state from the first readable of: summary.json, the MLflow
+run (tracking.json's id, else the run tagged rlexp.run_dir), the newest checkpoint (the loop's
+last one carries `eval_after`). A damaged or missing summary.json of a run that finished is
+said in one line and rebuilt from the others: the run is reported finished, never trained or
+reopened again (its MLflow run stays FINISHED).
+
+A full disk (ENOSPC, or orbax's RESOURCE_EXHAUSTED) anywhere during the run stops it FAILED with
+one line naming the path and its free space: the unfinished checkpoint is removed (the last
+good one stays), no *.tmp file is left, and a small reserve file, deleted first, leaves room
+for summary.json and the tracker's final records.
 """
 
 from __future__ import annotations
@@ -33,15 +44,17 @@ from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri
 from rlexp.config.naming import flatten
 from rlexp.config.schema import Config
 from rlexp.engine import export
+from rlexp.engine.checkpoint_store import DiskFull, disk_full, remove_unfinished
 from rlexp.inputs import storage
 from rlexp.inputs.storage import check_backend
 from rlexp.job import loop, stopping
 from rlexp.job.console import ConsoleListener, quiet_third_party
-from rlexp.job.resume import Checkpointer, Preempted, StopFlag
+from rlexp.job.resume import Checkpointer, Preempted, StopFlag, final_metadata
 from rlexp.planning.plan import make_plan
 from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys, warm_up
 from rlexp.tracking.callback import RemoteParentCloser
 from rlexp.tracking.conventions import display_name
+from rlexp.tracking.listener import recorded_run
 from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
 
 # Imported inside functions, on purpose: jax (1.4 s) is imported only to count devices at the end
@@ -124,8 +137,13 @@ def _read_json(path: Path) -> dict | None:
 def write_summary(run_dir: Path, summary: dict) -> None:
 
     tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))), indent=2))
-    tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
+    try:
+        tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))),
+                                  indent=2))
+        tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: no half-written file stays
+        raise
 
 # Fields that describe one attempt: never taken from an earlier attempt's summary.
 ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
@@ -143,6 +161,87 @@ def carry_over(previous: dict | None, summary: dict) -> dict:
         if key not in ATTEMPT_FIELDS and out.get(key) in empty and value not in empty:
             out[key] = value
     return out
+
+
+def warn(message: str) -> None:
+    print(f"rlexp: warning: {message}", file=sys.stderr, flush=True)
+
+
+def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
+    """The earlier attempt's summary: summary.json, else the MLflow run, else the newest
+    checkpoint (None: a new run, or one that stopped before its end and resumes). A damaged
+    summary.json is set aside; a finished run's is rebuilt and written again, in one line."""
+    path = job.run_dir / "summary.json"
+    previous = _read_json(path)
+    if isinstance(previous, dict):
+        return previous
+    damaged = path.exists()
+    final = final_metadata(checkpoints)
+    if not damaged and final is None:
+        return None  # no summary and training not done: a crash, the resume redoes the rest
+    recorded = None
+    if cfg.tracker.name == "mlflow":
+        recorded = recorded_run(default_uri(cfg), cfg.tracker.experiment, job.run_dir)
+    what = f"{path} is missing"
+    if damaged:
+        aside = path.with_name(f"summary.json.damaged-{int(time.time())}")
+        os.replace(path, aside)  # kept for a post-mortem
+        what = f"{path} was damaged (kept as {aside.name})"
+    if recorded is not None:
+        rebuilt = _summary_from_mlflow(recorded, job, final)
+        source = f"MLflow run {recorded['run_id']} ({recorded['status']})"
+    elif damaged and final is not None:
+        rebuilt = _summary_from_checkpoint(final, job)
+        source = f"final checkpoint (step {final.get('step')})"
+    else:
+        if damaged:
+            warn(f"{what}; neither the MLflow run nor a final checkpoint says the run "
+                 "finished: it resumes")
+        return None
+    if rebuilt.get("status") == "FINISHED":
+        write_summary(job.run_dir, rebuilt)
+        warn(f"{what}; rebuilt from the {source}")
+    elif damaged:
+        warn(f"{what}; the {source} did not finish: it resumes")
+    return rebuilt
+
+
+def _summary_from_mlflow(recorded: dict, job: JobContext, final: dict | None) -> dict:
+    """summary.json as the MLflow run has it (its artifact), else from the run's fields."""
+    summary = dict(recorded.get("summary") or {})
+    status = recorded["status"]
+    if not summary:
+        start, end = recorded.get("start_time"), recorded.get("end_time")
+        steps = recorded.get("tags", {}).get("rlexp.steps_done")
+        summary = {"started": start / 1000 if start else None,
+                   "wall_s": (end - start) / 1000 if start and end else None,
+                   "steps_done": int(steps) if str(steps).isdigit() else
+                   (final or {}).get("step"),
+                   "objective": recorded.get("metrics", {}).get("eval/accuracy")}
+        if final is not None:
+            summary.update(eval_before=final.get("eval_before"),
+                           eval_after=final.get("eval_after"))
+    summary.update(_identity(job), status=status, mlflow_run_id=recorded["run_id"],
+                   rebuilt_from=f"MLflow run {recorded['run_id']}")
+    if status == "FINISHED":
+        summary["error"] = None
+    return summary
+
+
+def _summary_from_checkpoint(final: dict, job: JobContext) -> dict:
+    """A finished run's summary from its final checkpoint's metadata (the loop's last save)."""
+    eval_after = final.get("eval_after") or {}
+    link = _read_json(job.run_dir / "tracking.json") or {}
+    return {**_identity(job), "status": "FINISHED", "error": None,
+            "steps_done": final.get("step"), "eval_before": final.get("eval_before") or {},
+            "eval_after": eval_after, "objective": eval_after.get("eval/accuracy"),
+            "mlflow_run_id": link.get("run_id") if isinstance(link, dict) else None,
+            "rebuilt_from": f"checkpoint {final.get('step')}"}
+
+
+def _identity(job: JobContext) -> dict:
+    return {"name": job.name, "choices": job.choices, "overrides": job.overrides,
+            "run_dir": str(job.run_dir.resolve())}
 
 
 def _forget_previous(run_dir: Path) -> None:
@@ -180,8 +279,32 @@ def run(cfg: Config, job: JobContext) -> float | None:
     try:
         with runtime.frozen_heap():
             return _run_locked(cfg, job, plan)
+    except Exception as exc:  # a full disk before training (the warm-start cache, a log)
+        full = disk_full(exc, job.run_dir)
+        if full is None:
+            raise
+        _stop_disk_full(job, f"{full.describe()}: free some space, then rerun the same command")
     finally:
         lock.release()
+
+
+def _stop_disk_full(job: JobContext, line: str) -> "NoReturn":  # noqa: F821
+    logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
+    _remove_tmp_files(job.run_dir)
+    if job.sweep_dir is not None:
+        raise JobStopped(line)
+    print(f"rlexp: error: {line}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def _remove_tmp_files(run_dir: Path) -> None:
+    """Temporary files a write that hit a full disk left (summary.json.tmp, progress.tmp,
+    tracking.json.<pid>.<thread>.tmp, tracking_spool.jsonl.tmp)."""
+    for path in run_dir.glob("*.tmp") if run_dir.is_dir() else ():
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
@@ -198,11 +321,15 @@ def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
 def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     quiet_libraries()
     run_dir = job.run_dir
-    previous = _read_json(run_dir / "summary.json")
-    if cfg.run.resume and previous and previous.get("status") == "FINISHED":
-        print(already_finished(run_dir, previous, _git()))
-        return previous.get("objective")
-    if not cfg.run.resume:
+    # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
+    checkpoints = storage.checkpoint_dir(cfg.run.output_uri, run_dir, job.name)
+    previous = None
+    if cfg.run.resume:
+        previous = recorded_state(cfg, job, checkpoints)
+        if previous and previous.get("status") == "FINISHED":
+            print(already_finished(run_dir, previous, _git()))
+            return previous.get("objective")
+    else:
         _forget_previous(run_dir)
 
     scrub_run_dir(run_dir)
@@ -210,7 +337,6 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
 
     warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
     try:
-
         check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
         engine = engine_lib.build(cfg, plan, run_dir)  # (xpk) needs no gcsfs
     except UserError as exc:  # bad input found while building: nothing was tracked yet
@@ -220,14 +346,13 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
             _failed_summary(job, _error_line(exc))
         raise
 
-    # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
-    checkpointer = Checkpointer(storage.checkpoint_dir(cfg.run.output_uri, run_dir, job.name),
-                                cfg.train.keep_checkpoints, engine)
+    checkpointer = Checkpointer(checkpoints, cfg.train.keep_checkpoints, engine,
+                                plan.checkpoint_bytes)
     resumed = checkpointer.restore_latest(cfg.train.seed) if cfg.run.resume else None
     engine.start_step = resumed["step"] if resumed else 0
     listener_list = _listeners(cfg, run_dir)
     progress = listener_list[0]  # the last step this attempt reached (KILLED/FAILED summaries)
-    listeners = Listeners(listener_list)
+    listeners = Observers(listener_list, run_dir)
     info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params(flatten(cfg)),
                    tags=run_tags(cfg, job), start_step=engine.start_step,
                    total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
@@ -241,8 +366,10 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         **{k.replace(".", "_"): v for k, v in _git().items()},
     }
     status, error = "FAILED", None
+    full: DiskFull | None = None
 
     stops = stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name)
+    reserve = DiskReserve(run_dir)
     try:
         with StopFlag() as stop:
             listeners.on_run_start(info)
@@ -258,9 +385,15 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     except loop.NonFinite as exc:
         error = str(exc)
     except Exception as exc:
-        error = _error_line(exc)
-        raise
+        full = disk_full(exc, run_dir)
+        if full is None:
+            error = _error_line(exc)
+            raise
+        error = _disk_full_line(full, max(engine.start_step, progress.step), checkpointer)
     finally:
+        if full is not None:
+            logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
+        reserve.release()  # room for the last words below
         checkpointer.close()
         tracking = _read_json(run_dir / "tracking.json") or {}
         eval_after = summary.get("eval_after") or {}
@@ -269,10 +402,23 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
                        objective=eval_after.get("eval/accuracy"))
         summary.setdefault("steps_done", max(engine.start_step, progress.step))
         summary = carry_over(previous if cfg.run.resume else None, summary)
-        write_summary(run_dir, summary)
+        try:
+            write_summary(run_dir, summary)
+        except OSError as exc:
+            late = disk_full(exc, run_dir)
+            if late is None:
+                raise
+            full = full or late
+            if status == "FINISHED":  # trained, but not recorded: the rerun only writes it
+                status, error = "FAILED", (f"{late.describe()}: summary.json not written; "
+                                           "free some space, then rerun the same command")
+                summary.update(status=status, error=error)
         storage.mirror_outputs(cfg.run.output_uri, job.name, run_dir)  # run.output_uri only
         listeners.on_run_end(status, summary)
         stops.finish(status, summary)
+        if full is not None:
+            remove_unfinished(checkpoints)
+            _remove_tmp_files(run_dir)
     if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)
         if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
             raise JobStopped(error)
@@ -346,7 +492,7 @@ def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
 
 def _remove_if_empty(run_dir: Path) -> None:
     """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
-    hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock"}
+    hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock", RESERVE_FILE}
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -362,8 +508,67 @@ class ProgressFile(Listener):
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.step = step
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": step, "time": time.time()}))
-        tmp.replace(self.path)
+        try:
+            tmp.write_text(json.dumps({"step": step, "time": time.time()}))
+            tmp.replace(self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+class Observers(Listeners):
+    """The run's listeners: a failing one is logged and the run goes on (Listeners), except
+    for a full disk, which stops the run now (Observers re-raise it as DiskFull once every
+    listener had the event): nothing more could be saved, and the steps after the last good
+    checkpoint are produced again by the resume."""
+
+    def __init__(self, listeners: list[Listener], run_dir: Path):
+        super().__init__(listeners)
+        self.run_dir = run_dir
+
+    def _each(self, hook: str, *args: Any, **kwargs: Any) -> None:
+        full = None
+        for listener in self.listeners:
+            try:
+                getattr(listener, hook)(*args, **kwargs)
+            except Exception as exc:  # observers must never stop training, but for a full disk
+                found = disk_full(exc, self.run_dir) if hook != "on_run_end" else None
+                if found is None:
+                    log.warning("%s.%s failed: %s", type(listener).__name__, hook, exc)
+                full = full or found
+        if full is not None:
+            raise full
+
+
+# A file keeping this much of the run dir's disk while the run trains: deleted when the run
+# ends, so a disk that filled up meanwhile still takes summary.json and the tracker's last
+# records (a few KiB; the rest is margin).
+RESERVE_FILE = ".rlexp-reserve"
+RESERVE_BYTES = 512 * 1024
+
+
+class DiskReserve:
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / RESERVE_FILE
+        try:
+            with open(self.path, "wb") as handle:
+                os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)  # blocks, not a hole
+        except (OSError, AttributeError):  # no room (pre-flight would have said) or no API
+            self.release()
+
+    def release(self) -> None:
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _disk_full_line(full: DiskFull, step: int, checkpointer: Checkpointer) -> str:
+    last = checkpointer.last_good()
+    kept = (f"the last good checkpoint (step {last}) is kept" if last is not None
+            else "no checkpoint was saved yet")
+    return (f"{full.describe()}: stopped after step {step}; {kept}; free some space, then "
+            "rerun the same command to resume")
 
 
 def quiet_libraries() -> None:

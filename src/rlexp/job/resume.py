@@ -4,13 +4,20 @@ A checkpoint holds the policy parameters, the optimizer state and our counters. 
 save drops its global step, so the step that matters lives in our metadata;
 the data order and sampling keys are pure functions of (seed, step), so nothing else is needed.
 Orbax writes a step into a temporary dir and renames it when complete, so a SIGKILL mid-save
-leaves no half checkpoint under its final name; a committed one that fails to restore
-(corrupt files) is skipped with a warning in favour of the one before.
+leaves no half checkpoint under its final name (the temporary dir is removed when the next
+attempt opens the dir); a committed one that fails to restore (corrupt files) is skipped with
+a warning in favour of the one before.
+
+A full disk: before each save the free space is compared with the size of the checkpoint
+before it (the plan's estimate for the first), and a save that fails with ENOSPC or
+RESOURCE_EXHAUSTED has its unfinished dir removed; either way `save` raises DiskFull and the
+checkpoints already committed stay as they are.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -20,6 +27,9 @@ if TYPE_CHECKING:
     from rlexp.engine import Engine
 
 from rlexp.base.retention import prune_unusable
+from rlexp.engine.checkpoint_store import (DiskFull, committed_steps, dir_bytes, disk_full,
+                                           free_bytes, is_local, read_metadata,
+                                           remove_unfinished)
 
 log = logging.getLogger("rlexp")
 
@@ -50,14 +60,64 @@ class StopFlag:
 class Checkpointer:
     """Saves every `train.checkpoint_every` steps (and at the end), keeps the newest N."""
 
-    def __init__(self, directory: Path, keep: int, engine: "Engine"):
+    def __init__(self, directory: Path, keep: int, engine: "Engine",
+                 checkpoint_bytes: float = 0.0):
         self.directory = directory
+        # A save killed midway left orbax's temporary dir: remove it before orbax sees it.
+        remove_unfinished(directory)
         self.store = engine.checkpoint_store(str(directory), keep)
+        # Bytes the next save needs: the newest checkpoint's size, else the plan's estimate.
+        self.expected = float(checkpoint_bytes)
+        self._measured = False
+        # A save failed (disk full): the store may not close cleanly.
+        self.failed = False
 
     def save(self, step: int, seed: int, extra: dict[str, Any]) -> Path:
-        """Save synchronously: when this returns, step `step` is durable."""
-        self.store.save(step, {"step": step, "seed": seed, **extra})
-        return self.directory / str(step)
+        """Save synchronously: when this returns, step `step` is durable. Raises DiskFull
+        (nothing of this step left on disk) when the disk cannot hold it."""
+        self._check_room()
+        target = self.directory / str(step)
+        existed = is_local(self.directory) and Path(target).exists()
+        try:
+            self.store.save(step, {"step": step, "seed": seed, **extra})
+        except Exception as exc:
+            full = disk_full(exc, self.directory)
+            if full is None:
+                raise
+            self.failed = True
+            self._discard(step, existed)
+            raise DiskFull(self.directory, full.free) from None
+        if is_local(self.directory) and Path(target).is_dir():
+            self.expected, self._measured = float(dir_bytes(target)), True
+        return target
+
+    def _check_room(self) -> None:
+        if not self._measured and is_local(self.directory):
+            newest = committed_steps(self.directory)
+            if newest:  # a resumed run: the checkpoints on disk say how big one is
+                self.expected = max(self.expected, float(dir_bytes(
+                    Path(self.directory) / str(newest[0]))))
+            self._measured = True
+        free = free_bytes(self.directory)
+        if free is not None and free < self.expected:
+            self.failed = True
+            raise DiskFull(self.directory, free)
+
+    def _discard(self, step: int, existed: bool) -> None:
+        """A failed save: its temporary dir (and a final dir it made) go, the others stay."""
+        remove_unfinished(self.directory)
+        target = Path(self.directory) / str(step)
+        if is_local(self.directory) and not existed and target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            self.store.steps()  # re-read: orbax caches its list of steps
+        except Exception:  # the save's own error is the one reported
+            pass
+
+    def last_good(self) -> int | None:
+        """The newest committed step on disk (None: none, or not a local dir)."""
+        steps = committed_steps(self.directory)
+        return steps[0] if steps else None
 
     def steps(self) -> list[int]:
         return self.store.steps()
@@ -84,4 +144,17 @@ class Checkpointer:
         return None
 
     def close(self) -> None:
-        self.store.close()
+        try:
+            self.store.close()
+        except Exception:
+            if not self.failed:
+                raise
+            # after a failed save orbax may re-raise its error on close: reported already
+
+
+def final_metadata(directory: Path) -> dict[str, Any] | None:
+    """The metadata of the newest local checkpoint when it is a run's last one (the loop saves
+    `eval_after` only at its end), read from disk without building anything; else None."""
+    steps = committed_steps(directory)
+    meta = read_metadata(directory, steps[0]) if steps else None
+    return meta if meta is not None and meta.get("eval_after") else None

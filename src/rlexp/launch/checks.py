@@ -25,19 +25,31 @@ from rlexp.config.schema import Config
 from rlexp.data import rewards
 from rlexp.data.loaders import dataset_file
 from rlexp.data.templates import PromptTemplate
+from rlexp.engine.checkpoint_store import human_bytes, nearest_existing
 from rlexp.engine.export import find_checkpoint
-from rlexp.inputs.model_files import check_model
+from rlexp.inputs.model_files import check_model, model_dir
 from rlexp.inputs.storage import check as check_output_uri
-from rlexp.planning.plan import make_plan
+from rlexp.planning.plan import checkpoint_bytes, make_plan
 from rlexp.tracking import default_uri
+from rlexp.tracking.store import classify, is_wrong, resolve_uri
+
+
+# The command's output dir (hydra.run.dir, or the sweep's dir) as check_writable last saw it:
+# pre-flight checks it before the jobs, and check_free_space measures its disk.
+_output_dir: Path | None = None
 
 
 def check_writable(path: Path) -> None:
     """The run/sweep dir can be made: its nearest existing ancestor is a writable dir."""
+    global _output_dir
+    _output_dir = Path(path)
     probe = path.absolute()
     while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+    if not probe.is_dir():  # the dir itself or one of its parents is a regular file
+        raise UserError(f"hydra.run.dir={path}: {probe} is a file, not a directory; move it "
+                        "away or set hydra.run.dir=/writable/path")
+    if not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"hydra.run.dir={path}: cannot write under {probe} (permission denied); "
                         "run from a writable directory or set hydra.run.dir=/writable/path")
 
@@ -98,20 +110,30 @@ LAUNCHER_NEEDS = {
 }
 
 
+def _tracker_uri(cfg: Config) -> tuple[str, str] | None:
+    """(where it was set, the URI) of a store the user named: tracker.uri, else
+    $MLFLOW_TRACKING_URI; None for the default store (outputs/mlflow.db, made when used)."""
+    if cfg.tracker.uri is not None:
+        return "tracker.uri", cfg.tracker.uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
+    return None
+
+
 def check_tracker(cfg: Config) -> None:
     """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to; only a store
-    that is down spools, a URI that can never work is a user error."""
+    that is down spools, a URI that can never work is a user error (its scheme, and for a
+    real run what the store answers: store.classify)."""
 
     if cfg.tracker.name != "mlflow":
         return
     if not cfg.tracker.experiment.strip():
         raise UserError("tracker.experiment='' is invalid: give the MLflow experiment a name "
                         "(default: rlexp)")
-    key, uri = "tracker.uri", cfg.tracker.uri
-    if uri is None and os.environ.get("MLFLOW_TRACKING_URI"):
-        key, uri = "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
-    if uri is None:
+    named = _tracker_uri(cfg)
+    if named is None:
         return
+    key, uri = named
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
     if uri.lower() in ("databricks", "databricks-uc"):  # a Databricks workspace, no path
         return
@@ -122,6 +144,22 @@ def check_tracker(cfg: Config) -> None:
         raise UserError(f"{key}={redact_uri(uri)}: unknown scheme '{scheme}'; valid schemes are "
                         f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
                         "postgresql+psycopg2://)")
+    if cfg.run.dry_run:
+        return  # no probe: see below
+    # The store is an MLflow store this machine can log to, or is only down now.
+    # store.classify probes it (a name lookup, one GET of an http store with a 3 s limit, the
+    # directory of a sqlite file): a store that is down (connection refused, no answer) starts
+    # the run as ever, which spools and sends later; a wrong one (a host name that does not
+    # resolve, an answer that is not MLflow's, HTTP 401/403, a sqlite file in a directory that
+    # does not exist) is refused here, before Hydra makes a dir or MLflow a run, instead of a
+    # run that spools everything and exits 0. One probe per URI for all the jobs of a sweep.
+    # A dry run does not probe: it plans and writes nothing, needs no store, and is often
+    # made away from the cluster's network, where the store's host does not resolve; it
+    # stays instant.
+    state = classify(resolve_uri(uri))
+    if is_wrong(state):
+        raise UserError(f"{key}={redact_uri(uri)} is not a usable MLflow store: "
+                        f"{state.split(': ', 1)[1]}; fix it or run with tracker=none")
 
 
 def check_rollout(cfg: Config) -> None:
@@ -175,6 +213,7 @@ def check_chat_template(cfg: Config) -> None:
     path = Path(m.path).expanduser() if m.path else None
     if path is None or not path.is_dir():
         return  # a hub id or bucket: the template is checked when the files are fetched
+    model_dir(m)  # a dir without config.json or weights: that is the message, not the template
     if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
         return
     try:
@@ -185,6 +224,39 @@ def check_chat_template(cfg: Config) -> None:
         raise UserError(f"model.chat_template=true but {m.path} has no chat template "
                         "(tokenizer_config.json 'chat_template' or chat_template.jinja); set "
                         "model.chat_template=false for a base model")
+
+
+def check_free_space(cfg: Config) -> None:
+    """The disks of the run dir (where its checkpoints go) and of run.cache_dir each have room
+    for two checkpoints of this run (the plan's checkpoint_bytes: policy, optimizer state,
+    metadata): a full disk is said now, not found by a save that fails mid-run."""
+    one = checkpoint_bytes(cfg)
+    places: list[tuple[str, Path]] = []
+    root = cfg.run.output_uri
+    if root is None:
+        places.append(("hydra.run.dir", _output_dir or Path("outputs")))
+    elif root.startswith("file://"):  # a shared mount
+        places.append(("run.output_uri", Path(root[len("file://"):])))
+    else:  # gs:// and the like: the run runs elsewhere (xpk's pods), with their own disks
+        return
+    if "://" not in cfg.run.cache_dir:
+        places.append(("run.cache_dir", Path(cfg.run.cache_dir).expanduser()))
+    seen: set[int] = set()
+    for key, path in places:
+        probe = nearest_existing(path)
+        try:
+            free, device = shutil.disk_usage(probe).free, os.stat(probe).st_dev
+        except OSError:
+            continue  # unreadable: check_writable and check_cache_dir speak for it
+        if device in seen:
+            continue
+        seen.add(device)
+        if free < 2 * one:
+            raise UserError(f"{key}={path}: {human_bytes(free)} free on the disk of {probe}, "
+                            f"but a checkpoint of model={cfg.model.name} takes "
+                            f"~{human_bytes(one)} and a run needs room for two "
+                            f"({human_bytes(2 * one)}); free some space or point {key} at "
+                            "another disk")
 
 
 @dataclass(frozen=True)
@@ -207,6 +279,7 @@ CHECKS: tuple[Check, ...] = (
     Check("model_files", check_model_files),
     Check("inputs", check_inputs, dry_run=False),
     Check("fits", check_fits, dry_run=False),
+    Check("free_space", check_free_space, dry_run=False),  # a dry run writes no checkpoint
 )
 
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -58,7 +60,8 @@ def now_ms() -> int:
 
 
 def warn(message: str) -> None:
-    print(f"rlexp: warning: {message}", file=sys.stderr, flush=True)
+    """One `rlexp: warning:` line; masked (a URI's credentials, exception text, known secrets)."""
+    print(f"rlexp: warning: {redact_text(message)}", file=sys.stderr, flush=True)
 
 
 def clean_params(flat: dict[str, Any]) -> dict[str, str]:
@@ -270,6 +273,12 @@ class MlflowListener(Listener):
         except Exception as exc:  # tracking must never stop training
             if self._offline_since is None:
                 self._offline_since = time.monotonic()
+                if refused(exc):  # the store answered: not an outage, say what it refused
+                    warn(f"MLflow store {self.uri} refused a write ({store.first_line(exc)}); "
+                         f"training goes on, records are kept in {self.run_dir / SPOOL_FILE} "
+                         f"and retried every {self.flush_every_s:g}s (or: python -m rlexp.sync "
+                         f"{self.run_dir})")
+                    return False
                 warn(f"MLflow store {self.uri} unreachable ({store.first_line(exc)}); training "
                      f"goes on, records are kept in {self.run_dir / SPOOL_FILE} and retried "
                      f"every {self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
@@ -427,14 +436,14 @@ class MlflowListener(Listener):
                                              str(datasets.get("source", datasets["name"])),
                                              context, redact_obj(rows_of(datasets[context]))))
                 except Exception as exc:  # a run input is a nicety: never stop the run
-                    warn(f"dataset {context} not logged as an MLflow input: {exc}")
+                    warn(f"dataset {context} not logged as an MLflow input: "
+                         f"{store.first_line(exc)}")
         return out
 
     def _start_system_metrics(self, resume: bool) -> None:
         if self._system_every_s <= 0 or self.run is None or self.run.link.run_id is None:
             return  # off, or the store is unreachable now (the monitor writes directly)
         try:
-
             self._system = SystemMetrics(self.uri, self.run.link.run_id, self._system_every_s,
                                          resume)
         except Exception as exc:
@@ -453,6 +462,61 @@ class MlflowListener(Listener):
         if self._lock is not None:
             self._lock.close()  # closing releases the flock
             self._lock = None
+
+
+# MLflow error codes of a store that answered and refused a write (its sqlalchemy store raises
+# a database constraint error as BAD_REQUEST): not an outage, so not "unreachable".
+REFUSALS = ("BAD_REQUEST", "INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS",
+            "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "PERMISSION_DENIED")
+
+
+def refused(exc: BaseException) -> bool:
+    return getattr(exc, "error_code", None) in REFUSALS
+
+
+# MLflow's switch for the progress bar of artifact downloads.
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | None:
+    """The MLflow run of `run_dir` as the store has it, found the way a rerun finds it
+    (tracking.json's run id, else the run tagged rlexp.run_dir with this dir):
+    {"run_id", "status", "start_time", "end_time" (ms), "tags", "metrics", "summary" (its
+    summary.json artifact, None if missing)}. None when there is no such run or the store
+    cannot answer now. Never raises, and never creates a store or a run."""
+    run_dir = Path(run_dir)
+    link = Link.load(run_dir)
+    hint = link.run_id if link is not None and same_store(link.uri, uri) else None
+    path = store.sqlite_path(uri)
+    if path is not None and not path.is_file():
+        return None
+    try:
+        store.ensure_store(uri)
+        client = store.client(uri)
+        rid = store.find_run(client, experiment, run_dir, hint)
+        if rid is None:
+            return None
+        run = client.get_run(rid)
+    except Exception:  # unreachable or refused: the caller falls back on the checkpoint
+        return None
+    summary = None
+    bar = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"  # MLflow draws a bar for each download otherwise
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            local = client.download_artifacts(rid, "summary.json", tmp)
+            summary = json.loads(Path(local).read_text())
+    except Exception:  # never sent (the run ended before it), or unreadable
+        summary = None
+    finally:
+        if bar is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = bar
+    return {"run_id": rid, "status": run.info.status, "start_time": run.info.start_time,
+            "end_time": run.info.end_time, "tags": dict(run.data.tags),
+            "metrics": dict(run.data.metrics),
+            "summary": summary if isinstance(summary, dict) else None}
 
 
 def _has_start(run_dir: Path) -> bool:

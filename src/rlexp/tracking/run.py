@@ -201,19 +201,26 @@ class TrackedRun:
             self.client.log_batch(run_id, metrics=metrics[i:i + n])
 
     def _log_inputs(self, run_id: str, datasets: list[dict]) -> None:
-        """Run inputs (the Datasets column and the run page's Inputs); the store keeps one
-        row per dataset digest, so sending them again adds nothing."""
+        """Run inputs (the Datasets column and the run page's Inputs); the ones the run has
+        already (a resend, a rerun) are left out, so sending them again adds nothing."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
+        run = self.client.get_run(run_id)
+        have = {(i.dataset.name, i.dataset.digest)
+                for i in (run.inputs.dataset_inputs if run.inputs else [])}
+        new = [d for d in datasets if (d["name"], d["digest"]) not in have]
+        if not new:
+            return
         self.client.log_inputs(run_id, datasets=[
             DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"],
                                  d.get("schema"), d.get("profile")),
                          tags=[InputTag("mlflow.data.context", d["context"])])
-            for d in datasets])
+            for d in new])
 
     def _log_model_output(self, run_id: str, artifact_path: str, step: int) -> None:
         """A LoggedModel that points at the run's `artifact_path` (no second copy of the
-        weights), finalized READY and logged as the run's output; once per run (resends)."""
+        weights), finalized READY and logged as the run's output; once per run (resends and
+        reruns find it)."""
         from mlflow.entities import LoggedModelOutput
 
         exp_id = self.link.experiment_id or self.client.get_run(run_id).info.experiment_id
@@ -227,6 +234,11 @@ class TrackedRun:
                 tags={"rlexp.weights": f"runs:/{run_id}/{artifact_path}"})
             model_id = model.model_id
             self.client.finalize_logged_model(model_id, "READY")
+        # The store keeps one output row per (run, model) and refuses a second one (a rerun
+        # that exports again, a resend): log it only when the run does not have it yet.
+        run = self.client.get_run(run_id)
+        if any(o.model_id == model_id for o in (run.outputs.model_outputs if run.outputs else [])):
+            return
         self.client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
 
     def _log_artifact(self, run_id: str, path: Path, artifact_path: str | None) -> None:
