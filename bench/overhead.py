@@ -88,7 +88,6 @@ def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
 
 def part_bare(overrides: list[str], trace: bool = False) -> dict:
     """Tunix's own GRPO loop; nothing of rlexp but config values, weights and data."""
-    import numpy as np
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
     from tunix.rl import rl_cluster as rlc
     from tunix.rl.grpo.grpo_learner import GRPOConfig, GRPOLearner

@@ -100,7 +100,7 @@ def test_tokenizer_without_chat_template(tmp_path):
 # Out-of-range values: refused by pre-flight in one line, and through the entry point with
 # exit 2 before anything is written.
 OUT_OF_RANGE = [
-    ("rollout.max_prompt_length=-5", "rollout.max_prompt_length=-5 is invalid: must be in [1, inf)"),
+    ("rollout.max_prompt_length=-5", "rollout.max_prompt_length=-5 is invalid: must be in [1, 131072]"),
     ("train.learning_rate=inf", "train.learning_rate=inf is invalid: must be in (0, inf)"),
     ("eval.temperature=-1", "eval.temperature=-1.0 is invalid: must be in (0, inf)"),
     ("eval.keep_samples=-1", "eval.keep_samples=-1 is invalid: must be in [0, inf)"),

@@ -220,6 +220,10 @@ class DatasetConfig:
     prompt: Optional[str] = None
     # File holding `prompt` (read at start); wins over dataset.prompt.
     prompt_file: Optional[str] = None
+    # Largest share of prompts that may be longer than rollout.max_prompt_length (the sampler
+    # keeps their last tokens, cutting the question): counted at start, more is an error
+    # naming a length that fits 99% of them; fewer is one warning line. 0 = none may be cut.
+    max_truncated_fraction: float = 0.05
     # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
     operators: str = "+-"
     # reasoning-gym arithmetic: allow unary minus on terms ("3 - -2").

@@ -77,14 +77,18 @@ RANGES: dict[str, str] = {
     "model.rope_theta": "(0, inf)",
     "model.norm_eps": "(0, 1)",
     "model.max_position": "[1, inf)",
-    "model.warm_start_steps": "[0, inf)",
+    "model.warm_start_steps": "[0, 1000000]",  # as train.steps
     "model.warm_start_lr": "(0, inf)",
-    "model.warm_start_batch_size": "[1, inf)",
+    "model.warm_start_batch_size": "[1, 65536]",  # as train.batch_size
     "algo.beta": "[0, inf)",
     "algo.epsilon": "(0, 1)",
     "algo.epsilon_high": "(0, 1)",
-    "algo.num_generations": "[2, inf)",  # group-relative advantages need two completions
-    "algo.num_iterations": "[1, inf)",
+    # Group-relative advantages need two completions; 1024 per prompt is past any recipe
+    # (DeepSeek-R1: 16) and each one is a sampler row: more only exhausts memory.
+    "algo.num_generations": "[2, 1024]",
+    # Updates per rollout batch (GRPO recipes: 1-4); the learning-rate table holds
+    # train.steps x num_iterations x mini-batches floats.
+    "algo.num_iterations": "[1, 64]",
     "algo.overlong_buffer": "[0, 1]",  # 0 = off
     "algo.overlong_penalty": "[0, inf)",
     "hardware.chips": "[1, inf)",
@@ -110,12 +114,15 @@ RANGES: dict[str, str] = {
     "dataset.min_digits": "[1, inf)",
     "dataset.max_digits": "[1, inf)",
     "dataset.eval_fraction": "(0, 1)",
+    "dataset.max_truncated_fraction": "[0, 1]",  # 0 = no prompt may be cut, 1 = any may
     "rollout.temperature": "(0, inf)",
     "rollout.top_p": "(0, 1]",
     "rollout.top_k": "[1, inf)",
-    "rollout.max_prompt_length": "[1, inf)",
-    "rollout.max_completion_length": "[1, inf)",
-    "rollout.kv_cache_size": "[2, inf)",
+    # Token lengths: 131072 is the longest context of any shipped model (Llama 3.1, 128k);
+    # the KV cache holds both lengths at their cap. Past that only the allocation fails.
+    "rollout.max_prompt_length": "[1, 131072]",
+    "rollout.max_completion_length": "[1, 131072]",
+    "rollout.kv_cache_size": "[2, 262144]",
     "rollout.tensor_parallel_size": "[1, inf)",
     "rollout.data_parallel_size": "[1, inf)",
     "rollout.hbm_utilization": "(0, 1]",
@@ -128,11 +135,16 @@ RANGES: dict[str, str] = {
     "run.profile_steps": "[1, inf)",
     "run.cache_keep": "[1, inf)",
     "reward.functions.weight": "(-inf, inf)",  # negative = a penalty
-    "train.steps": "[1, inf)",
-    "train.batch_size": "[1, inf)",
-    "train.mini_batch_size": "[1, inf)",
-    "train.micro_batch_size": "[1, inf)",
-    "rollout.micro_batch_size": "[1, inf)",
+    # 1M steps is 11 days at 1 s a step; the loop's learning-rate table holds one float per
+    # optimizer update (10M: 0.5 GB), and past 2**63 NumPy cannot even index it
+    # ("ValueError: Maximum allowed size exceeded" after the first evaluation).
+    "train.steps": "[1, 1000000]",
+    # Prompts per step (RL recipes: 8-1024): 65536 x num_generations completions per step is
+    # far past any accelerator's memory; the bound keeps step x batch index arithmetic exact.
+    "train.batch_size": "[1, 65536]",
+    "train.mini_batch_size": "[1, 65536]",
+    "train.micro_batch_size": "[1, 65536]",
+    "rollout.micro_batch_size": "[1, 65536]",
     "train.learning_rate": "(0, inf)",
     "train.warmup_steps": "[0, inf)",
     "train.grad_clip": "[0, inf)",  # 0 = off
@@ -142,7 +154,7 @@ RANGES: dict[str, str] = {
     "train.keep_checkpoints": "[1, inf)",
     "eval.every": "[0, inf)",  # 0 = only before and after
     "eval.num_samples": "[1, inf)",
-    "eval.pass_k": "[1, inf)",
+    "eval.pass_k": "[1, 1024]",  # sampled completions per prompt, as algo.num_generations
     "eval.temperature": "(0, inf)",  # the greedy pass is separate
     "eval.keep_samples": "[0, inf)",
 }

@@ -2,14 +2,15 @@
 
 The order of training batches is a pure function of (seed, step): resuming at step k needs
 no iterator state, only k. Modules: loaders (dataset builders), templates (prompts),
-extract (answers from text), rewards (the reward plug-ins and their built-ins).
+extract (answers from text), rewards (the reward plug-ins and their built-ins), lengths (prompts
+over rollout.max_prompt_length, counted at start).
 
 Layer: data (problems, prompts, rewards). May import rlexp.config, rlexp.algo, rlexp.base.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -41,6 +42,8 @@ class Splits:
     skipped: int
     # Prompts that were longer than rollout.max_prompt_length and were left-truncated.
     truncated: int
+    # Tokens of every rendered prompt (train, then eval) before any cut (rlexp.data.lengths).
+    prompt_lengths: list[int] = field(default_factory=list)
 
     def train_batch(self, step: int, batch_size: int, seed: int) -> dict[str, np.ndarray]:
         """The batch of global step `step` (0-based): numpy arrays, as Tunix's learner wants."""
@@ -75,11 +78,13 @@ def build_splits(raw: RawSplits, template: str | PromptTemplate, encode: Callabl
     """
     tpl = PromptTemplate(template=template) if isinstance(template, str) else template
     truncated = 0
+    lengths: list[int] = []
 
     def convert(p: Problem) -> Example:
         nonlocal truncated
         prompt = tpl.render(p.question, chat_tokenizer)
         ids = encode(prompt)
+        lengths.append(len(ids))
         if len(ids) > max_prompt_tokens:
             truncated += 1
             prompt = decode(ids[-max_prompt_tokens:])
@@ -87,5 +92,6 @@ def build_splits(raw: RawSplits, template: str | PromptTemplate, encode: Callabl
                        reference=tpl.reference(p.answer, p.reasoning),
                        question=p.question)
 
-    return Splits(train=[convert(p) for p in raw.train], eval=[convert(p) for p in raw.eval],
-                  skipped=raw.skipped, truncated=truncated)
+    train = [convert(p) for p in raw.train]
+    return Splits(train=train, eval=[convert(p) for p in raw.eval], skipped=raw.skipped,
+                  truncated=truncated, prompt_lengths=lengths)

@@ -57,8 +57,13 @@ def dataset_file(d: DatasetConfig) -> Path | None:
     if d.path is None:
         return None
     path = Path(d.path).expanduser()
+    if path.is_dir():
+        raise UserError(f"dataset.path={d.path} is a directory, not a file; point it at a "
+                        "jsonl, json, csv or parquet file")
     if not path.is_file() or not os.access(path, os.R_OK):
         raise UserError(f"dataset.path={d.path}: file not found or not readable")
+    if path.stat().st_size == 0:  # found at start, not after the run dir is made
+        raise UserError(f"dataset.path={d.path}: the file is empty (no rows)")
     return path
 
 
@@ -98,8 +103,9 @@ def _cache_path(d: DatasetConfig, cache_dir: str) -> Path:
         gym = version("reasoning-gym")
     except PackageNotFoundError:
         gym = "absent"
-    fields = json.dumps({"reasoning_gym": gym, **dataclasses.asdict(d)}, sort_keys=True,
-                        default=str)
+    # dataset.max_truncated_fraction checks prompts, it draws no problems: not in the key.
+    drawn = {k: v for k, v in dataclasses.asdict(d).items() if k != "max_truncated_fraction"}
+    fields = json.dumps({"reasoning_gym": gym, **drawn}, sort_keys=True, default=str)
     key = hashlib.sha256(fields.encode()).hexdigest()[:16]
     return Path(cache_dir).expanduser() / "data" / f"{d._target_.rsplit('.', 1)[-1]}-{key}.json"
 
@@ -210,7 +216,6 @@ def extract(d: DatasetConfig, text: str) -> tuple[str | None, str]:
     elif d.extractor == "none":
         found = text
     else:
-
         found = resolve(d.extractor, "dataset.extractor")(text)
     return (canonical_answer(str(found)) if found is not None and str(found).strip() else None), ""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.config.schema import Config
 from rlexp.data import PromptTemplate, Splits, build_splits, load_problems, rewards
+from rlexp.data.lengths import check_prompt_lengths
 from rlexp.engine import tunix_models as engine_models, tunix_names, warm_start
 from rlexp.engine.checkpoint_store import EngineCheckpoints
 from rlexp.engine.export import init_from
@@ -203,6 +205,12 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     terms = rewards.with_token_counter(terms, lambda text: len(tok.encode(text)))
     splits = build_splits(raw, PromptTemplate.from_config(cfg.dataset), tok.encode, tok.decode,
                           cfg.rollout.max_prompt_length - 1, chat)
+    # Prompts the sampler would cut, counted before anything compiles or is tracked (+1: the
+    # BOS position): more than dataset.max_truncated_fraction is a UserError, fewer one line.
+    cut = check_prompt_lengths([n + 1 for n in splits.prompt_lengths],
+                               cfg.rollout.max_prompt_length, cfg.dataset.max_truncated_fraction)
+    if cut:
+        print(f"rlexp: warning: {cut}", file=sys.stderr, flush=True)
     # A pad id that no prompt contains (Tunix masks every prompt token equal to pad_id).
     dedicated_pad(raw_tok, (tok.encode(e.prompt) for e in [*splits.train, *splits.eval]))
     info: dict[str, Any] = {"data/train": len(splits.train), "data/eval": len(splits.eval),

@@ -38,7 +38,9 @@ def cache_key(cfg: Config) -> str:
     """Hash of what determines the warm-start weights: the config, and the contents of the
     local files it names (an edited prompt file or dataset file is a new warm start)."""
     d = cfg.dataset
-    what = {"v": VERSION, "model": dataclasses.asdict(cfg.model), "dataset": dataclasses.asdict(d),
+    # dataset.max_truncated_fraction is a refusal threshold, not an input of the weights.
+    dataset = {k: v for k, v in dataclasses.asdict(d).items() if k != "max_truncated_fraction"}
+    what = {"v": VERSION, "model": dataclasses.asdict(cfg.model), "dataset": dataset,
             "seed": cfg.train.seed, "prompt_len": cfg.rollout.max_prompt_length,
             "completion_len": cfg.rollout.max_completion_length,
             "files": {key: _file_digest(value) for key, value in

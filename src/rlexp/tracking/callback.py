@@ -178,7 +178,6 @@ class SweepCallback(Callback):
             return
         self._closed = True
         try:
-
             client = store.client(self.parent["uri"])
             run_id = self.parent["run_id"]
             if (self.sweep_dir / REMOTE_FILE).exists():

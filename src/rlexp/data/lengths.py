@@ -1,0 +1,59 @@
+"""Prompt lengths against rollout.max_prompt_length, counted once at start (pure).
+
+The sampler keeps only the last rollout.max_prompt_length tokens of a prompt: a prompt cut
+that way loses its question, and a run whose prompts are mostly cut trains on noise (every
+metric 0). The engine's build counts them from the rendered prompts: a few cut prompts are
+one warning line, more than dataset.max_truncated_fraction of them a refusal naming a
+length that fits 99% of the prompts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from rlexp.base.errors import UserError
+
+KEY = "rollout.max_prompt_length"
+# Share of the prompts the suggested rollout.max_prompt_length fits.
+FIT_SHARE = 0.99
+
+
+@dataclass(frozen=True)
+class PromptLengths:
+    # Prompts counted.
+    total: int
+    # Prompts longer than the limit (they are cut).
+    over: int
+    # Tokens of the longest prompt (0 for none).
+    longest: int
+    # Smallest length that fits FIT_SHARE of the prompts (0 for none).
+    p99: int
+
+
+def prompt_lengths(lengths: Sequence[int], limit: int) -> PromptLengths:
+    """Count of `lengths` over `limit`, the longest, and the length that fits 99% of them."""
+    ordered = sorted(int(n) for n in lengths)
+    if not ordered:
+        return PromptLengths(0, 0, 0, 0)
+    over = sum(1 for n in ordered if n > limit)
+    fit = ordered[max(math.ceil(FIT_SHARE * len(ordered)) - 1, 0)]
+    return PromptLengths(len(ordered), over, ordered[-1], fit)
+
+
+def check_prompt_lengths(lengths: Sequence[int], limit: int,
+                         max_fraction: float) -> Optional[str]:
+    """None when every prompt fits; a warning line (without the `rlexp: warning:` prefix) when
+    some are cut but at most `max_fraction` of them; UserError when more are."""
+    got = prompt_lengths(lengths, limit)
+    if got.over == 0:
+        return None
+    if got.over > max_fraction * got.total:
+        raise UserError(
+            f"{KEY}={limit} is too short: {got.over} of {got.total} prompts are longer "
+            f"(longest {got.longest} tokens), more than dataset.max_truncated_fraction="
+            f"{max_fraction:g}; set {KEY}={got.p99} to fit 99% of them (and "
+            "rollout.kv_cache_size >= it + rollout.max_completion_length)")
+    return (f"{got.over} of {got.total} prompts exceed {KEY}={limit} "
+            f"(longest {got.longest} tokens); they are cut")
