@@ -6,6 +6,7 @@ algo.name, so a difference in their updates is the token- vs sequence-level rati
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -98,12 +99,15 @@ def test_three_step_run_learns_and_reports(runs, name):
     assert seen[0] >= rows * r["rec"].metrics[0][1]["train/completion_length"]
     assert all(b > a for a, b in zip(seen, seen[1:]))  # cumulative
     assert m["time/fetch_s"] >= 0
-    # JAX's persistent compilation cache is on by default (the process's first build picks
-    # the directory: <run.cache_dir>/jax, which it fills)
+    # JAX's persistent compilation cache is on by default, under <run.cache_dir>/jax. JAX opens
+    # it once per process, at the first compile: when an earlier in-process run (another test
+    # file) compiled first, the directory is that run's, the session's run cache.
     import jax
 
     used = Path(jax.config.jax_compilation_cache_dir or "/nonexistent")
-    assert used.is_dir() and any(used.iterdir())
+    assert used == Path(r["cfg"].run.cache_dir) / "jax"
+    session = Path(os.environ.get("RLEXP_CACHE_DIR", "/nonexistent")) / "jax"
+    assert any(d.is_dir() and any(d.iterdir()) for d in (used, session))
     assert [s for s, _, _ in r["rec"].evals] == [0, 2, 3]  # before, every 2, after
     ev, samples = r["rec"].evals[-1][1], r["rec"].evals[-1][2]
     for key in ("eval/accuracy", "eval/partial_accuracy", "eval/format_accuracy",
