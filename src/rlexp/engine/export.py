@@ -7,11 +7,10 @@ config.json and the tokenizer files: the layout `transformers` and rlexp's own l
 (`model.path=DIR`) read. A run does the same at its end (run.export=true) into
 <run dir>/export and logs it to MLflow as the artifact `model`.
 
-The parameter mapping is the inverse of Tunix's loaders (tunix/models/qwen3/params.py and
-llama3/params.py, `_get_key_and_transform_mapping`): Tunix keeps q/k/v as [embed, heads,
-head_dim] and o as [heads, head_dim, embed], HF as 2-D [out, in] matrices; every Linear is
-transposed; Tunix reads HF's q/k rows as they are (HF's rotate-half RoPE layout), so no head
-permutation is undone; a tied embedding has no lm_head.
+The parameter mapping is the family's (rlexp.families: `ModelFamily.to_hf_weights`), the
+inverse of Tunix's loader of that family (tunix/models/<family>/params*.py,
+`_get_key_and_transform_mapping`); config.json is the source's own, or the family's
+(`ModelFamily.hf_config`) for a random-init model.
 """
 
 from __future__ import annotations
@@ -32,7 +31,10 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import UserError, fail
 from rlexp.config.convert import one_line_omegaconf_error
 from rlexp.config.schema import ModelConfig
+from rlexp.engine import lora
 from rlexp.engine.weights import assign, params
+from rlexp.families import get
+from rlexp.families.family import tunix_key
 from rlexp.inputs import storage
 from rlexp.inputs.model_files import resolve_path
 from rlexp.inputs.tokenizer import ALPHABET, BOS, EOS, PAD, _SPECIALS
@@ -46,76 +48,30 @@ from rlexp.tracking.store import client, resolve_uri
 log = logging.getLogger("rlexp")
 
 EXPORT_DIR = "export"
+# `python -m rlexp.export RUN --adapters-only`: a LoRA run's adapters (PEFT layout).
+ADAPTERS_DIR = "export_adapters"
 SHARD_BYTES = 4 << 30
 # Tokenizer and generation files copied from model.path when the model came from one.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
                    "chat_template.jinja", "generation_config.json")
-_ARCH = {"qwen3": ("Qwen3ForCausalLM", "qwen3"), "llama3": ("LlamaForCausalLM", "llama")}
 _MLFLOW_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 # ------------------------------------------------------------------------- parameter maths
 
 
-def tunix_key(path: str) -> str:
-    """'layers/0/attn/q_proj/w/value' (orbax) or 'layers/0/attn/q_proj/w' -> dotted, no value."""
-    parts = [p for p in path.split("/") if p]
-    if parts and parts[-1] == "value":
-        parts = parts[:-1]
-    return ".".join(parts)
-
-
 def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
-    """Tunix qwen3/llama3 parameters (dotted names) -> Hugging Face state dict (numpy)."""
-    out: dict[str, np.ndarray] = {}
-    for raw, value in flat.items():
-        key, w = tunix_key(raw), np.asarray(value)
-        if key == "embedder.input_embedding":
-            out["model.embed_tokens.weight"] = w
-        elif key == "final_norm.w":
-            out["model.norm.weight"] = w
-        elif key == "lm_head.w":  # [embed, vocab]
-            out["lm_head.weight"] = w.T
-        elif (hit := re.fullmatch(r"layers\.(\d+)\.(.+)", key)) is not None:
-            out.update(_layer(int(hit.group(1)), hit.group(2), w))
-        else:
-            raise ValueError(f"no Hugging Face name for Tunix parameter {key!r}")
-    if m.tie_embeddings:
-        out.pop("lm_head.weight", None)
-    return {k: np.ascontiguousarray(v) for k, v in out.items()}
-
-
-def _layer(i: int, name: str, w: np.ndarray) -> dict[str, np.ndarray]:
-    p = f"model.layers.{i}."
-    if name in ("attn.q_proj.w", "attn.k_proj.w", "attn.v_proj.w"):  # [embed, heads, hd]
-        return {p + f"self_attn.{name.split('.')[1]}.weight": w.reshape(w.shape[0], -1).T}
-    if name == "attn.o_proj.w":  # [heads, hd, embed]
-        return {p + "self_attn.o_proj.weight": w.reshape(-1, w.shape[-1]).T}
-    if name in ("attn.q_norm.w", "attn.k_norm.w"):
-        return {p + f"self_attn.{name.split('.')[1]}.weight": w}
-    if name in ("input_layernorm.w", "post_attention_layernorm.w"):
-        return {p + name[:-2] + ".weight": w}
-    if (hit := re.fullmatch(r"mlp\.(gate|up|down)_proj\.kernel", name)) is not None:
-        return {p + f"mlp.{hit.group(1)}_proj.weight": w.T}  # [in, out] -> [out, in]
-    raise ValueError(f"no Hugging Face name for Tunix parameter layers.{i}.{name!r}")
+    """Tunix parameters (dotted or orbax names) -> Hugging Face state dict (numpy), by the
+    family's weight-name mapping (rlexp.families)."""
+    return get(m.family).to_hf_weights(flat, m)
 
 
 def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """config.json: the source model's own (architecture unchanged by training) with the
-    export dtype, or one written from the YAML for a random-init model."""
-    if base is not None:
-        return {**base, "torch_dtype": dtype}
-    arch, model_type = _ARCH[m.family]
-
-    cfg = {"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
-           "num_hidden_layers": m.num_layers, "hidden_size": m.embed_dim,
-           "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
-           "head_dim": m.head_dim, "intermediate_size": m.hidden_dim,
-           "vocab_size": m.vocab_size, "rope_theta": m.rope_theta, "rms_norm_eps": m.norm_eps,
-           "max_position_embeddings": m.max_position, "tie_word_embeddings": m.tie_embeddings,
-           "attention_bias": False, "torch_dtype": dtype}
-    if m.tokenizer == "char":
+    export dtype, or one the family writes from the YAML for a random-init model."""
+    cfg = get(m.family).hf_config(m, dtype, base)
+    if base is None and m.tokenizer == "char":
         cfg.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
     return cfg
 
@@ -125,7 +81,13 @@ def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) ->
 def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
           source: Path | None) -> Path:
     """The HF model dir `out` (replaced atomically): weights, config.json, tokenizer files.
-    source: the local model.path dir the run started from (its config/tokenizer are reused)."""
+    source: the local model.path dir the run started from (its config/tokenizer are reused).
+    A LoRA policy (model.lora) is merged into plain weights, or with model.lora.adapters_only
+    written as PEFT adapters alone (rlexp.engine.lora)."""
+    if lora.has_adapters(flat):
+        if m.lora.adapters_only:
+            return lora.write_adapters(out, flat, m)
+        flat = lora.merge(flat, m.lora.alpha, m.lora.rank)
     weights = to_hf(flat, m)
     # what the tensors are (float32 master weights under bf16 compute stay float32)
     dtype = "bfloat16" if any(w.dtype.name == "bfloat16" for w in weights.values()) else "float32"
@@ -307,17 +269,26 @@ def init_from(cfg: Any, model: Any) -> dict[str, str]:
     return {"init_from": where}
 
 
-def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None) -> Path:
-    """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir."""
+def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None,
+               adapters_only: bool = False) -> Path:
+    """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir (a LoRA
+    run's: its adapters, with `adapters_only`)."""
 
     checkpoint = find_checkpoint(spec, tracking_uri)
     given = Path(spec).expanduser()
     # the run dir itself when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>
     run_dir = given if (given / ".hydra").is_dir() else run_dir_of(checkpoint)
     model, cache_dir = run_model(run_dir)
+    model.lora.adapters_only = model.lora.adapters_only or adapters_only
     resolve_path(model, cache_dir)
     source = Path(model.path) if model.path else None
-    out = write(out or run_dir / EXPORT_DIR, load_checkpoint(checkpoint), model, source)
+    flat = load_checkpoint(checkpoint)
+    if model.lora.rank and not model.lora.adapters_only:  # the checkpoint has no base weights
+        raise UserError(f"{checkpoint}: a LoRA checkpoint holds only the adapters; export "
+                        f"them with --adapters-only (PEFT layout), or use the merged model "
+                        f"the run wrote at its end ({run_dir / EXPORT_DIR})")
+    out = write(out or run_dir / (ADAPTERS_DIR if adapters_only else EXPORT_DIR), flat, model,
+                source)
     _log_to_mlflow(run_dir, out)
     return out
 
@@ -348,9 +319,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="output dir (default: <run dir>/export)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow store to look a run id up in (default: as rlexp runs)")
+    parser.add_argument("--adapters-only", action="store_true",
+                        help="a LoRA run (model.lora): write the adapters alone (PEFT layout)")
     args = parser.parse_args(argv)
     try:
-        out = export_run(args.run, args.out, args.tracking_uri)
+        out = export_run(args.run, args.out, args.tracking_uri, args.adapters_only)
     except UserError as exc:
         fail(str(exc))
     print(f"rlexp: exported {out}")

@@ -1,8 +1,12 @@
-"""The policy model as a Tunix module: config mapping, the RoPE-theta patch, random init, clone.
+"""The policy model as a Tunix module: the family's Tunix config, the RoPE-theta patch, random
+init, clone.
 
-tiny: a small Qwen3-shaped tunix.models.qwen3 decoder, random init. model.path: local Hugging
-Face safetensors loaded with Tunix's `params.create_model_from_safe_tensors` after
-rlexp.inputs.model_files checked the directory and config.json. Heavy imports stay inside functions.
+model.family names a rlexp.families.ModelFamily, which names Tunix's model package and class;
+this module resolves them (Tunix stays an engine import). tiny: a small Qwen3-shaped decoder,
+random init. model.path: local Hugging Face safetensors loaded with the family's Tunix loader
+(`<package>.<loader_module>.create_model_from_safe_tensors`) after
+rlexp.inputs.model_files checked the directory and config.json. Heavy imports stay inside
+functions.
 """
 
 from __future__ import annotations
@@ -13,32 +17,31 @@ from typing import Any
 
 from rlexp.base.errors import UserError
 from rlexp.config.schema import ModelConfig
+from rlexp.families import ModelFamily, get
 from rlexp.inputs.model_files import check_hf_config, model_dir
 
 # Imported inside functions, on purpose: jax, flax (1.9 s) and Tunix's model modules are imported
 # where a model is built: pre-flight imports rlexp.engine and never needs them.
 
 
+def tunix_module(family: ModelFamily) -> Any:
+    """Tunix's model module of the family (<package>.model)."""
+    return importlib.import_module(f"{family.tunix_package}.model")
+
+
+def tunix_loader(family: ModelFamily) -> Any:
+    """Tunix's safetensors loader module of the family."""
+    return importlib.import_module(f"{family.tunix_package}.{family.loader_module}")
+
+
 def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
     """The Tunix ModelConfig of the family. remat is never DECODER (crashes in the sampler)."""
-    import jax.numpy as jnp
+    from rlexp.engine.tunix_patches import jnp_dtype
 
-    dtype = jnp.bfloat16 if m.dtype == "bfloat16" else jnp.float32
     # Weights (and so AdamW's moments) in model.param_dtype, compute in model.dtype.
-    param_dtype = jnp.bfloat16 if m.param_dtype == "bfloat16" else jnp.float32
-    common = dict(num_layers=m.num_layers, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
-                  hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
-                  num_kv_heads=m.num_kv_heads, rope_theta=int(m.rope_theta), norm_eps=m.norm_eps)
-    if m.family == "qwen3":
-        from tunix.models.qwen3 import model as qwen3
-
-        return qwen3.ModelConfig(**common, use_tied_embedding=m.tie_embeddings,
-                                 remat_config=getattr(qwen3.RematConfig, remat),
-                                 dtype=dtype, param_dtype=param_dtype)
-    from tunix.models.llama3 import model as llama3
-
-    return llama3.ModelConfig(**common, weight_tying=m.tie_embeddings,
-                              remat_config=getattr(llama3.RematConfig, remat))
+    family = get(m.family)
+    return family.tunix_config(tunix_module(family), m, remat, jnp_dtype(m.dtype),
+                               jnp_dtype(m.param_dtype))
 
 
 # Tunix 0.1.7's qwen3 and llama3 attention call apply_rope() without the config's theta, so
@@ -48,9 +51,12 @@ TUNIX_ROPE_THETA = 1_000_000.0
 
 
 def use_rope_theta(m: ModelConfig) -> None:
-    """Make Tunix's `apply_rope` of model.family use model.rope_theta (idempotent)."""
-
-    module = importlib.import_module(f"tunix.models.{m.family}.model")
+    """Make Tunix's `apply_rope` of model.family use model.rope_theta (idempotent); only for
+    the families whose patches name rope_theta."""
+    family = get(m.family)
+    if "rope_theta" not in family.patches:
+        return
+    module = tunix_module(family)
     original = module.__dict__.setdefault("_rlexp_apply_rope", module.apply_rope)
     module.apply_rope = (original if m.rope_theta == TUNIX_ROPE_THETA
                          else functools.partial(original, rope_theta=m.rope_theta))
@@ -58,40 +64,34 @@ def use_rope_theta(m: ModelConfig) -> None:
 
 def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded)."""
-    from rlexp.engine.tunix_patches import use_compute_dtype
+    from rlexp.engine.tunix_patches import jnp_dtype, use_compute_dtype
 
+    family = get(m.family)
     path = model_dir(m)
     use_rope_theta(m)
     use_compute_dtype(m.family, m.dtype, m.param_dtype)  # process-wide: set for this model
     config = tunix_config(m)
     if path is not None:
         check_hf_config(m, path)
-        import jax.numpy as jnp
-
-        # Loaded in the weights' dtype (model.param_dtype); qwen3 casts to model.dtype.
-        dtype = jnp.bfloat16 if m.param_dtype == "bfloat16" else jnp.float32
-        if m.family == "qwen3":
-            from tunix.models.qwen3 import params
-        else:
-            from tunix.models.llama3 import params
+        # Loaded in the weights' dtype (model.param_dtype); the forward computes in model.dtype.
         try:
-            return params.create_model_from_safe_tensors(str(path), config, mesh, dtype=dtype)
+            return tunix_loader(family).create_model_from_safe_tensors(
+                str(path), config, mesh, dtype=jnp_dtype(m.param_dtype))
         except (KeyError, ValueError) as exc:
             raise UserError(f"model.path={m.path}: weights do not match model.family={m.family} "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
-    if m.family != "qwen3":
-        raise UserError(f"model.path is null: random init is only for the qwen3 family "
-                        f"(tiny); model.family={m.family} needs model.path")
+    if not family.random_init:
+        raise UserError(f"model.path is null: random init is only for the tiny model; "
+                        f"model.family={m.family} needs model.path")
     from flax import nnx
-    from tunix.models.qwen3 import model as qwen3
 
-    model = qwen3.Qwen3(config, rngs=nnx.Rngs(seed))
+    model = getattr(tunix_module(family), family.model_class)(config, rngs=nnx.Rngs(seed))
     _init_mlp(model, seed)
     return model
 
 
 def _init_mlp(model: Any, seed: int) -> None:
-    """Tunix's qwen3 MLP initialises its kernels to zeros (made for loading weights); a
+    """Tunix's MLPs initialise their kernels to zeros (made for loading weights); a
     random-init model needs them random or every MLP is dead at the start."""
     import jax
     from flax import nnx

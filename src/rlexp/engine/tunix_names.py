@@ -17,7 +17,7 @@ import inspect
 import re
 from importlib.metadata import PackageNotFoundError, version
 
-from rlexp.config.validate import CHOICES
+from rlexp.families import families
 
 # What the pins in pyproject.toml install; named in the error so the fix is obvious.
 TESTED_VERSION = "0.1.7"
@@ -30,7 +30,7 @@ class Name:
     # The attribute, method, field or global.
     name: str
     # method | attribute (set as self.<name> in the class or a base) | field (dataclass) |
-    # function (module global that is callable) | property
+    # function (module global that is callable) | property | class (module global class)
     kind: str
     # Parameters rlexp passes: positionally (the first ones after self, in this order) when
     # `positional`, else by keyword (each must exist); None = not checked.
@@ -102,15 +102,27 @@ NAMES: tuple[Name, ...] = (
          why="calls tokenizer.encode(text) and copies the ids"),
     Name("tunix.rl.rollout.base_rollout:RolloutConfig", "seed", "field",
          why="SamplingKeys replaces it per call"),
-    # engine/models.py: the RoPE base patch (attention calls the module global).
-    Name("tunix.models.qwen3.model", "apply_rope", "function",
-         ("inputs", "positions", "head_dim", "rope_theta")),
-    Name("tunix.models.llama3.model", "apply_rope", "function",
-         ("inputs", "positions", "head_dim", "rope_theta")),
-    # engine/tunix_patches.py: training-only remat wraps DecoderLayer.__call__ around its block.
-    *(Name(f"tunix.models.{family}.model:DecoderLayer", method, "method",
-           ("x", "segment_pos", "cache", "attn_mask"), True, why="train.remat wrapper")
-      for family in CHOICES["model.family"].values for method in ("__call__", "block")),
+    # engine/tunix_models.py: the RoPE base patch (attention calls the module global), for the
+    # families whose patches name rope_theta.
+    *(Name(f"{f.tunix_package}.model", "apply_rope", "function",
+           ("inputs", "positions", "head_dim", "rope_theta"))
+      for f in families().values() if "rope_theta" in f.patches),
+    # engine/tunix_patches.py: training-only remat wraps DecoderLayer.__call__ around its block
+    # (the same parameters in the same order; the cache is found by name).
+    *(Name(f"{f.tunix_package}.model:DecoderLayer", method, "method", ("x", "cache"),
+           why="train.remat wrapper")
+      for f in families().values() for method in ("__call__", "block")),
+    # engine/tunix_models.py: each family's model class and loader, by the names it gives.
+    *(Name(f"{f.tunix_package}.model", f.model_class, "class", why="model.family")
+      for f in families().values()),
+    *(Name(f"{f.tunix_package}.{f.loader_module}", "create_model_from_safe_tensors", "function",
+           ("file_dir", "config", "mesh", "dtype"), why="model.path loader")
+      for f in families().values()),
+    # engine/algo_registry.py normalise_over_windows: a window's micro-batches, then its divisors.
+    Name(_LEARNER, "_prepare_data", "method", ("iterator", "data_queue", "mode"),
+         why="WindowQueue stands in for its training data queue"),
+    Name("tunix.rl.queue.data_queue:SimpleDataQueue", "put", "method", ("item",), True,
+         why="WindowQueue.put has its signature"),
     # engine/algo_registry.py: rlexp's loss and advantage registered by name, reading these.
     Name(_GRPO, "algo_config.temperature", "attribute",
          why="the loss's forward runs at the rollout temperature GRPOLearner copies here"),
@@ -165,6 +177,8 @@ def check(entry: Name) -> str | None:
         return "is gone"
     if entry.kind == "property":
         return None if isinstance(target, property) else "is no longer a property"
+    if entry.kind == "class":
+        return None if inspect.isclass(target) else "is no longer a class"
     if not callable(target) and not isinstance(target, (staticmethod, classmethod)):
         return "is no longer callable"
     if entry.params is None:

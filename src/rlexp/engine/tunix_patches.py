@@ -11,9 +11,10 @@ and the pad token). The private Tunix names these rely on are in tunix_names.
   dtype): the trained weights and AdamW's moments stay in param_dtype (float32), the forward
   pass computes in model.dtype. A bfloat16 weight has 8 mantissa bits: measured on SmolLM2-135M,
   one AdamW step at lr 5e-6 changed 0.98% of its bf16 weights, and bf16 RL stayed at 0.000
-  held-out accuracy where float32 reached 0.750. Tunix 0.1.7's qwen3 casts weights to
-  ModelConfig.dtype itself; its llama3 computes in the weights' dtype, so `use_compute_dtype`
-  casts them on entry to the forward.
+  held-out accuracy where float32 reached 0.750. Tunix 0.1.7's qwen3 and qwen2 cast weights to
+  ModelConfig.dtype themselves; its llama3 and gemma3 compute in the weights' dtype, so
+  `use_compute_dtype` casts them on entry to the forward (the families whose
+  rlexp.families.ModelFamily.patches name compute_dtype).
   The frozen reference model only runs forward passes, so it is kept in model.dtype.
 - Remat (train.remat): Tunix's RematConfig.DECODER crashed inside the sampler (which passes a
   KV cache through the rematerialized layer), so rlexp leaves Tunix's remat off and wraps each
@@ -30,6 +31,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import sys
 from typing import Any, Iterable
 
@@ -74,11 +76,20 @@ def jnp_dtype(name: str) -> Any:
     return jnp.bfloat16 if name == "bfloat16" else jnp.float32
 
 
+def family_module(family: str) -> Any:
+    """Tunix's model module of model.family (rlexp.families names its package)."""
+    from rlexp.families import get
+
+    return importlib.import_module(f"{get(family).tunix_package}.model")
+
+
 def use_training_remat(family: str, remat: str) -> None:
     """Make Tunix's `DecoderLayer` of `family` rematerialize when called without a KV cache
-    (train.remat = full | dots_saveable), or restore it (none). Idempotent, process-wide."""
-    module = importlib.import_module(f"tunix.models.{family}.model")
-    layer = module.DecoderLayer
+    (train.remat = full | dots_saveable), or restore it (none). Idempotent, process-wide.
+    DecoderLayer.block takes __call__'s parameters in __call__'s order in every family; where
+    the cache sits differs (qwen2: second; llama3, qwen3, gemma3: third), so it is found by
+    name."""
+    layer = family_module(family).DecoderLayer
     original = layer.__dict__.get("_rlexp_call") or layer.__call__
     layer._rlexp_call = original
     if remat == "none":
@@ -89,30 +100,33 @@ def use_training_remat(family: str, remat: str) -> None:
 
     name = REMAT_POLICIES[remat]
     policy = getattr(jax.checkpoint_policies, name) if name else None
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def call(self: Any, x: Any, segment_pos: Any, cache: Any, attn_mask: Any, *rest: Any,
-             **kw: Any) -> Any:
-        if cache is not None:  # sampler prefill/decode: never remat (Tunix's crash)
-            return original(self, x, segment_pos, cache, attn_mask, *rest, **kw)
-        # qwen3's block takes segment_ids after attn_mask, llama3's nothing more.
+    def call(self: Any, *args: Any, **kw: Any) -> Any:
+        bound = signature.bind(self, *args, **kw)
+        if bound.arguments.get("cache") is not None:  # sampler prefill/decode: never remat
+            return original(self, *args, **kw)  # (Tunix's crash)
         block = nnx.remat(type(self).block, policy=policy)
-        return block(self, x, segment_pos, cache, attn_mask, *rest, *kw.values())
+        return block(*bound.args)
 
     layer.__call__ = call
 
 
 def use_compute_dtype(family: str, dtype: str, param_dtype: str) -> None:
-    """Tunix 0.1.7's llama3 computes in its weights' dtype (no ModelConfig.dtype): with
-    float32 weights and model.dtype=bfloat16, make its forward cast the weights to bfloat16 on
-    entry (gradients flow back to the float32 master through the cast) and size the sampler's
-    KV cache in bfloat16. qwen3 does this itself. Idempotent, process-wide."""
-    if family != "llama3":
+    """Tunix 0.1.7's llama3 and gemma3 compute in their weights' dtype (no ModelConfig.dtype):
+    with float32 weights and model.dtype=bfloat16, make the forward cast the weights to
+    bfloat16 on entry (gradients flow back to the float32 master through the cast) and size the
+    sampler's KV cache in bfloat16. A no-op for the families whose patches do not name
+    compute_dtype (qwen3 and qwen2 cast themselves). Idempotent, process-wide."""
+    from rlexp.families import get
+
+    fam = get(family)
+    if "compute_dtype" not in fam.patches:
         return
     from tunix.generate import sampler as sampler_lib
-    from tunix.models.llama3 import model as llama3
 
-    cls, samp = llama3.Llama3, sampler_lib.Sampler
+    cls, samp = getattr(family_module(family), fam.model_class), sampler_lib.Sampler
     original = cls.__dict__.get("_rlexp_call") or cls.__call__
     cls._rlexp_call = original
     original_dtype = samp.__dict__.get("_rlexp_dtype") or samp.dtype

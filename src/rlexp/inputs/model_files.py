@@ -1,9 +1,9 @@
 """Model inputs that need no Tunix: model.path checks, config.json agreement, tokenizers.
 
 tiny: a small Qwen3-shaped decoder, random init, with the built-in character tokenizer.
-model.path: local Hugging Face safetensors + config.json (+ tokenizer files) for the qwen3 and
-llama3 families; the architecture numbers in conf/model/*.yaml must agree with config.json
-(they size the plan). Building the Tunix model itself is rlexp.engine.tunix_models.build_model.
+model.path: local Hugging Face safetensors + config.json (+ tokenizer files) of a family in
+rlexp.families; the architecture numbers in conf/model/*.yaml must agree with config.json
+(they size the plan; the family reads config.json). Building the Tunix model itself is rlexp.engine.tunix_models.build_model.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from rlexp.base.errors import UserError
 from rlexp.config.schema import ModelConfig
+from rlexp.families import families, get
 from rlexp.inputs.smollm2 import ensure_converted
 from rlexp.inputs.sources import check, fetch, parse
 from rlexp.inputs.tokenizer import MIN_VOCAB, CharTokenizer
@@ -24,18 +25,6 @@ from rlexp.inputs.tokenizer import MIN_VOCAB, CharTokenizer
 # tokenizer: the tiny model's char tokenizer needs none.
 
 log = logging.getLogger(__name__)
-
-# config.json key -> (our field, converter): what must agree between the YAML and the weights.
-_HF_KEYS = {
-    "num_hidden_layers": "num_layers", "hidden_size": "embed_dim",
-    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
-    "intermediate_size": "hidden_dim", "vocab_size": "vocab_size",
-}
-
-
-# model.family -> config.json's model_type.
-_MODEL_TYPES = {"qwen3": "qwen3", "llama3": "llama"}
-
 
 def model_dir(m: ModelConfig) -> Path | None:
     """model.path as a checked directory with config.json and *.safetensors; None for random init."""
@@ -52,24 +41,20 @@ def model_dir(m: ModelConfig) -> Path | None:
 
 
 def check_hf_config(m: ModelConfig, path: Path) -> dict[str, Any]:
-    """config.json must describe the architecture the YAML declares."""
+    """config.json must be of model.family (Tunix's loader skips keys it does not know: a wrong
+    family would load silently), run on Tunix's model, and describe the architecture the YAML
+    declares (the family's config.json mapping)."""
     try:
         hf = json.loads((path / "config.json").read_text())
     except ValueError as exc:
         raise UserError(f"model.path={m.path}: config.json is not valid JSON ({exc})") from None
+    family = get(m.family)
     model_type = str(hf.get("model_type", ""))
-    if model_type and _MODEL_TYPES[m.family] != model_type:
-        # Tunix's loader skips keys it does not know: a wrong family would load silently.
+    if model_type and model_type not in family.model_types:
+        fits = [f.name for f in families().values() if model_type in f.model_types]
         raise UserError(f"model.family={m.family} but {path}/config.json has "
-                        f"model_type={model_type}; valid choices are "
-                        f"{', '.join(f for f, t in _MODEL_TYPES.items() if t == model_type) or 'none'}")
-    for hf_key, ours in _HF_KEYS.items():
-        if hf_key in hf and int(hf[hf_key]) != getattr(m, ours):
-            raise UserError(f"model.{ours}={getattr(m, ours)} but {path}/config.json has "
-                            f"{hf_key}={hf[hf_key]}; fix conf/model/{m.name}.yaml")
-    hd = hf.get("head_dim") or hf.get("hidden_size", 0) // max(hf.get("num_attention_heads", 1), 1)
-    if hd and int(hd) != m.head_dim:
-        raise UserError(f"model.head_dim={m.head_dim} but {path}/config.json implies head_dim={hd}")
+                        f"model_type={model_type}; valid choices are {', '.join(fits) or 'none'}")
+    family.check_hf(m, hf, str(path))
     return hf
 
 
@@ -117,9 +102,9 @@ def check_model(m: ModelConfig, cache_dir: str) -> None:
     weights; a cached hub snapshot's config.json agrees with the YAML; an uncached hub id is
     an error only offline; a bucket needs its filesystem backend."""
     if m.path is None:
-        # Random init is for the tiny qwen3 profile (its char tokenizer needs no files);
-        # packaged models resolve their own path.
-        if m.name not in PACKAGED_MODELS and (m.tokenizer == "hf" or m.family != "qwen3"):
+        # Random init is for the tiny profile (its char tokenizer needs no files; its family
+        # allows random init); packaged models resolve their own path.
+        if m.name not in PACKAGED_MODELS and (m.tokenizer == "hf" or not get(m.family).random_init):
             raise UserError(f"model={m.name} needs model.path (a local Hugging Face dir, a hub "
                             "id or a gs:// path): random init is only for the tiny model")
         return

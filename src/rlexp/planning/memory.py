@@ -10,6 +10,8 @@ trainer devices (policy + reference, the trainer mesh)
               in model.dtype; Tunix drops it at beta = 0)
   optimizer   AdamW's two moments in the param dtype (optax's default: 8 bytes/param for a
               float32 master, 4 for bfloat16 weights)
+  (model.lora: the optimizer and the gradient accumulator cover the adapters only, the frozen
+  base is the reference: `lora_terms`)
   gradients   params x param bytes, only with gradient accumulation (train.micro_batch_size <
               mini batch): optax.MultiSteps keeps an accumulator. Otherwise XLA fuses each
               weight's gradient into its AdamW update (the optimizer is donated) and a full
@@ -55,7 +57,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from rlexp.config.rules import lora_projections
 from rlexp.config.schema import Config, MeshConfig, ModelConfig
+from rlexp.families import get as get_family
 from rlexp.planning.hardware import expected_platform, usable_hbm_fraction
 
 GIB = 1024**3
@@ -104,11 +108,14 @@ ROLLOUT_ITEMS = ("rollout weights", "kv cache", "sampler logits", "vllm reserve"
 
 
 def param_count(m: ModelConfig) -> int:
-    """Parameters of a Llama/Qwen3-style decoder from its architecture numbers."""
+    """Parameters of a decoder from its architecture numbers and its family's extras
+    (rlexp.families: norms per layer, q/k norms, q/k/v biases)."""
+    family = get_family(m.family)
     attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
     mlp = 3 * m.embed_dim * m.hidden_dim
-    norms = 2 * m.embed_dim + (2 * m.head_dim if m.family == "qwen3" else 0)
-    per_layer = attn + mlp + norms
+    norms = family.norms_per_layer * m.embed_dim + (2 * m.head_dim if family.qk_norm else 0)
+    bias = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim if family.qkv_bias else 0
+    per_layer = attn + mlp + norms + bias
     embed = m.vocab_size * m.embed_dim * (1 if m.tie_embeddings else 2)
     return m.num_layers * per_layer + embed + m.embed_dim
 
@@ -149,8 +156,8 @@ def rollout_micro_prompts(cfg: Config) -> int:
 
 
 def compute_dtype(m: ModelConfig) -> str:
-    """The dtype the forward pass runs in: model.dtype (Tunix's qwen3 casts its weights to it;
-    rlexp.engine.tunix_patches.use_compute_dtype makes llama3 do the same)."""
+    """The dtype the forward pass runs in: model.dtype (Tunix's qwen3 and qwen2 cast their
+    weights to it; rlexp.engine.tunix_patches.use_compute_dtype makes the others do the same)."""
     return m.dtype
 
 
@@ -255,6 +262,8 @@ def memory_plan(cfg: Config) -> MemoryPlan:
             / _batch_shards(rm, roll_rows),
             "vllm reserve": 0.0,
         }
+    if m.lora.rank:
+        lora_terms(cfg, trainer, rollout, shared_backbone, rows * seq / act_shards * ab)
     persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
     train_phase = trainer["new weights"] + trainer["activations"] + trainer["logits"]
     roll_phase = rollout["kv cache"] + rollout["sampler logits"]
@@ -268,18 +277,70 @@ def memory_plan(cfg: Config) -> MemoryPlan:
                       capacity=capacity)
 
 
+def lora_param_count(m: ModelConfig) -> int:
+    """Adapter parameters of model.lora: rank x (in + out) for each adapted projection of each
+    layer (qwix's A is [in, rank], B [rank, out]; rlexp.engine.lora). 0 when LoRA is off."""
+    if not m.lora.rank:
+        return 0
+    q, kv, h, f = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim, m.embed_dim, m.hidden_dim
+    fused = m.num_heads == m.num_kv_heads  # Gemma: one qkv_einsum, else q_ and kv_einsum
+    # in + out of each projection (Gemma's einsums: A holds embed, B the stacked k and v)
+    dims = {"attn/q_proj": h + q, "attn/k_proj": h + kv, "attn/v_proj": h + kv,
+            "attn/o_proj": q + h, "attn/q_einsum": 0 if fused else h + q,
+            "attn/kv_einsum": 0 if fused else h + 2 * kv,
+            "attn/qkv_einsum": h + 3 * q if fused else 0, "attn/attn_vec_einsum": q + h,
+            "mlp/gate_proj": h + f, "mlp/up_proj": h + f, "mlp/down_proj": f + h}
+    return m.num_layers * m.lora.rank * sum(dims[p] for p in adapted_projections(m))
+
+
+def adapted_projections(m: ModelConfig) -> list[str]:
+    """The projections model.lora.targets picks in model.family (Gemma: q_einsum and kv_einsum,
+    or qkv_einsum, as its heads say)."""
+    fused = m.num_heads == m.num_kv_heads
+    skip = ("attn/q_einsum", "attn/kv_einsum") if fused else ("attn/qkv_einsum",)
+    return [p for p in lora_projections(m.lora.targets, m.family) if p not in skip]
+
+
+def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float],
+               shared_backbone: bool, act_bytes_per_unit: float) -> None:
+    """model.lora: rewrite the trainer items for a run that trains adapters only (in place).
+
+    The base weights are frozen and shared by policy, reference and (colocated) sampler: the
+    reference adds nothing. The optimizer (AdamW's moments) and the accumulated gradient cover
+    the adapters alone, which are in the base's dtype (qwix creates them so). The new weights
+    stay whole: Tunix's jitted step returns every weight as a new buffer, the frozen ones too
+    (measured; rlexp.engine.lora.BaseLink drops that copy after the step). Activations gain
+    the rank-wide x @ A of every adapted projection per layer.
+    `act_bytes_per_unit`: bytes of one activation element per token of the micro-batch."""
+    m = cfg.model
+    n, nl = param_count(m), lora_param_count(m)
+    pb, tm = DTYPE_BYTES[m.param_dtype], cfg.hardware.trainer_mesh
+    shards = tm.fsdp * tm.tp
+    trainer["policy"] = (n + nl) * pb / shards
+    trainer["reference"] = 0.0
+    trainer["optimizer"] = nl * OPTIMIZER_MOMENTS * pb / shards
+    # optax.MultiSteps' acc_grads: Tunix's RL trainer wraps the optimizer in it whenever
+    # train_micro_batch_size is given (rlexp always gives it; every_k = 1 included), so the
+    # optimizer state holds one adapter-sized accumulator besides the two moments (measured).
+    trainer["gradients"] = nl * pb / shards
+    trainer["new weights"] = (n + nl) * pb / shards
+    adapted = len(adapted_projections(m)) * m.num_layers
+    trainer["activations"] += act_bytes_per_unit * adapted * m.lora.rank
+    if not shared_backbone and rollout["rollout weights"]:
+        rm = cfg.hardware.rollout_mesh
+        rollout["rollout weights"] = (n + nl) * pb / (rm.fsdp * rm.tp)
+
+
 def sharding_problem(cfg: Config) -> str | None:
     """One line when a mesh axis does not divide the model dimension Tunix shards over it.
 
-    Tunix's llama3/qwen3 weights are sharded fsdp over embed_dim and tp over vocab, embed_dim
-    (norm weights), heads, kv heads, head_dim (qwen3 q/k norms) and the MLP width; JAX
-    refuses to place an array whose sharded dimension the axis does not divide.
+    Tunix's weights are sharded fsdp over embed_dim and tp over the dimensions the family
+    lists (ModelFamily.tp_dims: vocab, embed_dim for the norm weights, heads, kv heads, the MLP
+    width; qwen3 adds head_dim for its q/k norms); JAX refuses to place an array whose sharded
+    dimension the axis does not divide.
     """
     m, h = cfg.model, cfg.hardware
-    dims = {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
-            "hidden_dim": m.hidden_dim, "vocab_size": m.vocab_size}
-    if m.family == "qwen3":
-        dims["head_dim"] = m.head_dim
+    dims = get_family(m.family).tp_dims(m)
     for role in ("trainer_mesh", "rollout_mesh"):
         mesh: MeshConfig = getattr(h, role)
         if m.embed_dim % mesh.fsdp:

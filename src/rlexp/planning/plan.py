@@ -15,11 +15,13 @@ from omegaconf import OmegaConf
 
 from rlexp.config.paths import conf_dir
 from rlexp.config.schema import Config, HardwareConfig
+from rlexp.families import get as get_family
 from rlexp.planning.hardware import expected_platform, role_device_ranges
 from rlexp.planning.memory import (DTYPE_BYTES, GIB, OPTIMIZER_MOMENTS, ROLLOUT_ITEMS,
-                                   TRAINER_ITEMS, MemoryPlan, compute_dtype, divisors,
-                                   memory_plan, micro_batch_prompts, param_count,
-                                   rollout_micro_prompts, sharding_problem)
+                                   TRAINER_ITEMS, MemoryPlan, adapted_projections,
+                                   compute_dtype, divisors, lora_param_count, memory_plan,
+                                   micro_batch_prompts, param_count, rollout_micro_prompts,
+                                   sharding_problem)
 
 __all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts", "checkpoint_bytes"]
 
@@ -33,7 +35,9 @@ CHECKPOINT_METADATA_BYTES = 256 * 1024
 def checkpoint_bytes(cfg: Config) -> float:
     """Bytes one checkpoint takes on disk (whole model: every host's shards together)."""
     m = cfg.model
-    arrays = param_count(m) * DTYPE_BYTES[m.param_dtype] * (1 + OPTIMIZER_MOMENTS)
+    # model.lora: the adapters and their optimizer state only (rlexp.engine.checkpoint_store)
+    trained = lora_param_count(m) if m.lora.rank else param_count(m)
+    arrays = trained * DTYPE_BYTES[m.param_dtype] * (1 + OPTIMIZER_MOMENTS)
     return arrays * CHECKPOINT_OVERHEAD + CHECKPOINT_METADATA_BYTES
 
 
@@ -77,7 +81,8 @@ def mesh_lines(hw: HardwareConfig) -> list[str]:
     where = "emulated on CPU" if hw.emulate else f"{hw.platform}"
     head = (f"hardware   {hw.name}: {hw.devices} {where} device(s) ({hw.accelerator_type}), "
             f"{hw.hosts} host(s), {hw.hbm_gib_per_device:g} GiB and "
-            f"{hw.peak_bf16_tflops:g} bf16 TFLOP/s per device")
+            + (f"{hw.peak_bf16_tflops:g} bf16 TFLOP/s per device" if hw.peak_bf16_tflops
+               else "no known bf16 peak"))
     if ranges.colocated:
         share = "shared weights" if t == r else "separate rollout weights"
         return [head, f"mesh       colocated on devices 0-{hw.devices - 1}: trainer (fsdp={t.fsdp}, "
@@ -211,6 +216,19 @@ def recipe_warning(cfg: Config) -> str | None:
     return None
 
 
+def lora_lines(cfg: Config, mem: MemoryPlan) -> list[str]:
+    """model.lora: what trains, and that the optimizer state is the adapters' alone."""
+    m = cfg.model
+    if not m.lora.rank:
+        return []
+    n, nl = param_count(m), lora_param_count(m)
+    modules = ",".join(p.split("/")[1] for p in adapted_projections(m))
+    return [f"lora       rank {m.lora.rank}, alpha {m.lora.alpha:g} on {modules}: {nl:,} trainable "
+            f"of {n + nl:,} parameters ({100 * nl / (n + nl):.2g}%); LoRA optimizer state "
+            f"(adapters only) {_size(mem.trainer['optimizer'])}, reference = the frozen base "
+            f"(no copy)"]
+
+
 def make_plan(cfg: Config) -> Plan:
     n = param_count(cfg.model)
     t, a, h = cfg.train, cfg.algo, cfg.hardware
@@ -220,19 +238,24 @@ def make_plan(cfg: Config) -> Plan:
               f"weights {m.param_dtype}, compute {compute_dtype(m)}")
     roll = rollout_micro_prompts(cfg)
     planned = not cfg.rollout.micro_batch_size and roll != micro_batch_prompts(cfg)
+    every = cfg.rollout.sync_every
+    sync = f", weights synced every {every} steps" if every > 1 else ""
     lines = [
         f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
         f"G={a.num_generations} mu={a.num_iterations} kl={a.kl_estimator}",
         *mesh_lines(h),
-        f"train      {t.steps} steps x {t.batch_size} prompts x {a.num_generations} completions, "
-        f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate} "
+        f"train      {t.steps} steps{f' ({t.epochs} epochs)' if t.epochs else ''} x "
+        f"{t.batch_size} prompts x {a.num_generations} completions, "
+        f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate}"
+        f"{f' -> {t.end_learning_rate:g}' if t.lr_schedule != 'constant' else ''} "
         f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
         f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
         f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
-        f"micro batch {roll} prompts{' (planned from memory)' if planned else ''}",
+        f"micro batch {roll} prompts{' (planned from memory)' if planned else ''}{sync}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
         *memory_lines(mem, "cpu" if h.emulate else h.platform),
+        *lora_lines(cfg, mem),
     ]
     warning = recipe_warning(cfg)
     if warning:
@@ -240,7 +263,8 @@ def make_plan(cfg: Config) -> Plan:
     hint = micro_batch_hint(cfg) if mem.fits else None
     if hint:
         lines.append(hint)
-    if m.path is None and (m.tokenizer == "hf" or m.family != "qwen3") and m.name != "smollm2-135m":
+    if (m.path is None and (m.tokenizer == "hf" or not get_family(m.family).random_init)
+            and m.name != "smollm2-135m"):
         lines.append(f"note       model.path is not set: planned from conf/model/{m.name}.yaml; "
                      f"a real run needs model.path=<HF dir | hub id | gs:// path>")
     why = sharding_problem(cfg) or ""

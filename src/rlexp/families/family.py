@@ -1,0 +1,257 @@
+"""`ModelFamily`: everything rlexp knows about one architecture, found by model.family.
+
+A family module in rlexp/families/ defines `FAMILY = ModelFamily(...)`; `families()` finds them
+all, so adding an architecture is one file. The object names Tunix's model code (module and
+class names, resolved by rlexp.engine with importlib: Tunix stays an engine import), maps
+Hugging Face config.json both ways (read: the numbers the YAML must agree with; write: the
+config.json of an export), maps Tunix's parameter names back to Hugging Face's (the inverse of
+Tunix's `_get_key_and_transform_mapping` loader tables), gives the memory formula its inputs and
+names the numerics patches rlexp.engine.tunix_patches applies to it. No JAX here: weights are
+NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from rlexp.base.errors import UserError
+
+# The numerics patches rlexp.engine.tunix_patches knows, by the name a family lists them under.
+# rope_theta: Tunix's attention calls the module's apply_rope() without the config's theta.
+# compute_dtype: Tunix's model computes in its weights' dtype (its ModelConfig has no dtype).
+PATCHES = ("rope_theta", "compute_dtype")
+
+# A model section as the families read it (rlexp.config.schema.ModelConfig, duck-typed: this
+# layer sits below the config).
+Model = Any
+# HF config.json key -> (model.<field>, value the YAML must have).
+HfFields = dict[str, tuple[str, Any]]
+
+
+def _no_problem(hf: dict[str, Any]) -> str | None:
+    return None
+
+
+def standard_tp_dims(m: Model) -> dict[str, int]:
+    """The model dimensions Tunix shards over the tp axis (vocab, embed_dim for the norm
+    weights, heads, kv heads, MLP width): tp must divide each."""
+    return {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+            "hidden_dim": m.hidden_dim, "vocab_size": m.vocab_size}
+
+
+# The projections of a decoder layer that LoRA (model.lora) may adapt, as qwix sees their
+# module paths (layers/<i>/<these>): Tunix's llama3/qwen2/qwen3 names, and Gemma's einsums
+# (q_einsum and kv_einsum, or qkv_einsum when num_kv_heads == num_heads).
+DECODER_PROJECTIONS = ("attn/q_proj", "attn/k_proj", "attn/v_proj", "attn/o_proj",
+                       "mlp/gate_proj", "mlp/up_proj", "mlp/down_proj")
+GEMMA_PROJECTIONS = ("attn/q_einsum", "attn/kv_einsum", "attn/qkv_einsum",
+                     "attn/attn_vec_einsum", "mlp/gate_proj", "mlp/up_proj", "mlp/down_proj")
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    # The value of model.family (the module's name).
+    name: str
+    # config.json model_type values this family loads; an export writes the first.
+    model_types: tuple[str, ...]
+    # The Hugging Face class an export names in config.json "architectures".
+    architecture: str
+    # Tunix's package of this architecture (<package>.model holds the model class, its
+    # ModelConfig, RematConfig and DecoderLayer).
+    tunix_package: str
+    # The model class in <package>.model.
+    model_class: str
+    # fn(tunix model module, model, remat name, compute dtype, param dtype) -> Tunix ModelConfig
+    # (dtypes are jnp dtypes handed in by the engine).
+    tunix_config: Callable[[Any, Model, str, Any, Any], Any]
+    # fn(config.json) -> {hf key: (model field, value)}: what the YAML must agree with.
+    read_hf: Callable[[dict[str, Any]], HfFields]
+    # fn(model, weights dtype name) -> config.json of an export without a source config.json.
+    write_hf: Callable[[Model, str], dict[str, Any]]
+    # fn(flat Tunix parameters by dotted name, model) -> Hugging Face state dict.
+    to_hf_weights: Callable[[dict[str, np.ndarray], Model], dict[str, np.ndarray]]
+    # The module of <package> with create_model_from_safe_tensors (Tunix's HF loader).
+    loader_module: str = "params"
+    # fn(config.json) -> why Tunix's model of this family cannot run that checkpoint, or None.
+    unsupported: Callable[[dict[str, Any]], str | None] = _no_problem
+    # fn(source config.json, model, weights dtype) -> config.json of an export (default: the
+    # source's own with the dtype).
+    export_config: Callable[[dict[str, Any], Model, str], dict[str, Any]] | None = None
+    # Memory formula: embed_dim-sized norm weights per layer (2: pre-attention and pre-MLP;
+    # Gemma adds post-attention and post-MLP norms).
+    norms_per_layer: int = 2
+    # Memory formula: head_dim-sized q and k norms per layer (Qwen3, Gemma 3).
+    qk_norm: bool = False
+    # Memory formula: biases on the q, k and v projections (Qwen2).
+    qkv_bias: bool = False
+    # fn(model) -> {model field: value} Tunix shards over tp (tp must divide each).
+    tp_dims: Callable[[Model], dict[str, int]] = standard_tp_dims
+    # Numerics patches (names in PATCHES) rlexp.engine.tunix_patches applies to this family.
+    patches: tuple[str, ...] = ()
+    # model.path may be null (random init: the tiny model), else a checkpoint is required.
+    random_init: bool = False
+    # model.lora: the projections (module paths under layers/<i>/) adapters may go on.
+    lora_projections: tuple[str, ...] = DECODER_PROJECTIONS
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.patches if p not in PATCHES]
+        assert not unknown, f"family {self.name}: unknown patches {unknown}"
+
+    def hf_config(self, m: Model, dtype: str, base: dict[str, Any] | None) -> dict[str, Any]:
+        """config.json of an export: the source's own (architecture unchanged by training) with
+        the export dtype, else one written from the YAML."""
+        if base is None:
+            return self.write_hf(m, dtype)
+        if self.export_config is not None:
+            return self.export_config(base, m, dtype)
+        return {**base, "torch_dtype": dtype}
+
+    def check_hf(self, m: Model, hf: dict[str, Any], where: str) -> None:
+        """config.json (at `where`) must describe the architecture the YAML declares."""
+        why = self.unsupported(hf)
+        if why:
+            raise UserError(f"model.path={m.path}: {why} (model.family={self.name})")
+        for hf_key, (field, value) in self.read_hf(hf).items():
+            ours = getattr(m, field)
+            same = (abs(float(ours) - float(value)) <= 1e-9 * max(1.0, abs(float(value)))
+                    if isinstance(value, float) else ours == value)
+            if not same:
+                raise UserError(f"model.{field}={ours} but {where}/config.json has "
+                                f"{hf_key}={value}; fix conf/model/{m.name}.yaml")
+
+
+@lru_cache(maxsize=None)
+def families() -> dict[str, ModelFamily]:
+    """Every FAMILY of the modules in rlexp.families, by name."""
+    package = __name__.rpartition(".")[0]  # rlexp.families, this module's package
+    out: dict[str, ModelFamily] = {}
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        module = importlib.import_module(f"{package}.{info.name}")
+        fam = getattr(module, "FAMILY", None)
+        if isinstance(fam, ModelFamily):
+            assert fam.name == info.name, f"{info.name}.py defines family {fam.name}"
+            out[fam.name] = fam
+    return dict(sorted(out.items()))
+
+
+def get(name: str) -> ModelFamily:
+    try:
+        return families()[name]
+    except KeyError:
+        raise UserError(f"model.family={name} is invalid: valid choices are "
+                        f"{', '.join(families())}") from None
+
+# ------------------------------------------------------------------- config.json readers
+
+
+def text_config(hf: dict[str, Any]) -> dict[str, Any]:
+    """The language model's section of config.json (multimodal checkpoints nest it)."""
+    return hf.get("text_config") or hf
+
+
+def head_dim(hf: dict[str, Any]) -> int:
+    return int(hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"])
+
+
+def rope(hf: dict[str, Any], layer_type: str = "full_attention") -> dict[str, Any]:
+    """RoPE settings of config.json in either layout: `rope_theta` + `rope_scaling` (the hub's
+    files), or transformers 5's `rope_parameters` (flat, or one entry per layer type)."""
+    params = hf.get("rope_parameters")
+    if isinstance(params, dict) and layer_type in params:
+        params = params[layer_type]
+    if isinstance(params, dict) and "rope_theta" in params:
+        return params
+    return {"rope_theta": hf.get("rope_theta", 10_000.0), **(hf.get("rope_scaling") or {})}
+
+
+def common_fields(hf: dict[str, Any]) -> HfFields:
+    """The decoder numbers every family shares (present keys only)."""
+    keys = {"num_hidden_layers": "num_layers", "hidden_size": "embed_dim",
+            "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
+            "intermediate_size": "hidden_dim", "vocab_size": "vocab_size"}
+    out: HfFields = {k: (f, int(hf[k])) for k, f in keys.items() if k in hf}
+    if hf.get("head_dim") or ("hidden_size" in hf and "num_attention_heads" in hf):
+        out["head_dim"] = ("head_dim", head_dim(hf))
+    return out
+
+
+def base_hf_config(m: Model, dtype: str) -> dict[str, Any]:
+    """The config.json keys every decoder family writes (rope in the hub's layout)."""
+    return {"num_hidden_layers": m.num_layers, "hidden_size": m.embed_dim,
+            "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
+            "head_dim": m.head_dim, "intermediate_size": m.hidden_dim,
+            "vocab_size": m.vocab_size, "rope_theta": m.rope_theta, "rms_norm_eps": m.norm_eps,
+            "max_position_embeddings": m.max_position, "tie_word_embeddings": m.tie_embeddings,
+            "torch_dtype": dtype}
+
+# ----------------------------------------------------------------- parameter names, export
+
+
+def tunix_key(path: str) -> str:
+    """'layers/0/attn/q_proj/w/value' (orbax) or 'layers/0/attn/q_proj/w' -> dotted, no value."""
+    parts = [p for p in path.split("/") if p]
+    if parts and parts[-1] == "value":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def map_weights(flat: dict[str, np.ndarray], m: Model,
+                layer: Callable[[int, str, np.ndarray, Model], dict[str, np.ndarray]],
+                top: dict[str, tuple[str, bool]]) -> dict[str, np.ndarray]:
+    """Tunix parameters -> HF state dict: `top` maps the non-layer names to (HF name,
+    transposed), `layer(i, name, w, m)` maps those of layer i. A tied embedding has no
+    lm_head."""
+    out: dict[str, np.ndarray] = {}
+    for raw, value in flat.items():
+        key, w = tunix_key(raw), np.asarray(value)
+        if key in top:
+            name, transpose = top[key]
+            out[name] = w.T if transpose else w
+        elif (hit := re.fullmatch(r"layers\.(\d+)\.(.+)", key)) is not None:
+            out.update(layer(int(hit.group(1)), hit.group(2), w, m))
+        else:
+            raise ValueError(f"no Hugging Face name for Tunix parameter {key!r}")
+    if m.tie_embeddings:
+        out.pop("lm_head.weight", None)
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def unknown(i: int, name: str) -> ValueError:
+    return ValueError(f"no Hugging Face name for Tunix parameter layers.{i}.{name!r}")
+
+
+# Tunix's llama3 / qwen2 / qwen3 layout (tunix/models/{llama3,qwen2,qwen3}/params.py): q/k/v as
+# [embed, heads, head_dim], o as [heads, head_dim, embed], HF as 2-D [out, in]; every Linear is
+# transposed; Tunix reads HF's q/k rows as they are (rotate-half RoPE), so nothing is permuted.
+DECODER_TOP = {"embedder.input_embedding": ("model.embed_tokens.weight", False),
+               "final_norm.w": ("model.norm.weight", False),
+               "lm_head.w": ("lm_head.weight", True)}  # [embed, vocab]
+
+
+def decoder_layer(i: int, name: str, w: np.ndarray, m: Model) -> dict[str, np.ndarray]:
+    p = f"model.layers.{i}."
+    if name in ("attn.q_proj.w", "attn.k_proj.w", "attn.v_proj.w"):  # [embed, heads, hd]
+        return {p + f"self_attn.{name.split('.')[1]}.weight": w.reshape(w.shape[0], -1).T}
+    if name == "attn.o_proj.w":  # [heads, hd, embed]
+        return {p + "self_attn.o_proj.weight": w.reshape(-1, w.shape[-1]).T}
+    if name in ("attn.q_norm.w", "attn.k_norm.w"):
+        return {p + f"self_attn.{name.split('.')[1]}.weight": w}
+    if (hit := re.fullmatch(r"attn\.([qkv])_bias", name)) is not None:  # qwen2, flat
+        return {p + f"self_attn.{hit.group(1)}_proj.bias": w}
+    if name in ("input_layernorm.w", "post_attention_layernorm.w"):
+        return {p + name[:-2] + ".weight": w}
+    if (hit := re.fullmatch(r"mlp\.(gate|up|down)_proj\.kernel", name)) is not None:
+        return {p + f"mlp.{hit.group(1)}_proj.weight": w.T}  # [in, out] -> [out, in]
+    raise unknown(i, name)
+
+
+def decoder_weights(flat: dict[str, np.ndarray], m: Model) -> dict[str, np.ndarray]:
+    return map_weights(flat, m, decoder_layer, DECODER_TOP)
