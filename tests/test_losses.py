@@ -22,7 +22,7 @@ from tunix.rl.common import TrainExample  # noqa: E402
 
 # ------------------------------------------------------------------ NumPy reference
 
-def np_aggregate(x, mask, mode):
+def np_aggregate(x, mask, mode, budget=None):
     x = x * mask
     lengths = mask.sum(-1)
     rows = max((lengths > 0).sum(), 1)
@@ -30,8 +30,8 @@ def np_aggregate(x, mask, mode):
         return x.sum() / max(mask.sum(), 1)
     if mode == "sequence-mean-token-mean":
         return (x.sum(-1) / np.maximum(lengths, 1)).sum() / rows
-    if mode == "sequence-mean-token-scale":
-        return (x.sum(-1) / x.shape[-1]).sum() / rows
+    if mode == "sequence-mean-token-scale":  # Dr.GRPO: all rows x the budget, masks or not
+        return x.sum() / (x.shape[0] * (x.shape[-1] if budget is None else budget))
     return x.sum() / rows
 
 

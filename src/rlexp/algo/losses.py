@@ -15,9 +15,27 @@ DAPO (Yu et al. 2025, arXiv:2503.14476) and Dr.GRPO (Liu et al. 2025, arXiv:2503
 settings of the same loss: DAPO = token-mean aggregation, eps_high > eps_low (clip-higher) and
 dynamic sampling (groups whose rewards are all equal, hence all advantages exactly 0, are
 dropped from the mask, so they do not dilute the token mean); Dr.GRPO = unscaled advantages
-and "sequence-mean-token-scale" (each sequence's token sum divided by the same constant, the
-completion budget, instead of its own length). `mask_truncated` drops completions that hit
-the budget without EOS (TRL's mask_truncated_completions).
+and "sequence-mean-token-scale" (every row's token sum divided by one constant, rows x the
+completion budget `rollout.max_completion_length`, as TRL's loss_type="dr_grpo" does).
+`mask_truncated` drops completions that hit the budget without EOS (TRL's
+mask_truncated_completions).
+
+Divisors (what each aggregation divides by; checked against TRL 1.16's
+GRPOTrainer._compute_loss in tests/test_trl_oracle.py):
+  token-mean                 the kept tokens (DAPO; TRL "dapo")
+  sequence-mean-token-mean   the kept rows: rows with at least one kept token (GRPO, GSPO)
+  sequence-mean-token-sum    the kept rows
+  sequence-mean-token-scale  all rows x the completion budget, whatever the masks (Dr.GRPO;
+                             TRL "dr_grpo")
+With mask_truncated (or dynamic sampling) the GRPO/GSPO mean is over the rows left: 6 kept
+rows of 8 give 8/6 of TRL's "grpo", whose .mean() counts the masked rows as zeros. A
+convention: the kept rows are the batch the update learns from.
+
+Under gradient accumulation (train.micro_batch_size below the mini-batch; Tunix averages the
+micro-batch gradients with optax.MultiSteps) the kept-token and kept-row divisors are the
+whole accumulation window's counts over its number of micro-batches, so the accumulated
+update equals the update of the whole mini-batch at once (DAPO's and TRL's token-level
+normalisation over the accumulation window); rlexp.engine.algo_registry passes them.
 """
 
 from __future__ import annotations
@@ -81,20 +99,42 @@ def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
     return (x * m).sum() / jnp.maximum(m.sum(), 1.0)
 
 
-def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str) -> jnp.ndarray:
-    """Reduce [B, T] per-token values over the completion mask to a scalar."""
+@dataclass(frozen=True)
+class Divisors:
+    """What the mask-dependent aggregations divide by, when not this batch's own counts."""
+    # Kept tokens (token-mean); under gradient accumulation the window's / its micro-batches.
+    tokens: jnp.ndarray
+    # Kept rows (the sequence means); likewise.
+    rows: jnp.ndarray
+
+
+def kept_counts(mask: jnp.ndarray) -> Divisors:
+    """This batch's kept tokens and kept rows (rows with a kept token) of a [B, T] mask
+    (already multiplied by kept_rows)."""
+    m = mask.astype(jnp.float32)
+    return Divisors(tokens=m.sum(), rows=(m.sum(axis=-1) > 0).sum().astype(jnp.float32))
+
+
+def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str, budget: int | None = None,
+              divisors: Divisors | None = None) -> jnp.ndarray:
+    """Reduce [B, T] per-token values over the completion mask to a scalar.
+
+    `budget`: Dr.GRPO's constant per row, the completion budget (rollout.max_completion_length;
+    None = the padded width T). `divisors`: kept tokens and rows to divide by (None = this
+    batch's own, kept_counts(mask)); see the module docstring for each mode's divisor.
+    """
     m = mask.astype(jnp.float32)
     x = per_token.astype(jnp.float32) * m
-    lengths = m.sum(axis=-1)
-    nonempty = jnp.maximum((lengths > 0).sum(), 1)
+    d = kept_counts(m) if divisors is None else divisors
+    tokens, rows = jnp.maximum(d.tokens, 1.0), jnp.maximum(d.rows, 1.0)
     if mode == "token-mean":
-        return x.sum() / jnp.maximum(m.sum(), 1.0)
+        return x.sum() / tokens
     if mode == "sequence-mean-token-mean":
-        return (x.sum(axis=-1) / jnp.maximum(lengths, 1.0)).sum() / nonempty
+        return (x.sum(axis=-1) / jnp.maximum(m.sum(axis=-1), 1.0)).sum() / rows
     if mode == "sequence-mean-token-sum":
-        return x.sum() / nonempty
-    if mode == "sequence-mean-token-scale":  # Dr.GRPO: a constant norm, the padded length T
-        return (x.sum(axis=-1) / x.shape[-1]).sum() / nonempty
+        return x.sum() / rows
+    if mode == "sequence-mean-token-scale":  # Dr.GRPO: a constant, rows x the budget
+        return x.sum() / (x.shape[0] * (x.shape[-1] if budget is None else budget))
     raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(LOSS_AGGREGATIONS)}")
 
 
@@ -126,25 +166,40 @@ def kept_rows(advantages: jnp.ndarray, truncated: jnp.ndarray | None, s: LossSet
     return keep
 
 
-def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int) -> jnp.ndarray:
-    """[B] True where the completion fills the budget and does not end in EOS."""
-    return (mask[:, -1] > 0) & (completion_ids[:, -1] != eos_id)
+def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int,
+                   budget: int | None = None) -> jnp.ndarray:
+    """[B] True where the completion fills the budget (None = the padded width) and its last
+    token is not EOS. Completions are left-aligned: the mask is a prefix of each row."""
+    lengths = mask.astype(jnp.int32).sum(axis=-1)
+    last = jnp.take_along_axis(completion_ids, jnp.maximum(lengths - 1, 0)[:, None], axis=-1)[:, 0]
+    full = lengths >= (completion_ids.shape[-1] if budget is None else budget)
+    return full & (last != eos_id)
+
+
+def kept_mask(mask: jnp.ndarray, advantages: jnp.ndarray, truncated: jnp.ndarray | None,
+              s: LossSettings) -> jnp.ndarray:
+    """The completion mask [B, T] the loss aggregates over: rows dropped by dynamic sampling
+    or mask_truncated are zeroed (the engine counts a window's divisors from the same)."""
+    if s.dynamic_sampling or s.mask_truncated:
+        return mask.astype(jnp.float32) * kept_rows(advantages, truncated, s)[:, None]
+    return mask
 
 
 def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.ndarray | None,
                 advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings,
-                truncated: jnp.ndarray | None = None
+                truncated: jnp.ndarray | None = None, budget: int | None = None,
+                divisors: Divisors | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B].
 
     `old_logp` None means on-policy: the sampling policy is the current one (ratio 1).
     `ref_logp` None means no reference model (no KL term, KL reported as 0).
     `truncated` [B] bool marks completions cut at the budget (for s.mask_truncated).
+    `budget` and `divisors`: see aggregate (the diagnostics in aux stay this batch's means).
     """
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
-    if s.dynamic_sampling or s.mask_truncated:
-        mask = mask.astype(jnp.float32) * kept_rows(advantages, truncated, s)[:, None]
+    mask = kept_mask(mask, advantages, truncated, s)
     adv = advantages.astype(jnp.float32)
     adv = adv if adv.ndim == 2 else adv[:, None]
     ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
@@ -153,10 +208,10 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
     # TRL's clip statistics: tokens whose update the clip removed, below and above.
     low = ((ratio < 1.0 - s.epsilon) & (adv < 0)).astype(jnp.float32)
     high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).astype(jnp.float32)
-    pg = aggregate(jnp.maximum(unclipped, clipped), mask, s.loss_agg)
+    pg = aggregate(jnp.maximum(unclipped, clipped), mask, s.loss_agg, budget, divisors)
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp, s.kl_estimator)
-        kl_loss = aggregate(kl_tok, mask, s.loss_agg)
+        kl_loss = aggregate(kl_tok, mask, s.loss_agg, budget, divisors)
         kl = masked_mean(kl_tok, mask)
     else:
         kl_loss = kl = jnp.zeros((), jnp.float32)

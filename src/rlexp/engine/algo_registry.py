@@ -6,24 +6,32 @@
 `AlgoSettings` is Tunix's GRPOConfig carrying our loss's settings, built once from the
 algorithm config; Tunix's own fields are filled consistently (loss_algo, kl_loss_mode,
 loss_agg_mode) so its logs agree.
+
+Gradient accumulation (train.micro_batch_size below the mini-batch): Tunix 0.1.7 wraps the
+optimizer in optax.MultiSteps, which averages the micro-batch gradients, and each micro-batch
+loss would divide by its own kept tokens (or rows). `normalise_over_windows` makes every
+micro-batch divide by its accumulation window's counts instead (carried in a
+`WindowedExample`), so micro-batch 1 and micro-batch = mini-batch give the same update.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from tunix.rl import common, function_registry
-from tunix.rl.grpo.grpo_learner import GRPOConfig
+from tunix.rl import common, function_registry, rl_cluster as rl_cluster_lib
+from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
 
 from rlexp.algo import algorithm
 from rlexp.algo.advantages import group_advantages
 from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS
-from rlexp.algo.losses import LossSettings, policy_loss, truncated_rows
+from rlexp.algo.losses import (Divisors, LossSettings, kept_counts, kept_mask, policy_loss,
+                               truncated_rows)
 from rlexp.config.schema import AlgoConfig
 
 POLICY_LOSS = "rlexp"
@@ -42,6 +50,9 @@ AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_
 class AlgoSettings(GRPOConfig):
     # What rlexp's loss reads (Tunix's fields that mean the same are set from it).
     loss: LossSettings
+    # The completion budget in tokens (rollout.max_completion_length): Dr.GRPO's constant and
+    # the length at which a completion without EOS counts as truncated. None = padded width.
+    budget: int | None = None
 
     @property
     def ratio_level(self) -> str:
@@ -49,10 +60,12 @@ class AlgoSettings(GRPOConfig):
         return self.loss.level
 
 
-def algo_settings(a: AlgoConfig) -> AlgoSettings:
+def algo_settings(a: AlgoConfig, budget: int | None = None) -> AlgoSettings:
+    """`budget`: rollout.max_completion_length (the engine always passes it)."""
     loss = LossSettings.from_algo(a)
     return AlgoSettings(
-        loss=loss, policy_loss_fn=POLICY_LOSS, advantage_estimator=advantage_estimator(a),
+        loss=loss, budget=budget, policy_loss_fn=POLICY_LOSS,
+        advantage_estimator=advantage_estimator(a),
         loss_algo=algorithm.get(a.name).tunix_loss_algo, num_generations=loss.group_size,
         num_iterations=a.num_iterations, beta=loss.beta, epsilon=loss.epsilon,
         kl_loss_mode=TUNIX_KL_MODE[loss.kl_estimator], loss_agg_mode=TUNIX_LOSS_AGG[loss.loss_agg])
@@ -75,15 +88,99 @@ def advantage_estimator(a: AlgoConfig) -> str:
 _REGISTERED: set[str] = set()
 
 
+@flax.struct.dataclass(frozen=True)
+class WindowedExample(TrainExample):
+    """A micro-batch and the divisors of its accumulation window (rlexp.algo.losses.Divisors:
+    the window's kept tokens and kept rows over its number of micro-batches), each [B], one
+    value repeated, so they shard along the batch like every other field."""
+    window_tokens: Any = None
+    window_rows: Any = None
+
+
+def truncated(train_example: Any, algo_config: AlgoSettings, eos_id: int) -> Any:
+    """[B] rows cut at the budget without EOS, or None when mask_truncated is off."""
+    if not algo_config.loss.mask_truncated:
+        return None
+    return truncated_rows(train_example.completion_ids, train_example.completion_mask, eos_id,
+                          algo_config.budget)
+
+
 def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings,
                     eos_id: int = -1) -> tuple[Any, dict[str, Any]]:
     """The part of the registered loss after the forward pass (tested on its own)."""
-    settings = algo_config.loss
-    truncated = truncated_rows(train_example.completion_ids, train_example.completion_mask,
-                               eos_id) if settings.mask_truncated else None
+    divisors = None
+    if isinstance(train_example, WindowedExample):
+        divisors = Divisors(tokens=jnp.max(train_example.window_tokens),
+                            rows=jnp.max(train_example.window_rows))
     return policy_loss(per_token_logps, train_example.old_per_token_logps,
                        train_example.ref_per_token_logps, train_example.advantages,
-                       train_example.completion_mask, settings, truncated)
+                       train_example.completion_mask, algo_config.loss,
+                       truncated(train_example, algo_config, eos_id), algo_config.budget, divisors)
+
+
+def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
+                ) -> list[WindowedExample]:
+    """The micro-batches of one accumulation window, each carrying the window's divisors:
+    its kept tokens and kept rows (counted as the loss keeps them) over len(examples). The
+    mean over micro-batches of their gradients is then the whole window's gradient."""
+    tokens = rows = jnp.zeros((), jnp.float32)
+    for ex in examples:
+        mask = kept_mask(ex.completion_mask, ex.advantages, truncated(ex, algo_config, eos_id),
+                         algo_config.loss)
+        counts = kept_counts(mask)
+        tokens, rows = tokens + counts.tokens, rows + counts.rows
+    tokens, rows = tokens / len(examples), rows / len(examples)
+    out = []
+    for ex in examples:
+        fields = {f.name: getattr(ex, f.name) for f in dataclasses.fields(ex)}
+        n = ex.completion_mask.shape[0]
+        out.append(WindowedExample(**fields, window_tokens=jnp.full((n,), tokens),
+                                   window_rows=jnp.full((n,), rows)))
+    return out
+
+
+class WindowQueue:
+    """Stands in for Tunix's training data queue during one accumulation window: holds the
+    micro-batches RLLearner._prepare_data puts (each [example], repeated num_iterations
+    times) until the None that ends the window, then passes them on, windowed, in order.
+    Tunix's trainer takes them only once the window is complete (with split trainer and
+    sampler meshes it could have started on the first: the price of the exact divisor)."""
+
+    def __init__(self, queue: Any, annotate: Callable[[list[Any]], list[Any]]):
+        self.queue, self.annotate, self.items = queue, annotate, []
+
+    def put(self, item: Any) -> None:
+        if item is not None:
+            self.items.append(item)
+            return
+        try:
+            distinct = list({id(ex): ex for batch in self.items for ex in batch}.values())
+            windowed = dict(zip(map(id, distinct), self.annotate(distinct)))
+            for batch in self.items:
+                self.queue.put([windowed[id(ex)] for ex in batch])
+        finally:
+            self.items = []
+            self.queue.put(None)  # always: the trainer waits for it
+
+
+def normalise_over_windows(learner: Any) -> None:
+    """With gradient accumulation, route the learner's training micro-batches through a
+    WindowQueue (wraps RLLearner._prepare_data on the instance). No-op without it."""
+    steps = learner._training_config.get_with_default("gradient_accumulation_steps", 1)
+    if not steps or steps <= 1:
+        return
+    prepare = learner._prepare_data
+    eos_id = learner.rl_cluster.rollout.eos_id()
+
+    def annotate(examples: list[Any]) -> list[Any]:
+        return with_window(examples, learner.algo_config, eos_id)
+
+    def prepare_data(*args: Any, data_queue: Any, mode: Any, **kw: Any) -> Any:
+        if mode == rl_cluster_lib.Mode.TRAIN:
+            data_queue = WindowQueue(data_queue, annotate)
+        return prepare(*args, data_queue=data_queue, mode=mode, **kw)
+
+    learner._prepare_data = prepare_data
 
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS)

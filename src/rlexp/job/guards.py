@@ -6,8 +6,11 @@ the ratio is exactly 1, nothing is clipped, and GRPO and GSPO give bit-identical
 Several mini-batches per rollout batch do not change this: Tunix rolls out each mini-batch
 with the current weights. So: on-policy <=> num_iterations == 1.
 
-The warning is for a user who *set* such a knob (on the command line or in a sweep file):
-the defaults carry epsilon=0.2 for when a run goes off-policy, which is not a mistake.
+The warning is for a user who *chose* such a knob: on the command line, in a sweep file, or
+through an experiment file or group choice that gives it a value other than the default
+config's (`experiment=maxtext_llama3.1-8b_gspo` selects GSPO at num_iterations=1). The
+defaults carry epsilon=0.2 for when a run goes off-policy, which is not a mistake. One rule,
+printed by a run's and a dry run's pre-flight (rlexp.launch.preflight.warn_noop).
 """
 
 from __future__ import annotations
@@ -68,9 +71,19 @@ def set_noop_keys(overrides: Iterable[str]) -> list[str]:
     return found
 
 
+def chosen_noop_keys(cfg: Config) -> list[str]:
+    """NOOP_KEYS whose value differs from the default config's: chosen by a group choice or
+    an experiment file even when the command line does not name them."""
+    default = Config().algo
+    return [k for k in NOOP_KEYS
+            if getattr(cfg.algo, k.split(".", 1)[1]) != getattr(default, k.split(".", 1)[1])]
+
+
 def noop_message(cfg: Config, keys: Iterable[str] = NOOP_KEYS) -> str:
+    keys = list(keys)
     return (f"algo.num_iterations={cfg.algo.num_iterations}: updates are on-policy, the importance "
-            f"ratio is exactly 1, so {', '.join(keys)} change nothing "
+            f"ratio is exactly 1, so {', '.join(keys)} {'changes' if len(keys) == 1 else 'change'} "
+            f"nothing "
             f"(set algo.num_iterations>=2 for clipping and GSPO to act)")
 
 
@@ -90,8 +103,10 @@ def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, 
             return None
         return f"this sweep varies {', '.join(keys)} but every job is on-policy: " + \
             noop_message(jobs[0], keys)
+    keys = [k for k in NOOP_KEYS if k in keys or k in chosen_noop_keys(jobs[0])]
     if "algo.name" in keys and on_policy_signature(jobs[0]) != on_policy_signature(Config()):
         keys.remove("algo.name")  # e.g. algo=dr_grpo: its scale_rewards/loss_agg act on-policy
     if not keys or keys == ["algo.name"] and jobs[0].algo.name == "grpo":
         return None
-    return noop_message(jobs[0], keys)
+    return noop_message(jobs[0], [f"{k}={getattr(jobs[0].algo, k.split('.', 1)[1])}"
+                                  for k in keys])

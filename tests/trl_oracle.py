@@ -1,0 +1,129 @@
+"""TRL's own GRPO loss as an oracle: `GRPOTrainer._compute_loss` (trl 1.16) on given tensors.
+
+trl and torch are not dependencies of rlexp: `scripts/setup --test` installs them (trl and
+accelerate with --no-deps) into the torch directory of tests/hf_forward.py, and this module
+runs TRL in a child process that appends that directory to sys.path, so the test process
+stays torch-free.
+
+The trainer is `object.__new__(GRPOTrainer)` with the attributes `_compute_loss` reads, set
+as GRPOTrainer.__init__ sets them from a real `GRPOConfig`; the model's forward pass is
+replaced by the given per-token log-probs (a leaf tensor, whose gradient is returned).
+Advantages, the truncation mask and `num_items_in_batch` are computed as
+GRPOTrainer._generate_and_score_completions computes them (trl/trainer/grpo_trainer.py,
+1.16.0, "sum_then_normalize" and "mask_truncated_completions"), with trl's own nanstd.
+
+    python tests/trl_oracle.py IN.npz OUT.npz      # what trl_losses() runs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+TORCH_SITE = Path(os.environ.get("RLEXP_TORCH_SITE", "/opt/rlexp-torch"))
+TRL_VERSION = "1.16.0"
+
+
+def trl_available() -> bool:
+    return ((TORCH_SITE / "torch" / "__init__.py").is_file()
+            and (TORCH_SITE / "trl" / "__init__.py").is_file()
+            and (TORCH_SITE / "accelerate" / "__init__.py").is_file())
+
+
+def trl_losses(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[str, np.ndarray]]:
+    """For each case (keys: loss_type, importance_sampling_level, epsilon, epsilon_high, beta,
+    scale_rewards, mask_truncated, max_completion_length, num_generations), TRL's loss, the
+    gradient of the loss w.r.t. the per-token log-probs and the advantages it used."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        np.savez(src, cases=np.array(json.dumps(cases)), **arrays)
+        proc = subprocess.run([sys.executable, __file__, str(src), str(out)],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "TRANSFORMERS_VERBOSITY": "error",
+                                   "CUDA_VISIBLE_DEVICES": "",
+                                   # trl's profiling imports mlflow when it can (2-3 s)
+                                   "DISABLE_MLFLOW_INTEGRATION": "TRUE"})
+        if proc.returncode != 0:
+            raise AssertionError(f"TRL's loss failed:\n{proc.stderr[-3000:]}")
+        got = np.load(out)
+        return [{k: got[f"{i}/{k}"] for k in ("loss", "grad", "advantages")}
+                for i in range(len(cases))]
+
+
+def _main(src: str, out: str) -> None:
+    sys.path.append(str(TORCH_SITE))  # appended: the test environment's own packages win
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import torch
+    import trl
+    from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.utils import nanstd
+
+    assert trl.__version__ == TRL_VERSION, trl.__version__
+    data = np.load(src)
+    cases = json.loads(str(data["cases"]))
+    logp0 = torch.tensor(data["logp"])
+    old = torch.tensor(data["old_logp"])
+    ref = torch.tensor(data["ref_logp"])
+    mask0 = torch.tensor(data["mask"]).int()
+    rewards = torch.tensor(data["rewards"])
+    ids = data["completion_ids"]
+    lengths = data["mask"].sum(-1).astype(int)
+    eos, pad = int(data["eos"]), int(data["pad"])
+    completion_ids_list = [list(ids[i, :n]) for i, n in enumerate(lengths)]
+    results = {}
+    for i, case in enumerate(cases):
+        g = case["num_generations"]
+        # _generate_and_score_completions, sum_then_normalize (one reward function).
+        mean = torch.nanmean(rewards.view(-1, g), dim=1).repeat_interleave(g, dim=0)
+        if case["scale_rewards"] in ("group", "none"):
+            std = nanstd(rewards.view(-1, g), dim=1).repeat_interleave(g, dim=0)
+        else:
+            std = nanstd(rewards).expand_as(rewards)
+        advantages = rewards - mean
+        if case["scale_rewards"] != "none":
+            advantages = advantages / (std + 1e-4)
+        mask = mask0
+        if case["mask_truncated"]:
+            is_truncated = torch.tensor([row[-1] not in (eos, pad) for row in completion_ids_list])
+            mask = mask * (~is_truncated).unsqueeze(1).int()
+        num_items_in_batch = mask.sum()
+
+        trainer = object.__new__(GRPOTrainer)
+        args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1)
+        logp = logp0.clone().requires_grad_(True)
+        trainer.__dict__.update(
+            args=args, model=torch.nn.Module(), loss_type=case["loss_type"],
+            importance_sampling_level=case["importance_sampling_level"],
+            epsilon_low=case["epsilon"], epsilon_high=case["epsilon_high"], beta=case["beta"],
+            max_completion_length=case["max_completion_length"], top_entropy_quantile=1.0,
+            aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=False,
+            vllm_importance_sampling_correction=False, _entropy_bonus_enabled=False,
+            current_gradient_accumulation_steps=1, _metrics=defaultdict(lambda: defaultdict(list)),
+            accelerator=SimpleNamespace(num_processes=1, gather=lambda x: x,
+                                        reduce=lambda x, reduction="sum": x),
+            _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None))
+        inputs = {"prompt_ids": torch.zeros((len(ids), 1), dtype=torch.long),
+                  "prompt_mask": torch.ones((len(ids), 1), dtype=torch.long),
+                  "completion_ids": torch.tensor(ids), "completion_mask": mask,
+                  "advantages": advantages, "old_per_token_logps": old,
+                  "num_items_in_batch": num_items_in_batch}
+        if case["beta"]:
+            inputs["ref_per_token_logps"] = ref
+        loss = trainer._compute_loss(trainer.model, inputs)
+        loss.backward()
+        results[f"{i}/loss"] = loss.detach().numpy()
+        results[f"{i}/grad"] = logp.grad.numpy()
+        results[f"{i}/advantages"] = advantages.numpy()
+    np.savez(out, **results)
+
+
+if __name__ == "__main__":
+    _main(*sys.argv[1:3])
