@@ -17,7 +17,20 @@ from helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
-SEEDS = [e for e in EXPERIMENTS if e.startswith(("maxtext_", "tunix_"))]
+SEEDS = [e for e in EXPERIMENTS if e.startswith(("maxtext_", "tunix_", "easydel_"))]
+# The five seed documents and the recipes that carry each (at least one apiece).
+SEED_DOCUMENTS = {
+    "MaxText rl.yml + tutorials (8B GRPO/GSPO, 70B Pathways)": (
+        "maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo",
+        "maxtext_llama3.1-70b_grpo_pathways", "maxtext_llama3.1-70b_grpo_v5p-128"),
+    "MaxText GRPO_README.md / grpo_demo.py (defaults, custom run)": (
+        "maxtext_grpo_demo", "maxtext_grpo_demo_custom"),
+    "MaxText experimental/rl README (Llama3.3-70B, v5p-256)": (
+        "maxtext_llama3.3-70b_grpo_v5p-256",),
+    "EasyDeL GRPO tutorial (NuminaMath-TIR, v4-64, Ray)": ("easydel_grpo_numina_tir",),
+    "Tunix GRPO demos (Llama-3.2-1B, Qwen3, Gemma3-1B LoRA)": (
+        "tunix_grpo_demo", "tunix_qwen3_grpo", "tunix_gemma3-1b_lora_grpo"),
+}
 
 
 DEFAULT_HARDWARE = next(e.hardware for e in OmegaConf.load(conf_dir() / "config.yaml").defaults
@@ -55,17 +68,96 @@ def test_every_experiment_plans_to_fit_on_its_own_hardware(name, compose_config)
 
 
 def test_the_seeds_are_all_there():
-    assert set(SEEDS) >= {"maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo",
-                          "maxtext_llama3.1-70b_grpo_pathways", "tunix_grpo_demo",
-                          "tunix_qwen3_grpo"}
+    assert len(EXPERIMENTS) >= 9, EXPERIMENTS
+    for document, recipes in SEED_DOCUMENTS.items():
+        assert set(recipes) <= set(SEEDS), (document, set(recipes) - set(SEEDS))
+    assert set(SEEDS) == {r for recipes in SEED_DOCUMENTS.values() for r in recipes}
 
 
 @pytest.mark.parametrize("name", ["maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo"])
-@pytest.mark.parametrize("hw", ["v6e-8", "v5p-8"])
-def test_llama8b_seeds_fit_both_single_host_slices(name, hw, compose_config):
-    cfg = compose_config(f"experiment={name}", f"hardware={hw}")
-    assert make_plan(cfg).fits
+def test_llama8b_seeds_fit_both_single_host_slices(name, compose_config):
+    """v5p-8 with the seeds' vLLM share (72% of HBM); v6e-8 (32 GiB chips) with Tunix's
+    sampler: vLLM's 23 GiB would leave 9 GiB for a colocated 8B trainer that needs 12.6."""
+    cfg = compose_config(f"experiment={name}", "hardware=v5p-8")
+    assert make_plan(cfg).fits and cfg.rollout.name == "vllm"
+    assert cfg.rollout.hbm_utilization == 0.72
+    assert make_plan(compose_config(f"experiment={name}", "hardware=v6e-8", "rollout=vanilla")).fits
+    assert not make_plan(compose_config(f"experiment={name}", "hardware=v6e-8",
+                                        "rollout.data_parallel_size=8")).fits
     assert cfg.algo.name == ("gspo" if name.endswith("gspo") else "grpo")
+
+
+def test_the_recipes_dry_run_through_the_entry_point():
+    """`python -m rlexp experiment=NAME run.dry_run=true` for every recipe, as one sweep of
+    dry runs (one process, ~1 s a recipe): exit 0 and a fitting plan each. Every recipe that
+    loads weights names its hub id in model.path; no vLLM, math-verify or weights needed."""
+    proc = cli("-m", f"experiment={','.join(EXPERIMENTS)}", "run.dry_run=true", "tracker=none",
+               cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
+    assert proc.stdout.count(": fits") == len(EXPERIMENTS), proc.stdout[-3000:]
+
+
+def test_vllm_recipes_are_refused_in_one_line_without_vllm(tmp_path):
+    """A real run of a vLLM recipe where vLLM is not installed: one line naming rollout=vanilla."""
+    import importlib.util
+
+    from helpers import one_line_exit_2
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here: the refusal cannot show")
+    proc = cli("experiment=maxtext_llama3.1-8b_grpo", "tracker=none",
+               f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    one_line_exit_2(proc, "rollout=vllm needs vllm", "rollout=vanilla runs the same recipe")
+    assert not (tmp_path / "run").exists()
+
+
+def test_easydel_seed_values(compose_config):
+    cfg = compose_config("experiment=easydel_grpo_numina_tir")
+    a, t, r, d = cfg.algo, cfg.train, cfg.rollout, cfg.dataset
+    assert (cfg.model.name, cfg.hardware.name, cfg.hardware.devices) == ("llama3.1-8b", "v4-64", 32)
+    assert (a.num_generations, a.beta) == (4, 0.04)
+    assert (t.lr_schedule, t.learning_rate, t.end_learning_rate, t.warmup_steps) == \
+        ("linear", 1e-6, 6e-7, 0)
+    # 3 passes over NuminaMath-TIR's 72441 training problems, 8 a step: ceil(217323 / 8).
+    assert (t.epochs, t.batch_size, t.steps) == (3, 8, 27166)
+    assert (r.max_prompt_length, r.max_completion_length) == (2048, 2048)
+    assert (r.temperature, r.top_p, r.top_k) == (0.7, 0.95, 50)
+    assert (d.hub, d.reasoning_tag) == ("AI-MO/NuminaMath-TIR", "think")
+    assert [f._target_.rsplit(".", 1)[1] for f in cfg.reward.functions] == \
+        ["format_exact_reward", "math_verify_reward"]
+    text = (conf_dir() / "experiment" / "easydel_grpo_numina_tir.yaml").read_text()
+    assert "aya-expanse-8b" in text and "not one of Tunix's models" in text
+
+
+def test_maxtext_grpo_demo_defaults_and_custom_run(compose_config):
+    base = compose_config("experiment=maxtext_grpo_demo")
+    custom = compose_config("experiment=maxtext_grpo_demo_custom")
+    got = [(c.model.name, c.algo.num_generations, c.algo.beta, c.algo.epsilon,
+            c.train.learning_rate, c.train.steps) for c in (base, custom)]
+    assert got == [("llama3.1-8b", 2, 0.08, 0.2, 3e-6, 100),
+                   ("llama3.1-8b", 4, 0.04, 0.15, 5e-6, 200)]
+
+
+def test_70b_on_v5p_256_splits_64_trainer_chips_and_8_samplers_of_8(compose_config):
+    cfg = compose_config("experiment=maxtext_llama3.3-70b_grpo_v5p-256")
+    h = cfg.hardware
+    assert (h.name, h.devices, h.split) == ("v5p-256", 128, "split")
+    assert (h.trainer_mesh.fsdp, h.trainer_mesh.tp) == (64, 1)
+    assert (h.rollout_mesh.fsdp, h.rollout_mesh.tp) == (8, 8)
+    assert (cfg.train.steps, cfg.rollout.sync_every, cfg.model.path) == \
+        (20, 1, "meta-llama/Llama-3.3-70B-Instruct")
+    plan = make_plan(cfg)
+    assert plan.fits, plan.why
+    assert "trainer devices 0-63 (fsdp=64, tp=1), rollout devices 64-127 (fsdp=8, tp=8)" in \
+        "\n".join(plan.lines)
+
+
+def test_gemma3_lora_recipe_uses_the_demos_adapter(compose_config):
+    cfg = compose_config("experiment=tunix_gemma3-1b_lora_grpo")
+    lora = cfg.model.lora
+    assert (cfg.model.family, lora.rank, lora.alpha) == ("gemma3", 64, 64.0)
+    assert "q_einsum" in lora.targets and "down_proj" in lora.targets
+    assert (cfg.algo.num_generations, cfg.train.steps, cfg.train.batch_size) == (2, 3738, 1)
 
 
 def test_maxtext_seed_values(compose_config):
@@ -91,7 +183,11 @@ def test_70b_pathways_splits_trainer_and_sampler_and_fits(compose_config):
     p = 70_553_706_496
     assert plan.memory["policy"] == pytest.approx(p * 2 / 16)
     assert plan.memory["optimizer"] == pytest.approx(p * 2 * 2 / 16)
-    assert plan.memory["rollout weights"] == pytest.approx(p * 2 / 16)
+    # The sampler half: vLLM's 72% of a chip's 95 GiB; Tunix's sampler a bf16 copy, 16 ways.
+    assert plan.memory["vllm reserve"] == pytest.approx(0.72 * 95 * 2**30)
+    vanilla = make_plan(compose_config("experiment=maxtext_llama3.1-70b_grpo_pathways",
+                                       "rollout=vanilla"))
+    assert vanilla.fits and vanilla.memory["rollout weights"] == pytest.approx(p * 2 / 16)
     # The same recipe on a single-host v5p-8 (4 chips, colocated) cannot fit.
     small = ("hardware=v5p-8", "hardware.split=colocated", "hardware.trainer_fraction=1",
              "hardware.sampler_fraction=1", "hardware.trainer_mesh.fsdp=4",
@@ -118,3 +214,19 @@ def test_the_70b_recipe_dry_runs_through_the_entry_point():
                "tracker=none", cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     assert "fits" in proc.stdout and "rollout devices 16-31" in proc.stdout
+
+
+def test_a_missing_optional_reward_package_stops_a_real_run_not_a_dry_run():
+    """math_verify_reward without math-verify: pre-flight refuses the run in one line; the dry
+    run plans (its reward terms are probed without it)."""
+    import importlib.util
+
+    from rlexp.base.errors import UserError
+    from rlexp.launch.preflight import preflight
+
+    if importlib.util.find_spec("math_verify") is not None:
+        pytest.skip("math-verify is installed here: the refusal cannot show")
+    args = ["experiment=easydel_grpo_numina_tir", "tracker=none"]
+    with pytest.raises(UserError, match=r"math_verify_reward needs the math-verify package"):
+        preflight(args)
+    assert preflight(args + ["run.dry_run=true"]).jobs[0].reward.functions[1].weight == 1.0

@@ -60,8 +60,9 @@ def test_missing_vllm_is_one_line(monkeypatch, vllm_config):
     cfg = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=gpu")
     with pytest.raises(UserError) as err:
         vllm_rollout.make_rollout_config(cfg)
-    assert str(err.value) == ("rollout=vllm needs vllm (pip install 'rlexp[vllm]'); "
-                              "or use rollout=vanilla")
+    assert str(err.value) == ("rollout=vllm needs vllm, which is not installed (pip install "
+                              "'rlexp[vllm]' on a GPU/TPU host); rollout=vanilla runs the same "
+                              "recipe with Tunix's sampler")
 
 
 def test_missing_tpu_inference_on_tpu(monkeypatch, vllm_config):
