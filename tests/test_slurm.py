@@ -121,3 +121,92 @@ def test_slurm_refuses_a_sqlite_store_off_the_shared_filesystem(tmp_path):
     assert proc.returncode == 2, explain(proc)
     assert "not on the sweep dir's filesystem" in proc.stderr and "Traceback" not in proc.stderr
     assert not (shm / "rlexp-e11-never.db").exists() and not (tmp_path / "outputs").exists()
+
+
+# ------------------------------------------------------ multi-process jobs (srun's tasks)
+
+LAYOUT_APP = '''
+import json, os
+from pathlib import Path
+
+import hydra
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg):
+    from hydra.core.hydra_config import HydraConfig
+
+    keys = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
+            "SLURM_JOB_NUM_NODES", "SLURM_NTASKS_PER_NODE")
+    out = {"hardware": cfg.hardware.name, **{k: os.environ.get(k) for k in keys}}
+    name = f"task-{os.environ.get('SLURM_PROCID')}.json"
+    Path(HydraConfig.get().runtime.output_dir, name).write_text(json.dumps(out))
+    return 1.0
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+# One plain process, and two processes (multi_controller) on this one CPU node: 2 x 1 CPU.
+LAYOUTS = {
+    "one": {"platform": "cpu", "hosts": 1, "runtime": "single", "emulate": "false",
+            "cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 3, "partition": None},
+    "two": {"platform": "cpu", "hosts": 2, "runtime": "multi_controller", "emulate": "false",
+            "cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 3, "partition": None},
+}
+
+
+def test_a_multi_controller_job_is_one_slurm_job_of_one_task_per_host(tmp_path):
+    """hardware.hosts=2 under multi_controller: the job's sbatch script asks for 2 tasks on
+    1 node, srun starts both, and each runs the job with SLURM's view of the other."""
+    import json
+    import re
+
+    app = write_toy_app(tmp_path, LAYOUTS)
+    app.write_text(LAYOUT_APP)
+    proc = subprocess.run([sys.executable, str(app), "-m", "hardware=one,two",
+                           "hydra/launcher=rlexp_slurm", f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    scripts = {p.read_text() for p in (tmp_path / "sweep").glob(".submitit/*/*_submission.sh")}
+    tasks = sorted(int(re.search(r"--ntasks-per-node=(\d+)", s).group(1)) for s in scripts)
+    nodes = sorted(int(re.search(r"--nodes=(\d+)", s).group(1)) for s in scripts)
+    assert tasks == [1, 2] and nodes == [1, 1], scripts
+    reports = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/task-*.json")]
+    by_hw = {}
+    for r in reports:
+        by_hw.setdefault(r["hardware"], []).append(r)
+    assert [r["SLURM_PROCID"] for r in by_hw["one"]] == ["0"]
+    assert sorted(r["SLURM_PROCID"] for r in by_hw["two"]) == ["0", "1"]  # two processes...
+    assert {r["SLURM_JOB_ID"] for r in by_hw["two"]} != {by_hw["one"][0]["SLURM_JOB_ID"]}
+    assert len({r["SLURM_JOB_ID"] for r in by_hw["two"]}) == 1  # ...of one SLURM job
+    assert all(r["SLURM_STEP_NUM_TASKS"] == "2" for r in by_hw["two"]), by_hw["two"]
+
+
+# What a cpu-2host job can take: batches and evaluation split over its 4-device mesh.
+TWO_HOST = ["hardware=cpu-2host", "train.steps=2", "train.batch_size=4", "eval.num_samples=4",
+            "dataset.num_eval=4", "eval.pass_k=1", "run.progress=false",
+            "model.warm_start_steps=0", "model.vocab_size=128"]
+
+
+def test_a_two_process_sweep_on_slurm_is_one_child_run_per_job(tmp_path):
+    """Acceptance: 2 jobs of hardware=cpu-2host (2 processes each: srun's 2 tasks x 1 CPU on
+    this 2-CPU node, joined by jax.distributed) through rlexp_slurm: 2 finished children
+    under one parent, one summary per job."""
+    import re
+
+    t0 = time.perf_counter()
+    proc = rlexp(["-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", *TWO_HOST], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    sweep_dir = only_sweep_dir(tmp_path)
+    scripts = [p.read_text() for p in sweep_dir.glob(".submitit/*/*_submission.sh")]
+    assert scripts and all(re.search(r"--ntasks-per-node=2\b", s) and
+                           re.search(r"--nodes=1\b", s) for s in scripts), scripts
+    runs = summaries(sweep_dir)
+    assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
+    parent, children = mlflow_children(sweep_dir)
+    assert sorted(r.data.params["train.seed"] for r in children) == ["0", "1"]
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert parent["run"].info.status == "FINISHED"
+    print(f"slurm 2 jobs x 2 processes: {time.perf_counter() - t0:.1f} s")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import require
-from helpers import cli
+from helpers import cli, one_line_exit_2
 from hydra_plugins.rlexp_xpk_launcher import commands as xc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,6 +102,10 @@ def _run(args: list[str], cwd: Path, xpk: str, timeout: int = 300,
     return cli(*args, cwd=cwd, env={"RLEXP_XPK_BIN": xpk, **(env or {})}, timeout=timeout)
 
 
+# What a create-pathways workload's command starts with (MaxText's rl_on_multi_host tutorial).
+PROXY_ENV = ("JAX_PLATFORMS=proxy", "JAX_BACKEND_TARGET=grpc://127.0.0.1:29000",
+             "ENABLE_PATHWAYS_PERSISTENCE=1")
+
 # Never contacted (a dry run creates no MLflow run); its password is never printed.
 SERVER = "http://rlexp:s3cret@127.0.0.1:5999"
 SHOWN = "http://rlexp:***@127.0.0.1:5999"
@@ -146,6 +151,9 @@ def test_sweep_dry_run_prints_one_xpk_command_per_job(tmp_path, xpk_bin):
     for tpu, argv in by_type.items():
         assert argv[0] == xpk_bin and argv[-1] == "--dry-run"
         command = shlex.split(argv[argv.index("--command") + 1])
+        if tpu == "v5p-64":  # Pathways: the proxy is set before JAX, as MaxText's command
+            assert command[:3] == list(PROXY_ENV)
+            command = command[3:]
         assert command[:3] == ["python", "-m", "rlexp"]
         assert f"hardware={tpu}" in command and "train.steps=2" in command
         assert not any(c.startswith(("hydra", "+sweep")) for c in command)
@@ -257,3 +265,78 @@ def test_cpu_profile_is_refused_before_anything_is_submitted(tmp_path, xpk_bin):
     assert "TPU hardware profile" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list((tmp_path / "outputs").rglob("workloads.json"))
+
+
+def _workloads(proc: subprocess.CompletedProcess) -> list[list[str]]:
+    return [shlex.split(ln.split("] ", 1)[1]) for ln in proc.stdout.splitlines()
+            if ln.startswith("[xpk #")]
+
+
+@pytest.mark.slow
+def test_split_slices_go_to_pathways_and_multi_controller_slices_run_one_process_per_host(
+        tmp_path, xpk_bin):
+    """xpk's own --dry-run, verbose: its JobSet manifests are printed. The seeds' flagship
+    (v5p-64, split, runtime=pathways) is `create-pathways` with the proxy environment in the
+    command; the same slice as multi_controller (colocated) is `create`, whose JobSet runs
+    the command on each of the 8 hosts (parallelism 8), without the proxy."""
+    common = ["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+              "hydra.launcher.verbose=true", OUT, "tracker=none"]
+    flagship = _run([*common, "experiment=maxtext_llama3.1-70b_grpo_pathways"], tmp_path, xpk_bin)
+    assert flagship.returncode == 0, (flagship.stdout + flagship.stderr)[-3000:]
+    (argv,) = _workloads(flagship)
+    assert argv[1:3] == ["workload", "create-pathways"]
+    assert argv[argv.index("--tpu-type") + 1] == "v5p-64"
+    command = shlex.split(argv[argv.index("--command") + 1])
+    assert tuple(command[:3]) == PROXY_ENV and command[3:6] == ["python", "-m", "rlexp"]
+    assert "experiment=maxtext_llama3.1-70b_grpo_pathways" in command
+    # xpk put that command, proxy variables first, into the head's container.
+    assert "(JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://127.0.0.1:29000 " \
+        "ENABLE_PATHWAYS_PERSISTENCE=1 python -m rlexp" in flagship.stdout
+
+    per_host = _run([*common, "hardware=v5p-64", "hardware.runtime=multi_controller",
+                     "hardware.split=colocated", "hardware.trainer_mesh.fsdp=32",
+                     "hardware.rollout_mesh.fsdp=32"], tmp_path, xpk_bin)
+    assert per_host.returncode == 0, (per_host.stdout + per_host.stderr)[-3000:]
+    (argv,) = _workloads(per_host)
+    assert argv[1:3] == ["workload", "create"]
+    command = shlex.split(argv[argv.index("--command") + 1])
+    assert command[:3] == ["python", "-m", "rlexp"] and "hardware.runtime=multi_controller" in command
+    assert "JAX_PLATFORMS" not in per_host.stdout
+    assert re.search(r"^\s*parallelism: 8\b", per_host.stdout, re.M), per_host.stdout[-3000:]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_launch_without_an_image_is_refused_in_one_line(tmp_path):
+    """No docker_image and no base image + script_dir: xpk would build on python:3.10, which
+    has neither rlexp nor JAX. Refused before xpk is called (the stand-in records any call)."""
+    fake = tmp_path / "xpk"
+    fake.write_text(FAKE_XPK)
+    fake.chmod(0o755)
+    log = tmp_path / "argv.log"
+    for extra in ([], ["hydra.launcher.script_dir=."]):  # a script dir alone is not enough
+        proc = cli("-m", "hydra/launcher=xpk", OUT, "tracker=none", "hardware=v6e-8", *extra,
+                   cwd=tmp_path, env={"RLEXP_XPK_BIN": str(fake), "XPK_ARGV_LOG": str(log),
+                                      "RLEXP_DOCKER_IMAGE": ""})
+        one_line_exit_2(proc, "hydra.launcher.docker_image", "docker/tpu.Dockerfile",
+                        "base_docker_image and script_dir")
+    assert not log.exists()  # xpk was never called
+    assert not (tmp_path / "outputs").exists()  # nor a sweep dir or parent run made
+
+
+def test_the_images_install_this_checkout_with_its_own_pins():
+    """docker/*.Dockerfile: the checkout they are built from (rlexp at the launching commit),
+    its lock file, and the accelerator wheels of the JAX version pyproject.toml pins."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    jax = next(d for d in project["dependencies"] if d.startswith("jax=="))
+    extras = project["optional-dependencies"]
+    tpu, gpu = ((ROOT / "docker" / f"{k}.Dockerfile").read_text() for k in ("tpu", "gpu"))
+    for text in (tpu, gpu):
+        assert "COPY requirements.lock" in text and "pip install -r requirements.lock" in text
+        assert "pip install --no-deps ." in text and "ARG RLEXP_COMMIT" in text
+    assert extras["tpu"] == [jax.replace("jax==", "jax[tpu]==")]
+    assert f'"{extras["tpu"][0]}"' in tpu and f'"{extras["pathways"][0]}"' in tpu
+    assert f'"{extras["gpu"][0]}"' in gpu
+    readme = (ROOT / "README.md").read_text()
+    assert "docker build -f docker/tpu.Dockerfile" in readme  # the one documented command

@@ -22,15 +22,26 @@ Workers inherit the environment of the moment the fork server starts, which may 
 rlexp set the platform variables; each job sets its own (rlexp.planning.hardware.setup_platform,
 which also sets jax_platforms, read when JAX was imported) before JAX starts a backend.
 
+What the sweep shows (rlexp.job.console): each job's lines carry its label
+(`[3/8 beta=0.04 G=4]`); the workers, which may have forked before the sweep was known, get
+the labels' inputs and the dir of their events with each job (execute_job's `env`). This
+process watches those events (SweepMonitor): on a terminal it draws the only bar, with the
+jobs' lines printed above it; piped, one line per finished job. The plugin's
+`Joblib.Parallel(n_jobs=2, backend=loky, ...)` line is dropped.
+
 With RLEXP_FAST_START=0 (rlexp.base.runtime.fast_start_enabled) this is the plugin's own
-launcher: no fork server, no warm-up, Hydra's execute_job as it is. The private names of
+launcher: no fork server, no warm-up, Hydra's execute_job as it is (its workers, started
+by the launch, inherit the labels' environment). The private names of
 loky, multiprocessing and the plugin used here are listed, and checked, in
 rlexp.base.private_apis.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import sys
 import threading
 from typing import Any, Sequence
 
@@ -197,11 +208,13 @@ def with_this_workers_plugins(singleton_state: dict[str, Any]) -> dict[str, Any]
 
 def execute_job(idx: int, overrides: Sequence[str], hydra_context: HydraContext,
                 config: DictConfig, task_function: TaskFunction,
-                singleton_state: dict[str, Any]) -> JobReturn:
+                singleton_state: dict[str, Any], env: dict[str, str] | None = None) -> JobReturn:
     """Runs in a worker: Hydra's execute_job (hydra_joblib_launcher/_core.py), keeping the
-    worker's plugin registry from one job to the next."""
+    worker's plugin registry from one job to the next; `env` (the sweep's size, swept keys
+    and event dir: rlexp.job.console.SweepEnv) is set first."""
     from hydra_plugins.hydra_joblib_launcher import _core
 
+    os.environ.update(env or {})
     hydra_execute_job = _hydra_functions.get("execute_job", _core.execute_job)
     return hydra_execute_job(idx, overrides, hydra_context, config, task_function,
                              with_this_workers_plugins(singleton_state))
@@ -209,6 +222,39 @@ def execute_job(idx: int, overrides: Sequence[str], hydra_context: HydraContext,
 
 # Hydra's own functions this launcher stands in for while it launches (in this process only).
 _hydra_functions: dict[str, Any] = {}
+
+
+class _DropParallelLine(logging.Filter):
+    """The plugin logs its joblib.Parallel arguments at every launch: nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Joblib.Parallel(")
+
+
+def quiet_parallel_line() -> None:
+    core = logging.getLogger("hydra_plugins.hydra_joblib_launcher._core")
+    if not any(isinstance(f, _DropParallelLine) for f in core.filters):
+        core.addFilter(_DropParallelLine())
+
+
+def sweep_env(job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
+              relay: Any, terminal: bool) -> dict[str, str]:
+    """What each job needs to label its lines and report to this process: the sweep's size
+    and swept keys as rlexp's entry point found them (else this batch's: the keys whose
+    values differ), and the monitor's event dir."""
+    from rlexp.job.console import SweepEnv
+
+    known = SweepEnv.from_env()
+    size = known.size or initial_job_idx + len(job_overrides)
+    keys = known.keys
+    if not keys:
+        values: dict[str, set[str]] = {}
+        for job in job_overrides:
+            for override in job:
+                key, _, value = override.lstrip("+~").partition("=")
+                values.setdefault(key, set()).add(value)
+        keys = [k for k, v in values.items() if len(v) > 1 and not k.startswith("hydra")]
+    return SweepEnv(size=size, keys=keys, relay=relay, terminal=terminal).to_env()
 
 
 class RlexpJoblibLauncher(JoblibLauncher):
@@ -222,10 +268,21 @@ class RlexpJoblibLauncher(JoblibLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlexp.base.runtime import fast_start_enabled, import_all
+        from joblib import effective_n_jobs
 
+        from rlexp.base.runtime import fast_start_enabled, import_all
+        from rlexp.job import console
+
+        quiet_parallel_line()
+        terminal = console.is_terminal(sys.stderr)
+        probe = sweep_env(job_overrides, initial_job_idx, None, terminal)
+        size = int(probe[console.SWEEP_SIZE_ENV])
+        workers = min(effective_n_jobs(self.joblib.get("n_jobs", -1)), size)
+        monitor = console.sweep_monitor(size, workers)
+        env = sweep_env(job_overrides, initial_job_idx, monitor.relay, terminal)
         if not fast_start_enabled():  # the plugin's launch, as it is
-            return super().launch(job_overrides, initial_job_idx)
+            os.environ.update(env)  # its workers start now, with this environment
+            return self._watched(monitor, job_overrides, initial_job_idx)
 
         threading.Thread(target=import_all, args=(SWEEP_END_MODULES,), daemon=True,
                          name="rlexp-sweep-end-imports").start()
@@ -233,8 +290,23 @@ class RlexpJoblibLauncher(JoblibLauncher):
         from hydra_plugins.hydra_joblib_launcher import _core
 
         original = _hydra_functions.setdefault("execute_job", _core.execute_job)
-        _core.execute_job = execute_job  # what Hydra's launch() sends to the workers
+        # what Hydra's launch() sends to the workers, with the sweep's environment
+        _core.execute_job = functools.partial(execute_job, env=env)
         try:
-            return super().launch(job_overrides, initial_job_idx)
+            return self._watched(monitor, job_overrides, initial_job_idx)
         finally:
             _core.execute_job = original
+
+    def _watched(self, monitor: Any, job_overrides: Sequence[Sequence[str]],
+                 initial_job_idx: int) -> Sequence[JobReturn]:
+        from hydra.core.utils import JobStatus
+
+        results: dict[int, bool] = {}
+        try:
+            runs = super().launch(job_overrides, initial_job_idx)
+            results = {initial_job_idx + i: r.status == JobStatus.COMPLETED
+                       for i, r in enumerate(runs)}
+            return runs
+        finally:
+            monitor.finish(results or {initial_job_idx + i: False
+                                       for i in range(len(job_overrides))})

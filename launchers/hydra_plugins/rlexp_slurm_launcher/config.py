@@ -27,6 +27,12 @@ if SlurmQueueConf is not None:
         gpus_per_node: Optional[int] = None
         # SLURM partition (hardware.partition; None = the cluster's default partition).
         partition: Optional[str] = None
+        # Nodes per job; None = from the job's hardware (slurm_launcher.job_layout: hosts
+        # under hardware.runtime=multi_controller, else 1).
+        nodes: Optional[int] = None  # type: ignore[assignment]
+        # Tasks (processes) per node; None = from the job's hardware (job_layout: one per
+        # host, all on one node for CPU profiles like cpu-2host).
+        tasks_per_node: Optional[int] = None  # type: ignore[assignment]
 
     @dataclass
     class RlexpLocalConf(LocalQueueConf):

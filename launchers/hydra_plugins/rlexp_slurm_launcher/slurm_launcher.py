@@ -48,6 +48,31 @@ def job_resources(params: Dict[str, Any], job_cfg: DictConfig, keys: Sequence[st
     return out
 
 
+def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Dict[str, int]:
+    """SLURM nodes and tasks per node of one job: its processes, from its hardware.
+
+    hardware.runtime=multi_controller runs one process per host (hardware.hosts), each
+    joining jax.distributed, which finds them through SLURM's variables (jax/_src/clusters/
+    slurm_cluster.py): srun starts the tasks of the one job, so a sweep job that is itself
+    multi-process stays one job, one child run. Real hosts are one node each (GPUs per node
+    from hardware.gpus_per_node); CPU "hosts" (the cpu-2host profile: virtual devices) are
+    processes of one node. Every other runtime, and emulation, is one process. A value set
+    on the launcher (hydra.launcher.nodes / tasks_per_node) wins.
+    """
+    hw = OmegaConf.select(job_cfg, "hardware", default=None)
+    hosts = int(OmegaConf.select(hw, "hosts", default=1) or 1) if hw is not None else 1
+    multi = (hw is not None and hosts > 1 and not OmegaConf.select(hw, "emulate", default=False)
+             and OmegaConf.select(hw, "runtime", default="single") == "multi_controller")
+    if not multi:
+        nodes, per_node = 1, 1
+    elif OmegaConf.select(hw, "platform", default="cpu") == "cpu":
+        nodes, per_node = 1, hosts
+    else:
+        nodes, per_node = hosts, 1
+    return {"nodes": params.get("nodes") or nodes,
+            "tasks_per_node": params.get("tasks_per_node") or per_node}
+
+
 if BaseSubmititLauncher is not None:
 
     class _PerJobResources(BaseSubmititLauncher):
@@ -73,6 +98,8 @@ if BaseSubmititLauncher is not None:
                 job_cfg = self.hydra_context.config_loader.load_sweep_config(
                     self.config, list(overrides))
                 res = job_resources(self.params, job_cfg, self._RESOURCE_KEYS)
+                if self._EXECUTOR == "slurm":  # processes per job (srun's tasks)
+                    res.update(job_layout(self.params, job_cfg))
                 groups.setdefault(tuple(sorted(res.items())), []).append(i)
 
             # Each job gets the sweep's store and parent run in its environment (sbatch and

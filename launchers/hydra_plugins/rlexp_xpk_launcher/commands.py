@@ -32,7 +32,7 @@ class Workload:
 
     # Workload name as xpk and Kubernetes see it (<= 40 chars, [a-z0-9-]).
     name: str
-    # `create` or `create-pathways` (multi-host slices run under Pathways).
+    # `create` (one process per host) or `create-pathways` (hardware.runtime=pathways).
     subcommand: str
     # TPU type, e.g. v6e-8 (from the job's hardware.accelerator_type).
     tpu_type: str

@@ -21,10 +21,12 @@ class XpkLauncherConf:
     project: Optional[str] = "${oc.env:RLEXP_XPK_PROJECT,null}"
     # GCP zone of the cluster; None = xpk asks `gcloud config get compute/zone`.
     zone: Optional[str] = "${oc.env:RLEXP_XPK_ZONE,null}"
-    # Container image with rlexp installed; None = xpk builds one from base_docker_image
-    # with script_dir copied in (needs docker where the sweep is launched).
+    # Container image with rlexp installed (docker/tpu.Dockerfile builds one: README,
+    # "Launchers"); None = xpk builds one from base_docker_image with script_dir copied in
+    # (needs docker where the sweep is launched). A launch with neither is refused.
     docker_image: Optional[str] = "${oc.env:RLEXP_DOCKER_IMAGE,null}"
-    # Base image when xpk builds the image itself (docker_image unset).
+    # Base image when xpk builds the image itself (docker_image unset): one with rlexp's
+    # dependencies installed (xpk's default, python:3.10, has none).
     base_docker_image: Optional[str] = None
     # Directory xpk copies into the built image (docker_image unset), e.g. the checkout.
     script_dir: Optional[str] = None
@@ -48,9 +50,6 @@ class XpkLauncherConf:
     # project=None in every command without a project.
     dry_run_project: str = "dry-run-project"
     dry_run_zone: str = "us-central1-a"
-    # Jobs whose hardware has at least this many hosts become `xpk workload create-pathways`
-    # (multi-host slices, e.g. v5p-64 = 8 hosts); smaller ones `xpk workload create`.
-    pathways_min_hosts: int = 2
     # First part of every workload name (names are <= 40 chars, [a-z0-9-]).
     workload_prefix: str = "rlexp"
     # xpk calls in flight at once (each waits on several gcloud/kubectl round trips).

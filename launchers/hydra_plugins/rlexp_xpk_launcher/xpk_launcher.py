@@ -91,8 +91,12 @@ class XpkLauncher(Launcher):
                 f"job #{job_num}: hardware={hardware.get('name', tpu_type)} is a {platform} "
                 f"profile; the xpk launcher submits TPU slices: pick a TPU hardware profile "
                 f"(e.g. hardware=v6e-8) or another launcher")
-        hosts = int(OmegaConf.select(hardware, "hosts", default=1))
-        pathways = hosts >= int(p["pathways_min_hosts"])
+        # hardware.runtime=pathways (v5p-64): ONE controller on the head pod reaches every
+        # host's chips through the proxy that `create-pathways` starts beside it. Any other
+        # runtime: `create`, whose JobSet runs the command once per host of the slice (one
+        # process per host, each finding the others through jax.distributed's GKE TPU
+        # detection).
+        pathways = OmegaConf.select(hardware, "runtime", default="single") == "pathways"
 
         job_cfg = _task_part(cfg)
         plain = [o for o in overrides if not is_launch_only(o)]
@@ -103,14 +107,21 @@ class XpkLauncher(Launcher):
             job_args = [a for a in job_args  # not as an override in the pod's command line
                         if not a.lstrip("+~").startswith("tracker.uri=")]
         command = shell_command(p["program"], job_args)
+        if pathways:  # as MaxText's create-pathways command lines: the proxy set before JAX
+            from rlexp.planning.pathways import command_prefix
+
+            command = f"{command_prefix()} {command}"
 
         dry_run = bool(p["dry_run"])
-        if not dry_run and not p["docker_image"] and not p["script_dir"]:
-            # xpk would otherwise wrap its default python base image, which lacks rlexp: the
-            # workload would start on the slice and die at `python -m rlexp`.
+        if not dry_run and not p["docker_image"] and not (p["base_docker_image"]
+                                                           and p["script_dir"]):
+            # xpk would otherwise wrap its default python:3.10 base image, which lacks rlexp
+            # and JAX: the workload would start on the slice and die at `python -m rlexp`.
             raise ValueError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: "
-                             "an image with rlexp installed; or set hydra.launcher.script_dir "
-                             "and base_docker_image to let xpk build one")
+                             "an image with rlexp installed (docker build -f "
+                             "docker/tpu.Dockerfile -t IMAGE .); or set both "
+                             "hydra.launcher.base_docker_image and script_dir to let xpk build "
+                             "one")
         project = p["project"] or (p["dry_run_project"] if dry_run else None)
         zone = p["zone"] or (p["dry_run_zone"] if dry_run else None)
         # The job's subdir is rlexp's deterministic name of the job (its identity overrides),

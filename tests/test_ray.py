@@ -1,0 +1,207 @@
+"""The Ray launcher (hydra/launcher=rlexp_ray) against a real `ray start --head` on 127.0.0.1.
+
+Fast: how a job's hardware becomes Ray tasks (one per process) and the variables that join
+them. Slow: a sweep of a one-process and a two-process (cpu-2host) rlexp job under one MLflow
+parent, and a two-process job of a plain Hydra app whose two Ray tasks each join
+jax.distributed and reduce one array sharded over both processes' 4 CPU devices with gloo.
+
+Ray is pinned in scripts/setup --test (ray alone installs beside the JAX stack: the launcher
+needs no hydra-ray-launcher, whose cloudpickle<3 pin joblib 1.6 refuses).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import require
+from sweep_helpers import explain, mlflow_children, only_sweep_dir, rlexp, summaries
+
+from hydra_plugins.rlexp_ray_launcher.ray_launcher import Layout, job_layout, process_env
+
+
+# ------------------------------------------------------------------------------------ fast
+
+
+@pytest.mark.parametrize("hw,want", [
+    ({"hosts": 1, "runtime": "single", "platform": "cpu", "cpus_per_task": 2},
+     Layout(1, 2.0, 0.0, "PACK")),
+    ({"hosts": 2, "runtime": "multi_controller", "platform": "cpu", "cpus_per_task": 1},
+     Layout(2, 1.0, 0.0, "PACK")),  # cpu-2host: both processes on one node
+    ({"hosts": 2, "runtime": "multi_controller", "platform": "gpu", "cpus_per_task": 8,
+      "gpus_per_node": 8}, Layout(2, 8.0, 8.0, "STRICT_SPREAD")),  # one per node
+    ({"hosts": 2, "runtime": "multi_controller", "platform": "cpu", "emulate": True,
+      "cpus_per_task": 1}, Layout(1, 1.0, 0.0, "PACK")),  # emulated: one process
+    ({"hosts": 8, "runtime": "pathways", "platform": "tpu", "cpus_per_task": 8},
+     Layout(1, 8.0, 0.0, "STRICT_SPREAD")),  # one controller
+])
+def test_a_jobs_processes_and_resources_come_from_its_hardware(hw, want):
+    from dataclasses import astuple
+
+    # astuple: Hydra's plugin scan re-executes the module, so the class may be another copy.
+    assert astuple(job_layout({}, OmegaConf.create({"hardware": hw}))) == astuple(want)
+
+
+def test_the_launcher_value_wins_and_each_process_gets_its_index():
+    job = OmegaConf.create({"hardware": {"hosts": 1, "cpus_per_task": 4}})
+    assert job_layout({"cpus_per_task": 0.5, "gpus_per_task": None}, job).cpus == 0.5
+    assert process_env("10.0.0.1:1234", 2, 1) == {
+        "JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "2",
+        "JAX_PROCESS_ID": "1"}
+    assert process_env(None, 1, 0) == {}
+
+
+# ------------------------------------------------------------------------------ real Ray
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """`ray start --head` on loopback with 2 CPUs, in its own session, shared by the module's
+    tests (each job's task runs in the launching directory); the whole process group is
+    killed at the end."""
+    require(importlib.util.find_spec("ray") is not None, "ray is not installed (pip install "
+            "'rlexp[ray]')", "bash scripts/setup --test")
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    port = _free_port()
+    # Short: Ray's unix socket paths under it must stay below 108 characters.
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+         "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+         f"--temp-dir={temp}"],
+        cwd=tmp_path_factory.mktemp("ray-head"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env)
+    pgid = head.pid  # its own session: the group id is its pid, and outlives it
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None, head.stdout.read().decode()[-2000:]
+            time.sleep(0.5)
+        else:
+            pytest.fail("ray head did not listen within 120 s")
+        yield f"127.0.0.1:{port}"
+    finally:
+        # gcs_server and raylet outlive a SIGTERM by seconds: TERM, a grace period, KILL.
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            time.sleep(grace)
+        head.wait(timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+# Batches and evaluation that split over cpu-2host's 4-device mesh (as tests/test_slurm.py).
+TWO_HOST = ["train.steps=2", "train.batch_size=4", "eval.num_samples=4", "dataset.num_eval=4",
+            "eval.pass_k=1", "run.progress=false", "model.warm_start_steps=0",
+            "model.vocab_size=128"]
+
+
+@pytest.mark.slow
+def test_ray_launcher_runs_a_sweep_with_a_two_process_job_under_one_parent(tmp_path, ray_head):
+    """hardware=cpu,cpu-2host: a one-process job and a two-process one (two Ray tasks, one
+    per host, joined by jax.distributed: cpu-2host refuses to run as one plain process), two
+    finished children under one parent, one summary per job."""
+    t0 = time.perf_counter()
+    proc = rlexp(["-m", "hydra/launcher=rlexp_ray", f"hydra.launcher.address={ray_head}",
+                  "hardware=cpu,cpu-2host", *TWO_HOST], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    assert "(2 process(es), 1 CPU, 0 GPU each)" in proc.stdout + proc.stderr
+    sweep_dir = only_sweep_dir(tmp_path)
+    runs = summaries(sweep_dir)
+    assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
+    parent, children = mlflow_children(sweep_dir)
+    assert sorted(r.data.params["hardware.name"] for r in children) == ["cpu", "cpu-2host"]
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert parent["run"].info.status == "FINISHED"
+    print(f"ray sweep (1 + 2 processes): {time.perf_counter() - t0:.1f} s")
+
+
+JAX_APP = textwrap.dedent('''
+    """One job = the processes Ray started for it; each joins jax.distributed from JAX's own
+    variables and reduces an array sharded over every process's 2 CPU devices."""
+    import json, os
+    from pathlib import Path
+
+    import hydra
+
+
+    @hydra.main(config_path="conf", config_name="config", version_base="1.3")
+    def main(cfg):
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"],
+                                   int(os.environ["JAX_NUM_PROCESSES"]),
+                                   int(os.environ["JAX_PROCESS_ID"]),
+                                   initialization_timeout=60)
+        mesh = Mesh(np.array(jax.devices()), ("x",))
+        values = np.arange(1, 5, dtype=np.float32)  # 1+2+3+4 = 10 over 4 devices
+        arr = jax.make_array_from_callback((4,), NamedSharding(mesh, P("x")),
+                                           lambda index: values[index])
+        total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(arr)
+        out = {"index": jax.process_index(), "count": jax.process_count(),
+               "devices": jax.device_count(), "local": jax.local_device_count(),
+               "total": float(total), "pid": os.getpid()}
+        from hydra.core.hydra_config import HydraConfig
+        Path(HydraConfig.get().runtime.output_dir,
+             f"process-{out['index']}.json").write_text(json.dumps(out))
+        jax.distributed.shutdown()
+        return out["total"]
+
+
+    if __name__ == "__main__":
+        main()
+''')
+
+
+@pytest.mark.slow
+def test_a_two_process_job_is_two_ray_tasks_joined_by_jax_distributed(tmp_path, ray_head):
+    (tmp_path / "conf" / "hardware").mkdir(parents=True)
+    (tmp_path / "app.py").write_text(JAX_APP)
+    (tmp_path / "conf" / "config.yaml").write_text(
+        "defaults:\n  - hardware: two\n  - _self_\nhydra:\n  job:\n    chdir: false\n")
+    (tmp_path / "conf" / "hardware" / "two.yaml").write_text(
+        "name: two\nplatform: cpu\nhosts: 2\nruntime: multi_controller\ncpus_per_task: 1\n"
+        "gpus_per_node: 0\ntimeout_min: 5\n")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(tmp_path / "app.py"), "-m", "hardware=two",
+                           "hydra/launcher=rlexp_ray", f"hydra.launcher.address={ray_head}",
+                           f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, explain(proc)
+    reports = [json.loads(p.read_text()) for p in (tmp_path / "sweep").glob("*/process-*.json")]
+    assert sorted(r["index"] for r in reports) == [0, 1], (reports, explain(proc))
+    for r in reports:  # each process: 2 of the 4 global devices, the same global sum
+        assert (r["count"], r["devices"], r["local"], r["total"]) == (2, 4, 2, 10.0), r
+    assert len({r["pid"] for r in reports}) == 2  # two processes (Ray workers)
+    print(f"ray two-process job: {time.perf_counter() - t0:.1f} s")
