@@ -31,7 +31,8 @@ def profile(compose_config):
 
 
 @pytest.mark.parametrize("name,chips,devices,hosts,hbm,tflops", [
-    ("cpu", 1, 1, 1, 24.0, 1.0),
+    # No datasheet bf16 peak for a CPU: no perf/mfu (planning/perf.py).
+    ("cpu", 1, 1, 1, 24.0, None),
     # Google Cloud TPU docs: v5p 95 GB HBM2e and 459 bf16 TFLOP/s per chip, v5p-8 = 4 chips.
     ("v5p-8", 4, 4, 1, 95.0, 459.0),
     # Google Cloud TPU docs: v6e 32 GB HBM and 918 bf16 TFLOP/s per chip, 8 chips per host.
@@ -45,7 +46,7 @@ def test_profile_facts(name, chips, devices, hosts, hbm, tflops, profile):
     hw = profile(name)
     assert (hw.chips, hw.devices, hw.hosts) == (chips, devices, hosts)
     assert hw.hbm_gib_per_device == pytest.approx(hbm)
-    assert hw.peak_bf16_tflops == pytest.approx(tflops)
+    assert hw.peak_bf16_tflops == (None if tflops is None else pytest.approx(tflops))
 
 
 def test_gpu_type_picks_the_figures(profile):
@@ -100,17 +101,25 @@ def test_platform_env_leaves_tpus_alone_and_lets_jax_use_95_percent_of_a_gpu(pro
     assert hardware.usable_hbm_fraction(profile("v5p-8")) == 1.0
 
 
-def test_init_distributed_only_for_real_multi_host(monkeypatch, profile):
+def test_init_distributed_joins_nothing_for_one_process(monkeypatch, profile):
+    """The real jax.distributed (no stand-in): one-process runtimes are process 0 of 1 and
+    never join; a multi-controller profile started as one plain process is refused before it
+    tries. Two real processes joining: tests/test_multihost.py."""
     import jax
 
-    calls = []
-    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
-    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(1))
+    from rlexp.base import runtime
+
+    for name in ("JAX_COORDINATOR_ADDRESS", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS",
+                 "TPU_WORKER_HOSTNAMES"):
+        monkeypatch.delenv(name, raising=False)
     hardware.init_distributed(profile("v5p-64", "hardware.emulate=true"))
     hardware.init_distributed(profile("v6e-8"))
-    assert calls == []
-    hardware.init_distributed(profile("v5p-64"))
-    assert calls == [1]
+    assert not jax.distributed.is_initialized()
+    assert (runtime.process_index(), runtime.process_count()) == (0, 1)
+    with pytest.raises(UserError, match=r"one plain process: start it with `mpirun -n 2"):
+        hardware.init_distributed(profile("v6e-8", "hardware.hosts=2",
+                                          "hardware.runtime=multi_controller"))
+    assert not jax.distributed.is_initialized()
 
 
 # ------------------------------------------------------------------------------- devices

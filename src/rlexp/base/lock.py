@@ -8,6 +8,11 @@ Stale-safe: the kernel drops an flock when its holder dies, however it dies (SIG
 so a lock file left behind by a dead process is not a lock. The file only says who holds it
 (pid, host, since), for the message the second command prints. flock works across
 hosts on NFSv4 (Linux maps it to POSIX locks) and on Lustre mounted with -o flock.
+
+A multi-controller run is one run in several processes: process i > 0 locks
+<dir>/rlexp.<i>.lock, so the processes of one run never refuse each other while a second
+launch of the same run is refused in every process (on a shared filesystem and on per-host
+disks alike).
 """
 
 from __future__ import annotations
@@ -35,9 +40,9 @@ class Busy(UserError):
 class DirLock:
     """An exclusive, non-blocking lock on `directory`; `what` names it in messages."""
 
-    def __init__(self, directory: Path, what: str = "run dir"):
+    def __init__(self, directory: Path, what: str = "run dir", process: int = 0):
         self.directory = Path(directory)
-        self.path = self.directory / LOCK_FILE
+        self.path = self.directory / lock_file(process)
         self.what = what
         self._handle: IO[str] | None = None
 
@@ -81,6 +86,17 @@ class DirLock:
             who = f"pid {info.get('pid')} on {info.get('host')} (since {since})"
         return (f"{self.directory} is in use by {who}: the same command is already running; "
                 f"wait for it to end, or stop it and run the command again to resume")
+
+
+def lock_file(process: int = 0) -> str:
+    """The lock file of process `process` of a run (rlexp.lock for process 0 and one-process
+    runs)."""
+    return LOCK_FILE if process == 0 else f"rlexp.{process}.lock"
+
+
+def is_lock_file(name: str) -> bool:
+    return name == LOCK_FILE or (name.startswith("rlexp.") and name.endswith(".lock")
+                                 and name[6:-5].isdigit())
 
 
 def holder() -> dict:

@@ -1,6 +1,8 @@
 """What an rlexp process does with Python's own machinery: the cyclic garbage collector while
 it imports and while a job runs, and how a finished command leaves; and the one switch for
-every start-up shortcut (fast_start_enabled), with what pre-flight already checked.
+every start-up shortcut (fast_start_enabled), with what pre-flight already checked; which
+process of a multi-controller run this is (process_index, is_main_process) and the supervisor
+that turns a lost peer's native abort into one line (supervise).
 
 Measured on a 2-core CPU with gc.callbacks, one tiny run (16.7 s): full collections took
 2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (each full pass walks
@@ -14,6 +16,7 @@ from __future__ import annotations
 import gc
 import importlib
 import os
+import re
 import sys
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
@@ -152,6 +155,13 @@ def exit_now(code: int = 0) -> None:
     os._exit(code)
 
 
+def exit_at_once(code: int) -> "NoReturn":  # noqa: F821
+    """Leave now, running no exit handler: a multi-controller process whose peer is lost
+    (jax.distributed's shutdown barrier would wait for it, then abort)."""
+    flush_std_streams()
+    os._exit(code)
+
+
 def flush_std_streams() -> None:
     """Flush stdout and stderr before an os._exit (which flushes nothing)."""
 
@@ -160,3 +170,118 @@ def flush_std_streams() -> None:
             stream.flush()
         except Exception:  # a closed or redirected stream: nothing left to save
             pass
+
+# ------------------------------------------------------------------------------ processes
+
+# This process's index and the process count (set by rlexp.planning.hardware.init_distributed
+# when the job starts; 0 of 1 until then and for every one-process runtime).
+_process = (0, 1)
+
+
+def set_process(index: int, count: int) -> None:
+    global _process
+    _process = (int(index), int(count))
+
+
+def process_index() -> int:
+    """This process's index in a multi-controller run (0 otherwise)."""
+    return _process[0]
+
+
+def process_count() -> int:
+    return _process[1]
+
+
+def is_main_process() -> bool:
+    """Process 0: the one that writes the run's files, logs to MLflow and prints."""
+    return _process[0] == 0
+
+# ----------------------------------------------------------------------------- supervising
+
+# Set in the child of `supervise`, so that it trains instead of supervising again.
+SUPERVISED_ENV = "RLEXP_SUPERVISED"
+# C++ log lines (absl/glog: "E1124 11:16:34.253250   15169 file.cc:1549] ..."), their stack
+# frames, and gloo's own lines: held back from the console, shown only when they explain a
+# failure that is not a lost peer.
+_NATIVE_LINE = re.compile(rb"^([IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]|    @ |\*\*\* |"
+                          rb"\[Gloo\] )")
+# What jax.distributed's coordination service says when a peer is gone (xla/tsl
+# coordination_service.cc, coordination_service_agent.cc, as of jaxlib 0.10.2).
+# Lines of rlexp, Python and Hydra that end a run of held native lines.
+_OWN_LINES = (b"rlexp", b"[20", b"Traceback", b"  File", b"Error executing job", b"Set the")
+_UNHEALTHY = re.compile(rb"tasks are unhealthy \(stopped sending heartbeats\):\s*([\d,\s]+)")
+_LEADER_GONE = re.compile(rb"leader task was preempted/died|Failed to send RPC to coordination")
+
+
+def lost_processes(native: bytes) -> str | None:
+    """Which process jax.distributed reported lost, from its log lines (pure): "1", "0" when
+    the coordinator (process 0) is gone, None when the lines say neither."""
+    found = _UNHEALTHY.search(native)
+    if found:
+        ids = [i for i in re.split(rb"[,\s]+", found.group(1).strip()) if i]
+        return ", ".join(i.decode() for i in ids) or None
+    return "0" if _LEADER_GONE.search(native) else None
+
+
+def supervise(argv: Sequence[str], index: int | None, count: int | None) -> "NoReturn":  # noqa: F821
+    """Run this command again as a child and watch it: one process of a multi-controller run.
+
+    When another process of the run dies, jax.distributed's coordination service ends the
+    survivors (its heartbeat, hardware.heartbeat_timeout_s, or the coordinator's socket
+    closing) with an abort in C++ and a page of native stack, which no Python handler sees.
+    The child's stderr passes through here; native log lines are held back and, when the
+    child dies that way, replaced by one line naming the lost process. The child dies with
+    this process (PR_SET_PDEATHSIG) and gets the signals it receives (mpirun and SLURM send
+    SIGTERM). The exit status is the child's (1 for a lost peer)."""
+    import signal
+    import subprocess
+
+    env = {**os.environ, SUPERVISED_ENV: "1"}
+    child = subprocess.Popen([sys.executable, "-m", "rlexp", *argv], env=env,
+                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    held: list[bytes] = []
+    err = sys.stderr.buffer
+    said = False  # the child said why it ended itself (rlexp: error: ...)
+    native = False  # the previous line was held: an unprefixed line continues it
+    assert child.stderr is not None
+    for line in iter(child.stderr.readline, b""):
+        if _NATIVE_LINE.match(line) or (native and not line.startswith(_OWN_LINES)):
+            held.append(line)
+            native = True
+            continue
+        native = False
+        said = said or line.startswith(b"rlexp: error:")
+        err.write(line)
+        err.flush()
+    code = child.wait()
+    text = b"".join(held)
+    lost = lost_processes(text) if code != 0 and not said else None
+    if lost is not None:
+        me = f"process {index}" if index is not None else "this process"
+        of = f" of {count}" if count else ""
+        print(f"rlexp: error: process {lost}{of} was lost (jax.distributed: no heartbeat, or "
+              f"its coordinator is gone); {me} stopped too: rerun the same command to resume "
+              "from the last checkpoint", file=sys.stderr, flush=True)
+        os._exit(1)
+    if code != 0 and not said and b"RegisterTask" in text:  # jaxlib gave up joining
+        print("rlexp: error: this process could not join the coordinator of its "
+              "multi-controller run within hardware.join_timeout_s: check that process 0 "
+              "runs and that its address and port are reachable", file=sys.stderr, flush=True)
+        os._exit(2)
+    if code not in (0, 2) and not said and text:
+        err.write(text)  # a native failure of this process: its own explanation
+        err.flush()
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the supervising parent dies (Linux)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

@@ -1,7 +1,8 @@
 """Engine state on disk: orbax through Tunix's CheckpointManager, plus Tunix's step counters.
 
-A checkpoint holds the policy parameters, the optimizer state and, in its metadata, the
-step counters of Tunix's learner, actor trainer and cluster. Tunix's final save drops its
+A checkpoint holds the policy parameters (with model.lora: the adapters alone), the optimizer
+state and, in its metadata, the step counters of Tunix's learner, actor trainer and cluster.
+Tunix's final save drops its
 global step (tunix/sft/peft_trainer.py, 0.1.7: close() saves without custom metadata), so
 rlexp keeps its own step in the metadata and sets these counters back on restore. The
 resume policy (which checkpoint, what to do with an unusable one) is rlexp.job.resume's.
@@ -28,6 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from rlexp.engine import TunixEngine
@@ -267,11 +270,17 @@ class EngineCheckpoints:
         self.engine = engine
         self.manager = CheckpointManager(directory, options=options)
         self._orbax = self.manager._checkpoint_manager
+        # model.lora: checkpoints hold the adapters (and their optimizer state) only.
+        self.lora = engine.cfg.model.lora.rank > 0
 
     def save(self, step: int, meta: dict[str, Any]) -> None:
         """Synchronous: when this returns, step `step` is durable."""
         trainer = self.engine.cluster.actor_trainer
+        self._global_counters()
+        # model.lora: the adapters only (the frozen base is rebuilt from model.path and the
+        # cached warm start), as Tunix's trainer saves a LoRA model (peft_trainer.py)
         self.manager.save(step, trainer.model, trainer.optimizer, force=True,
+                          save_only_lora_params=self.lora,
                           custom_metadata={**meta, **counters(self.engine)})
         self._orbax.wait_until_finished()
 
@@ -284,7 +293,9 @@ class EngineCheckpoints:
         """Load step `step` into the engine's policy and optimizer; returns its metadata.
         Raises whatever orbax raises for a corrupt or half-written step."""
         trainer = self.engine.cluster.actor_trainer
-        _, meta = self.manager.maybe_restore(trainer.model, trainer.optimizer, step=step)
+        self._global_counters()
+        _, meta = self.manager.maybe_restore(trainer.model, trainer.optimizer, step=step,
+                                             restore_only_lora_params=self.lora)
         return dict(meta)
 
     def resume(self, meta: dict[str, Any]) -> None:
@@ -292,6 +303,29 @@ class EngineCheckpoints:
         set_counters(self.engine, meta)
         if self.engine.learner.should_sync_weights:
             self.engine.cluster.sync_weights()
+
+    def _global_counters(self) -> None:
+        """Multi-controller runs: orbax saves and restores global arrays only (every process
+        writes its shards), but the optimizer's step counter starts as an array on one local
+        device (flax nnx.Optimizer). Make such arrays replicated over the trainer's mesh; their
+        value is the same in every process. A no-op in a one-process run."""
+        import jax
+        from flax import nnx
+        from tunix.rl.rl_cluster import Role
+
+        if jax.process_count() == 1:
+            return
+        mesh = self.engine.cluster.cluster_config.role_to_mesh[Role.ACTOR]
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+        def to_global(x: Any) -> Any:
+            if isinstance(x, jax.Array) and x.is_fully_addressable:
+                host = np.asarray(x)
+                return jax.make_array_from_callback(host.shape, replicated, lambda i: host[i])
+            return x
+
+        optimizer = self.engine.cluster.actor_trainer.optimizer
+        nnx.update(optimizer, jax.tree_util.tree_map(to_global, nnx.state(optimizer)))
 
     def close(self) -> None:
         self.manager.close()

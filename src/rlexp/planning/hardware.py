@@ -4,9 +4,16 @@ Order of calls at start-up (the entry point and the engine follow it):
 
 1. `setup_platform(hw)`   before JAX creates its backend: picks the platform and, with
                           `hardware.emulate=true`, fakes the profile's device count on CPU.
-2. `role_meshes(hw)`      when the engine builds: joins the other hosts (`hosts > 1`),
-                          checks the visible devices against the profile (`check_devices`) and
-                          returns one mesh per Tunix role.
+2. `init_distributed(hw)` when the job starts (runtime=multi_controller): joins the other
+                          processes through jax.distributed and records this process's index
+                          (rlexp.base.runtime.process_index; process 0 alone writes and logs).
+3. `role_meshes(hw)`      when the engine builds: checks the visible devices against the
+                          profile (`check_devices`) and returns one mesh per Tunix role.
+
+Runtimes (`hardware.runtime`): single (one process sees every device), multi_controller (one
+process per host; `detect_launch` reads which launcher started it: Open MPI's mpirun, SLURM's
+srun, Cloud TPU/GKE, or JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID) and
+pathways (one process, every host's devices through the Pathways proxy: planning/pathways.py).
 
 Nothing here imports jax at module level: `run.dry_run=true` must not start a backend.
 """
@@ -21,8 +28,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
+from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.config.schema import HardwareConfig, MeshConfig
+from rlexp.planning import pathways
 
 if TYPE_CHECKING:
     import jax
@@ -61,6 +70,8 @@ def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, st
     GPUs get JAX's preallocation raised to GPU_MEMORY_FRACTION unless the user set it; other
     real accelerators are left to JAX's own discovery.
     """
+    if pathways.uses_pathways(hw):  # Pathways single-controller (planning/pathways.py)
+        return pathways.proxy_env(environ)
     if expected_platform(hw) == "gpu":
         if "XLA_PYTHON_CLIENT_MEM_FRACTION" in environ:
             return {}
@@ -69,11 +80,26 @@ def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, st
         return {}
     flags = [f for f in environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_COUNT_FLAG)]
     changes = {"JAX_PLATFORMS": "cpu"}
-    if hw.devices > 1:
-        flags.append(f"{_DEVICE_COUNT_FLAG}={hw.devices}")
+    local = local_devices(hw)
+    if local > 1:
+        flags.append(f"{_DEVICE_COUNT_FLAG}={local}")
+    if multi_controller(hw):
+        # CPU collectives across processes: gloo (JAX's default, "none", cannot reduce
+        # across processes); read from the environment when JAX's config is first built.
+        changes[_CPU_COLLECTIVES_ENV] = "gloo"
     if flags or "XLA_FLAGS" in environ:
         changes["XLA_FLAGS"] = " ".join(flags)
     return changes
+
+
+def multi_controller(hw: HardwareConfig) -> bool:
+    """One process per host joined by jax.distributed (emulation always runs one process)."""
+    return hw.runtime == "multi_controller" and not hw.emulate
+
+
+def local_devices(hw: HardwareConfig) -> int:
+    """Devices this process sees itself: its host's share under multi_controller."""
+    return hw.devices // hw.hosts if multi_controller(hw) else hw.devices
 
 
 def _backend_started() -> bool:
@@ -86,18 +112,22 @@ def _backend_started() -> bool:
     return bool(xla_bridge._backends)
 
 
-def setup_platform(hw: HardwareConfig) -> None:
+def setup_platform(hw: HardwareConfig, *, job: bool = True) -> None:
     """Prepare the process environment for `hw`. Call before anything initializes JAX.
 
     Raises UserError when JAX already started a CPU backend with a different device count,
-    because the emulated meshes could then not be built.
+    because the emulated meshes could then not be built. job=False: the launching process of
+    a sweep, whose jobs' processes are started by the launcher (srun, xpk, Ray), so how THIS
+    process was started says nothing about them.
     """
+    if job:
+        check_launch(hw, detect_launch(os.environ))
     changes = platform_env(hw, os.environ)
     if changes and _backend_started():
         import jax
 
-        found = jax.device_count()
-        if expected_platform(hw) == "cpu" and found != hw.devices:
+        found = jax.local_device_count()
+        if expected_platform(hw) == "cpu" and found != local_devices(hw):
             raise UserError(
                 f"hardware={hw.name} needs {hw.devices} CPU device(s) but JAX already started "
                 f"with {found}; call rlexp.planning.hardware.setup_platform before JAX initializes")
@@ -109,20 +139,251 @@ def setup_platform(hw: HardwareConfig) -> None:
         import jax
 
         jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
+    if _CPU_COLLECTIVES_ENV in changes and "jax" in sys.modules:
+        import jax
+
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+# ------------------------------------------------------------------------------ processes
+
+# JAX's config option for cross-process CPU collectives, as its environment variable.
+_CPU_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
+# The explicit route: JAX_COORDINATOR_ADDRESS is JAX's own; the count and id are rlexp's
+# (jax.distributed.initialize takes them as arguments only).
+COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
+                                         "JAX_PROCESS_ID")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Which launcher started this process, as which of how many (None: not known before
+    jax.distributed asks the cluster, e.g. a Cloud TPU VM's metadata server)."""
+
+    # "mpirun" | "srun" | "Cloud TPU" | "JAX_COORDINATOR_ADDRESS" | None (one plain process)
+    launcher: str | None = None
+    count: int | None = None
+    index: int | None = None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def detect_launch(environ: Mapping[str, str]) -> Launch:
+    """The launcher of this process, from the variables it sets (pure): the clusters
+    jax.distributed detects by itself (jax/_src/clusters: OmpiCluster, SlurmCluster,
+    GkeTpuCluster), and JAX's JAX_COORDINATOR_ADDRESS with rlexp's count and id."""
+    if environ.get(COORDINATOR_ENV):
+        return Launch(COORDINATOR_ENV, _int(environ.get(COUNT_ENV)),
+                      _int(environ.get(INDEX_ENV)))
+    if "OMPI_COMM_WORLD_SIZE" in environ:  # Open MPI's mpirun
+        return Launch("mpirun", _int(environ.get("OMPI_COMM_WORLD_SIZE")),
+                      _int(environ.get("OMPI_COMM_WORLD_RANK")))
+    if "SLURM_JOB_ID" in environ and "SLURM_STEP_NUM_TASKS" in environ:  # srun's job step
+        return Launch("srun", _int(environ.get("SLURM_STEP_NUM_TASKS")),
+                      _int(environ.get("SLURM_PROCID")))
+    if environ.get("TPU_WORKER_HOSTNAMES") and "TPU_WORKER_ID" in environ:  # GKE / TPU VM
+        return Launch("Cloud TPU", len(environ["TPU_WORKER_HOSTNAMES"].split(",")),
+                      _int(environ.get("TPU_WORKER_ID")))
+    return Launch()
+
+
+def check_launch(hw: HardwareConfig, launch: Launch) -> None:
+    """One line (UserError) when the processes started do not fit hardware.runtime: a
+    multi-controller profile started as one plain process, a process count other than
+    hardware.hosts, several processes for a one-process runtime, a split mesh."""
+    name = f"hardware={hw.name}"
+    if multi_controller(hw):
+        if hw.split == "split":
+            raise UserError(
+                f"{name} splits trainer and sampler over separate devices, which "
+                "hardware.runtime=multi_controller does not run: use hardware.runtime=pathways "
+                "(one controller over every host's devices), or hardware.emulate=true")
+        if launch.launcher is None:
+            if hw.hosts == 1:
+                return
+            raise UserError(
+                f"{name} runs {hw.hosts} processes, one per host "
+                "(hardware.runtime=multi_controller), but this is one plain process: start it "
+                f"with `mpirun -n {hw.hosts} python -m rlexp {name} ...` (as root add "
+                f"--allow-run-as-root --oversubscribe) or `srun -n {hw.hosts} python -m rlexp "
+                f"{name} ...`, or add hardware.emulate=true to run its {hw.devices}-device "
+                "mesh in one process")
+        if launch.launcher == COORDINATOR_ENV and (launch.count is None or launch.index is None):
+            raise UserError(f"{COORDINATOR_ENV} is set: also set {COUNT_ENV} (processes: "
+                            f"{hw.hosts} for {name}) and {INDEX_ENV} (this one's, 0..{hw.hosts - 1})")
+        if launch.count is not None and launch.count != hw.hosts:
+            raise UserError(
+                f"{name} runs {hw.hosts} processes (hardware.hosts={hw.hosts}) but "
+                f"{launch.launcher} started {launch.count}: start {hw.hosts} (mpirun -n "
+                f"{hw.hosts}, srun -n {hw.hosts}), or set hardware.hosts to match")
+        if launch.index is not None and not 0 <= launch.index < hw.hosts:
+            raise UserError(f"{launch.launcher} gave this process index {launch.index}: "
+                            f"{name} has processes 0..{hw.hosts - 1}")
+        return
+    if launch.count is not None and launch.count > 1 and hw.runtime != "pathways":
+        one = "hardware.emulate=true" if hw.emulate else f"hardware.runtime={hw.runtime}"
+        raise UserError(
+            f"{launch.launcher} started {launch.count} processes but {name} runs one ({one}): "
+            "start one, or pick a multi-controller profile (e.g. hardware=cpu-2host)")
 
 
 def init_distributed(hw: HardwareConfig) -> None:
-    """Join the other hosts of a multi-host slice (TPU pods, multi-node GPU). Idempotent.
+    """Join the other processes of a multi-controller run (one per host) and record this
+    one's index and the count (rlexp.base.runtime.process_index). Idempotent. Pathways runs
+    one controller (planning/pathways.py: never jax.distributed); single and emulated runs
+    are process 0 of 1.
 
-    Emulation runs in one process, so it never initializes the distributed runtime.
+    A coordinator that does not answer within hardware.join_timeout_s, or processes that do
+    not all join, end in one line (UserError). jax.distributed's heartbeat
+    (hardware.heartbeat_timeout_s) ends every process when one is lost, instead of a hang in
+    a collective; rlexp.base.runtime.supervise turns that into one line naming it.
     """
-    if hw.hosts <= 1 or hw.emulate:
+    if pathways.uses_pathways(hw):  # one controller: the proxy backend, never jax.distributed
+        pathways.initialize()
+        runtime.set_process(0, 1)
+        return
+    if not multi_controller(hw):
+        runtime.set_process(0, 1)
         return
     import jax
 
     if not jax.distributed.is_initialized():
-        # On Cloud TPU and SLURM the coordinator, process count and id are auto-detected.
-        jax.distributed.initialize()
+        launch = detect_launch(os.environ)
+        check_launch(hw, launch)
+        kwargs: dict = {}
+        if launch.launcher == COORDINATOR_ENV:
+            kwargs = {"coordinator_address": os.environ[COORDINATOR_ENV],
+                      "num_processes": launch.count, "process_id": launch.index}
+            if launch.index != 0:  # jaxlib aborts (no exception) when it cannot register
+                _wait_for_coordinator(hw, os.environ[COORDINATOR_ENV], launch)
+        try:
+            jax.distributed.initialize(
+                **kwargs, initialization_timeout=hw.join_timeout_s,
+                heartbeat_timeout_seconds=hw.heartbeat_timeout_s,
+                # the barrier at exit: a peer that is gone is not waited for long
+                shutdown_timeout_seconds=max(hw.heartbeat_timeout_s, 10))
+        except Exception as exc:  # jaxlib's XlaRuntimeError (DEADLINE_EXCEEDED, UNAVAILABLE)
+            where = os.environ.get(COORDINATOR_ENV) or f"the one {launch.launcher} names"
+            text = str(exc).strip()
+            first = text.splitlines()[0][:160] if text else type(exc).__name__
+            raise UserError(
+                f"process {'?' if launch.index is None else launch.index} of {hw.hosts} could "
+                f"not join the coordinator at {where} within hardware.join_timeout_s="
+                f"{hw.join_timeout_s}: {first}; check that process 0 runs and that its "
+                "address and port are reachable") from None
+    runtime.set_process(jax.process_index(), jax.process_count())
+    if jax.process_count() != hw.hosts:
+        raise UserError(f"hardware={hw.name} runs {hw.hosts} processes (hardware.hosts) but "
+                        f"jax.distributed joined {jax.process_count()}")
+
+
+def _wait_for_coordinator(hw: HardwareConfig, address: str, launch: Launch) -> None:
+    """Until hardware.join_timeout_s: process 0's coordinator accepts a TCP connection."""
+    import socket
+    import time
+
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + hw.join_timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+                return
+        except (OSError, ValueError) as exc:
+            if time.monotonic() >= deadline:
+                raise UserError(
+                    f"process {launch.index} of {hw.hosts} could not join the coordinator at "
+                    f"{address} within hardware.join_timeout_s={hw.join_timeout_s}: "
+                    f"{exc.strerror or exc}; check that process 0 runs and that its address "
+                    "and port are reachable") from None
+        time.sleep(0.5)
+
+
+def any_process(flag: bool) -> bool:
+    """True when `flag` is true in any process of the run: every process takes the same
+    branch (a SIGTERM that reached only some of them stops them all at the same step). A
+    collective with several processes; `flag` itself with one."""
+    if runtime.process_count() < 2:
+        return bool(flag)
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.array([int(flag)], np.int32))))
+
+
+def sync_processes(name: str) -> None:
+    """Wait until every process of a multi-controller run reaches this point (a no-op with
+    one process)."""
+    if runtime.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def to_host(x: object) -> np.ndarray:
+    """A NumPy copy of `x`; for a jax.Array of which this process holds only some shards
+    (a multi-controller run), the whole array gathered from every process. That gather is a
+    collective: every process calls it, in the same order."""
+    import jax
+
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.array(x)
+
+
+# What a collective or jax.distributed raises in a process whose peer is gone (gloo's TCP
+# pair, the coordination service's heartbeat and barriers; jaxlib 0.10.2).
+_PEER_GONE = ("Gloo", "Connection reset by peer", "Connection closed by peer",
+              "heartbeat timeout", "stopped sending heartbeats", "Barrier failed",
+              "coordination service")
+
+
+def lost_peer(exc: BaseException) -> str | None:
+    """One line naming the lost process when `exc` says a process of this multi-controller
+    run is gone (None otherwise, and always with one process). With two processes the lost
+    one is the other; with more, the coordination service is asked which are alive."""
+    if runtime.process_count() < 2:
+        return None
+    text, seen, error = "", set(), exc
+    while error is not None and id(error) not in seen:  # the exception and its causes
+        seen.add(id(error))
+        text += f" {error}"
+        error = error.__cause__ or error.__context__
+    if not any(word in text for word in _PEER_GONE):
+        return None
+    me, count = runtime.process_index(), runtime.process_count()
+    lost = str(1 - me) if count == 2 else _dead_processes(count) or "another process"
+    return (f"process {lost} of {count} was lost (its collectives broke off); process {me} "
+            "stopped too: rerun the same command to resume from the last checkpoint")
+
+
+def _dead_processes(count: int) -> str | None:
+    """The processes the coordination service no longer counts alive ("2, 5"), or None."""
+    try:
+        from jax._src import distributed  # no public API lists the live processes
+
+        alive = distributed.global_state.client.get_live_nodes(list(range(count)))
+        return ", ".join(str(i) for i in range(count) if i not in alive) or None
+    except Exception:  # the coordinator itself is gone: it was process 0
+        return "0"
+
+
+def process_lines(hw: HardwareConfig) -> list[str]:
+    """The plan's process layout: hosts x devices per host, which process logs, host RAM."""
+    if multi_controller(hw):
+        layout = (f"{hw.hosts} (one per host, hardware.runtime=multi_controller) x "
+                  f"{local_devices(hw)} {hw.platform} device(s) each; process 0 logs and writes")
+    elif pathways.uses_pathways(hw):
+        layout = (f"1 (the Pathways controller) over {hw.hosts} host(s) x "
+                  f"{hw.devices // max(hw.hosts, 1)} device(s) each; it logs and writes")
+    else:
+        layout = (f"1 x {hw.devices} {expected_platform(hw)} device(s)"
+                  f"{' (emulated: every host in this one)' if hw.emulate and hw.hosts > 1 else ''}")
+    return [f"processes  {layout}", f"host RAM   {hw.host_memory_gib:g} GiB per host"]
 
 # ------------------------------------------------------------------------------- devices
 
@@ -135,7 +396,8 @@ def device_mismatch(hw: HardwareConfig, platform: str, count: int, kind: str) ->
     want_platform = expected_platform(hw)
     kind_ok = (hw.emulate or hw.device_kind is None
                or re.fullmatch(hw.device_kind, kind) is not None)
-    if platform == want_platform and count == hw.devices and kind_ok:
+    platform_ok = platform == want_platform or pathways.device_ok(hw, platform)
+    if platform_ok and count == hw.devices and kind_ok:
         return None
     want = f"{hw.devices} {want_platform} device(s)"
     if not hw.emulate and hw.device_kind is not None:
