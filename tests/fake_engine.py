@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -71,6 +72,16 @@ class FakeEngine:
         self.done += 1
         return {"train/completion_length": 4.0, **self.train(self.done + self.start_step)}
 
+    def rollouts(self) -> list[dict]:
+        """The latest step's completions (two, with rewards that sum to their total)."""
+        step = self.done + self.start_step
+        return [{"prompt": f"{step}+1=", "completion": f"<answer>{step + 1}</answer>",
+                 "format_exact": 0.5, "answer_exact": 1.0, "reward": 1.5, "advantage": 0.7071,
+                 "length": 6, "truncated": False},
+                {"prompt": f"{step}+1=", "completion": "no", "format_exact": 0.0,
+                 "answer_exact": 0.0, "reward": 0.0, "advantage": -0.7071, "length": 2,
+                 "truncated": False}]
+
     def checkpoint_store(self, directory: str, keep: int) -> JsonStore:
         return JsonStore(directory, keep)
 
@@ -103,6 +114,7 @@ def install() -> None:
     import rlexp.job.evaluate
 
     def build(cfg: Any, plan: Any, run_dir: Path) -> FakeEngine:
+        time.sleep(float(os.environ.get("RLEXP_FAKE_BUILD_S", "0")))  # a warm start, a compile
         # the curve is set by the learning rate: lr >= 1e-3 learns (0.1/step), lower stalls
         good = cfg.train.learning_rate >= 1e-3
         return FakeEngine(cfg, curve=lambda s: (0.2 + 0.1 * s) if good else 0.05)

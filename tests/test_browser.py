@@ -1,14 +1,17 @@
 """What a researcher sees in MLflow 3.17's UI, checked in headless Chromium against
-`python -m rlexp.ui` on 127.0.0.1: the experiment opens in the model-training view, a run's
-page shows its source, params, metrics (system metrics too) and dataset input, the eval
-samples render as a table, and the four runs of a sweep have names that tell them apart.
+`python -m rlexp.ui` on 127.0.0.1: the UI starts quietly, the experiment opens in the
+model-training view and stays there when one clicks into a run, the sweep's parent and Compare;
+a run's page shows its source, params, metrics (system metrics too) and dataset input, the eval
+samples and training rollouts render as tables, the parent shows its best child's metrics, and
+the four runs of a sweep have short names that tell them apart.
 
-The UI is a React app: pages are read with `chromium --headless --dump-dom` after a virtual
-time budget (the rendered DOM's text), facts that drive the UI's behaviour from the REST API.
-The sweep runs on the scripted engine (tests/fake_engine.py), so no JAX compile is needed.
-Chromium comes from Debian through `scripts/setup --test` (~2 min the first time); under
-CI=true its absence is a failure.
-Screenshots of each page are written to $RLEXP_BROWSER_SHOTS when it is set.
+Pages are read two ways: `chromium --headless --dump-dom` after a virtual time budget (the
+rendered DOM's text), and, for clicks, Chromium driven over the DevTools protocol on a pipe
+(--remote-debugging-pipe: no extra package). Facts that drive the UI's behaviour come from the
+REST API. The sweep runs on the scripted engine (tests/fake_engine.py), so no JAX compile is
+needed. Chromium comes from Debian through `scripts/setup --test` (~2 min the first time);
+under CI=true its absence is a failure. Screenshots of each page are written to
+$RLEXP_BROWSER_SHOTS when it is set.
 """
 
 from __future__ import annotations
@@ -59,6 +62,101 @@ class Browser:
         return text_of(out.stdout)
 
 
+class Chrome:
+    """Headless Chromium driven over the DevTools protocol on a pipe: commands on fd 3,
+    replies on fd 4, JSON messages ended by a NUL byte (--remote-debugging-pipe)."""
+
+    def __init__(self, profile: Path):
+        to_chrome, self._to = os.pipe()
+        self._from, from_chrome = os.pipe()
+
+        def pipes() -> None:  # in the child, before exec
+            os.dup2(to_chrome, 3)
+            os.dup2(from_chrome, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+             f"--user-data-dir={profile}", "--window-size=1400,1000", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(3, 4),
+            preexec_fn=pipes)
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self._buf, self._id = b"", 0
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target,
+                                 flatten=True)["sessionId"]
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buf:
+                chunk = os.read(self._from, 1 << 16)
+                assert chunk, "chromium closed its DevTools pipe"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply.get("result", {})
+
+    def js(self, expression: str):
+        out = self.call("Runtime.evaluate", self.session, expression=expression,
+                        returnByValue=True, awaitPromise=True)
+        return out.get("result", {}).get("value")
+
+    def goto(self, url: str) -> None:
+        self.call("Page.navigate", self.session, url=url)
+
+    def text(self) -> str:
+        return self.js("document.body ? document.body.innerText : ''") or ""
+
+    def wait_for(self, needle: str, timeout: float = 90) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.text()
+            if needle in text:
+                return text
+            time.sleep(0.5)
+        raise AssertionError(f"{needle!r} not on the page in {timeout:g} s: {self.text()[:3000]}")
+
+    def click(self, element_js: str) -> None:
+        """A real mouse click (pressed, released) at the centre of the element."""
+        deadline = time.monotonic() + 60  # links render after the page's text
+        while True:
+            box = self.js(f"(() => {{const e = {element_js}; if (!e) return null; "
+                          "e.scrollIntoView({block: 'center'}); "
+                          "const r = e.getBoundingClientRect(); "
+                          "return [r.x + r.width / 2, r.y + r.height / 2]})()")
+            if box is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert box is not None, f"nothing to click: {element_js}"
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", self.session, type=kind, x=box[0], y=box[1],
+                      button="left", clickCount=1)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def sidebar(text: str) -> str:
+    """The left sidebar's text (the page text up to its Docs link)."""
+    return text.split("\nDocs\n", 1)[0]
+
+
+def in_model_training(text: str) -> bool:
+    """MLflow 3.17's sidebar in the model-training view lists Runs and Models; in the GenAI
+    view it lists Overview, Observability, Sessions, Judges, Evaluation runs instead."""
+    side = sidebar(text).split("\n")
+    return "Runs" in side and "Models" in side and not {
+        "Observability", "Sessions", "Judges", "Evaluation runs"} & set(side)
+
+
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     require(CHROMIUM is not None, "chromium is not installed", "bash scripts/setup --test")
@@ -73,8 +171,9 @@ def ui(tmp_path_factory):
     assert proc.returncode == 0, explain(proc)
     sweep = only_sweep_dir(root)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    errors = root / "ui.stderr"
     server = subprocess.Popen([sys.executable, "-m", "rlexp.ui", "--port", "0"], cwd=root,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              env=env, stdout=subprocess.PIPE, stderr=errors.open("w"),
                               text=True)
     try:
         first = server.stdout.readline()
@@ -88,7 +187,8 @@ def ui(tmp_path_factory):
             except OSError:
                 assert time.monotonic() < deadline, "the MLflow UI did not answer in 120 s"
                 time.sleep(1)
-        yield {"base": base, "links": links, "sweep": sweep, "browser": Browser(root)}
+        yield {"base": base, "links": links, "sweep": sweep, "browser": Browser(root),
+               "root": root, "first": first, "errors": errors, "sweep_out": proc.stdout}
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -111,6 +211,65 @@ def children(ui) -> list[dict]:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())["runs"]
+
+
+def test_the_ui_starts_quietly(ui):
+    """Two lines of links on stdout, nothing on stderr (MLflow's and uvicorn's start-up lines
+    and Starlette's deprecation warning were 8 lines)."""
+    assert ui["first"].startswith("MLflow UI: http://127.0.0.1:")
+    assert ui["links"][0].startswith("rlexp: http://127.0.0.1:")
+    assert ui["errors"].read_text() == ""
+
+
+def test_the_sweep_end_names_its_parent_and_best_child(ui):
+    parent = json.loads((ui["sweep"] / "parent_run.json").read_text())["run_id"]
+    end = [line for line in ui["sweep_out"].splitlines() if line.startswith("rlexp: sweep ")]
+    assert end and f"MLflow run {parent} in sqlite:///" in end[-1] and "; best β=" in end[-1]
+
+
+def test_clicks_from_the_link_stay_in_model_training(ui):
+    """From rlexp.ui's link: click the sweep's parent, then a child run and its rollout table,
+    then select every run and click Compare. Each page shows the model-training sidebar (in
+    MLflow 3.17 in-app links drop ?workflowType= and a new browser falls back to GenAI)."""
+    link = ui["links"][0].split(": ", 1)[1]
+    parent = json.loads((ui["sweep"] / "parent_run.json").read_text())["run_id"]
+    chrome = Chrome(ui["root"] / "profile-clicks")
+    try:
+        chrome.goto(link)
+        assert in_model_training(chrome.wait_for("sweep: beta,epsilon"))
+        chrome.click(f"document.querySelector('a[href$=\"/runs/{parent}\"]')")
+        text = chrome.wait_for("Child runs")
+        assert in_model_training(text), sidebar(text)
+        # the parent carries its best child's final metrics, and names it
+        assert re.search(r"Metrics \(\d+\)", text) and "eval/accuracy" in text
+        assert "rlexp.best_child" in text
+
+        chrome.click("Array.from(document.querySelectorAll('a[href*=\"/runs/\"]'))"
+                     ".find(a => a.innerText.trim() == 'β=0.04 ε=0.2')")  # a child run
+        text = chrome.wait_for("Parameters")
+        assert in_model_training(text) and "β=0.04 ε=0.2" in text, sidebar(text)
+        chrome.click("document.querySelector('[role=tab][aria-controls$=content-artifacts]')")
+        chrome.click("document.querySelector('[data-testid=artifact-tree-node]"
+                     "[aria-label=rollouts]')")
+        chrome.click("document.querySelector('[data-testid=artifact-tree-node]"
+                     "[aria-label=\"step_000003.json\"]')")
+        # the training-rollout table: its reward columns (tests/fake_engine.py's rollouts)
+        text = chrome.wait_for("advantage")
+        assert re.search(r"prompt\s+completion\s+format_exact\s+answer_exact\s+reward\s+"
+                         r"advantage\s+length\s+truncated", text), text[:3000]
+        assert in_model_training(text)
+
+        chrome.goto(link)
+        chrome.wait_for("sweep: beta,epsilon")
+        chrome.click("document.querySelector('button[data-component-id$="
+                     "\"runnamecellrenderer.tsx_46\"]')")  # expand the parent's children
+        chrome.wait_for("β=0 ε=0.1")
+        chrome.click("document.querySelector('input[aria-label=\"Select all runs\"]')")
+        chrome.click("document.querySelector('[data-testid=runs-compare-button]')")
+        text = chrome.wait_for("Comparing 5 Runs")
+        assert in_model_training(text), sidebar(text)
+    finally:
+        chrome.close()
 
 
 def test_experiment_opens_in_the_model_training_view(ui):
@@ -149,11 +308,13 @@ def test_eval_samples_render_as_a_table(ui):
 def test_the_four_runs_of_a_sweep_have_distinct_names(ui):
     runs = children(ui)
     names = sorted(r["info"]["run_name"] for r in runs)
-    assert names == sorted(f"beta={b},epsilon={e}" for b, e in JOBS)
+    assert names == sorted(f"β={b} ε={e}" for b, e in JOBS)  # short: the full values are tags
+    tags = {t["key"]: t["value"] for t in runs[0]["data"]["tags"]}
+    assert tags["sweep.algo.beta"] in ("0", "0.04")
     ids = urllib.parse.quote(json.dumps([r["info"]["run_id"] for r in runs]))
     exp = urllib.parse.quote(json.dumps([runs[0]["info"]["experiment_id"]]))
     text = ui["browser"].page(f"{ui['base']}/#/compare-runs?runs={ids}&experiments={exp}",
                               "compare")
     assert "Comparing 4 Runs" in text
-    shown = re.search(r"Run Name: (.*?) Start Time:", text).group(1).split()
-    assert sorted(shown) == names
+    shown = re.search(r"Run Name: (.*?) Start Time:", text).group(1)
+    assert all(shown.count(name) == 1 for name in names), shown

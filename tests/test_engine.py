@@ -42,13 +42,16 @@ def tiny_config(name: str, cache: Path) -> Config:
 
 class Recorder(Listener):
     def __init__(self):
-        self.metrics, self.evals = [], []
+        self.metrics, self.evals, self.rollouts = [], [], []
 
     def on_metrics(self, step, metrics):
         self.metrics.append((step, metrics))
 
     def on_eval(self, step, metrics, samples):
         self.evals.append((step, metrics, samples))
+
+    def on_rollouts(self, step, rows):
+        self.rollouts.append((step, rows))
 
 
 @pytest.fixture(scope="session")
@@ -117,6 +120,37 @@ def test_three_step_run_learns_and_reports(runs, name):
     s = r["summary"]
     assert s["steps_done"] == STEPS and s["eval_after"] == ev and s["train_final"] == m
     assert s["eval_before"] == r["rec"].evals[0][1]
+
+
+
+@pytest.mark.parametrize("name", ["grpo", "gspo"])
+def test_training_rollouts_and_their_distributions_come_from_the_step(runs, name):
+    """At each evaluation (eval.every=2, and the last step) the step's completions, one row
+    each; the rewards add up, the advantages are the group-normalised totals, and the step's
+    reward/advantage quantiles are those of the rows."""
+    from rlexp.algo.advantages import group_advantages
+
+    r = runs[name]
+    cfg, terms = r["cfg"], r["engine"].terms
+    assert [s for s, _ in r["rec"].rollouts] == [2, 3]
+    step, rows = r["rec"].rollouts[-1]
+    assert len(rows) == cfg.train.batch_size * cfg.algo.num_generations
+    assert set(rows[0]) == {"prompt", "completion", "reward", "advantage", "length",
+                            "truncated", *[t.name for t in terms]}
+    total = np.array([row["reward"] for row in rows])
+    assert total == pytest.approx([sum(row[t.name] for t in terms) for row in rows])
+    adv = np.array([row["advantage"] for row in rows])
+    np.testing.assert_allclose(adv, group_advantages(total, cfg.algo.num_generations),
+                               atol=1e-5)
+    prompts = [row["prompt"] for row in rows]
+    G = cfg.algo.num_generations
+    assert all(len(set(prompts[i:i + G])) == 1 for i in range(0, len(rows), G))
+    cap = cfg.rollout.max_completion_length
+    assert all(row["truncated"] == (row["length"] >= cap) for row in rows)
+    m = dict(r["rec"].metrics)[step]
+    assert m["train/reward_dist/p50"] == pytest.approx(np.percentile(total, 50))
+    assert m["train/advantage_dist/min"] == pytest.approx(adv.min(), abs=1e-5)
+    assert m["train/reward_mean"] == pytest.approx(total.mean())
 
 
 def test_warm_start_is_cached_and_shared(runs):

@@ -389,6 +389,22 @@ def test_sweep_callback_makes_one_parent_with_its_children(uri, client, tmp_path
     lines = (sweep_dir / "summary.csv").read_text().splitlines()
     assert lines[0].startswith("run,algo.beta,final reward,final acc,best acc")
     assert len(lines) == 3 and lines[1].startswith("beta0.04,0.04,3.12,0.12,0.12,3,1.5,")
+    # the parent carries its best child's final values, names it, and says where it came from
+    best = run_id(sweep_dir / "beta0.04")
+    tags = run.data.tags
+    assert tags["rlexp.best_child"] == "beta0.04" and tags["rlexp.best_child_run_id"] == best
+    assert run.data.metrics["eval/accuracy"] == pytest.approx(0.12)
+    assert run.data.metrics["train/reward_mean"] == pytest.approx(3.12)
+    assert tags["mlflow.source.name"] and tags["mlflow.user"]
+    assert "sweep dir: " + str(sweep_dir.resolve()) in tags["mlflow.note.content"]
+    assert "`python " in tags["mlflow.note.content"]  # the sweep command
+    # the end line names the best child and the parent (run id and store: no UI is known)
+    assert "best beta0.04 (accuracy 0.120)" in callback.end_line
+    assert f"run {parent} in {uri}" in callback.end_line
+    from rlexp.tracking.links import parent_link
+
+    assert parent_link(sweep_dir) == f"run {parent} in {uri} (open it with: python -m rlexp.ui)"
+    assert parent_link(tmp_path / "no-sweep") is None
 
     again = SweepCallback()  # the same sweep once more: same parent, reopened
     again.on_multirun_start(config)
@@ -526,3 +542,133 @@ def test_a_broken_schema_template_is_made_again(tmp_path, monkeypatch):
     store.ensure_store(f"sqlite:///{db}")
     assert MlflowClient(f"sqlite:///{db}").get_experiment("0").name == "Default"
     assert store._usable(template)
+
+
+# ------------------------------------------------------------------------------ links
+
+
+def test_run_link_is_the_ui_page_when_a_server_is_known(tmp_path):
+    from rlexp.tracking.links import announce_ui, run_link, withdraw_ui
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run_link(uri, "3", "abc") == f"run abc in {uri} (open it with: python -m rlexp.ui)"
+    assert run_link("http://mlflow.lab:5000/", "3", "abc") == \
+        "http://mlflow.lab:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
+    announced = announce_ui(uri, "http://127.0.0.1:5123")  # rlexp.ui serves this store
+    assert run_link(uri, "3", "abc") == \
+        "http://127.0.0.1:5123/#/experiments/3/runs/abc?workflowType=machine_learning"
+    withdraw_ui(announced)
+    assert run_link(uri, "3", "abc").startswith("run abc in ")
+    announced.write_text(json.dumps({"url": "http://127.0.0.1:5123", "pid": 2**22 + 7}))
+    assert run_link(uri, "3", "abc").startswith("run abc in ")  # that UI is gone
+
+
+def test_console_prints_the_run_dir_and_link_at_start_and_end(tmp_path):
+    import io
+
+    from rlexp.job.console import ConsoleListener
+
+    out = io.StringIO()
+    console = ConsoleListener(Config(), stream=out, terminal=False,
+                              link=lambda: "http://127.0.0.1:5000/#/experiments/1/runs/r1")
+    console.on_run_start(info(tmp_path / "run"))
+    console.show_link()  # after the listeners started: the tracker made the run
+    console.on_run_end("FINISHED", {"steps_done": 8, "wall_s": 3.0})
+    text = out.getvalue()
+    assert text.count(f"run dir  {tmp_path / 'run'}") == 2
+    assert text.count("MLflow   http://127.0.0.1:5000/#/experiments/1/runs/r1") == 2
+    assert text.index("finished after 8 steps") < text.rindex("MLflow   http")
+
+
+# ------------------------------------------------------------------------------ rollouts
+
+
+class Rollouts:
+    def __init__(self):
+        self.steps = []
+
+    def on_rollouts(self, step, rows):
+        self.steps.append(step)
+        assert rows and {"prompt", "completion", "reward", "advantage", "length",
+                         "truncated"} <= set(rows[0])
+
+    def __getattr__(self, name):  # every other hook: nothing to record
+        return lambda *a, **k: None
+
+
+@pytest.mark.parametrize("every,tracker,expected", [
+    (None, "mlflow", [2, 4, 6]),  # default: at each evaluation (eval.every=2; 6 = the end)
+    (3, "mlflow", [3, 6]),
+    (4, "mlflow", [4, 6]),      # and the last step's
+    (0, "mlflow", []),
+    (None, "none", []),         # nobody to keep them
+])
+def test_training_rollouts_reach_the_listeners(every, tracker, expected, tmp_path,
+                                               monkeypatch):
+    from fake_engine import FakeEngine, evaluate as fake_evaluate
+
+    from rlexp.base.events import Listeners
+    from rlexp.job import loop
+
+    cfg = Config()
+    cfg.train.steps, cfg.eval.every = 6, 2
+    cfg.tracker.name, cfg.tracker.log_completions_every = tracker, every
+    monkeypatch.setattr(loop, "evaluate", fake_evaluate)
+    rec = Rollouts()
+    loop.run(cfg, FakeEngine(cfg, curve=lambda s: 0.1), Listeners([rec]), tmp_path)
+    assert rec.steps == expected
+
+
+# ------------------------------------------------------------------------------ rlexp.ui
+
+
+def test_ui_on_a_taken_port_exits_2_naming_it(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "rlexp.ui", "--port", str(port),
+                               "--uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"port {port}" in lines[0] and "--port" in lines[0], lines
+
+
+def test_the_ui_index_keeps_the_model_training_view():
+    from rlexp.tracking.ui import WORKFLOW_KEY, with_training_view
+
+    page = with_training_view('<!doctype html><html><head><meta charset="utf-8"/></head>')
+    head = page.index("<head>") + len("<head>")
+    assert page[head:].startswith("<script>") and WORKFLOW_KEY in page
+    assert page.index("</script>") < page.index("<meta")  # before the app's scripts load
+
+
+@pytest.mark.slow
+def test_a_single_run_prints_its_link_and_lasts_as_long_in_mlflow(tmp_path):
+    """python -m rlexp on the scripted engine, whose build takes 2 s (as a warm start and a
+    first compile do): the run dir and the MLflow run are printed at start and at the end,
+    and the MLflow run's duration is summary.json's wall time (it started at the listener's
+    start and ended before the job did)."""
+    from fake_engine import sweep_env
+    from sweep_helpers import explain, rlexp
+
+    env = {**sweep_env(tmp_path), "RLEXP_FAKE_BUILD_S": "2"}
+    proc = rlexp(["train.steps=3", "eval.every=1", "run.progress=false", "run.export=false"],
+                 cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    (run_dir,) = [p.parent for p in (tmp_path / "outputs").rglob("summary.json")
+                  if "mlartifacts" not in p.parts]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rid = summary["mlflow_run_id"]
+    out = proc.stdout + proc.stderr
+    assert out.count(f"run {rid} in sqlite:///") == 2, explain(proc)
+    assert out.count(f"run dir  {run_dir}") == 2
+    run = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}").get_run(rid)
+    duration = (run.info.end_time - run.info.start_time) / 1000
+    assert duration == pytest.approx(summary["wall_s"], rel=0.05), (duration, summary)
+    assert summary["wall_s"] > 2.0

@@ -7,13 +7,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
+
 import pytest
 from mlflow import MlflowClient
 
 from rlexp.base.events import RunInfo
 from rlexp.planning.perf import train_flops_per_token, utilization
 from rlexp.tracking import prepare_store
-from rlexp.tracking.conventions import constant_metrics, display_name, swept_keys
+from rlexp.tracking.conventions import (constant_metrics, display_name, swept_keys,
+                                        swept_tags)
 from rlexp.tracking.listener import MlflowListener
 
 CHOICES = {"algo": "grpo", "model": "tiny", "dataset": "arithmetic", "hardware": "cpu"}
@@ -25,8 +28,12 @@ CHOICES = {"algo": "grpo", "model": "tiny", "dataset": "arithmetic", "hardware":
     ([], None, "grpo-tiny-arithmetic-cpu"),
     (["train.steps=2", "run.progress=false"], None, "steps=2 (grpo-tiny-arithmetic-cpu)"),
     (["algo.beta=0.04", "algo.epsilon=0.2", "train.steps=2"], ["algo.beta", "algo.epsilon"],
-     "beta=0.04,epsilon=0.2"),
-    (["algo=gspo", "algo.beta=0.0123456789"], ["algo", "algo.beta"], "beta=0.01235,gspo"),
+     "β=0.04 ε=0.2"),
+    (["algo.beta=0.04", "algo.num_generations=4"], ["algo.beta", "algo.num_generations"],
+     "β=0.04 G=4"),
+    (["algo=gspo", "algo.beta=0.0123456789"], ["algo", "algo.beta"], "β=0.01235 gspo"),
+    (["train.seed=1", "dataset.seed=2"], ["train.seed", "dataset.seed"],
+     "dataset.seed=2 train.seed=1"),
     (["experiment=quick"], None, "quick (grpo-tiny-arithmetic-cpu)"),
 ])
 def test_display_name_leads_with_what_differs(overrides, swept, expected):
@@ -37,7 +44,10 @@ def test_display_name_of_a_4_job_sweep_tells_jobs_apart():
     jobs = [[f"algo.beta={b}", f"algo.epsilon={e}", "train.steps=2"]
             for b in ("0", "0.04") for e in ("0.1", "0.2")]
     names = [display_name(None, CHOICES, j, ["algo.beta", "algo.epsilon"]) for j in jobs]
-    assert len(set(names)) == 4 and all(len(n) <= 22 for n in names)
+    # unique, and short enough for MLflow's default run-name column (~20 characters)
+    assert len(set(names)) == 4 and all(len(n) <= 12 for n in names), names
+    assert swept_tags(jobs[3], ["algo.beta", "algo.epsilon"]) == {
+        "sweep.algo.beta": "0.04", "sweep.algo.epsilon": "0.2"}
     assert display_name("mine", CHOICES, jobs[0], ["algo.beta"]) == "mine"  # tracker.run_name
 
 
@@ -73,6 +83,17 @@ def test_flops_by_hand():
     assert utilization(1e12, 0.0, 8.0) == {}
 
 
+def test_no_mfu_without_a_real_peak(compose_config):
+    """The CPU profile has no datasheet peak, and an emulated profile's is not the run's: no
+    perf/mfu (a nominal 1 TFLOP/s made it equal perf/tflops), perf/tflops still."""
+    from rlexp.planning.perf import peak_tflops
+
+    assert utilization(2e12, 0.5, None) == {"perf/tflops": pytest.approx(4.0)}
+    assert peak_tflops(compose_config()) is None  # hardware=cpu
+    emulated = compose_config("hardware=v6e-8", "hardware.emulate=true")
+    assert peak_tflops(emulated) is None
+
+
 def test_step_flops_counts_padded_sequences_and_iterations():
     from rlexp.config.schema import Config
     from rlexp.planning.memory import param_count
@@ -93,7 +114,39 @@ class Ex:
         self.prompt, self.answer, self.question = f"{i}+1=", str(i + 1), f"{i}+1"
 
 
-def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
+def git_repo(path: Path, dirty: bool) -> Path:
+    """A one-commit git checkout at `path`; `dirty`: a tracked file changed since."""
+    import subprocess
+
+    path.mkdir(parents=True)
+    env = {**__import__("os").environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    (path / "train.py").write_text("lr = 1e-3\n")
+    for cmd in (["git", "init", "-q"], ["git", "add", "train.py"],
+                ["git", "commit", "-q", "-m", "first"]):
+        subprocess.run(cmd, cwd=path, check=True, env=env, capture_output=True)
+    if dirty:
+        (path / "train.py").write_text("lr = 3e-4\n")
+    return path
+
+
+def test_git_diff_of_a_dirty_checkout_only(tmp_path):
+    from rlexp.tracking.environment import git_diff
+
+    assert git_diff(git_repo(tmp_path / "clean", dirty=False)) is None
+    diff = git_diff(git_repo(tmp_path / "dirty", dirty=True))
+    assert "-lr = 1e-3" in diff and "+lr = 3e-4" in diff
+    assert git_diff(tmp_path) is None  # not a checkout
+
+
+def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path, monkeypatch):
+    import mlflow
+
+    from rlexp.tracking import listener as listener_module
+    from rlexp.tracking.environment import git_diff
+
+    repo = git_repo(tmp_path / "code", dirty=True)  # the code the run was started from
+    monkeypatch.setattr(listener_module, "git_diff", lambda: git_diff(repo))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     prepare_store(uri)
     run_dir = tmp_path / "run"
@@ -102,7 +155,10 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
                               system_metrics_every_s=0.2)
     tags = {"algo": "grpo", "git.commit": "abc123", "git.dirty": "true",
             "command": "python -m rlexp algo.beta=0.04"}
-    extra = {"run_name": "beta=0.04", "config": {"algo": {"beta": 0.04}, "tracker": {
+    started = time.time() - 30.0  # the job started 30 s before its listeners (engine build)
+    extra = {"run_name": "beta=0.04", "started": started,
+             "swept_tags": {"sweep.algo.beta": "0.04"},
+             "config": {"algo": {"beta": 0.04}, "tracker": {
         "uri": "https://user:hunter2@host/x"}}, "user_tags": {"team": "rl"},
              "datasets": {"name": "arithmetic", "source": "arithmetic",
                           "train": [Ex(i) for i in range(10)], "eval": [Ex(i) for i in range(3)]}}
@@ -114,12 +170,18 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
                                    "train/clip_fraction": 0.0, "train/entropy": 2.0 - step,
                                    "train/completion_length_max": 8.0})
     listener.on_eval(2, {"eval/accuracy": 0.5, "eval/k": 4.0}, [{"q": "1+1", "a": "2"}])
+    listener.on_rollouts(2, [{"prompt": "1+1=", "completion": "<answer>2</answer>",
+                              "answer_exact": 1.0, "reward": 1.0, "advantage": 0.5,
+                              "length": 5, "truncated": False}])
     model = tmp_path / "export"
     model.mkdir()
     (model / "config.json").write_text("{}")
     listener.on_artifact(model, "model")  # the exported policy (rlexp.export)
     time.sleep(0.6)  # a few samples of the system monitor
-    listener.on_run_end("FINISHED", {"steps_done": 2, "stop_reason": "early_stop: stalled"})
+    (run_dir / "rlexp.log").write_text("[INFO] step 1\n")  # Hydra's job log
+    wall = time.time() - started
+    listener.on_run_end("FINISHED", {"steps_done": 2, "stop_reason": "early_stop: stalled",
+                                     "started": started, "wall_s": wall})
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("conv")
@@ -136,6 +198,30 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
             "eval/accuracy"} <= metrics
     assert not {"eval/k", "train/ratio_mean", "train/clip_fraction"} & metrics  # constants
     assert any(k.startswith("system/cpu_utilization") for k in metrics), sorted(metrics)
+    assert "system/process_rss_megabytes" in metrics
+    # the MLflow run lasts what the job did (summary.json's started and wall_s)
+    assert run.info.start_time == int(started * 1000)
+    assert abs((run.info.end_time - run.info.start_time) / 1000 - wall) < 0.01
+    assert t["sweep.algo.beta"] == "0.04"  # a sweep job's full values (its name abbreviates)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"environment.json", "requirements.txt", "diff.patch", "rlexp.log",
+            "rollouts"} <= artifacts, artifacts
+    rid = run.info.run_id
+    env = client.download_artifacts(rid, "environment.json", str(tmp_path / "dl"))
+    assert __import__("json").loads(Path(env).read_text())["packages"]["mlflow"] == \
+        mlflow.__version__
+    reqs = Path(client.download_artifacts(rid, "requirements.txt", str(tmp_path / "dl")))
+    assert f"mlflow=={mlflow.__version__}" in reqs.read_text().splitlines()
+    patch = Path(client.download_artifacts(rid, "diff.patch", str(tmp_path / "dl")))
+    assert "+lr = 3e-4" in patch.read_text()
+    table = Path(client.download_artifacts(rid, "rollouts/step_000002.json",
+                                           str(tmp_path / "dl")))
+    data = __import__("json").loads(table.read_text())
+    assert data["columns"] == ["prompt", "completion", "answer_exact", "reward", "advantage",
+                               "length", "truncated"]
+    assert data["data"] == [["1+1=", "<answer>2</answer>", 1.0, 1.0, 0.5, 5, False]]
+    listed = {e["path"] for e in __import__("json").loads(t["mlflow.loggedArtifacts"])}
+    assert listed == {"eval_samples/step_000002.json", "rollouts/step_000002.json"}
     inputs = {(i.dataset.name, i.tags[0].value) for i in run.inputs.dataset_inputs}
     assert inputs == {("arithmetic-train", "train"), ("arithmetic-eval", "eval")}
     profile = next(i.dataset.profile for i in run.inputs.dataset_inputs
@@ -152,9 +238,9 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path):
     assert "beta: 0.04" in text and "hunter2" not in text  # redacted like params
 
 
-def test_jax_device_memory_is_sampled_on_accelerators_only(monkeypatch):
+def test_jax_memory_is_sampled_on_accelerators_and_on_cpu(monkeypatch):
     """On an accelerator each device's memory_stats (bytes) becomes system/<platform>_<id>_*
-    in MiB; on CPU (memory_stats None, platform cpu) there is no such monitor."""
+    in MiB; on CPU (memory_stats None, platform cpu) the live arrays' bytes are summed."""
     import sys
     import types
 
@@ -167,9 +253,13 @@ def test_jax_device_memory_is_sampled_on_accelerators_only(monkeypatch):
         def memory_stats(self):
             return self._stats
 
-    fake = types.SimpleNamespace(local_devices=lambda: [Device("cpu", 0, None)])
+    arrays = [types.SimpleNamespace(nbytes=3 * 2**20), types.SimpleNamespace(nbytes=2**20)]
+    fake = types.SimpleNamespace(local_devices=lambda: [Device("cpu", 0, None)],
+                                 live_arrays=lambda: arrays)
     monkeypatch.setitem(sys.modules, "jax", fake)
-    assert _jax_memory_monitor() is None
+    cpu = _jax_memory_monitor()
+    cpu.collect_metrics()
+    assert cpu.aggregate_metrics() == {"jax_live_arrays_megabytes": pytest.approx(4.0)}
     gpus = [Device("gpu", 0, {"bytes_in_use": 3 * 2**20, "peak_bytes_in_use": 5 * 2**20,
                               "bytes_limit": 80 * 2**30}),
             Device("gpu", 1, {"bytes_in_use": 2**19})]
@@ -183,3 +273,50 @@ def test_jax_device_memory_is_sampled_on_accelerators_only(monkeypatch):
     assert out["gpu_0_memory_peak_megabytes"] == pytest.approx(5.0)
     assert out["gpu_0_memory_limit_megabytes"] == pytest.approx(80 * 1024)
     assert out["gpu_1_memory_usage_megabytes"] == pytest.approx(0.5)
+
+
+def test_system_metrics_get_about_sixty_points_whatever_the_run_length():
+    """The sampling interval grows with the run's age (run age / 60, at least 1 s, at most
+    tracker.system_metrics_every_s): a 70 s run gets ~60 points, not 7 at a fixed 10 s."""
+    from rlexp.tracking.conventions import sampling_interval
+
+    assert sampling_interval(0.0, 10.0) == 1.0
+    assert sampling_interval(30.0, 10.0) == 1.0
+    assert sampling_interval(300.0, 10.0) == pytest.approx(5.0)
+    assert sampling_interval(3600.0, 10.0) == 10.0
+    assert sampling_interval(0.0, 0.3) == 0.3  # a cap under 1 s wins
+    t, points = 0.0, 0
+    while t < 70.0:
+        t += sampling_interval(t, 10.0)
+        points += 1
+    assert 55 <= points <= 70
+
+
+def test_reward_and_advantage_distributions_by_hand():
+    from rlexp.engine.probes import distribution
+
+    values = [0.0, 1.0, 2.0, 3.0, 4.0]  # linear interpolation: p10 = 0.4, p25 = 1.0, ...
+    out = distribution("train/reward_dist", values)
+    assert out == pytest.approx({"train/reward_dist/min": 0.0, "train/reward_dist/p10": 0.4,
+                                 "train/reward_dist/p25": 1.0, "train/reward_dist/p50": 2.0,
+                                 "train/reward_dist/p75": 3.0, "train/reward_dist/p90": 3.6,
+                                 "train/reward_dist/max": 4.0})
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=64)
+    got = distribution("a", x)
+    assert got["a/p75"] == pytest.approx(np.quantile(x, 0.75))
+    assert distribution("a", []) == {}
+
+
+def test_rollout_rows_by_hand():
+    from rlexp.engine.probes import rollout_rows
+
+    rows = rollout_rows(["1+1=", "1+1="], ["<answer>2</answer>", "2 2 2 2"],
+                        {"format_exact": [0.5, 0.0], "answer_exact": [1.0, 0.0]},
+                        np.array([0.7071, -0.7071]), [5, 8], max_tokens=8)
+    assert rows == [
+        {"prompt": "1+1=", "completion": "<answer>2</answer>", "format_exact": 0.5,
+         "answer_exact": 1.0, "reward": 1.5, "advantage": pytest.approx(0.7071), "length": 5,
+         "truncated": False},
+        {"prompt": "1+1=", "completion": "2 2 2 2", "format_exact": 0.0, "answer_exact": 0.0,
+         "reward": 0.0, "advantage": pytest.approx(-0.7071), "length": 8, "truncated": True}]

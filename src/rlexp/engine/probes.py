@@ -5,11 +5,14 @@ global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py). rlexp
 reward values (our reward functions), loss/grad-norm/aux of every update (the actor
 trainer's post-step hook, kept as device arrays), and rollout timing and completion lengths
 (the rollout's host-side token lists), so step k's metrics are complete when step k returns.
+The prompts, completions and advantages of each _generate_and_compute_advantage call are kept
+too: the reward/advantage distributions of every step (train/reward_dist/*,
+train/advantage_dist/*) and, on demand, the step's rows (`rows()`: the training-rollout table).
 
 No device->host transfer happens inside the step: the update's values stay on the device
 until `metrics()` fetches all of them in one `jax.device_get` (one sync per step instead of
-one per value), and completion lengths come from the tokens the sampler already copied to
-the host.
+one per value; the advantages ride along), and completion lengths come from the tokens the
+sampler already copied to the host.
 """
 
 from __future__ import annotations
@@ -68,6 +71,45 @@ def reward_stats(rewards: dict[str, Sequence[float]], group: int) -> dict[str, f
     return out
 
 
+# Per-step distributions of the total reward and the advantage, as metrics (MLflow has no
+# histogram type): these quantiles of the step's completions, plus min and max.
+QUANTILES = (10, 25, 50, 75, 90)
+
+
+def distribution(prefix: str, values: Sequence[float]) -> dict[str, float]:
+    """{prefix/min, prefix/p10 ... prefix/p90, prefix/max} of `values` ({} if empty); numpy's
+    linear-interpolation percentiles."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return {}
+    qs = np.percentile(v, QUANTILES)
+    return {f"{prefix}/min": float(v.min()),
+            **{f"{prefix}/p{q}": float(x) for q, x in zip(QUANTILES, qs)},
+            f"{prefix}/max": float(v.max())}
+
+
+def rollout_rows(prompts: Sequence[str], completions: Sequence[str],
+                 rewards: dict[str, Sequence[float]], advantages: Sequence[float],
+                 lengths: Sequence[int], max_tokens: int) -> list[dict[str, Any]]:
+    """One row per completion of a training step (TRL's log_completions): prompt, completion,
+    each reward function's (weighted) value, the total reward, the advantage, the length in
+    tokens and whether it was truncated (cut at max_tokens without an end token). Lists
+    shorter than the completions leave their cells empty."""
+    def at(values: Sequence[Any], i: int) -> Any:
+        return values[i] if i < len(values) else None
+
+    rows = []
+    for i, completion in enumerate(completions):
+        per_fn = {name: at(v, i) for name, v in rewards.items()}
+        known = [x for x in per_fn.values() if x is not None]
+        length = at(lengths, i)
+        rows.append({"prompt": at(prompts, i), "completion": completion, **per_fn,
+                     "reward": float(np.sum(known)) if known else None,
+                     "advantage": at(advantages, i), "length": length,
+                     "truncated": None if length is None else bool(length >= max_tokens)})
+    return rows
+
+
 def update_stats(updates: dict[str, list[Any]]) -> dict[str, float]:
     """Per-update values (already on the host) combined over the step's updates."""
     out: dict[str, float] = {}
@@ -101,6 +143,14 @@ class StepProbe:
         self.prepare_s = 0.0
         self.fetch_s = 0.0
         self.texts: list[str] = []
+        # prompts (one per completion) and advantages (device arrays until fetched) of every
+        # _generate_and_compute_advantage call of this step
+        self.prompts: list[str] = []
+        self.advantages: list[Any] = []
+        # set by metrics(): one advantage per completion, and how many completions the step
+        # sampled (evaluation's sampler calls extend texts/lengths after the step)
+        self.advantage_values = np.zeros(0)
+        self.rollout_count = 0
 
     def record_reward(self, name: str, values: list[float]) -> None:
         self.rewards[name].extend(values)
@@ -136,6 +186,9 @@ class StepProbe:
             t = time.perf_counter()
             out = prepare(*args, **kw)
             probe.prepare_s += time.perf_counter() - t
+            training_input = args[0] if args else kw.get("training_input", {})
+            probe.prompts.extend(str(p) for p in training_input.get("prompts", ()))
+            probe.advantages.append(out.advantages)
             return out
 
         learner._generate_and_compute_advantage = timed_prepare
@@ -158,12 +211,29 @@ class StepProbe:
         import jax
 
         t = time.perf_counter()
-        updates = jax.device_get(dict(self.updates))
+        updates, advantages = jax.device_get((dict(self.updates), self.advantages))
         self.fetch_s = time.perf_counter() - t
+        adv = [np.asarray(a, dtype=np.float64) for a in advantages]
+        # one value per completion (a per-token advantage is averaged over its tokens)
+        adv = [a.reshape(a.shape[0], -1).mean(axis=1) if a.ndim > 1 else a for a in adv]
+        self.advantage_values = np.concatenate(adv) if adv else np.zeros(0)
+        self.rollout_count = len(self.texts)
         out = reward_stats(self.rewards, self.num_generations)
+        if self.rewards:
+            out.update(distribution("train/reward_dist",
+                                    np.sum([np.asarray(v, dtype=np.float64)
+                                            for v in self.rewards.values()], axis=0)))
+        out.update(distribution("train/advantage_dist", self.advantage_values))
         out.update(update_stats(updates))
         out.update(completion_stats(self.lengths, self.max_tokens or 10**9))
         if self.lengths:
             self.tokens_seen += self.prompt_tokens + int(np.sum(self.lengths))
             out["train/tokens_seen"] = float(self.tokens_seen)
         return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The latest training step's completions as rollout_rows (after metrics())."""
+        n = self.rollout_count
+        return rollout_rows(self.prompts, self.texts[:n], dict(self.rewards),
+                            self.advantage_values, self.lengths[:n],
+                            self.max_tokens or 10**9)

@@ -55,6 +55,10 @@ class Engine(Protocol):
     def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
         """One RL global step sampled with `key`; the step's metrics as host floats."""
 
+    def rollouts(self) -> list[dict[str, Any]]:
+        """The latest train_step's completions, one dict each: prompt, completion, each reward
+        function's value, reward (total), advantage, length, truncated."""
+
     def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
         """Evaluation completions of `prompts` (greedy, or sampled at eval.temperature)."""
 

@@ -30,15 +30,23 @@ def step_flops(cfg: Config, sequences: int) -> float:
     return per_token * seq * sequences * cfg.algo.num_iterations
 
 
-def utilization(flops: float, seconds: float, peak_tflops: float) -> dict[str, float]:
-    """{'perf/tflops': achieved TFLOP/s, 'perf/mfu': fraction of `peak_tflops`} ({} if no time)."""
-    if seconds <= 0 or peak_tflops <= 0:
+def utilization(flops: float, seconds: float, peak_tflops: float | None) -> dict[str, float]:
+    """{'perf/tflops': achieved TFLOP/s, 'perf/mfu': fraction of `peak_tflops`} ({} if no
+    time). Without a known peak (None: a CPU has no datasheet bf16 figure) there is no
+    perf/mfu: a nominal peak would make MFU a rescaled copy of perf/tflops."""
+    if seconds <= 0:
         return {}
     tflops = flops / seconds / 1e12
+    if peak_tflops is None or peak_tflops <= 0:
+        return {"perf/tflops": tflops}
     return {"perf/tflops": tflops, "perf/mfu": tflops / peak_tflops}
 
 
-def peak_tflops(cfg: Config) -> float:
-    """bf16 peak of the devices the trainer runs on (the hardware profile's datasheet figure)."""
+def peak_tflops(cfg: Config) -> float | None:
+    """bf16 peak of the devices the trainer runs on (the hardware profile's datasheet
+    figure); None when the profile has none (hardware=cpu) or its devices are emulated on
+    CPU (hardware.emulate=true: the datasheet peak is not the one the run has)."""
+    if cfg.hardware.peak_bf16_tflops is None or cfg.hardware.emulate:
+        return None
     mesh = cfg.hardware.trainer_mesh
     return cfg.hardware.peak_bf16_tflops * mesh.fsdp * mesh.tp

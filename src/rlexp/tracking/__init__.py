@@ -9,9 +9,10 @@ Entry points for the rest of rlexp (none imports mlflow until it is used):
   run_id(run_dir)              the MLflow run a run dir logs to (tracking.json)
 
 Modules: listener, run, spool (the run dir's link and offline spool), store, conventions
-(MLflow names and tags), callback (the sweep's parent run), compare and plots (a sweep's table
-and curves), remote_jobs (jobs on other machines join the sweep's parent), and the commands
-sync, report and ui.
+(MLflow names and tags), links (a run's UI page or id: run_link, run_dir_link), environment
+(packages, devices and the git diff a run keeps), callback (the sweep's parent run), compare
+and plots (a sweep's table and curves), remote_jobs (jobs on other machines join the sweep's
+parent), and the commands sync, report and ui.
 
 Layer: tracking. May import rlexp.config, rlexp.algo,
 rlexp.base. Nothing in the training path (engine, data, algo) imports mlflow itself.

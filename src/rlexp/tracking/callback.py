@@ -20,6 +20,7 @@ import atexit
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ from rlexp.base.files import write_json_atomic
 from rlexp.base.lock import Busy, DirLock
 from rlexp.base.redact import redact_text, redact_uri
 from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
-from rlexp.tracking.conventions import sweep_display_name, swept_keys
+from rlexp.tracking.conventions import standard_tags, sweep_display_name, swept_keys
+from rlexp.tracking.environment import git_commit
+from rlexp.tracking.links import run_link
 from rlexp.tracking.listener import clean_params, clean_tags
 
 # Imported inside functions, on purpose: mlflow (2.3 s) is imported where a sweep's parent run is
@@ -70,6 +73,62 @@ def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
         paths.append(sweep_dir / COMPARISON_PNG)
     return paths
 
+def command_line() -> str:
+    """The command that started this process, as a user would type it again."""
+    prog = "python -m rlexp" if Path(sys.argv[0]).parent.name == "rlexp" or \
+        sys.argv[0].endswith("rlexp") else f"python {Path(sys.argv[0]).name}"
+    return redact_text(" ".join([prog, *sys.argv[1:]]))
+
+
+def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
+    """What MLflow's UI shows of a sweep's parent: Source, Created by, git commit and a
+    description (mlflow.note.content) holding the sweep command and its dir."""
+    tags = {k: v for k, v in standard_tags({}, {}).items() if not k.startswith("mlflow.note")}
+    commit = git_commit()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    tags["mlflow.note.content"] = (f"`{command_line()}`\n\nsweep dir: {sweep_dir}"
+                                   f"\n\ngit: {commit or 'unknown'}")
+    return tags
+
+
+# Metrics a sweep's parent does not copy from its best child (per-run bookkeeping).
+NOT_COPIED = ("system/",)
+
+
+def log_best_child(client: Any, parent_id: str, rows: list) -> Any:
+    """Give the parent its best child's final metric values (the best by final eval accuracy,
+    as the summary table ranks them), and tags naming that child, so sweeps sort by their
+    best run in the experiment's table. Returns the best row, or None without one."""
+    from mlflow.entities import Metric, RunTag
+
+    ranked = [r for r in compare.rank(rows, None) if r.run_id]
+    if not ranked or ranked[0].final_accuracy is None:
+        return None
+    best = ranked[0]
+    run = client.get_run(best.run_id)
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, best.steps or 0) for k, v in run.data.metrics.items()
+               if not k.startswith(NOT_COPIED)]
+    tags = [RunTag("rlexp.best_child", best.name), RunTag("rlexp.best_child_run_id", best.run_id)]
+    if best.run_dir:
+        tags.append(RunTag("rlexp.best_child_dir", best.run_dir))
+    for i in range(0, len(metrics), store.MAX_METRICS_PER_BATCH):
+        client.log_batch(parent_id, metrics=metrics[i:i + store.MAX_METRICS_PER_BATCH],
+                         tags=tags if i == 0 else [])
+    if not metrics:
+        client.log_batch(parent_id, tags=tags)
+    return best
+
+
+def sweep_end_line(sweep_dir: Path, runs: int, status: str, best: Any, link: str) -> str:
+    """'rlexp: sweep <id>: 4 runs FINISHED; best β=0.04 (accuracy 0.62); MLflow <link>; table
+    in <sweep dir>/summary.md'."""
+    top = f"; best {best.name} (accuracy {best.final_accuracy:.3f})" if best is not None else ""
+    return (f"rlexp: sweep {sweep_dir.name}: {runs} runs {status}{top}; MLflow {link}; table "
+            f"in {sweep_dir / SUMMARY_MD}")
+
+
 # Written by launchers that submit jobs elsewhere (xpk) and return at once.
 REMOTE_FILE = "workloads.json"
 
@@ -84,6 +143,9 @@ class SweepCallback(Callback):
         self._dir_lock: Any = None
         # Keys the sweep varies (None = unknown), for the runs' MLflow names.
         self._swept: list[str] | None = None
+        # The sweep's last line (runs, status, best child, the parent's link), once closed:
+        # for a launcher's own summary (see sweep_end_line).
+        self.end_line: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if OmegaConf.select(config, "hydra.launcher.dry_run", default=False):
@@ -161,6 +223,7 @@ class SweepCallback(Callback):
                            "overrides": redact_text(" ".join(overrides))})
 
         tags["rlexp.dir_name"] = name
+        tags.update(clean_tags(parent_source_tags(self.sweep_dir)))
         run = client.create_run(exp_id, run_name=sweep_display_name(
             overrides, self._swept, name), tags=tags)
         swept = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
@@ -192,10 +255,13 @@ class SweepCallback(Callback):
             rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
             for path in write_summary(self.sweep_dir, rows, f"sweep {self.sweep_dir.name}"):
                 client.log_artifact(run_id, str(path))
+            best = log_best_child(client, run_id, rows)
             status = parent_status([r.status for r in rows], completed)
             client.set_terminated(run_id, status)
-            print(f"rlexp: sweep {self.sweep_dir.name}: {len(rows)} runs, parent MLflow run "
-                  f"{run_id} {status}; table in {self.sweep_dir / SUMMARY_MD}", flush=True)
+            self.end_line = sweep_end_line(self.sweep_dir, len(rows), status, best,
+                                           run_link(self.parent["uri"],
+                                                    self.parent.get("experiment_id"), run_id))
+            print(self.end_line, flush=True)
         except Exception as exc:  # never fatal
             print(f"rlexp: warning: could not close the sweep's MLflow parent run "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ import getpass
 import logging
 import os
 import sys
+import time
 import warnings
 from typing import Any, Iterable, Mapping
 
@@ -48,10 +49,41 @@ def _item(key: str, value: str) -> str:
     return f"{_leaf(key)}={_short_value(value)}"
 
 
+# A sweep job's run name abbreviates the keys it varies as the GRPO/GSPO papers write them
+# (Shao et al. 2024; Zheng et al. 2025): β (KL weight), ε (clip), G (group size), μ (updates
+# per batch); other keys go by their last part. The full key=value pairs are the run's tags
+# (swept_tags) and params.
+ABBREVIATIONS = {"beta": "β", "epsilon": "ε", "epsilon_high": "ε_high",
+                 "num_generations": "G", "num_iterations": "μ", "learning_rate": "lr",
+                 "batch_size": "B", "mini_batch_size": "mini_B", "temperature": "T",
+                 "max_completion_length": "max_len", "kl_estimator": "kl", "seed": "seed"}
+
+
+def short_label(key: str, value: str, keys: Iterable[str] = ()) -> str:
+    """'algo.beta', '0.04' -> 'β=0.04'; a group choice by its value ('gspo'). A leaf two of
+    `keys` share keeps its parent ('train.seed=1' next to 'data.seed=1')."""
+    if "." not in key and "/" not in key:
+        return value
+    leaf = _leaf(key)
+    if sum(_leaf(k) == leaf for k in keys) > 1:
+        return f"{key.lstrip('+~')}={_short_value(value)}"
+    return f"{ABBREVIATIONS.get(leaf, leaf)}={_short_value(value)}"
+
+
+def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[str, str]:
+    """{'sweep.algo.beta': '0.04'}: a sweep job's swept values in full (its run name has
+    them abbreviated)."""
+    if swept is None:
+        return {}
+    swept = set(swept)
+    pairs = [o.lstrip("+~").split("=", 1) for o in overrides if "=" in o]
+    return {f"sweep.{k}": v for k, v in pairs if k in swept and not is_secret_key(k)}
+
+
 def display_name(run_name: str | None, choices: Mapping[str, str], overrides: Iterable[str],
                  swept: Iterable[str] | None) -> str:
-    """The MLflow run name: tracker.run_name if set; a sweep job's swept values first
-    ('beta=0.04,epsilon=0.2'); else the group choices plus the command's own overrides
+    """The MLflow run name: tracker.run_name if set; a sweep job's swept values, keys
+    abbreviated ('β=0.04 G=4'); else the group choices plus the command's own overrides
     ('grpo-tiny-arithmetic-cpu steps=2'). Run dirs keep their long unique names."""
 
     if run_name:
@@ -59,10 +91,10 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
     pairs = [(k, v) for k, v in pairs if not is_secret_key(k)]
     if swept is not None:
-        swept = set(swept)
-        picked = [_item(k, v) for k, v in pairs if k in swept]
+        swept = list(swept)
+        picked = [short_label(k, v, swept) for k, v in pairs if k in swept]
         if picked:
-            return ",".join(picked)[:MAX_RUN_NAME]
+            return " ".join(picked)[:MAX_RUN_NAME]
     base = "-".join(str(choices[g]) for g in NAME_GROUPS if choices.get(g))
     # What the command changed leads (a group choice by its value, a key as leaf=value).
     extra = ",".join(_item(k, v) for k, v in pairs if k not in NAME_GROUPS)
@@ -159,18 +191,35 @@ def rows_of(examples: Iterable[Any]) -> list[dict]:
              "prompt": getattr(e, "prompt", "")} for e in examples]
 
 
+# System metrics: the sampling interval starts at MIN_SYSTEM_INTERVAL_S and grows with the
+# run's age so a run of any length gets about SYSTEM_POINTS samples, never sparser than
+# tracker.system_metrics_every_s (a 60 s run at a fixed 10 s had 2-4 points).
+MIN_SYSTEM_INTERVAL_S = 1.0
+SYSTEM_POINTS = 60
+
+
+def sampling_interval(elapsed_s: float, cap_s: float) -> float:
+    """Seconds until the next system sample of a run `elapsed_s` old (pure)."""
+    return min(max(elapsed_s / SYSTEM_POINTS, MIN_SYSTEM_INTERVAL_S), cap_s)
+
+
 class SystemMetrics:
     """MLflow's own system-metrics monitor (CPU, RAM, disk, network; NVIDIA GPUs through
-    pynvml when installed) logging system/* into the run, plus JAX's device memory on
-    accelerators (jax.Device.memory_stats: bytes in use and peak)."""
+    pynvml when installed) logging system/* into the run, plus this process's resident memory
+    (system/process_rss_megabytes) and JAX's memory: device memory_stats on accelerators (bytes
+    in use and peak), the live arrays' bytes on CPU (which has no memory_stats)."""
 
     def __init__(self, uri: str, run_id: str, every_s: float, resume: bool):
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         # It logs "Started/Stopping monitoring" at INFO on every run.
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
-        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=every_s,
+        fixed = os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL")  # the user's wins
+        first = every_s if fixed else min(MIN_SYSTEM_INTERVAL_S, every_s)
+        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=first,
                                             resume_logging=resume, tracking_uri=uri)
+        self.monitor.monitors.append(_process_monitor(
+            None if fixed else (self.monitor, every_s)))
         device = _jax_memory_monitor()
         if device is not None:
             self.monitor.monitors.append(device)
@@ -189,8 +238,32 @@ class SystemMetrics:
             log.warning("system metrics monitor: %s", exc)
 
 
+def _process_monitor(adapt: tuple[Any, float] | None) -> Any:
+    """A BaseMetricsMonitor of this process's resident memory (psutil, which MLflow's monitor
+    needs anyway); with `adapt` = (monitor, cap_s) it also sets the monitor's next interval
+    (sampling_interval(run age, cap))."""
+    import psutil
+    from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
+
+    process = psutil.Process()
+    started = time.monotonic()
+
+    class ProcessMonitor(BaseMetricsMonitor):
+        def collect_metrics(self) -> None:
+            self._metrics["process_rss_megabytes"].append(process.memory_info().rss / 2**20)
+            if adapt is not None:
+                monitor, cap = adapt
+                monitor.sampling_interval = sampling_interval(time.monotonic() - started, cap)
+
+        def aggregate_metrics(self) -> dict:
+            return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
+
+    return ProcessMonitor()
+
+
 def _jax_memory_monitor() -> Any:
-    """A BaseMetricsMonitor of jax device memory, or None on CPU / without jax loaded."""
+    """A BaseMetricsMonitor of JAX's memory, or None without jax loaded: each accelerator
+    device's memory_stats, else (CPU: memory_stats is None) the bytes of the live arrays."""
     jax = sys.modules.get("jax")  # the run imported it; never import JAX for this
     if jax is None:
         return None
@@ -198,12 +271,13 @@ def _jax_memory_monitor() -> Any:
         devices = [d for d in jax.local_devices() if d.platform != "cpu"]
     except Exception:
         return None
-    if not devices:
-        return None
     from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
     class JaxMemoryMonitor(BaseMetricsMonitor):
         def collect_metrics(self) -> None:
+            if not devices:
+                self._metrics["jax_live_arrays_megabytes"].append(
+                    sum(a.nbytes for a in jax.live_arrays()) / 2**20)
             for d in devices:
                 stats = d.memory_stats() or {}
                 for key, name in (("bytes_in_use", "memory_usage_megabytes"),

@@ -33,10 +33,18 @@ from rlexp.base.events import Listener, RunInfo
 from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri
 from rlexp.tracking import store
 from rlexp.tracking.conventions import SystemMetrics, dataset_input, rows_of, standard_tags
+from rlexp.tracking.environment import environment, git_diff, requirements
 from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link, Spool
 
 SAMPLES_DIR = "eval_samples"
+# Training rollouts (on_rollouts: prompt, completion, rewards, advantage, length, truncated),
+# one table per logged step, as TRL's log_completions.
+ROLLOUTS_DIR = "rollouts"
+# The artifact folders listed in mlflow.loggedArtifacts (the UI's table view of each).
+TABLE_DIRS = (SAMPLES_DIR, ROLLOUTS_DIR)
+# How long on_run_end waits for environment.json and diff.patch (made on a thread at start).
+ENVIRONMENT_WAIT_S = 10.0
 # The exported Hugging Face dir's artifact path (rlexp.export): also logged as a LoggedModel
 # output, which is what MLflow 3's UI takes a training run by (runs without a model output
 # are listed as "Evaluation runs" in its GenAI view).
@@ -57,6 +65,15 @@ MAX_LISTED_TABLES = 100
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def end_ms(summary: dict[str, Any]) -> int:
+    """The job's end as summary.json has it (started + wall_s), so the MLflow run's duration
+    is the job's wall time; now when the summary lacks them."""
+    started, wall = summary.get("started"), summary.get("wall_s")
+    if isinstance(started, (int, float)) and isinstance(wall, (int, float)):
+        return int((started + wall) * 1000)
+    return now_ms()
 
 
 def warn(message: str) -> None:
@@ -111,6 +128,7 @@ class MlflowListener(Listener):
         self._system_every_s = system_metrics_every_s
         self._system: Any = None
         self._last_step = 0
+        self._environment: threading.Thread | None = None
 
     # ------------------------------------------------------------------------------ events
 
@@ -139,6 +157,11 @@ class MlflowListener(Listener):
                                         daemon=True)
         self._writer.start()
         self.flush(timeout=START_WAIT_S)  # the run exists (tracking.json) before step 1
+        # environment.json, requirements.txt, diff.patch: ~0.1-0.4 s, off the loop's thread
+        self._environment = threading.Thread(
+            target=self._keep_environment, args=(info.tags.get("git.dirty") == "true",),
+            name="rlexp-environment", daemon=True)
+        self._environment.start()
         # resume: continue after the system/* steps the run has (a reopened run), else 0
         self._start_system_metrics(resume=True)
 
@@ -166,7 +189,12 @@ class MlflowListener(Listener):
             return
         self.on_metrics(step, metrics)
         if samples:
-            self._log_samples(step, samples)
+            self._log_table(SAMPLES_DIR, step, samples)
+
+    def on_rollouts(self, step: int, rows: list[dict]) -> None:
+        if not self._live or step <= self._skip_upto or not rows:
+            return
+        self._log_table(ROLLOUTS_DIR, step, rows)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         if not self._live:
@@ -203,13 +231,17 @@ class MlflowListener(Listener):
         if ends:
             self.run.add(record("tags", tags=clean_tags({f"rlexp.{k}": v
                                                          for k, v in ends.items()})))
+        if self._environment is not None and not interrupted_add:
+            self._environment.join(timeout=ENVIRONMENT_WAIT_S)
+        for log in sorted(self.run_dir.glob("*.log")):  # Hydra's job log (rlexp.log)
+            self.run.add(record("artifact", path=str(log.resolve()), artifact_path=None))
         status = status if status in TERMINAL else "FAILED"
         if status == "FINISHED":
             self._gate = ALWAYS  # the final checkpoint covers every step
         data = redact_obj(json.loads(json.dumps(summary, default=str)))
         self.run.add(record("json", artifact_file="summary.json", data=data))
         self.run.add(record("curves"))
-        self.run.add(record("status", status=status, t=now_ms()))
+        self.run.add(record("status", status=status, t=end_ms(summary)))
         if interrupted_add:  # waiting for the writer would deadlock: the spool has it all
             warn(f"run ended by a signal during a write; send what is left with: "
                  f"python -m rlexp.sync {self.run_dir}")
@@ -311,11 +343,15 @@ class MlflowListener(Listener):
         self.run = TrackedRun(self.run_dir, link)
 
         run_dir = str(self.run_dir.resolve())
-        tags = clean_tags({**info.tags, "rlexp.run_dir": run_dir,
+        tags = clean_tags({**info.tags, **(info.extra.get("swept_tags") or {}),
+                           "rlexp.run_dir": run_dir,
                            "rlexp.dir_name": info.name, "rlexp.total_steps": info.total_steps,
                            **standard_tags(info.tags, {**info.extra, "run_dir": run_dir})})
+        # The job's own start (before the engine was built), so MLflow's duration is the job's.
+        started = info.extra.get("started")
+        t = int(started * 1000) if isinstance(started, (int, float)) else now_ms()
         self.run.add(record("start", name=info.extra.get("run_name") or info.name, tags=tags,
-                            t=now_ms(), parent_run_id=info.extra.get("parent_run_id")))
+                            t=t, parent_run_id=info.extra.get("parent_run_id")))
         self.run.add(record("params", params=clean_params(info.params)))
         if info.extra.get("config") is not None:  # the resolved config, as a user would write it
 
@@ -406,22 +442,36 @@ class MlflowListener(Listener):
             warn(f"could not close the previous MLflow run {link.run_id} of {self.run_dir} "
                  f"({store.first_line(exc)}); its unsent records are kept in {kept.name}")
 
-    def _log_samples(self, step: int, samples: list[dict]) -> None:
-        """One MLflow table (JSON, pandas 'split' layout) per evaluation."""
+    def _log_table(self, folder_name: str, step: int, rows_in: list[dict]) -> None:
+        """One MLflow table (JSON, pandas 'split' layout) per step in <folder_name>/, listed in
+        mlflow.loggedArtifacts so the UI shows it as a table."""
         assert self.run is not None
         columns: list[str] = []
-        for sample in samples:
-            columns += [k for k in sample if k not in columns]
-        rows = redact_obj([[_jsonable(s.get(c)) for c in columns] for s in samples])
-        folder = self.run_dir / SAMPLES_DIR
+        for row in rows_in:
+            columns += [k for k in row if k not in columns]
+        rows = redact_obj([[_jsonable(r.get(c)) for c in columns] for r in rows_in])
+        folder = self.run_dir / folder_name
         folder.mkdir(exist_ok=True)
         path = folder / f"step_{int(step):06d}.json"
         path.write_text(json.dumps({"columns": columns, "data": rows}))
-        tables = sorted(p.name for p in folder.glob("step_*.json"))[-MAX_LISTED_TABLES:]
-        listed = [{"path": f"{SAMPLES_DIR}/{name}", "type": "table"} for name in tables]
-        self.run.add(record("artifact", path=str(path.resolve()), artifact_path=SAMPLES_DIR))
-        self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(listed)}))
+        self.run.add(record("artifact", path=str(path.resolve()), artifact_path=folder_name))
+        self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(
+            listed_tables(self.run_dir))}))
         self._request()
+
+    def _keep_environment(self, dirty: bool) -> None:
+        """environment.json and requirements.txt, and diff.patch when the checkout is dirty."""
+        try:
+            env = redact_obj(environment())
+            self.run.add(record("json", artifact_file="environment.json", data=env))
+            self.run.add(record("text", artifact_file="requirements.txt",
+                                text=requirements(env)))
+            diff = git_diff() if dirty else None
+            if diff:
+                self.run.add(record("text", artifact_file="diff.patch", text=redact_text(diff)))
+            self._request()
+        except Exception as exc:  # a nicety: never stop the run
+            warn(f"environment not logged: {store.first_line(exc)}")
 
     def _dataset_inputs(self, datasets: dict | None) -> list[dict]:
         """{'name', 'source', 'train': [examples], 'eval': [...]} -> MLflow dataset inputs."""
@@ -517,6 +567,17 @@ def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | N
             "end_time": run.info.end_time, "tags": dict(run.data.tags),
             "metrics": dict(run.data.metrics),
             "summary": summary if isinstance(summary, dict) else None}
+
+
+def listed_tables(run_dir: Path) -> list[dict[str, str]]:
+    """mlflow.loggedArtifacts: the newest tables of each table folder (the tag holds ~8000
+    characters: MAX_LISTED_TABLES in all)."""
+    per_dir = MAX_LISTED_TABLES // len(TABLE_DIRS)
+    listed = []
+    for name in TABLE_DIRS:
+        tables = sorted(p.name for p in (Path(run_dir) / name).glob("step_*.json"))[-per_dir:]
+        listed += [{"path": f"{name}/{t}", "type": "table"} for t in tables]
+    return listed
 
 
 def _has_start(run_dir: Path) -> bool:

@@ -1,29 +1,54 @@
 """The MLflow UI on this machine: `python -m rlexp.ui [--port N] [--uri URI]`.
 
 Serves the same store runs log to (tracker.uri, else $MLFLOW_TRACKING_URI, else
-outputs/mlflow.db under the current directory) on 127.0.0.1, with one worker and MLflow's
-job execution off (starts in seconds, ~0.5 GB). Prints the URL; Ctrl-C stops it.
+outputs/mlflow.db under the current directory) on 127.0.0.1: MLflow's own server app
+(mlflow.server.fastapi_app, what `mlflow server --workers 1` runs) in this process under
+uvicorn, with job execution off (starts in seconds, ~0.5 GB) and its start-up chatter off.
+Prints the URL and one link per experiment; Ctrl-C stops it. A port that is taken exits 2
+naming it and --port. While it runs, runs of the same store print their page's URL
+(rlexp.tracking.links).
 
-MLflow 3.17's UI opens every experiment in its GenAI view (traces, "Evaluation runs") unless
-the page asks for the model-training one: its workflow switch reads `?workflowType=` from the
-URL, else the browser's saved choice (localStorage "mlflow.workflowType", GenAI by default);
-the experiment's mlflow.experimentKind tag is not consulted. So the links printed here carry
-workflowType=machine_learning (clicking "Model training" once also saves it in the browser).
+MLflow 3.17's UI shows every page in its GenAI view (traces, "Evaluation runs", Judges) unless
+the page asks for the model-training one. Its workflow switch (server/js, WorkflowType) reads
+`?workflowType=` from the URL, else the browser's saved choice, localStorage
+"mlflow.workflowType_v1" (JSON, GenAI by default); the experiment's mlflow.experimentKind
+tag is not consulted. In-app links (a run, a parent run, Compare) drop the URL parameter, and
+the choice is saved only when the switch is clicked while it shows GenAI. So the index page
+served here carries a script that saves the URL's workflowType when it has one, and
+machine_learning when the browser has no saved choice: every page reached from these links
+stays in the model-training view, and a choice the user makes in the UI is kept.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 from rlexp.base.errors import UserError, fail
 from rlexp.tracking import store
+from rlexp.tracking.links import TRAINING_VIEW, announce_ui, withdraw_ui
+
+# Imported inside functions, on purpose: mlflow's server app (Flask, FastAPI, uvicorn: ~3 s) is
+# imported once the arguments and the port are checked.
 
 HOST = "127.0.0.1"
+# MLflow 3.17 server/js useLocalStorage: key "<key>_v<version>", value JSON.
+WORKFLOW_KEY = "mlflow.workflowType_v1"
+KEEP_TRAINING_VIEW = (
+    "<script>(function(){try{var k=%r,m=/[?&]workflowType=(genai|machine_learning)/"
+    ".exec(location.hash+location.search);if(m){localStorage.setItem(k,JSON.stringify(m[1]))}"
+    "else if(!localStorage.getItem(k)){localStorage.setItem(k,'\"machine_learning\"')}}"
+    "catch(e){}})();</script>" % WORKFLOW_KEY)
+# Start-up warnings of the server's libraries with nothing to act on: Starlette deprecates the
+# WSGI middleware MLflow 3.17's fastapi_app imports (message prefixes).
+QUIET_WARNINGS = ("starlette.middleware.wsgi is deprecated",)
 
 
 def free_port() -> int:
@@ -32,17 +57,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def server_command(uri: str, port: int) -> list[str]:
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-           "--host", HOST, "--port", str(port), "--workers", "1"]
-    root = store.artifact_root(uri)
-    if root is not None:  # new experiments made in the UI keep artifacts next to the db
-        cmd += ["--artifacts-destination", str(root)]
-    return cmd
+def port_taken(port: int) -> bool:
+    """True when something listens on HOST:port (binding it fails with EADDRINUSE)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
-# The UI's workflow switch (MLflow 3.17 server/js: WorkflowType.MACHINE_LEARNING).
-TRAINING_VIEW = "workflowType=machine_learning"
+def with_training_view(index_html: str) -> str:
+    """MLflow's index.html with the script that keeps the model-training view."""
+    head = index_html.find("<head>")
+    if head < 0:
+        return KEEP_TRAINING_VIEW + index_html
+    cut = head + len("<head>")
+    return index_html[:cut] + KEEP_TRAINING_VIEW + index_html[cut:]
 
 
 def experiment_links(uri: str, base: str, limit: int = 5) -> list[str]:
@@ -63,6 +95,44 @@ def experiment_links(uri: str, base: str, limit: int = 5) -> list[str]:
     return links
 
 
+def server_app(uri: str):
+    """MLflow's server app for `uri` (as `mlflow server` configures it: artifacts served from
+    next to the database), with the index page that keeps the model-training view."""
+    from mlflow.server.constants import (ARTIFACT_ROOT_ENV_VAR, ARTIFACTS_DESTINATION_ENV_VAR,
+                                         BACKEND_STORE_URI_ENV_VAR, REGISTRY_STORE_URI_ENV_VAR,
+                                         SERVE_ARTIFACTS_ENV_VAR)
+
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    os.environ[BACKEND_STORE_URI_ENV_VAR] = uri
+    os.environ[REGISTRY_STORE_URI_ENV_VAR] = uri
+    os.environ[SERVE_ARTIFACTS_ENV_VAR] = "true"
+    os.environ[ARTIFACT_ROOT_ENV_VAR] = "mlflow-artifacts:/"
+    root = store.artifact_root(uri)
+    if root is not None:  # new experiments made in the UI keep artifacts next to the db
+        os.environ[ARTIFACTS_DESTINATION_ENV_VAR] = str(root)
+    with warnings.catch_warnings():
+        for message in QUIET_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        import mlflow.server
+        from mlflow.server.fastapi_app import app as mlflow_app
+        from mlflow.server.handlers import initialize_backend_stores
+        from starlette.responses import HTMLResponse
+
+    initialize_backend_stores(uri, uri, "mlflow-artifacts:/")
+    index = Path(mlflow.server.app.static_folder) / "index.html"
+    page = with_training_view(index.read_text()) if index.is_file() else None
+
+    async def app(scope, receive, send):
+        if page is not None and scope["type"] == "http" and scope["path"] in ("/",
+                                                                              "/index.html"):
+            response = HTMLResponse(page, headers={"Cache-Control": "no-cache"})
+            await response(scope, receive, send)
+            return
+        await mlflow_app(scope, receive, send)
+
+    return app
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlexp.ui",
                                      description=__doc__.split("\n")[0])
@@ -73,26 +143,37 @@ def main(argv: list[str] | None = None) -> int:
     if uri.startswith(("http://", "https://")):
         print(f"rlexp.ui: the store is already a server: {uri}")
         return 0
+    if args.port < 0 or args.port > 65535:
+        fail(f"--port {args.port} is not a port: use --port N with 1 <= N <= 65535, or "
+             "--port 0 for any free one")
+    if args.port and port_taken(args.port):
+        fail(f"port {args.port} on {HOST} is taken (another MLflow UI or server?): use "
+             "--port N with a free port, or --port 0 for any free one")
     try:
         store.prepare_store(uri)
     except UserError as exc:
         fail(str(exc))
     port = args.port or free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION":
-           os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")}
-    proc = subprocess.Popen(server_command(uri, port), env=env)
     base = f"http://{HOST}:{port}"
     print(f"MLflow UI: {base}/#/experiments?{TRAINING_VIEW}  (store {uri}; Ctrl-C stops it)",
           flush=True)
     for link in experiment_links(uri, base):
         print(f"  {link}", flush=True)
-    # SIGTERM (a test, a supervisor) stops the server as Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    import uvicorn
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    app = server_app(uri)
+    announced = announce_ui(uri, base)
+    # uvicorn stops on SIGINT and SIGTERM, then raises the signal again with the handler it
+    # found: exit through Python's own exits so the announcement is withdrawn.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        return proc.wait()
+        uvicorn.run(app, host=HOST, port=port, log_level="warning", access_log=False)
     except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+        pass
+    finally:
+        withdraw_ui(announced)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""What a run ran on, kept with it: the installed packages, Python, the platform and the JAX
+devices (environment.json, requirements.txt), and the uncommitted changes of the code
+(diff.patch), as W&B keeps requirements.txt and diff.patch.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from importlib.metadata import distributions
+from pathlib import Path
+from typing import Any
+
+# Where rlexp's own code lives (its git checkout, if it is one).
+SOURCE = Path(__file__).resolve().parents[1]
+# A diff larger than this is cut (a vendored tree or a data file under version control).
+MAX_DIFF_BYTES = 5 * 2**20
+
+
+def packages() -> dict[str, str]:
+    """{distribution name: version} of every installed distribution, sorted by name."""
+    found: dict[str, str] = {}
+    for dist in distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name and name not in found:
+            found[name] = dist.version
+    return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
+
+
+def devices() -> list[dict[str, Any]]:
+    """The JAX devices of this process ([] when the run did not import JAX: never imports it)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return []
+    try:
+        return [{"id": d.id, "platform": d.platform, "kind": d.device_kind,
+                 "process_index": d.process_index} for d in jax.devices()]
+    except Exception:  # a backend that failed to start: the rest is still worth keeping
+        return []
+
+
+def environment() -> dict[str, Any]:
+    """environment.json: Python, platform, JAX devices and package versions (~0.1-0.4 s)."""
+    return {"python": sys.version.split()[0], "executable": sys.executable,
+            "platform": platform.platform(), "machine": platform.machine(),
+            "devices": devices(), "packages": packages()}
+
+
+def requirements(env: dict[str, Any]) -> str:
+    """requirements.txt (name==version lines) of an environment()."""
+    return "".join(f"{name}=={version}\n" for name, version in env["packages"].items())
+
+
+def git_diff(where: Path = SOURCE) -> str | None:
+    """`git diff HEAD` of the checkout holding `where` (staged and unstaged changes of tracked
+    files); None when it is not a checkout, git is missing, or nothing changed."""
+    try:
+        out = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff"], cwd=where,
+                             capture_output=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out.strip():
+        return None
+    text = out[:MAX_DIFF_BYTES].decode("utf-8", errors="replace")
+    if len(out) > MAX_DIFF_BYTES:
+        text += f"\n# rlexp: diff cut at {MAX_DIFF_BYTES} of {len(out)} bytes\n"
+    return text
+
+
+def git_commit(where: Path = SOURCE) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,101 @@
+"""Where a run can be seen: its page in the MLflow UI when a server is known, else its run id
+and store (and the command that serves the store).
+
+A server is known when the tracking URI is one (http/https), or when `python -m rlexp.ui`
+serves the run's sqlite store now: it writes <store>.ui.json ({"url", "pid"}) next to the
+database while it runs. Pure string work plus one small file read: no mlflow import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rlexp.base.files import write_json_atomic
+from rlexp.base.redact import redact_uri
+from rlexp.tracking import PARENT_FILE, store
+from rlexp.tracking.spool import Link
+
+# The UI's workflow switch (MLflow 3.17 server/js: WorkflowType.MACHINE_LEARNING): pages
+# opened with it show the model-training view, not the GenAI one.
+TRAINING_VIEW = "workflowType=machine_learning"
+UI_SUFFIX = ".ui.json"
+
+
+def ui_file(uri: str) -> Path | None:
+    """<db>.ui.json of a sqlite store (where rlexp.ui says it serves it); None otherwise."""
+    db = store.sqlite_path(uri)
+    return db.with_name(db.name + UI_SUFFIX) if db is not None else None
+
+
+def announce_ui(uri: str, url: str) -> Path | None:
+    """rlexp.ui serves `uri` at `url` (this process): runs started now link to it."""
+    path = ui_file(uri)
+    if path is None:
+        return None
+    try:
+        write_json_atomic(path, {"url": url, "pid": os.getpid()})
+    except OSError:  # a read-only store dir: runs print the run id instead
+        return None
+    return path
+
+
+def withdraw_ui(path: Path | None) -> None:
+    if path is not None:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("pid") == os.getpid():
+                path.unlink()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def known_ui(uri: str) -> str | None:
+    """The base URL of a UI serving `uri` now: the URI itself for a server, else the one
+    rlexp.ui announced (its process still alive); None when none is known."""
+    if uri.startswith(("http://", "https://")):
+        return redact_uri(uri).rstrip("/")
+    path = ui_file(uri)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+        pid, url = int(data["pid"]), str(data["url"])
+        os.kill(pid, 0)  # raises when the UI is gone
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return url.rstrip("/")
+
+
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+
+
+def run_link(uri: str, experiment_id: str | None, run_id: str | None) -> str:
+    """The run's UI page when a server is known, else 'run <id> in <store>' and how to see it."""
+    if run_id is None:
+        return f"not created yet (store {redact_uri(uri)} unreachable; records are spooled)"
+    base = known_ui(uri)
+    if base is not None and experiment_id:
+        return run_url(base, experiment_id, run_id)
+    return f"run {run_id} in {redact_uri(uri)} (open it with: python -m rlexp.ui)"
+
+
+def run_dir_link(run_dir: Path) -> str | None:
+    """run_link of the MLflow run `run_dir` logs to (its tracking.json); None without one."""
+    link = Link.load(Path(run_dir))
+    if link is None:
+        return None
+    return run_link(link.uri, link.experiment_id, link.run_id)
+
+
+def parent_link(sweep_dir: Path) -> str | None:
+    """run_link of a sweep's parent run (<sweep dir>/parent_run.json, written when the sweep
+    starts); None without one (tracker=none, or no parent could be made). For a launcher's
+    own end-of-sweep line."""
+    try:
+        data = json.loads((Path(sweep_dir) / PARENT_FILE).read_text())
+        return run_link(str(data["uri"]), data.get("experiment_id"), str(data["run_id"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
