@@ -22,6 +22,8 @@ from helpers import cli
 # the char tokenizer refuses (it needs >= 100).
 TINY = ["train.steps=2", "train.batch_size=2", "eval.num_samples=4", "dataset.num_eval=4",
         "eval.pass_k=1", "run.progress=false", "model.warm_start_steps=0", "model.vocab_size=128"]
+# The same, with the step lines a user sees (what the sweep's output tests read).
+TINY_SHOWN = [o for o in TINY if o != "run.progress=false"]
 
 # A failure injected into chosen jobs of a real sweep: the training loop of every job whose
 # train.seed is $RLEXP_TEST_FAIL_SEED raises after the run started (MLflow run open, summary

@@ -135,12 +135,10 @@ def test_slurm_launcher_without_slurm(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
-def test_ray_launcher_without_its_plugin(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
-        pytest.skip("hydra-ray-launcher is installed here")
-    proc = cli("-m", "hydra/launcher=rlexp_ray", "train.seed=0,1", cwd=tmp_path)
+def test_ray_launcher_without_ray(tmp_path):
+    # A PATH without Ray's CLI (python itself is started by its full path).
+    proc = cli("-m", "hydra/launcher=rlexp_ray", "train.seed=0,1", cwd=tmp_path,
+               env={"PATH": "/usr/bin:/bin"})
     one_line_exit_2(proc, "pip install 'rlexp[ray]'")
     assert not (tmp_path / "outputs").exists()
 
@@ -388,3 +386,54 @@ def test_jobs_composed_from_an_earlier_job_equal_a_full_compose(sweep, monkeypat
 def test_a_bad_value_is_refused_in_every_job_composed_from_an_earlier_one():
     with pytest.raises(UserError, match="algo.beta"):
         preflight(["-m", "algo.beta=0.0,abc", "run.dry_run=true"])
+
+
+# ---------------------------------------------------------------- argv, --version, counts
+
+
+def test_a_misplaced_multirun_flag_is_one_line_naming_the_fix(tmp_path):
+    proc = cli("hydra/launcher=rlexp_slurm", "-m", "algo.beta=0,0.1", cwd=tmp_path)
+    line = one_line_exit_2(proc, "put -m/--multirun first",
+                           "python -m rlexp -m hydra/launcher=rlexp_slurm algo.beta=0,0.1")
+    assert "usage" not in line and "__main__" not in proc.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_an_unknown_flag_is_one_line_naming_the_program(tmp_path):
+    proc = cli("--no-such-flag", "train.steps=2", cwd=tmp_path)
+    one_line_exit_2(proc, "--no-such-flag", "python -m rlexp --help")
+
+
+def test_two_hydra_commands_at_once_are_one_line(tmp_path):
+    proc = cli("-m", "algo.beta=0,0.1", "--cfg", "job", cwd=tmp_path)
+    one_line_exit_2(proc, "only one of --run, -m/--multirun, --cfg")
+
+
+def test_version_names_rlexp_tunix_jax_and_hydra(tmp_path):
+    from importlib.metadata import version
+
+    proc = cli("--version", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    for dist, name in (("rlexp", "rlexp"), ("google-tunix", "Tunix"), ("jax", "JAX"),
+                       ("hydra-core", "Hydra")):
+        assert f"{name} {version(dist)}" in lines[0], lines[0]
+
+
+def test_the_optuna_dry_run_counts_its_trials(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    proc = cli("+sweep=optuna", "run.dry_run=true", "hydra.sweeper.n_trials=5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    head = proc.stdout.splitlines()[0]
+    assert "a sweep of 5 trial(s)" in head, head
+    assert "2 job(s)" not in head
+
+
+def test_a_sweep_past_the_sampled_product_counts_every_job():
+    from rlexp.launch.preflight import MAX_PRODUCT, sweep_size
+
+    values = ",".join(str(i) for i in range(MAX_PRODUCT + 1))
+    pre = preflight(["-m", f"train.seed={values}", "algo.beta=0,0.04", "run.dry_run=true"])
+    assert len(pre.jobs) < 2 * (MAX_PRODUCT + 1)  # pre-flight checks a sample of the jobs
+    assert sweep_size(pre) == 2 * (MAX_PRODUCT + 1)

@@ -208,3 +208,45 @@ def test_optuna_sweep_maximizes_what_the_jobs_return(tmp_path):
     assert 0.0 <= float(best.best_value) <= 1.0
     assert set(best.best_params) >= {"algo.beta", "algo.epsilon", "train.learning_rate"}
     assert "Directions: ['maximize']" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_a_joblib_sweeps_piped_output_labels_every_job_line(tmp_path):
+    """4 jobs, 2 at a time, stderr a pipe: every step, eval and table line names its job
+    ([2/4 beta=0 G=4]), one line per event; the launching process adds a line per finished
+    job; no joblib.Parallel line, no Hydra timestamp on a job's lines. The 4 MLflow children
+    sit under one parent (what tests/test_launchers.py's joblib 2x2 sweep checks too)."""
+    from sweep_helpers import (TINY_SHOWN, explain, mlflow_children, only_sweep_dir, rlexp,
+                               summaries)
+
+    proc = rlexp(["-m", "hydra/launcher=joblib", "algo.beta=0.0,0.04", "algo.num_generations=2,4",
+                  *TINY_SHOWN], tmp_path)
+    assert proc.returncode == 0, explain(proc)
+    sweep_dir = only_sweep_dir(tmp_path)
+    runs = summaries(sweep_dir)
+    assert len(runs) == 4 and all(s["status"] == "FINISHED" for s in runs.values()), runs
+    parent, children = mlflow_children(sweep_dir)
+    assert sorted((float(r.data.params["algo.beta"]), int(r.data.params["algo.num_generations"]))
+                  for r in children) == [(0.0, 2), (0.0, 4), (0.04, 2), (0.04, 4)]
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert parent["run"].info.status == "FINISHED"
+    text = proc.stdout + proc.stderr
+    assert "Joblib.Parallel(" not in text
+    job_lines = [ln for ln in proc.stderr.splitlines()
+                 if re.search(r"(step \d+/\d+:|eval @ step|accuracy  |pass@k  |mean reward  |"
+                              r"before +after)", ln)]
+    labels = {f"[{i}/4 beta={b} G={g}]" for i, (b, g) in
+              enumerate([("0", 2), ("0", 4), ("0.04", 2), ("0.04", 4)], start=1)}
+    assert len(job_lines) >= 4 * (2 + 2 + 6), proc.stderr  # steps, evals, table
+    for line in job_lines:
+        assert any(line.startswith(label + " ") for label in labels), line
+    for label in labels:  # each job's steps, evaluations and table
+        mine = [ln for ln in job_lines if ln.startswith(label)]
+        assert any("step 2/2:" in ln for ln in mine) and any("eval @ step 2" in ln for ln in mine)
+        assert any("mean reward" in ln for ln in mine), label
+    assert not re.search(r"^\[\d{4}-\d\d-\d\d .*\]\[", proc.stderr, re.M)  # no Hydra stamps
+    done = re.findall(r"^rlexp: sweep (\d)/4 done", proc.stderr, re.M)
+    assert done == ["1", "2", "3", "4"], proc.stderr
+    # the end names the parent run (its id in the store, or its UI page)
+    end = [ln for ln in text.splitlines() if re.match(r"rlexp: sweep \S+: 4 runs FINISHED", ln)]
+    assert len(end) == 1 and parent["run"].info.run_id in end[0], text

@@ -7,6 +7,7 @@ and check_launcher check the command itself (its output dir, its launcher), befo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -27,6 +28,7 @@ from rlexp.data.loaders import dataset_file
 from rlexp.data.templates import PromptTemplate
 from rlexp.engine.checkpoint_store import human_bytes, nearest_existing
 from rlexp.engine.export import find_checkpoint
+from rlexp.engine.vllm_rollout import check_vllm_available
 from rlexp.inputs.model_files import check_model, model_dir
 from rlexp.inputs.storage import check as check_output_uri
 from rlexp.planning.plan import checkpoint_bytes, make_plan
@@ -37,12 +39,16 @@ from rlexp.tracking.store import classify, is_wrong, resolve_uri
 # The command's output dir (hydra.run.dir, or the sweep's dir) as check_writable last saw it:
 # pre-flight checks it before the jobs, and check_free_space measures its disk.
 _output_dir: Path | None = None
+# True while pre-flight checks a sweep whose jobs run on other machines (hydra/launcher=xpk:
+# the pods' image has what the jobs import, and each pod's own pre-flight checks it there).
+_jobs_run_elsewhere = False
 
 
 def check_writable(path: Path) -> None:
     """The run/sweep dir can be made: its nearest existing ancestor is a writable dir."""
-    global _output_dir
+    global _output_dir, _jobs_run_elsewhere
     _output_dir = Path(path)
+    _jobs_run_elsewhere = False  # until check_launcher says otherwise (a new command)
     probe = path.absolute()
     while not probe.exists():
         probe = probe.parent
@@ -74,11 +80,22 @@ def check_inputs(cfg: Config) -> None:
         find_checkpoint(cfg.run.init_from, default_uri(cfg))
 
 
+# Built-in rewards that need an optional package: dotted path -> the module it imports.
+OPTIONAL_REWARDS = {"rlexp.rewards.math_verify_reward": "math_verify",
+                    "rlexp.data.rewards.math_verify_reward": "math_verify"}
+
+
 def check_plugins(cfg: Config) -> None:
     """User code named by `_target_`s imports, and each reward function returns one float
     per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
 
-    rewards.for_run(cfg)  # resolves and probes every entry
+    # A dry run plans without the optional packages a reward needs (the run itself refuses
+    # one that is missing in one line, as rollout=vllm without vLLM): probe the others.
+    kept = [f for f in cfg.reward.functions if cfg.run.dry_run is False
+            or importlib.util.find_spec(OPTIONAL_REWARDS.get(f._target_, "rlexp")) is not None]
+    if kept or not cfg.reward.functions:
+        reward = dataclasses.replace(cfg.reward, functions=kept)
+        rewards.for_run(dataclasses.replace(cfg, reward=reward))  # resolves and probes each
     resolve(cfg.dataset._target_, "dataset._target_")
     if "." in cfg.dataset.extractor:
         resolve(cfg.dataset.extractor, "dataset.extractor")
@@ -103,10 +120,10 @@ LAUNCHER_NEEDS = {
                               "slurm-client) on a host of the cluster, or use hydra/launcher=rlexp_local"),
     "submitit_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
                                  "slurm-client) on a host of the cluster"),
-    "ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'rlexp[ray]' (hydra-ray-launcher "
-                                                "and ray)"),
-    "rlexp_ray": ("hydra_plugins.hydra_ray_launcher", "pip install 'rlexp[ray]' "
-                                                      "(hydra-ray-launcher and ray)"),
+    "ray": ("hydra_plugins.hydra_ray_launcher", "use hydra/launcher=rlexp_ray (pip install "
+                                                "'rlexp[ray]'): hydra-ray-launcher pins "
+                                                "cloudpickle<3, which joblib refuses"),
+    "rlexp_ray": ("ray", "pip install 'rlexp[ray]' and start a cluster: ray start --head"),
 }
 
 
@@ -163,11 +180,12 @@ def check_tracker(cfg: Config) -> None:
 
 
 def check_rollout(cfg: Config) -> None:
-    """rollout=vllm imports vLLM only when the engine builds (minutes in): check it now."""
+    """rollout=vllm imports vLLM (and tpu-inference on TPU) only when the engine builds,
+    minutes in: check them now. A dry run plans without them (the recipes that use vLLM are
+    planned on any machine), so it does not apply this check."""
 
-    if cfg.rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise UserError("rollout.name=vllm needs vLLM, which is not installed: "
-                        "pip install 'rlexp[vllm]' on a GPU/TPU host, or use rollout=vanilla")
+    if cfg.rollout.name == "vllm" and not _jobs_run_elsewhere:
+        check_vllm_available(cfg)
 
 
 def check_cache_dir(cfg: Config) -> None:
@@ -271,7 +289,7 @@ class Check:
 # In order: the first refusal is the one reported.
 CHECKS: tuple[Check, ...] = (
     Check("tracker", check_tracker),
-    Check("rollout", check_rollout),
+    Check("rollout", check_rollout, dry_run=False),  # a plan needs no vLLM
     Check("cache_dir", check_cache_dir),
     Check("dataset_text", check_dataset_text),
     Check("chat_template", check_chat_template),
@@ -293,7 +311,9 @@ def check_job(cfg: Config) -> None:
 def check_launcher(base: Any) -> None:
     """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
 
+    global _jobs_run_elsewhere
     choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
+    _jobs_run_elsewhere = choice == "xpk"
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)
     if isinstance(n_jobs, int) and (n_jobs == 0 or n_jobs < -1):
         raise UserError(f"hydra.launcher.n_jobs={n_jobs} is invalid: must be >= 1 "
@@ -303,6 +323,16 @@ def check_launcher(base: Any) -> None:
         if xpk and shutil.which(xpk[0]) is None:
             raise UserError(f"hydra/launcher=xpk needs the xpk CLI ({xpk[0]} not on PATH): "
                             "pip install xpk in its own venv and set RLEXP_XPK_BIN to it")
+        launcher = OmegaConf.select(base, "hydra.launcher")
+        if not launcher.dry_run and not launcher.docker_image and not (
+                launcher.base_docker_image and launcher.script_dir):
+            # xpk would build on its default python:3.10, which has neither rlexp nor JAX:
+            # the workload would start on the slice and die at `python -m rlexp`.
+            raise UserError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: "
+                            "an image with rlexp installed (docker build -f "
+                            "docker/tpu.Dockerfile -t IMAGE .); or set both "
+                            "hydra.launcher.base_docker_image and script_dir to let xpk build "
+                            "one")
     need = LAUNCHER_NEEDS.get(str(choice))
     if need is None:
         return

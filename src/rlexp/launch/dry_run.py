@@ -8,7 +8,7 @@ from rlexp.base.errors import UserError
 from rlexp.config.naming import run_name
 from rlexp.inputs.model_files import check_model
 from rlexp.job.experiment import JobContext, print_plan
-from rlexp.launch.preflight import Preflight
+from rlexp.launch.preflight import Preflight, warn_noop
 from rlexp.planning.plan import make_plan
 
 
@@ -20,10 +20,14 @@ def dry_run(pre: Preflight) -> None:
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
         lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}
-        print(f"rlexp dry run: a sweep of {len(pre.jobs)} job(s) into {pre.out_dir} "
+        unit = "trial(s)" if pre.trials else "job(s)"
+        print(f"rlexp dry run: a sweep of {pre.size} {unit} into {pre.out_dir} "
               "(nothing launched, nothing written)")
         if lazy:
             print(f"  chosen by the sweeper at run time: {', '.join(lazy.values())}")
+        if len(pre.jobs) != pre.size:  # a sampler's trials, or a product pre-flight sampled
+            print(f"  planned below: {len(pre.jobs)} representative job(s), every swept value "
+                  "in one")
     for i, (cfg, overrides) in enumerate(zip(pre.jobs, pre.job_overrides)):
         plan = make_plan(cfg)
         if pre.multirun:
@@ -40,3 +44,4 @@ def dry_run(pre: Preflight) -> None:
         if cfg.model.path is None:  # planned from the YAML, but the real run would stop
 
             check_model(cfg.model, cfg.run.cache_dir)
+    warn_noop(pre)  # as the run would, after the plans (a refusal above stays one line)

@@ -21,8 +21,7 @@ from typing import Any, Iterator
 
 from hydra import compose
 from hydra._internal.hydra import Hydra
-from hydra._internal.utils import (compute_search_path_dir, create_config_search_path,
-                                   get_args_parser)
+from hydra._internal.utils import compute_search_path_dir, create_config_search_path
 from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -39,7 +38,7 @@ from rlexp.config.paths import conf_dir
 from rlexp.config.schema import Config, RewardFunctionConfig
 from rlexp.job.guards import noop_warning
 from rlexp.launch.checks import LAUNCHER_NEEDS, check_job, check_launcher, check_writable
-from rlexp.launch.fast_start import hydra_only, start_workers
+from rlexp.launch.fast_start import hydra_only, parse_args, start_workers
 from rlexp.planning.hardware import platform_env, setup_platform
 from rlexp.tracking.remote_jobs import check_sweep_store
 
@@ -67,6 +66,11 @@ class Preflight:
     out_dir: Path | None = None
     # A multirun's hydra.launcher node (its _target_ and arguments), None for a single run.
     launcher: dict[str, Any] | None = None
+    # Jobs the command launches: every combination of the swept values (`jobs` may hold a
+    # sample of them), or the sweeper's n_trials (Optuna picks each trial's values later).
+    size: int = 1
+    # True when `size` is a sweeper's trial count (hydra.sweeper.n_trials).
+    trials: bool = False
 
     @property
     def dry_run(self) -> bool:
@@ -120,8 +124,10 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
     return text or one_line_omegaconf_error(exc)
 
 
-def _expand(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict]:
-    """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files)."""
+def _expand(overrides: list[str],
+            sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict, int]:
+    """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files),
+    the swept values, and the number of jobs of the full product."""
 
     parser = OverridesParser.create()
     params = [f"{k}={v}" for k, v in sweeper_params.items()]
@@ -151,7 +157,7 @@ def _expand(overrides: list[str], sweeper_params: dict[str, str]) -> tuple[list[
         firsts = [g[0] for g in groups]
         combos = [firsts[:i] + [v] + firsts[i + 1:] for i, g in enumerate(groups) for v in g]
     jobs = [[x for x in combo if x is not None] for combo in combos]
-    return jobs, swept
+    return jobs, swept, product_size
 
 
 @contextlib.contextmanager
@@ -254,7 +260,7 @@ def set_plain_values(overrides: list[Any], cfg: Any) -> None:
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
 
-    args = get_args_parser().parse_args(argv)
+    args = parse_args(argv)
     if hydra_only(args):
         return None
     overrides: list[str] = list(args.overrides)
@@ -290,7 +296,10 @@ def preflight(argv: list[str]) -> Preflight | None:
                     check_launcher(base)
 
                     check_sweep_store(base)  # jobs on other machines reach the store
-            jobs, swept = _expand(overrides, {str(k): str(v) for k, v in sweeper_params.items()})
+            jobs, swept, size = _expand(overrides,
+                                        {str(k): str(v) for k, v in sweeper_params.items()})
+            trials = OmegaConf.select(base, "hydra.sweeper.n_trials", default=None) \
+                if multirun else None
             configs = []
             composer = JobComposer(config_name)
             for job in jobs:
@@ -309,7 +318,21 @@ def preflight(argv: list[str]) -> Preflight | None:
         runtime.note_checked_jobs(jobs)  # Hydra's basic sweeper need not compose them again
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
                      job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
-                     launcher=launcher)
+                     launcher=launcher, size=int(trials) if trials is not None else size,
+                     trials=trials is not None)
+
+
+def sweep_size(pre: Preflight) -> int:
+    """How many jobs the command launches (dry runs and the sweep's job labels say it)."""
+    return pre.size
+
+
+def warn_noop(pre: Preflight) -> None:
+    """The on-policy warning (rlexp.job.guards.noop_warning), once per command: a run's and a
+    dry run's, for a knob the user set, swept, or chose through an experiment file."""
+    warning = noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun)
+    if warning:
+        print(f"rlexp: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def before_launch(pre: Preflight) -> None:
@@ -317,15 +340,13 @@ def before_launch(pre: Preflight) -> None:
     if pre.print_only:
         return
 
-    warning = noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun)
-    if warning:  # once per command, only for a knob the user set (or swept)
-        print(f"rlexp: warning: {warning}", file=sys.stderr, flush=True)
+    warn_noop(pre)
     # Device count for emulation (XLA_FLAGS) and the GPU memory fraction must be in the
     # environment before JAX starts its backend, for a sweep's jobs too: jobs of the basic
     # launcher run in this process, other launchers' workers inherit the environment. Jobs
     # that need different settings get theirs in the job (rlexp.__main__), or a one-line error.
     envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
     if pre.jobs and len(envs) == 1:
-        setup_platform(pre.jobs[0].hardware)
+        setup_platform(pre.jobs[0].hardware, job=not pre.multirun)  # a sweep's jobs: each checks
     start_workers(pre.launcher, pre.jobs)
 
