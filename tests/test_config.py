@@ -116,7 +116,10 @@ def test_cfg_job_prints_the_composed_config(tmp_path):
 def test_help_lists_groups(tmp_path):
     proc = cli("--help", cwd=tmp_path)
     assert proc.returncode == 0
-    for line in ("algo: dapo, dr_grpo, grpo, gspo", "hardware: cpu, gpu, v5p-64, v5p-8, v6e-8"):
+    profiles = ", ".join(sorted(p.stem for p in (conf_dir() / "hardware").glob("*.yaml")))
+    assert {"cpu", "gpu", "v4-64", "v5p-8", "v5p-64", "v5p-128", "v5p-256", "v6e-8"} <= \
+        set(profiles.split(", "))
+    for line in ("algo: dapo, dr_grpo, grpo, gspo", f"hardware: {profiles}"):
         assert line in proc.stdout
 
 

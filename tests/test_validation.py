@@ -118,6 +118,23 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
              hardware__sampler_fraction=0.6),
         "hardware.sampler_fraction=0.6 is invalid: trainer_fraction + sampler_fraction must be "
         "<= 1"),
+    "epochs_steps_in_range": (
+        _set(train__epochs=1000, dataset__num_train=16000, train__batch_size=8),
+        "train.epochs=1000 is invalid: makes 2000000 steps (1000 x dataset.num_train=16000 / "
+        "train.batch_size=8), more than train.steps' 1000000"),
+    "sync_every_needs_a_sampler_copy": (
+        _set(rollout__sync_every=2),
+        "rollout.sync_every=2 is invalid: has no effect: the sampler shares the trainer's weights "
+        "(rollout=vanilla on the trainer's mesh); use 1, or hardware.split=split / rollout=vllm"),
+    "lora_targets_match_a_projection": (
+        _set(model__lora__rank=8, model__lora__targets=".*embedder"),
+        "model.lora.targets='.*embedder' is invalid: matches no projection of "
+        "model.family=qwen3; module paths are layers/<i>/{attn/q_proj,attn/k_proj,attn/v_proj,"
+        "attn/o_proj,mlp/gate_proj,mlp/up_proj,mlp/down_proj}, e.g. '.*q_proj|.*down_proj'"),
+    "lora_samples_with_vanilla_rollout": (
+        _set(model__lora__rank=8, rollout__name="vllm"),
+        "rollout.name='vllm' is invalid: LoRA (model.lora.rank > 0) samples with "
+        "rollout=vanilla: rlexp does not pass adapters to vLLM yet"),
 }
 
 
@@ -270,7 +287,8 @@ def test_preflight_runs_its_checks_from_the_one_list(monkeypatch):
 
     names = [c.name for c in checks.CHECKS]
     assert len(set(names)) == len(names)
-    assert [c.name for c in checks.CHECKS if not c.dry_run] == ["inputs", "fits", "free_space"]
+    assert [c.name for c in checks.CHECKS if not c.dry_run] == ["rollout", "inputs", "fits",
+                                                                 "free_space"]
     seen: list[str] = []
 
     def refuse(cfg: Config) -> None:

@@ -2,7 +2,8 @@
 
 The layers, highest first (each may import only the ones below it; pyproject.toml's
 [tool.importlinter] contracts check this): launch (pre-flight) -> job (one run) -> engine
-(Tunix) -> planning | inputs | data | tracking -> config -> algo -> base.
+(Tunix) -> planning | inputs | data | tracking -> config -> algo | families (model
+architectures) -> base.
 
 The top-level modules are commands, each a thin door into its layer: __main__ (`python -m
 rlexp`), sync, export, ui and report (`python -m rlexp.<command>`); rewards keeps the built-in

@@ -45,6 +45,10 @@ class Listener:
 
     def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None: ...
 
+    def on_rollouts(self, step: int, rows: list[dict]) -> None:
+        """Training rollouts of `step`, one dict per completion: prompt, completion, each
+        reward function's value, reward (total), advantage, length, truncated."""
+
     def on_checkpoint(self, step: int, path: Path) -> None: ...
 
     def on_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
@@ -73,6 +77,9 @@ class Listeners(Listener):
 
     def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None:
         self._each("on_eval", step, metrics, samples)
+
+    def on_rollouts(self, step: int, rows: list[dict]) -> None:
+        self._each("on_rollouts", step, rows)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         self._each("on_checkpoint", step, path)

@@ -5,11 +5,13 @@ checks that need files, user code, the plan or the data run in pre-flight
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from rlexp.algo import algorithm
 from rlexp.config.schema import Config
+from rlexp.families import get as get_family
 
 
 @dataclass(frozen=True)
@@ -166,12 +168,74 @@ def _meshes_fill_devices(cfg: Config) -> Optional[Refusal]:
     return None
 
 
+def epoch_steps(epochs: int, num_train: int, batch_size: int) -> int:
+    """Global steps of `epochs` passes over `num_train` prompts, `batch_size` a step: the
+    last step is full, taking its remaining prompts from the next pass (-(-a // b) = ceil)."""
+    return -(-epochs * num_train // batch_size)
+
+
+# train.steps' upper bound (validate.RANGES), which steps derived from train.epochs keep too.
+MAX_STEPS = 1_000_000
+
+
+def _epochs_steps_in_range(cfg: Config) -> Optional[Refusal]:
+    t = cfg.train
+    if t.epochs is None or t.steps <= MAX_STEPS:
+        return None
+    return Refusal("train.epochs", t.epochs,
+                   f"makes {t.steps} steps ({t.epochs} x dataset.num_train={cfg.dataset.num_train}"
+                   f" / train.batch_size={t.batch_size}), more than train.steps' {MAX_STEPS}")
+
+
+def _sync_every_needs_a_sampler_copy(cfg: Config) -> Optional[Refusal]:
+    # The vanilla sampler on the trainer's own mesh shares its weights (Tunix then never
+    # syncs): spacing syncs out would silently change nothing.
+    r, h = cfg.rollout, cfg.hardware
+    shared = r.name == "vanilla" and h.split == "colocated" and h.trainer_mesh == h.rollout_mesh
+    if r.sync_every == 1 or not shared:
+        return None
+    return Refusal("rollout.sync_every", r.sync_every,
+                   "has no effect: the sampler shares the trainer's weights (rollout=vanilla on "
+                   "the trainer's mesh); use 1, or hardware.split=split / rollout=vllm")
+
+
 def _split_fractions(cfg: Config) -> Optional[Refusal]:
     h = cfg.hardware
     if h.split != "split" or h.trainer_fraction + h.sampler_fraction <= 1.0 + 1e-9:
         return None
     return Refusal("hardware.sampler_fraction", h.sampler_fraction,
                    "trainer_fraction + sampler_fraction must be <= 1")
+
+
+def lora_projections(targets: str, family: str) -> list[str]:
+    """The projections of model.family (rlexp.families: `lora_projections`, module paths under
+    layers/<i>/) that the regex `targets` picks (qwix: re.fullmatch on the module path)."""
+    return [p for p in get_family(family).lora_projections
+            if re.fullmatch(targets, f"layers/0/{p}")]
+
+
+def _lora_targets(cfg: Config) -> Optional[Refusal]:
+    lora = cfg.model.lora
+    if not lora.rank:
+        return None
+    try:
+        if lora_projections(lora.targets, cfg.model.family):
+            return None
+    except re.error as exc:
+        return Refusal("model.lora.targets", lora.targets, f"is not a regex ({exc})")
+    names = get_family(cfg.model.family).lora_projections
+    return Refusal("model.lora.targets", lora.targets,
+                   f"matches no projection of model.family={cfg.model.family}; module paths "
+                   f"are layers/<i>/{{{','.join(names)}}}, e.g. "
+                   f"'.*{names[0].split('/')[1]}|.*{names[-1].split('/')[1]}'")
+
+
+def _lora_rollout(cfg: Config) -> Optional[Refusal]:
+    if not cfg.model.lora.rank or cfg.rollout.name == "vanilla":
+        return None
+    return Refusal("rollout.name", cfg.rollout.name,
+                   "LoRA (model.lora.rank > 0) samples with rollout=vanilla: rlexp does not "
+                   "pass adapters to vLLM yet")
 
 
 # In order: the first refusal is the one reported.
@@ -192,4 +256,8 @@ RULES: tuple[Rule, ...] = (
     Rule("digits_ordered", _ordered_from_one("digits")),
     Rule("meshes_fill_devices", _meshes_fill_devices),
     Rule("split_fractions_fit", _split_fractions),
+    Rule("epochs_steps_in_range", _epochs_steps_in_range),
+    Rule("sync_every_needs_a_sampler_copy", _sync_every_needs_a_sampler_copy),
+    Rule("lora_targets_match_a_projection", _lora_targets),
+    Rule("lora_samples_with_vanilla_rollout", _lora_rollout),
 )

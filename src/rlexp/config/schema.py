@@ -17,10 +17,29 @@ from rlexp.config.paths import sweeps_dir
 
 
 @dataclass
+class LoraConfig:
+    # Rank of the low-rank adapters (0 = off: every weight trains). Through qwix's LoraProvider,
+    # as Tunix's CLI applies it (tunix/cli/utils/model.py): the base weights stay frozen and
+    # are the reference model; the optimizer and checkpoints hold only the adapters.
+    rank: int = 0
+    # Scale of the adapters' update: W + (alpha / rank) * A @ B (qwix, as PEFT's lora_alpha).
+    alpha: float = 16.0
+    # Regex (re.fullmatch) over module paths like "layers/0/attn/q_proj" picking the projections
+    # that get adapters; Tunix's llama3/qwen2/qwen3 names: q_proj k_proj v_proj o_proj
+    # (attention), gate_proj up_proj down_proj (MLP); Gemma's attention: q_einsum kv_einsum
+    # (qkv_einsum) attn_vec_einsum (rlexp.families: lora_projections).
+    targets: str = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
+    # Export (run.export, python -m rlexp.export) the adapters alone, in PEFT's layout
+    # (adapter_model.safetensors + adapter_config.json), instead of the merged model.
+    adapters_only: bool = False
+
+
+@dataclass
 class ModelConfig:
     # Short name of the model profile (the option chosen in conf/model/).
     name: str = "tiny"
-    # Architecture family, picks Tunix's model code: qwen3 | llama3.
+    # Architecture family (a module of rlexp/families/): Tunix's model code, the Hugging Face
+    # mappings and the memory formula's inputs. llama3 | qwen3 | qwen2 | gemma3 | gemma2.
     family: str = "qwen3"
     # Local directory with HF safetensors + config.json; None = random init (tiny only).
     path: Optional[str] = None
@@ -38,8 +57,12 @@ class ModelConfig:
     hidden_dim: int = 128
     # Vocabulary size of the embedding table.
     vocab_size: int = 64
-    # RoPE base frequency.
+    # RoPE base frequency (Gemma 3: of the global layers; its local layers use 10,000).
     rope_theta: float = 1000000.0
+    # Linear RoPE position scaling of the global layers (Gemma 3 4B and up: 8.0); 1 = none.
+    rope_scale: float = 1.0
+    # Keys a sliding-window layer attends to (Gemma 3's local layers); null = no such layers.
+    sliding_window: Optional[int] = None
     # Whether the output projection reuses the embedding table.
     tie_embeddings: bool = True
     # RMSNorm epsilon.
@@ -62,6 +85,8 @@ class ModelConfig:
     warm_start_lr: float = 3e-3
     # Sequences per warm-start step.
     warm_start_batch_size: int = 32
+    # Low-rank adapters (model.lora.rank > 0): only they train.
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -125,12 +150,25 @@ class HardwareConfig:
     chips: int = 1
     # JAX devices visible to the job over all hosts.
     devices: int = 1
-    # Hosts (processes); > 1 calls jax.distributed.initialize.
+    # Hosts; under runtime=multi_controller, one process each (joined by
+    # jax.distributed.initialize), each holding devices / hosts of the devices.
     hosts: int = 1
+    # How the run reaches its devices: single (one process sees every device) |
+    # multi_controller (one process per host: mpirun, srun, Cloud TPU/GKE, or
+    # JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID) | pathways (one process
+    # sees every host's devices through the Pathways proxy).
+    runtime: str = "single"
+    # multi_controller: seconds to wait for every process to join (a coordinator that
+    # cannot be reached ends the run in one line after this long).
+    join_timeout_s: int = 60
+    # multi_controller: seconds without a heartbeat after which a process counts as lost
+    # (jax.distributed's heartbeat_timeout_seconds; the others then stop, naming it).
+    heartbeat_timeout_s: int = 20
     # High-bandwidth memory per JAX device, GiB.
     hbm_gib_per_device: float = 24.0
-    # Peak dense bf16 throughput per device, TFLOP/s (for MFU).
-    peak_bf16_tflops: float = 1.0
+    # Peak dense bf16 throughput per device, TFLOP/s (for MFU); None = no datasheet figure
+    # (a CPU): perf/mfu is not logged.
+    peak_bf16_tflops: Optional[float] = None
     # Regex that jax.Device.device_kind must fully match ("TPU v6 lite"); None = any kind.
     device_kind: Optional[str] = None
     # GPU model when platform=gpu (h100 | h200): picks HBM, peak and kind from gpu_specs.
@@ -260,6 +298,12 @@ class RolloutConfig:
     data_parallel_size: int = 1
     # vllm: fraction of HBM vLLM may take.
     hbm_utilization: float = 0.4
+    # Copy the trainer's weights to the sampler every N global steps (MaxText's
+    # inference_rollouts); 1 = every step. Only when the sampler holds its own copy (split
+    # hardware, another mesh or vLLM): a shared copy is always current. Between copies the
+    # rollouts come from weights up to N-1 steps old, and nothing corrects for it (the old
+    # log-probs are the trainer's).
+    sync_every: int = 1
 
 
 @dataclass
@@ -277,9 +321,13 @@ class TrackerConfig:
     run_name: Optional[str] = None
     # Extra MLflow run tags, e.g. +tracker.tags.team=rl (values are redacted like params).
     tags: dict[str, str] = field(default_factory=dict)
-    # Seconds between samples of MLflow's system-metrics monitor (CPU, RAM, disk, network,
-    # GPU via psutil/pynvml; accelerator memory from JAX); 0 = off.
+    # Longest interval, seconds, between samples of MLflow's system-metrics monitor (CPU, RAM,
+    # disk, network, GPU via psutil/pynvml; process RSS; JAX memory): sampling starts every
+    # 1 s and slows with the run's age to ~60 points a run, never sparser than this; 0 = off.
     system_metrics_every_s: float = 10.0
+    # Steps between training-rollout tables (prompt, completion, rewards, advantage, length,
+    # truncated: rollouts/step_*.json); None = at each evaluation (eval.every); 0 = off.
+    log_completions_every: Optional[int] = None
 
 
 @dataclass
@@ -355,8 +403,17 @@ class TrainConfig:
     # Peak learning rate. Real-model default 3e-6 (MaxText rl.yml, Tunix grpo_demo); the
     # tiny model's recipe (conf/recipe/tiny.yaml) uses 1e-3.
     learning_rate: float = 3e-6
-    # constant | cosine | warmup_cosine.
+    # constant | cosine | warmup_cosine | linear (warm-up, then a straight line from
+    # learning_rate to end_learning_rate; EasyDeL's LINEAR scheduler).
     lr_schedule: str = "warmup_cosine"
+    # Learning rate the decaying schedules (cosine, warmup_cosine, linear) reach after the last
+    # optimizer update; 0 = decay to zero.
+    end_learning_rate: float = 0.0
+    # Passes over the training prompts; when set, train.steps is derived from it:
+    # ceil(epochs x dataset.num_train / train.batch_size), so the last step may take a few
+    # prompts of the next pass (batches run through one seeded permutation per pass).
+    # dataset.num_train must then be the training set's size. None = train.steps as given.
+    epochs: Optional[int] = None
     # Linear warm-up steps (warmup_cosine); the seeds warm up over 10% of the steps.
     warmup_steps: int = 10
     # Global gradient-norm clip; 0 = off (MaxText/Tunix GRPO recipes: 0.1, "important to

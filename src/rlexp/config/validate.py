@@ -14,8 +14,9 @@ from typing import Any, Optional
 from rlexp.algo.algorithm import algorithms
 from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIO_LEVELS, REWARD_SCALES
 from rlexp.base.errors import UserError
-from rlexp.config.rules import RULES, Refusal
+from rlexp.config.rules import RULES, Refusal, epoch_steps
 from rlexp.config.schema import Config
+from rlexp.families import families
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ MODES = ("max", "min")
 # (a bad hardware.gpu_type leaves the figures it selects at 0, which a range would blame).
 CHOICES: dict[str, OneOf] = {
     "hardware.gpu_type": OneOf(keys_of="hardware.gpu_specs"),
-    "model.family": OneOf(("qwen3", "llama3")),
+    "model.family": OneOf(tuple(families())),
     "model.dtype": OneOf(DTYPES),
     "model.param_dtype": OneOf(DTYPES),
     "train.remat": OneOf(("none", "full", "dots_saveable")),
@@ -49,12 +50,13 @@ CHOICES: dict[str, OneOf] = {
     "algo.ratio_level": OneOf(RATIO_LEVELS, null="null (the algorithm's own)"),
     "hardware.platform": OneOf(("cpu", "tpu", "gpu")),
     "hardware.split": OneOf(("colocated", "split")),
+    "hardware.runtime": OneOf(("single", "multi_controller", "pathways")),
     "dataset.template": OneOf(("reasoning", "answer")),
     "dataset.extractor": OneOf(("none", "gsm8k", "boxed", "regex"),
                                dotted="a dotted path to fn(text)"),
     "rollout.name": OneOf(("vanilla", "vllm")),
     "tracker.name": OneOf(("mlflow", "none")),
-    "train.lr_schedule": OneOf(("constant", "cosine", "warmup_cosine")),
+    "train.lr_schedule": OneOf(("constant", "cosine", "warmup_cosine", "linear")),
     "train.early_stop.mode": OneOf(MODES),
     "train.prune.mode": OneOf(MODES),
     "train.prune.pruner": OneOf(("none", "median")),
@@ -75,11 +77,15 @@ RANGES: dict[str, str] = {
     "model.hidden_dim": "[1, inf)",
     "model.vocab_size": "[1, inf)",
     "model.rope_theta": "(0, inf)",
+    "model.rope_scale": "[1, inf)",
+    "model.sliding_window": "[1, inf)",
     "model.norm_eps": "(0, 1)",
     "model.max_position": "[1, inf)",
     "model.warm_start_steps": "[0, 1000000]",  # as train.steps
     "model.warm_start_lr": "(0, inf)",
     "model.warm_start_batch_size": "[1, 65536]",  # as train.batch_size
+    "model.lora.rank": "[0, 4096]",  # 0 = off (full fine-tuning)
+    "model.lora.alpha": "(0, inf)",
     "algo.beta": "[0, inf)",
     "algo.epsilon": "(0, 1)",
     "algo.epsilon_high": "(0, 1)",
@@ -106,6 +112,8 @@ RANGES: dict[str, str] = {
     "hardware.gpus_per_node": "[0, inf)",
     "hardware.timeout_min": "[1, inf)",
     "hardware.host_memory_gib": "(0, inf)",
+    "hardware.join_timeout_s": "[1, 3600]",
+    "hardware.heartbeat_timeout_s": "[2, 3600]",
     "dataset.num_train": "[1, inf)",
     "dataset.num_eval": "[1, inf)",
     "dataset.seed": "[0, 4294967295]",  # NumPy seeds are unsigned 32-bit
@@ -126,8 +134,10 @@ RANGES: dict[str, str] = {
     "rollout.tensor_parallel_size": "[1, inf)",
     "rollout.data_parallel_size": "[1, inf)",
     "rollout.hbm_utilization": "(0, 1]",
+    "rollout.sync_every": "[1, 1000000]",  # as train.steps
     "tracker.flush_every_s": "[0, inf)",
     "tracker.system_metrics_every_s": "[0, inf)",  # 0 = off
+    "tracker.log_completions_every": "[0, inf)",  # 0 = off, None = eval.every
     "train.early_stop.patience": "[1, inf)",
     "train.early_stop.min_delta": "[0, inf)",
     "train.prune.startup_jobs": "[0, inf)",
@@ -146,6 +156,10 @@ RANGES: dict[str, str] = {
     "train.micro_batch_size": "[1, 65536]",
     "rollout.micro_batch_size": "[1, 65536]",
     "train.learning_rate": "(0, inf)",
+    "train.end_learning_rate": "[0, inf)",  # 0 = decay to zero
+    # Passes over the training prompts (EasyDeL's GRPO tutorial: 3); the steps they make are
+    # held to train.steps' range too (rules: epochs_steps_in_range).
+    "train.epochs": "[1, 1000]",
     "train.warmup_steps": "[0, inf)",
     "train.grad_clip": "[0, inf)",  # 0 = off
     "train.weight_decay": "[0, inf)",
@@ -228,9 +242,17 @@ def range_refusal(cfg: Config) -> Optional[Refusal]:
 
 
 def validate(cfg: Config) -> Config:
-    """The tables, then the rules, in order: UserError (one line) for the first refusal."""
-    for check in (choice_refusal, range_refusal, *(rule.check for rule in RULES)):
+    """The tables, then the rules, in order: UserError (one line) for the first refusal.
+    Between them, train.steps is derived from train.epochs when that is set (its inputs are
+    in range by then; the rules check the result)."""
+    for check in (choice_refusal, range_refusal):
         refusal = check(cfg)
+        if refusal is not None:
+            raise UserError(refusal.message)
+    if cfg.train.epochs is not None:
+        cfg.train.steps = epoch_steps(cfg.train.epochs, cfg.dataset.num_train, cfg.train.batch_size)
+    for rule in RULES:
+        refusal = rule.check(cfg)
         if refusal is not None:
             raise UserError(refusal.message)
     return cfg

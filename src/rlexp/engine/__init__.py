@@ -11,8 +11,9 @@ Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_mod
 policy as a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once),
 tunix_patches (every change rlexp makes to Tunix: its import shortcut, the numerics
 patches), algo_registry (rlexp's losses plugged into Tunix), vllm_rollout, checkpoint_store
-(orbax through Tunix), warm_start, weights (flat parameter names), export (the policy as a
-Hugging Face dir), probes (host-side step metrics), profile (JAX traces), protocol (the Engine
+(orbax through Tunix), lora (model.lora's adapters through qwix), warm_start, weights (flat
+parameter names), export (the policy as a Hugging Face dir), probes (host-side step
+metrics), profile (JAX traces), protocol (the Engine
 interface the job sees).
 
 Layer: engine. May import rlexp.planning, rlexp.inputs, rlexp.data, rlexp.tracking (only to
@@ -36,7 +37,7 @@ from rlexp.base.errors import UserError
 from rlexp.config.schema import Config
 from rlexp.data import PromptTemplate, Splits, build_splits, load_problems, rewards
 from rlexp.data.lengths import check_prompt_lengths
-from rlexp.engine import tunix_models as engine_models, tunix_names, warm_start
+from rlexp.engine import lora, tunix_models as engine_models, tunix_names, warm_start
 from rlexp.engine.checkpoint_store import EngineCheckpoints
 from rlexp.engine.export import init_from
 from rlexp.engine.probes import StepProbe
@@ -45,7 +46,7 @@ from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
 from rlexp.engine.tunix_patches import skip_tunix_init
 from rlexp.engine.weights import params
 from rlexp.inputs import model_files as models
-from rlexp.planning.hardware import role_meshes
+from rlexp.planning.hardware import role_meshes, to_host
 
 if TYPE_CHECKING:
     from rlexp.planning.plan import Plan
@@ -85,12 +86,16 @@ class TunixEngine:
     start_step: int = 0
     # What build() did (warm start, data counts) for logs and the summary.
     info: dict[str, Any] = field(default_factory=dict)
+    # Called after every global step (model.lora: rlexp.engine.lora.BaseLink), or None.
+    after_step: Any = None
 
     def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
         """One global step with sampling key `key`; returns the step's metrics."""
         self.keys.reset(key)
         self.probe.reset()
         self.step_runner(batch)
+        if self.after_step is not None:
+            self.after_step()
         out = self.probe.metrics()
         # host seconds: sampler calls (incl. their device wait), rollout + rewards +
         # advantages + log-probs, and the one metrics fetch (waits for the last update)
@@ -99,15 +104,21 @@ class TunixEngine:
         out["time/fetch_s"] = self.probe.fetch_s
         return out
 
+    def rollouts(self) -> list[dict[str, Any]]:
+        """The latest train_step's completions, one row each (prompt, completion, reward per
+        function and total, advantage, length, truncated): the probe's host-side records."""
+        return self.probe.rows()
+
     def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
         """Completions for `prompts` with the EVAL rollout config: greedy or sampled at
         eval.temperature. Calls are chunked to the training rollout batch so the sampler
         reuses the compiled program of training."""
-        from rlexp.engine.tunix_adapter import Mode
+        from rlexp.engine.tunix_adapter import Mode, eval_sampling
 
         rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
         self.keys.reset(key)
-        rc.top_p = None if greedy else (1.0 if self.cfg.rollout.top_p is None else self.cfg.rollout.top_p)
+        for name, value in eval_sampling(self.cfg, greedy).items():  # vLLM: greedy = temperature 0
+            setattr(rc, name, value)
         # Tunix samples training rollouts in calls of rollout micro-batch x G rows.
         chunk = self.step_runner.rollout_rows
         padded = list(prompts) + [prompts[-1]] * (-len(prompts) % chunk)
@@ -122,7 +133,9 @@ class TunixEngine:
     def policy_state(self) -> dict[str, Any]:
         """A NumPy copy of the policy's parameters (flattened names -> arrays)."""
 
-        return {k: np.array(v) for k, v in params(self.cluster.actor_trainer.model).items()}
+        # to_host: a collective when a process does not address every shard (every process
+        # of a multi-controller run calls this, in the same order)
+        return {k: to_host(v) for k, v in params(self.cluster.actor_trainer.model).items()}
 
     def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
 
@@ -228,15 +241,22 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
         info.update(init_from(cfg, model))
     else:
         info.update(warm_start.warm_start(cfg, model, tok, splits.train))
-    reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
+    if cfg.model.lora.rank:  # adapters train; the frozen base is the reference (no copy)
+        base, model = lora.apply(cfg.model, model, meshes["trainer"], cfg.train.seed)
+        reference, after_step = (base if cfg.algo.beta > 0 else None), lora.BaseLink(model, base)
+    else:
+        after_step = None
+        reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
     probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
     learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))
     probe.attach(learner, cluster, registry.AUX_KEYS)
+    info.update(lora.counts(cluster.actor_trainer.model))  # params/total, params/trainable
     keys = tunix_adapter.SamplingKeys()
     keys.attach(cluster)
-    runner = tunix_adapter.StepRunner(learner, cfg.train.batch_size)
+    runner = tunix_adapter.StepRunner(learner, cfg.train.batch_size, cfg.rollout.sync_every)
     return TunixEngine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
                   learner=learner, probe=probe, step_runner=runner, keys=keys,
                   schedule=tunix_adapter.host_lr_schedule(cfg),
-                  updates_per_step=tunix_adapter.updates_per_step(cfg), info=info)
+                  updates_per_step=tunix_adapter.updates_per_step(cfg), info=info,
+                  after_step=after_step)

@@ -56,9 +56,19 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
     if t.lr_schedule == "constant":
         return optax.constant_schedule(t.learning_rate)
     if t.lr_schedule == "cosine":
-        return optax.cosine_decay_schedule(t.learning_rate, total)
+        return optax.cosine_decay_schedule(t.learning_rate, total,
+                                           alpha=t.end_learning_rate / t.learning_rate)
     warmup = min(t.warmup_steps * updates_per_step(cfg), total - 1)
-    return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total)
+    if t.lr_schedule == "linear":
+        # learning_rate -> end_learning_rate in a straight line after the warm-up (EasyDeL's
+        # LINEAR scheduler; optax.linear_schedule), reached at the last update.
+        decay = optax.linear_schedule(t.learning_rate, t.end_learning_rate, total - warmup)
+        if warmup == 0:
+            return decay
+        return optax.join_schedules([optax.linear_schedule(0.0, t.learning_rate, warmup), decay],
+                                    [warmup])
+    return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total,
+                                              end_value=t.end_learning_rate)
 
 
 class HostSchedule:
@@ -73,7 +83,9 @@ class HostSchedule:
         if self.table is None:
             import jax
 
-            with jax.default_device(jax.devices("cpu")[0]):
+            # this process's own CPU device: jax.devices("cpu")[0] is process 0's in a
+            # multi-controller run, which another process cannot compute on or read
+            with jax.default_device(jax.local_devices(backend="cpu")[0]):
                 self.table = np.asarray(jax.vmap(self.schedule)(np.arange(self.total + 1)))
         return float(self.table[min(int(count), self.total)])
 
@@ -108,6 +120,16 @@ def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
     return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
 
 
+def eval_sampling(cfg: Config, greedy: bool) -> dict[str, Any]:
+    """RolloutConfig fields an evaluation call sets: greedy, or sampled at eval.temperature.
+    Tunix's vanilla sampler decodes greedily when top_p is None, whatever the temperature;
+    Tunix's VllmSampler skips a None top_p, and vLLM is greedy at temperature 0."""
+    top_p = 1.0 if cfg.rollout.top_p is None else cfg.rollout.top_p
+    if cfg.rollout.name == "vllm":
+        return {"temperature": 0.0 if greedy else cfg.eval.temperature, "top_p": top_p}
+    return {"top_p": None} if greedy else {"top_p": top_p, "temperature": cfg.eval.temperature}
+
+
 def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
                  meshes: dict[str, Any]) -> rl_cluster_lib.RLCluster:
     t = cfg.train
@@ -131,6 +153,10 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
     if cfg.rollout.name == "vanilla":
         _old_logps_at_temperature(cluster, cfg.rollout.temperature)
         memoize_prompt_encoding(cluster)
+    elif cluster.rollout._sampler.llm is not None:  # vLLM in process (not server mode)
+        from rlexp.engine.vllm_rollout import seed_rows
+
+        seed_rows(cluster.rollout._sampler.llm)
     return cluster
 
 
@@ -158,13 +184,21 @@ class SamplingKeys:
         return jax.random.fold_in(self.base, self.calls)
 
     def attach(self, cluster: rl_cluster_lib.RLCluster) -> None:
+        """Every rollout.generate call gets the next key: as a JAX key for the vanilla
+        sampler, as the int (or None on TPU) vLLM takes otherwise (vllm_rollout.request_seed)."""
+        from tunix.rl.rollout.vanilla_rollout import VanillaRollout
+
+        from rlexp.engine.vllm_rollout import request_seed
 
         rollout = cluster.rollout
         generate = rollout.generate
         keys = self
+        vanilla = isinstance(rollout, VanillaRollout)
 
         def keyed_generate(prompts: Any, rollout_config: Any, **kw: Any) -> Any:
-            return generate(prompts, dataclasses.replace(rollout_config, seed=keys.next()), **kw)
+            key = keys.next()
+            seed = key if vanilla else request_seed(rollout_config, key)
+            return generate(prompts, dataclasses.replace(rollout_config, seed=seed), **kw)
 
         rollout.generate = keyed_generate
 
@@ -206,8 +240,11 @@ def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: fl
 
 def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
                  reward_fns: Sequence[Callable[..., list[float]]]) -> GRPOLearner:
-    return GRPOLearner(rl_cluster=cluster, algo_config=registry.algo_settings(cfg.algo),
-                       reward_fns=list(reward_fns))
+    settings = registry.algo_settings(cfg.algo, budget=cfg.rollout.max_completion_length)
+    learner = GRPOLearner(rl_cluster=cluster, algo_config=settings, reward_fns=list(reward_fns))
+    # Micro-batches below the mini-batch: divide by the accumulation window's tokens and rows.
+    registry.normalise_over_windows(learner)
+    return learner
 
 
 class StepRunner:
@@ -219,8 +256,11 @@ class StepRunner:
     RLLearner.train (tunix/rl/rl_learner.py, 0.1.7) and nothing more.
     """
 
-    def __init__(self, learner: GRPOLearner, batch_size: int):
+    def __init__(self, learner: GRPOLearner, batch_size: int, sync_every: int = 1):
         self.learner = learner
+        # Copy the trainer's weights to the sampler after every sync_every-th global step
+        # (rollout.sync_every; MaxText's inference_rollouts), when the two hold separate copies.
+        self.sync_every = sync_every
         tc = learner._training_config
         self.full = batch_size
         self.mini = tc.mini_batch_size or batch_size
@@ -242,7 +282,7 @@ class StepRunner:
         if self.micro != self.full:
             it = L._create_micro_batch_iterator(it, self.micro)
         L._run_global_step(self.full, self.mini, self.service, self.grad_acc, it, None, False)
-        if L.should_sync_weights:
-            L.rl_cluster.sync_weights()
+        if L.should_sync_weights and (L.rl_cluster.global_steps + 1) % self.sync_every == 0:
+            L.rl_cluster.sync_weights()  # also counts the step
         else:
             L.rl_cluster.global_steps += 1

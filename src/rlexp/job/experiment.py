@@ -13,6 +13,11 @@ A full disk (ENOSPC, or orbax's RESOURCE_EXHAUSTED) anywhere during the run stop
 one line naming the path and its free space: the unfinished checkpoint is removed (the last
 good one stays), no *.tmp file is left, and a small reserve file, deleted first, leaves room
 for summary.json and the tracker's final records.
+
+A multi-controller run (hardware.runtime=multi_controller) runs this in every process: each
+builds, trains, evaluates and checkpoints (orbax's multi-host save and restore, the device
+collectives); process 0 alone writes summary.json, progress.json and the export, opens the
+MLflow run and prints (rlexp.base.runtime.is_main_process).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from rlexp import engine as engine_lib
 from rlexp.base import runtime
 from rlexp.base.errors import UserError, fail
 from rlexp.base.events import Listener, Listeners, RunInfo
-from rlexp.base.lock import Busy, DirLock
+from rlexp.base.lock import Busy, DirLock, is_lock_file
 from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri, scrub_run_dir
 from rlexp.config.naming import flatten
 from rlexp.config.schema import Config
@@ -48,13 +53,15 @@ from rlexp.engine.checkpoint_store import DiskFull, disk_full, remove_unfinished
 from rlexp.inputs import storage
 from rlexp.inputs.storage import check_backend
 from rlexp.job import loop, stopping
-from rlexp.job.console import ConsoleListener, quiet_third_party
+from rlexp.job.console import ConsoleListener, phase, quiet_third_party
 from rlexp.job.resume import Checkpointer, Preempted, StopFlag, final_metadata
+from rlexp.planning.hardware import init_distributed, lost_peer, process_lines, sync_processes
 from rlexp.planning.plan import make_plan
 from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys, warm_up
 from rlexp.tracking.callback import RemoteParentCloser
-from rlexp.tracking.conventions import display_name
+from rlexp.tracking.conventions import display_name, swept_tags
 from rlexp.tracking.listener import recorded_run
+from rlexp.tracking.links import run_dir_link
 from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
 
 # Imported inside functions, on purpose: jax (1.4 s) is imported only to count devices at the end
@@ -75,6 +82,8 @@ class JobContext:
     overrides: list[str]
     # The sweep dir when this job is part of a multirun.
     sweep_dir: Path | None = None
+    # The job's number in its multirun (Hydra's job.num, from 0); None for a single run.
+    index: int | None = None
 
     @classmethod
     def from_hydra(cls) -> "JobContext":
@@ -85,7 +94,8 @@ class JobContext:
                    if not k.startswith("hydra/") and v is not None}
         sweep = Path(hc.sweep.dir).resolve() if hc.mode == RunMode.MULTIRUN else None
         return cls(run_dir=run_dir, name=run_dir.name, choices=choices,
-                   overrides=list(hc.overrides.task), sweep_dir=sweep)
+                   overrides=list(hc.overrides.task), sweep_dir=sweep,
+                   index=int(hc.job.num) if sweep is not None else None)
 
 
 def _git() -> dict[str, str]:
@@ -135,6 +145,8 @@ def _read_json(path: Path) -> dict | None:
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
+    if not runtime.is_main_process():  # one record per run: process 0 writes it
+        return
 
     tmp = run_dir / "summary.json.tmp"
     try:
@@ -259,6 +271,8 @@ def print_plan(cfg: Config, plan, job: JobContext) -> None:
     print("rlexp plan (dry run: nothing compiled)")
     for line in plan.lines:
         print(f"  {line}")
+    for line in process_lines(cfg.hardware):  # hosts x devices per host, who logs, host RAM
+        print(f"  {line}")
     print(f"  outputs    {job.run_dir}")
 
     print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
@@ -275,6 +289,10 @@ def run(cfg: Config, job: JobContext) -> float | None:
         return None
     if not plan.fits:
         _user_error(plan.why, job)
+    try:
+        init_distributed(cfg.hardware)  # multi_controller: join the others (0 of 1 otherwise)
+    except UserError as exc:
+        _user_error(str(exc), job)
     lock = _lock_run_dir(job)  # before rlexp writes anything: a second identical command exits 2
     try:
         with runtime.frozen_heap():
@@ -310,7 +328,7 @@ def _remove_tmp_files(run_dir: Path) -> None:
 def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
 
     try:
-        return DirLock(job.run_dir).acquire()
+        return DirLock(job.run_dir, process=runtime.process_index()).acquire()
     except Busy as exc:
         if job.sweep_dir is None:
 
@@ -327,15 +345,21 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     if cfg.run.resume:
         previous = recorded_state(cfg, job, checkpoints)
         if previous and previous.get("status") == "FINISHED":
-            print(already_finished(run_dir, previous, _git()))
+            if runtime.is_main_process():
+                print(already_finished(run_dir, previous, _git()))
             return previous.get("objective")
     else:
-        _forget_previous(run_dir)
+        if runtime.is_main_process():
+            _forget_previous(run_dir)
+        sync_processes("rlexp.forget_previous")  # no process restores what process 0 removes
 
-    scrub_run_dir(run_dir)
+    if runtime.is_main_process():
+        scrub_run_dir(run_dir)
     started = time.time()
-
-    warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
+    # The first line of a run, before JAX is imported (the build's first seconds).
+    phase(f"{job.name}: building the model (importing JAX and Tunix)")
+    if runtime.is_main_process():
+        warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
     try:
         check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
         engine = engine_lib.build(cfg, plan, run_dir)  # (xpk) needs no gcsfs
@@ -353,10 +377,13 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     listener_list = _listeners(cfg, run_dir)
     progress = listener_list[0]  # the last step this attempt reached (KILLED/FAILED summaries)
     listeners = Observers(listener_list, run_dir)
-    info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params(flatten(cfg)),
+    # + the engine's parameter counts (params/total, params/trainable: model.lora trains less)
+    counts = {k: v for k, v in engine.info.items() if k.startswith("params/")}
+    info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params({**flatten(cfg), **counts}),
                    tags=run_tags(cfg, job), start_step=engine.start_step,
                    total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
                    extra={**_parent(job), "resumed": resumed is not None,
+                          "started": started,  # the tracker's run starts when the job did
                           **_display(cfg, job, engine)})
     summary: dict[str, Any] = {
         "name": job.name, "status": "RUNNING", "choices": job.choices,
@@ -367,12 +394,16 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     }
     status, error = "FAILED", None
     full: DiskFull | None = None
+    lost: str | None = None  # a multi-controller run lost one of its processes
 
     stops = stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name)
-    reserve = DiskReserve(run_dir)
+    reserve = DiskReserve(run_dir if runtime.is_main_process() else None)
     try:
         with StopFlag() as stop:
             listeners.on_run_start(info)
+            for console in listener_list:  # run dir and MLflow link, once the run exists
+                if isinstance(console, ConsoleListener):
+                    console.show_link()
             summary.update(loop.run(cfg, engine, listeners, run_dir, checkpointer=checkpointer,
                                     stop=stop, resumed=resumed, stops=stops))
         status = "FINISHED"
@@ -386,15 +417,17 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         error = str(exc)
     except Exception as exc:
         full = disk_full(exc, run_dir)
-        if full is None:
+        lost = lost_peer(exc) if full is None else None
+        if full is None and lost is None:
             error = _error_line(exc)
             raise
-        error = _disk_full_line(full, max(engine.start_step, progress.step), checkpointer)
+        error = lost or _disk_full_line(full, max(engine.start_step, progress.step), checkpointer)
     finally:
         if full is not None:
             logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
         reserve.release()  # room for the last words below
-        checkpointer.close()
+        if lost is None:  # orbax's close waits for every process: not for a lost one
+            checkpointer.close()
         tracking = _read_json(run_dir / "tracking.json") or {}
         eval_after = summary.get("eval_after") or {}
         summary.update(status=status, error=error, wall_s=round(time.time() - started, 3),
@@ -413,7 +446,8 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
                 status, error = "FAILED", (f"{late.describe()}: summary.json not written; "
                                            "free some space, then rerun the same command")
                 summary.update(status=status, error=error)
-        storage.mirror_outputs(cfg.run.output_uri, job.name, run_dir)  # run.output_uri only
+        if runtime.is_main_process():
+            storage.mirror_outputs(cfg.run.output_uri, job.name, run_dir)  # run.output_uri only
         listeners.on_run_end(status, summary)
         stops.finish(status, summary)
         if full is not None:
@@ -422,7 +456,11 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)
         if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
             raise JobStopped(error)
-        print(f"rlexp: {'error: ' if status == 'FAILED' else ''}{error}", file=sys.stderr)
+        if lost is not None:  # every survivor says it; exit now: jax.distributed's shutdown
+            print(f"rlexp: error: {error}", file=sys.stderr, flush=True)  # would wait for
+            runtime.exit_at_once(1)  # the lost process, then abort
+        if runtime.is_main_process():
+            print(f"rlexp: {'error: ' if status == 'FAILED' else ''}{error}", file=sys.stderr)
         sys.exit(143 if status == "KILLED" else 1)
     return summary["objective"]
 
@@ -433,7 +471,10 @@ def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> st
 
     try:
         source = Path(cfg.model.path) if cfg.model.path else None
-        out = export.write(run_dir / export.EXPORT_DIR, engine.policy_state(), cfg.model, source)
+        state = engine.policy_state()  # every process: gathering the shards is a collective
+        if not runtime.is_main_process():
+            return None
+        out = export.write(run_dir / export.EXPORT_DIR, state, cfg.model, source)
     except Exception as exc:
         log.warning("export failed (%s); retry with: python -m rlexp.export %s",
                     _error_line(exc), run_dir)
@@ -469,6 +510,8 @@ def _error_line(exc: BaseException) -> str:
 
 
 def _failed_summary(job: JobContext, error: str) -> None:
+    if not runtime.is_main_process():
+        return
     job.run_dir.mkdir(parents=True, exist_ok=True)
     write_summary(job.run_dir, {"name": job.name, "status": "FAILED", "error": error,
                                 "choices": job.choices, "overrides": job.overrides,
@@ -493,20 +536,25 @@ def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
 def _remove_if_empty(run_dir: Path) -> None:
     """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
     hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock", RESERVE_FILE}
-    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= hydra_only:
+    if run_dir.is_dir() and all(p.name in hydra_only or is_lock_file(p.name)
+                                for p in run_dir.iterdir()):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class ProgressFile(Listener):
     """run_dir/progress.json: the latest step, for schedulers, watchdogs and the resume bench."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, write: bool = True):
         self.path = run_dir / "progress.json"
         # Latest step whose metrics were emitted by this process (-1: none yet).
         self.step = -1
+        # False: count steps only (processes other than 0 of a multi-controller run).
+        self.write = write
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.step = step
+        if not self.write:
+            return
         tmp = self.path.with_suffix(".tmp")
         try:
             tmp.write_text(json.dumps({"step": step, "time": time.time()}))
@@ -514,6 +562,14 @@ class ProgressFile(Listener):
         except OSError:
             tmp.unlink(missing_ok=True)
             raise
+
+
+class Muted:
+    """A listener that hears nothing: the console of a process other than 0 (every hook,
+    whatever its name, does nothing)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
 
 
 class Observers(Listeners):
@@ -548,8 +604,10 @@ RESERVE_BYTES = 512 * 1024
 
 
 class DiskReserve:
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / RESERVE_FILE
+    def __init__(self, run_dir: Path | None):
+        self.path = run_dir / RESERVE_FILE if run_dir is not None else None
+        if self.path is None:  # a process other than 0 writes nothing to keep room for
+            return
         try:
             with open(self.path, "wb") as handle:
                 os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)  # blocks, not a hole
@@ -557,6 +615,8 @@ class DiskReserve:
             self.release()
 
     def release(self) -> None:
+        if self.path is None:
+            return
         try:
             self.path.unlink(missing_ok=True)
         except OSError:
@@ -592,8 +652,9 @@ def _parent(job: JobContext) -> dict[str, Any]:
 def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
     """What trackers show besides params: a short run name, the resolved config, the data."""
 
-    return {"run_name": display_name(cfg.tracker.run_name, job.choices, job.overrides,
-                                     swept_keys(job.sweep_dir)),
+    swept = swept_keys(job.sweep_dir)
+    return {"run_name": display_name(cfg.tracker.run_name, job.choices, job.overrides, swept),
+            "swept_tags": swept_tags(job.overrides, swept),  # the name's values in full
             "config": dataclasses.asdict(cfg), "user_tags": dict(cfg.tracker.tags),
             "datasets": {"name": cfg.dataset.name, "source": cfg.dataset.path or cfg.dataset.name,
                          "train": engine.splits.train, "eval": engine.splits.eval}}
@@ -602,7 +663,10 @@ def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
 def _listeners(cfg: Config, run_dir: Path) -> list:
 
     # The console hides only its bar/step lines with run.progress=false (evals, table stay).
-    out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg)]
+    link = (lambda: run_dir_link(run_dir)) if cfg.tracker.name != "none" else None
+    out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg, link=link)]
+    if not runtime.is_main_process():  # one record per run: process 0 prints and tracks
+        return [ProgressFile(run_dir, write=False), Muted()]
     tracker = make_listener(cfg, run_dir)
     if tracker is not None:
         out.append(tracker)

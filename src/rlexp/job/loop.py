@@ -26,6 +26,7 @@ from rlexp.engine.profile import StepProfiler
 from rlexp.job import guards
 from rlexp.job.evaluate import evaluate
 from rlexp.job.resume import Preempted
+from rlexp.planning.hardware import any_process
 from rlexp.planning.perf import peak_tflops, step_flops, utilization
 
 if TYPE_CHECKING:
@@ -102,6 +103,10 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
     flops = step_flops(cfg, engine.rollout_batch)
     peak = peak_tflops(cfg)
     profiler = StepProfiler(cfg.run.profile_steps, run_dir)
+    # training-rollout tables: every tracker.log_completions_every steps, else at each eval
+    rollouts_every = 0 if cfg.tracker.name == "none" else (
+        cfg.eval.every if cfg.tracker.log_completions_every is None
+        else cfg.tracker.log_completions_every)
     stopped: str | None = None
 
     def run_eval() -> dict[str, float]:
@@ -141,13 +146,17 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
                         "time/data_s": phase.last["data"],
                         "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
                         **utilization(flops, step_s, peak)})
-        # evaluate, checkpoint and log since the previous step: time/<phase>_s
+        # checkpoint and log since the previous step: time/<phase>_s. An evaluation's seconds
+        # are its own time/eval_s, logged with it at its step (job/evaluate.py), not here.
         metrics.update({f"time/{k}_s": v for k, v in phase.take().items()
-                        if k not in ("step", "data")})
+                        if k not in ("step", "data", "evaluate")})
         check_finite(state.step, metrics)
         state.train_last = metrics
         with phase("log"):
             listeners.on_metrics(state.step, metrics)
+            if rollouts_every and (state.step % rollouts_every == 0
+                                   or state.step == cfg.train.steps):  # and the last step
+                listeners.on_rollouts(state.step, engine.rollouts())
         traced = profiler.after(state.step)
         if traced is not None:
             listeners.on_artifact(traced, traced.name)
@@ -164,7 +173,7 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
         saved = bool(every_ckpt) and state.step % every_ckpt == 0 and state.step < cfg.train.steps
         if saved:
             checkpoint()
-        if stop is not None and stop.requested and state.step < cfg.train.steps:
+        if stop is not None and any_process(stop.requested) and state.step < cfg.train.steps:
             if not saved:
                 checkpoint()
             raise Preempted(f"step {state.step}")

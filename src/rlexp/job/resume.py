@@ -1,6 +1,7 @@
 """Checkpoint and resume policy; the engine's state on disk is rlexp.engine.checkpoint_store's.
 
-A checkpoint holds the policy parameters, the optimizer state and our counters. Tunix's final
+A checkpoint holds the policy parameters, the optimizer state and our counters (model.lora:
+the adapters and their optimizer state only; the frozen base is rebuilt at start). Tunix's final
 save drops its global step, so the step that matters lives in our metadata;
 the data order and sampling keys are pure functions of (seed, step), so nothing else is needed.
 Orbax writes a step into a temporary dir and renames it when complete, so a SIGKILL mid-save
