@@ -25,9 +25,9 @@ import pytest
 from helpers import cli_env
 from rlexp.base.events import RunInfo
 from rlexp.config.schema import Config
-from rlexp.job import console
-from rlexp.job.console import (ConsoleListener, SweepEnv, SweepMonitor, job_label, job_output,
-                               sweep_eta)
+from rlexp.job import console, sweep_monitor
+from rlexp.job.console import ConsoleListener, SweepEnv, job_label, job_output
+from rlexp.job.sweep_monitor import SweepMonitor, sweep_eta
 
 EVAL = {"eval/accuracy": 0.8125, "eval/format_accuracy": 1.0, "eval/pass_at_k": 0.9,
         "eval/k": 4, "eval/mean_reward": 1.5}
@@ -241,10 +241,10 @@ def test_on_a_terminal_one_bar_with_the_jobs_lines_above_it(tmp_path):
 def test_the_sweeps_last_line_names_the_link(tmp_path, monkeypatch):
     out = io.StringIO()
     monitor = SweepMonitor(tmp_path, size=1, workers=1, stream=out, terminal=False)
-    monkeypatch.setattr(console, "_monitor", monitor)
+    monkeypatch.setattr(sweep_monitor, "_monitor", monitor)
     _event(tmp_path, 0, kind="start", t=time.time() - 5)
     _event(tmp_path, 0, kind="end", status="FINISHED", t=time.time())
-    line = console.print_sweep_end("http://127.0.0.1:5000/#/experiments/1/runs/abc", out)
+    line = sweep_monitor.print_sweep_end("http://127.0.0.1:5000/#/experiments/1/runs/abc", out)
     assert line.startswith("rlexp: sweep done: 1 job(s): 1 finished in ")
     assert line.endswith("; parent run http://127.0.0.1:5000/#/experiments/1/runs/abc")
     assert out.getvalue().endswith(line + "\n")

@@ -271,14 +271,14 @@ class RlexpJoblibLauncher(JoblibLauncher):
         from joblib import effective_n_jobs
 
         from rlexp.base.runtime import fast_start_enabled, import_all
-        from rlexp.job import console
+        from rlexp.job import console, sweep_monitor
 
         quiet_parallel_line()
         terminal = console.is_terminal(sys.stderr)
         probe = sweep_env(job_overrides, initial_job_idx, None, terminal)
         size = int(probe[console.SWEEP_SIZE_ENV])
         workers = min(effective_n_jobs(self.joblib.get("n_jobs", -1)), size)
-        monitor = console.sweep_monitor(size, workers)
+        monitor = sweep_monitor.sweep_monitor(size, workers)
         env = sweep_env(job_overrides, initial_job_idx, monitor.relay, terminal)
         if not fast_start_enabled():  # the plugin's launch, as it is
             os.environ.update(env)  # its workers start now, with this environment

@@ -62,6 +62,7 @@ _PYTHON = "3.11.7"
 _HYDRA = "1.3.8"
 _JOBLIB_PLUGIN = "1.2.0"
 _JOBLIB = "1.6.0"
+_JAX = "0.10.2"
 _PLUGIN = "launchers/hydra_plugins/rlexp_presets/joblib_launcher.py"
 _CORE = "hydra_plugins.hydra_joblib_launcher._core"
 
@@ -112,6 +113,16 @@ NAMES: tuple[PrivateApi, ...] = (
                "function", ("method", "force"), used_by=f"{_PLUGIN} use_fork_server",
                why="loky's process-wide default start method (forkserver): Hydra's launch() "
                    "builds joblib.Parallel(backend='loky') with no context of its own"),
+    PrivateApi("jax", _JAX, "jax._src.xla_bridge", "_backends", "global", shape=dict,
+               used_by="rlexp.planning.hardware._backend_started, "
+                       "rlexp.planning.pathways",
+               why="whether JAX already made a backend (XLA_FLAGS and JAX_PLATFORMS are read "
+                   "once, then ignored); jax.devices() would start one to answer"),
+    PrivateApi("jax", _JAX, "jax._src.distributed", "global_state", "global",
+               used_by="rlexp.planning.hardware._dead_processes",
+               why="names the lost process of a multi-controller run from the coordination "
+                   "service's live nodes (client.get_live_nodes); jax.distributed has no "
+                   "public call that lists them"),
     PrivateApi("google-tunix", "0.1.7", "tunix", "__init__", "package",
                used_by="rlexp.engine.tunix_patches.skip_tunix_init",
                why="tunix/__init__.py imports every trainer Tunix ships; the package module is "
