@@ -103,7 +103,8 @@ def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, 
             return None
         return f"this sweep varies {', '.join(keys)} but every job is on-policy: " + \
             noop_message(jobs[0], keys)
-    keys = [k for k in NOOP_KEYS if k in keys or k in chosen_noop_keys(jobs[0])]
+    chosen = chosen_noop_keys(jobs[0])  # builds a default Config: once, not per key
+    keys = [k for k in NOOP_KEYS if k in keys or k in chosen]
     if "algo.name" in keys and on_policy_signature(jobs[0]) != on_policy_signature(Config()):
         keys.remove("algo.name")  # e.g. algo=dr_grpo: its scale_rewards/loss_agg act on-policy
     if not keys or keys == ["algo.name"] and jobs[0].algo.name == "grpo":
