@@ -15,7 +15,7 @@ import pytest
 from rlexp.algo.losses import LossSettings, aggregate, policy_loss, truncated_rows
 from rlexp.config.schema import AlgoConfig
 
-registry = pytest.importorskip("rlexp.engine.algo_registry")
+from rlexp.engine import algo_registry as registry  # noqa: E402  (a broken import fails here, never skips)
 from tunix.rl.grpo.grpo_learner import TrainExample  # noqa: E402
 
 G, PROMPTS, T, V, EOS, BUDGET = 4, 2, 6, 5, 4, 6

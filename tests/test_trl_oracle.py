@@ -23,7 +23,7 @@ from rlexp.algo.advantages import group_advantages
 from rlexp.config.schema import AlgoConfig
 from trl_oracle import trl_available, trl_losses
 
-registry = pytest.importorskip("rlexp.engine.algo_registry")
+from rlexp.engine import algo_registry as registry  # noqa: E402  (a broken import fails here, never skips)
 from tunix.rl.grpo.grpo_learner import TrainExample  # noqa: E402
 
 # A child process imports torch, transformers and trl (7 s on 2 idle cores); then 60 cases.
