@@ -431,9 +431,9 @@ def test_the_optuna_dry_run_counts_its_trials(tmp_path):
 
 
 def test_a_sweep_past_the_sampled_product_counts_every_job():
-    from rlexp.launch.preflight import MAX_PRODUCT, sweep_size
+    from rlexp.launch.preflight import MAX_PRODUCT
 
     values = ",".join(str(i) for i in range(MAX_PRODUCT + 1))
     pre = preflight(["-m", f"train.seed={values}", "algo.beta=0,0.04", "run.dry_run=true"])
     assert len(pre.jobs) < 2 * (MAX_PRODUCT + 1)  # pre-flight checks a sample of the jobs
-    assert sweep_size(pre) == 2 * (MAX_PRODUCT + 1)
+    assert pre.size == 2 * (MAX_PRODUCT + 1)

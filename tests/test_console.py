@@ -25,7 +25,7 @@ import pytest
 from helpers import cli_env
 from rlexp.base.events import RunInfo
 from rlexp.config.schema import Config
-from rlexp.job import console, sweep_monitor
+from rlexp.job import console
 from rlexp.job.console import ConsoleListener, SweepEnv, job_label, job_output
 from rlexp.job.sweep_monitor import SweepMonitor, sweep_eta
 
@@ -236,18 +236,6 @@ def test_on_a_terminal_one_bar_with_the_jobs_lines_above_it(tmp_path):
     # one bar: every redraw says "sweep", none is a job's own
     frames = [f for f in re.split(r"[\r\n]", text) if "|" in f]
     assert frames and all(f.lstrip("\x1b[A ").startswith("sweep ") for f in frames), frames
-
-
-def test_the_sweeps_last_line_names_the_link(tmp_path, monkeypatch):
-    out = io.StringIO()
-    monitor = SweepMonitor(tmp_path, size=1, workers=1, stream=out, terminal=False)
-    monkeypatch.setattr(sweep_monitor, "_monitor", monitor)
-    _event(tmp_path, 0, kind="start", t=time.time() - 5)
-    _event(tmp_path, 0, kind="end", status="FINISHED", t=time.time())
-    line = sweep_monitor.print_sweep_end("http://127.0.0.1:5000/#/experiments/1/runs/abc", out)
-    assert line.startswith("rlexp: sweep done: 1 job(s): 1 finished in ")
-    assert line.endswith("; parent run http://127.0.0.1:5000/#/experiments/1/runs/abc")
-    assert out.getvalue().endswith(line + "\n")
 
 
 def test_the_joblib_parallel_line_is_dropped():

@@ -138,7 +138,9 @@ class RlexpRayLauncher(Launcher):
         env.pop(ENV_JOBS, None)  # this process waits for the jobs and closes the parent
         # What the workers need to import rlexp and the plugins where they are not installed.
         env.update({k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)})
-        run = ray.remote(max_calls=1)(_run_process)
+        # max_retries=0: Ray re-runs a task whose worker died (3 times by default), which
+        # would start one process of a multi-controller job again against peers that are gone.
+        run = ray.remote(max_calls=1, max_retries=0)(_run_process)
         probe = ray.remote(num_cpus=0)(_coordinator_address)
         state = Singleton.get_state()
         cwd = os.getcwd()

@@ -2,7 +2,7 @@
 (rlexp.job.console.job_output writes them, <job index>.jsonl: start, progress, end, and on a
 terminal the jobs' lines) become one bar on a terminal (jobs done, running, failed, the time
 left from the finished jobs) with the jobs' lines printed above it, or one line per finished
-job when piped. print_sweep_end() is the sweep's last line.
+job when piped.
 """
 
 from __future__ import annotations
@@ -200,13 +200,6 @@ class SweepMonitor:
             self.bar.close()
             self.bar = None
 
-    def summary(self) -> str:
-        """'4 jobs: 3 finished, 1 failed in 1m02s'."""
-        finished = self.done - self.failed
-        failed = f", {self.failed} failed" if self.failed else ""
-        return (f"{self.size} job(s): {finished} finished{failed} in "
-                f"{short_duration(time.time() - self.t0)}")
-
 
 _monitor: SweepMonitor | None = None
 
@@ -222,15 +215,3 @@ def sweep_monitor(size: int, workers: int, terminal: bool | None = None) -> Swee
         _monitor.start()
         atexit.register(_monitor.close)  # a sweep that ended early (Optuna's failure rate)
     return _monitor
-
-
-def print_sweep_end(link: str | None = None, stream: Any = None) -> str:
-    """The sweep's last line: its jobs (finished, failed, time) when this process watched
-    them, and `link` (the parent run's page or id: the tracker gives it). The bar, if any,
-    is closed first. Returns the line."""
-    if _monitor is not None:
-        _monitor.close()
-    what = f"sweep done: {_monitor.summary()}" if _monitor is not None else "sweep done"
-    line = f"rlexp: {what}" + (f"; parent run {link}" if link else "")
-    print(line, file=stream or sys.stderr, flush=True)
-    return line

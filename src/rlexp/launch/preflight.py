@@ -322,11 +322,6 @@ def preflight(argv: list[str]) -> Preflight | None:
                      trials=trials is not None)
 
 
-def sweep_size(pre: Preflight) -> int:
-    """How many jobs the command launches (dry runs and the sweep's job labels say it)."""
-    return pre.size
-
-
 def warn_noop(pre: Preflight) -> None:
     """The on-policy warning (rlexp.job.guards.noop_warning), once per command: a run's and a
     dry run's, for a knob the user set, swept, or chose through an experiment file."""

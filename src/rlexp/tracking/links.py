@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlexp.base.files import write_json_atomic
 from rlexp.base.redact import redact_uri
-from rlexp.tracking import PARENT_FILE, store
+from rlexp.tracking import store
 from rlexp.tracking.spool import Link
 
 # The UI's workflow switch (MLflow 3.17 server/js: WorkflowType.MACHINE_LEARNING): pages
@@ -88,14 +88,3 @@ def run_dir_link(run_dir: Path) -> str | None:
     if link is None:
         return None
     return run_link(link.uri, link.experiment_id, link.run_id)
-
-
-def parent_link(sweep_dir: Path) -> str | None:
-    """run_link of a sweep's parent run (<sweep dir>/parent_run.json, written when the sweep
-    starts); None without one (tracker=none, or no parent could be made). For a launcher's
-    own end-of-sweep line."""
-    try:
-        data = json.loads((Path(sweep_dir) / PARENT_FILE).read_text())
-        return run_link(str(data["uri"]), data.get("experiment_id"), str(data["run_id"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
