@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 
 from conftest import require
 from helpers import cli, cli_env, one_line_exit_2
+from rlexp.tracking.ui import free_port
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.base.lock import Busy, DirLock, is_lock_file
@@ -194,12 +194,6 @@ def test_two_processes_make_one_run_equal_to_the_emulated_mesh(tmp_path):
                                    rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_two(cwd: Path, port: int) -> list[subprocess.Popen]:
     """The explicit route: JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID."""
     procs = []
@@ -213,7 +207,7 @@ def _start_two(cwd: Path, port: int) -> list[subprocess.Popen]:
 
 @pytest.mark.slow
 def test_a_lost_process_ends_the_other_and_the_rerun_loses_and_repeats_no_step(tmp_path):
-    procs = _start_two(tmp_path, _free_port())
+    procs = _start_two(tmp_path, free_port())
     progress = None
     deadline = time.monotonic() + 480
     while time.monotonic() < deadline and procs[0].poll() is None:
@@ -236,7 +230,7 @@ def test_a_lost_process_ends_the_other_and_the_rerun_loses_and_repeats_no_step(t
     assert "Check failure stack trace" not in err and "Traceback" not in err
     procs[1].communicate(timeout=30)
 
-    rerun = _start_two(tmp_path, _free_port())
+    rerun = _start_two(tmp_path, free_port())
     outs = [p.communicate(timeout=600) for p in rerun]
     assert [p.returncode for p in rerun] == [0, 0], outs[0][1][-3000:] + outs[1][1][-3000:]
     run_dir = progress.parent
@@ -257,7 +251,7 @@ def test_launches_that_cannot_run_exit_2_in_one_line_and_write_nothing(tmp_path)
     one_line_exit_2(cli("hardware=cpu-2host", cwd=tmp_path, env=wrong),
                     "runs 2 processes (hardware.hosts=2) but JAX_COORDINATOR_ADDRESS started 3")
     # a coordinator nobody serves: process 1 gives up after hardware.join_timeout_s
-    absent = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{_free_port()}", "JAX_NUM_PROCESSES": "2",
+    absent = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}", "JAX_NUM_PROCESSES": "2",
               "JAX_PROCESS_ID": "1"}
     started = time.monotonic()
     one_line_exit_2(cli("hardware=cpu-2host", "hardware.join_timeout_s=5", cwd=tmp_path,

@@ -28,6 +28,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import require
+from rlexp.tracking.ui import free_port
 from sweep_helpers import explain, mlflow_children, only_sweep_dir, rlexp, summaries
 
 from hydra_plugins.rlexp_ray_launcher.ray_launcher import Layout, job_layout, process_env
@@ -67,12 +68,6 @@ def test_the_launcher_value_wins_and_each_process_gets_its_index():
 # ------------------------------------------------------------------------------ real Ray
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
     """`ray start --head` on loopback with 2 CPUs, in its own session, shared by the module's
@@ -81,7 +76,7 @@ def ray_head(tmp_path_factory):
     require(importlib.util.find_spec("ray") is not None, "ray is not installed (pip install "
             "'rlexp[ray]')", "bash scripts/setup --test")
     ray_bin = str(Path(sys.executable).parent / "ray")
-    port = _free_port()
+    port = free_port()
     # Short: Ray's unix socket paths under it must stay below 108 characters.
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}

@@ -139,6 +139,21 @@ def test_git_diff_of_a_dirty_checkout_only(tmp_path):
     assert git_diff(tmp_path) is None  # not a checkout
 
 
+def test_git_tags_name_the_commit_and_whether_tracked_files_changed(tmp_path):
+    import subprocess
+
+    from rlexp.tracking.environment import git_tags
+
+    clean = git_repo(tmp_path / "clean", dirty=False)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clean, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert git_tags(clean) == {"git.commit": head, "git.dirty": "false"}
+    assert git_tags(git_repo(tmp_path / "dirty", dirty=True))["git.dirty"] == "true"
+    (clean / "new.txt").write_text("untracked")  # untracked files do not make it dirty
+    assert git_tags(clean)["git.dirty"] == "false"
+    assert git_tags(tmp_path) == {"git.commit": "unknown", "git.dirty": "unknown"}
+
+
 def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path, monkeypatch):
     import mlflow
 

@@ -28,7 +28,6 @@ import logging
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from rlexp.planning.plan import make_plan
 from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys, warm_up
 from rlexp.tracking.callback import RemoteParentCloser
 from rlexp.tracking.conventions import display_name, swept_tags
+from rlexp.tracking.environment import git_tags
 from rlexp.tracking.listener import recorded_run
 from rlexp.tracking.links import run_dir_link
 from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
@@ -98,18 +98,6 @@ class JobContext:
                    index=int(hc.job.num) if sweep is not None else None)
 
 
-def _git() -> dict[str, str]:
-    src = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
-    except (OSError, subprocess.SubprocessError):
-        return {"git.commit": "unknown", "git.dirty": "unknown"}
-
-
 def _versions() -> dict[str, str]:
 
     out = {}
@@ -129,7 +117,7 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
             "overrides": redact_text(" ".join(job.overrides)),
             "command": redact_text(" ".join([os.path.basename(sys.executable), "-m", "rlexp",
                                              *sys.argv[1:]])),
-            **_git(), **_versions()}
+            **git_tags(), **_versions()}
     if job.sweep_dir is not None:
         tags["sweep"] = job.sweep_dir.name
     if cfg.run.init_from:  # a fork names its origin (run dir, checkpoint or MLflow run id)
@@ -346,7 +334,7 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         previous = recorded_state(cfg, job, checkpoints)
         if previous and previous.get("status") == "FINISHED":
             if runtime.is_main_process():
-                print(already_finished(run_dir, previous, _git()))
+                print(already_finished(run_dir, previous, git_tags()))
             return previous.get("objective")
     else:
         if runtime.is_main_process():
@@ -390,7 +378,7 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
         "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
         "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
         # The code that produced the run ("already finished" names it on a rerun).
-        **{k.replace(".", "_"): v for k, v in _git().items()},
+        **{k.replace(".", "_"): v for k, v in git_tags().items()},
     }
     status, error = "FAILED", None
     full: DiskFull | None = None

@@ -74,3 +74,17 @@ def git_commit(where: Path = SOURCE) -> str | None:
                               text=True, timeout=5, check=True).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def git_tags(where: Path = SOURCE) -> dict[str, str]:
+    """git.commit and git.dirty (changes to tracked files) of the checkout holding `where`;
+    "unknown" for both outside a checkout or without git."""
+    commit = git_commit(where)
+    if commit is None:
+        return {"git.commit": "unknown", "git.dirty": "unknown"}
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=where, capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"git.commit": commit, "git.dirty": "unknown"}
+    return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
