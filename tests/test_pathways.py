@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -108,6 +110,28 @@ def _recorded_run(tmp_path, *args, env=None):
                timeout=300, env={"PYTHONPATH": path, "PW_RECORD": str(log),
                                  **{k: "" for k in PROXY_VARS}, **(env or {})})
     return proc, _records(log)
+
+
+def test_the_recorder_sees_jax_and_a_jax_distributed_start(tmp_path):
+    """The positive control of the next test: the same sitecustomize, a process that does
+    import JAX and start jax.distributed (one process, its own coordinator)."""
+    import os
+
+    from rlexp.tracking.ui import free_port
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(RECORDER)
+    log = tmp_path / "record.jsonl"
+    code = (f"import jax; jax.distributed.initialize('127.0.0.1:{free_port()}', 1, 0); "
+            "jax.distributed.shutdown()")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "PW_RECORD": str(log), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    events = [r["event"] for r in _records(log)]
+    assert events[0] == "import jax" and "jax.distributed.initialize" in events, events
 
 
 def test_the_proxy_environment_is_set_before_jax_and_jax_distributed_is_never_called(tmp_path):
