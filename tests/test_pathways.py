@@ -125,8 +125,8 @@ def test_the_recorder_sees_jax_and_a_jax_distributed_start(tmp_path):
     log = tmp_path / "record.jsonl"
     code = (f"import jax; jax.distributed.initialize('127.0.0.1:{free_port()}', 1, 0); "
             "jax.distributed.shutdown()")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "PW_RECORD": str(log), "JAX_PLATFORMS": "cpu"}
+    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "PW_RECORD": str(log), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
