@@ -170,8 +170,6 @@ class ConsoleListener(Listener):
             return
         reward = metrics.get("train/reward_mean", float("nan"))
         step_s = metrics.get("time/step_s", float("nan"))
-        if _job is not None:
-            _job.progress(step, self.total)
         # The accuracy is the last evaluation's, named by its step: acc@300.
         last = f"acc@{self.last_eval_step}" if self.accuracy is not None else ""
         if self.bar is not None:
@@ -465,13 +463,6 @@ class JobOutput:
         self.label = label
         self.relay = relay
         self.status: str | None = None
-        self._sent = 0.0
-
-    def progress(self, step: int, total: int) -> None:
-        now = time.monotonic()
-        if self.relay is not None and (now - self._sent >= 1.0 or step >= total):
-            self._sent = now
-            self.relay.send(kind="step", step=step, total=total)
 
 
 _job: JobOutput | None = None

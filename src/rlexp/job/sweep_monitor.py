@@ -1,5 +1,5 @@
 """A sweep seen from the process that launches it (the joblib launcher): its jobs' event files
-(rlexp.job.console.job_output writes them, <job index>.jsonl: start, progress, end, and on a
+(rlexp.job.console.job_output writes them, <job index>.jsonl: start, end, and on a
 terminal the jobs' lines) become one bar on a terminal (jobs done, running, failed, the time
 left from the finished jobs) with the jobs' lines printed above it, or one line per finished
 job when piped.
@@ -57,7 +57,6 @@ class SweepMonitor:
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
         self.started: dict[int, float] = {}
         self.ended: dict[int, tuple[str, float]] = {}
-        self.steps: dict[int, tuple[int, int]] = {}
         self.t0 = time.time()
         self.bar: Any = None
         self._offsets: dict[Path, int] = {}
@@ -130,8 +129,6 @@ class SweepMonitor:
         elif kind == "start":
             self.started[index] = when
             self.ended.pop(index, None)
-        elif kind == "step":
-            self.steps[index] = (int(record.get("step", 0)), int(record.get("total", 0)))
         elif kind == "end" and index not in self.ended:
             self.started.setdefault(index, when)
             self.ended[index] = (str(record.get("status", "FAILED")), when)
