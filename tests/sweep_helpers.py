@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from helpers import cli
 
@@ -97,6 +98,18 @@ def mlflow_children(sweep_dir: Path) -> tuple[dict, list]:
                               filter_string=f"tags.mlflow.parentRunId = '{parent['run_id']}'",
                               max_results=1000)
     return {"info": parent, "run": client.get_run(parent["run_id"])}, runs
+
+
+def finished_sweep(sweep_dir: Path, key: Any) -> list:
+    """Assert every job wrote a FINISHED summary and the parent and every child MLflow run
+    FINISHED; returns sorted(key(child) for each child run), for the caller to compare."""
+    runs = summaries(sweep_dir)
+    assert runs and all(s["status"] == "FINISHED" for s in runs.values()), runs
+    parent, children = mlflow_children(sweep_dir)
+    assert len(children) == len(runs), (len(children), runs)
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert parent["run"].info.status == "FINISHED"
+    return sorted(key(r) for r in children)
 
 
 TOY_APP = textwrap.dedent('''

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from conftest import require
 from rlexp.tracking.ui import free_port
-from sweep_helpers import explain, mlflow_children, only_sweep_dir, rlexp, summaries
+from sweep_helpers import explain, finished_sweep, only_sweep_dir, rlexp
 
 from hydra_plugins.rlexp_ray_launcher.ray_launcher import Layout, job_layout, process_env
 
@@ -127,12 +127,8 @@ def test_ray_launcher_runs_a_sweep_with_a_two_process_job_under_one_parent(tmp_p
     assert proc.returncode == 0, explain(proc)
     assert "(2 process(es), 1 CPU, 0 GPU each)" in proc.stdout + proc.stderr
     sweep_dir = only_sweep_dir(tmp_path)
-    runs = summaries(sweep_dir)
-    assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
-    parent, children = mlflow_children(sweep_dir)
-    assert sorted(r.data.params["hardware.name"] for r in children) == ["cpu", "cpu-2host"]
-    assert all(r.info.status == "FINISHED" for r in children)
-    assert parent["run"].info.status == "FINISHED"
+    assert finished_sweep(sweep_dir, lambda r: r.data.params["hardware.name"]) == [
+        "cpu", "cpu-2host"]
     print(f"ray sweep (1 + 2 processes): {time.perf_counter() - t0:.1f} s")
 
 

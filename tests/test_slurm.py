@@ -12,8 +12,8 @@ import time
 import pytest
 
 from slurm_fixture import slurm  # noqa: F401 - the fixture
-from sweep_helpers import (TINY, explain, mlflow_children, only_sweep_dir, rlexp, summaries,
-                           toy_reports, write_toy_app)
+from sweep_helpers import (TINY, explain, finished_sweep, mlflow_children, only_sweep_dir, rlexp,
+                           summaries, toy_reports, write_toy_app)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
 
@@ -203,10 +203,5 @@ def test_a_two_process_sweep_on_slurm_is_one_child_run_per_job(tmp_path):
     scripts = [p.read_text() for p in sweep_dir.glob(".submitit/*/*_submission.sh")]
     assert scripts and all(re.search(r"--ntasks-per-node=2\b", s) and
                            re.search(r"--nodes=1\b", s) for s in scripts), scripts
-    runs = summaries(sweep_dir)
-    assert len(runs) == 2 and all(s["status"] == "FINISHED" for s in runs.values()), runs
-    parent, children = mlflow_children(sweep_dir)
-    assert sorted(r.data.params["train.seed"] for r in children) == ["0", "1"]
-    assert all(r.info.status == "FINISHED" for r in children)
-    assert parent["run"].info.status == "FINISHED"
+    assert finished_sweep(sweep_dir, lambda r: r.data.params["train.seed"]) == ["0", "1"]
     print(f"slurm 2 jobs x 2 processes: {time.perf_counter() - t0:.1f} s")

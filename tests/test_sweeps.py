@@ -216,20 +216,17 @@ def test_a_joblib_sweeps_piped_output_labels_every_job_line(tmp_path):
     ([2/4 beta=0 G=4]), one line per event; the launching process adds a line per finished
     job; no joblib.Parallel line, no Hydra timestamp on a job's lines. The 4 MLflow children
     sit under one parent (what tests/test_launchers.py's joblib 2x2 sweep checks too)."""
-    from sweep_helpers import (TINY_SHOWN, explain, mlflow_children, only_sweep_dir, rlexp,
-                               summaries)
+    from sweep_helpers import (TINY_SHOWN, explain, finished_sweep, mlflow_children,
+                               only_sweep_dir, rlexp)
 
     proc = rlexp(["-m", "hydra/launcher=joblib", "algo.beta=0.0,0.04", "algo.num_generations=2,4",
                   *TINY_SHOWN], tmp_path)
     assert proc.returncode == 0, explain(proc)
     sweep_dir = only_sweep_dir(tmp_path)
-    runs = summaries(sweep_dir)
-    assert len(runs) == 4 and all(s["status"] == "FINISHED" for s in runs.values()), runs
-    parent, children = mlflow_children(sweep_dir)
-    assert sorted((float(r.data.params["algo.beta"]), int(r.data.params["algo.num_generations"]))
-                  for r in children) == [(0.0, 2), (0.0, 4), (0.04, 2), (0.04, 4)]
-    assert all(r.info.status == "FINISHED" for r in children)
-    assert parent["run"].info.status == "FINISHED"
+    assert finished_sweep(sweep_dir, lambda r: (float(r.data.params["algo.beta"]),
+                                                int(r.data.params["algo.num_generations"]))) == [
+        (0.0, 2), (0.0, 4), (0.04, 2), (0.04, 4)]
+    parent, _ = mlflow_children(sweep_dir)
     text = proc.stdout + proc.stderr
     assert "Joblib.Parallel(" not in text
     job_lines = [ln for ln in proc.stderr.splitlines()
