@@ -9,8 +9,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from rlexp.base.python_fixes import ast_parse_is_thread_unsafe
 
 RACE = textwrap.dedent("""
@@ -57,7 +55,10 @@ def test_the_versions_with_the_bug():
 
 def test_parallel_parses_raise_no_system_error_once_rlexp_is_imported():
     if ast_parse_is_thread_unsafe():
-        n, out = _errors("plain")
+        for _ in range(3):  # a race: a very loaded machine may need another try to show it
+            n, out = _errors("plain")
+            if n:
+                break
         assert n > 0, f"the race did not show without the fix, so this test proves nothing: {out}"
     n, out = _errors("fixed")
     assert n == 0, out

@@ -154,6 +154,16 @@ def test_git_tags_name_the_commit_and_whether_tracked_files_changed(tmp_path):
     assert git_tags(tmp_path) == {"git.commit": "unknown", "git.dirty": "unknown"}
 
 
+def test_version_tags_name_rlexp_tunix_and_jax():
+    from importlib.metadata import version
+
+    from rlexp.tracking.environment import version_tags
+
+    assert version_tags() == {"version.rlexp": version("rlexp"),
+                              "version.tunix": version("google-tunix"),
+                              "version.jax": version("jax")}
+
+
 def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path, monkeypatch):
     import mlflow
 

@@ -31,7 +31,6 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,7 @@ from rlexp.planning.plan import make_plan
 from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys, warm_up
 from rlexp.tracking.callback import RemoteParentCloser
 from rlexp.tracking.conventions import display_name, swept_tags
-from rlexp.tracking.environment import git_tags
+from rlexp.tracking.environment import git_tags, version_tags
 from rlexp.tracking.listener import recorded_run
 from rlexp.tracking.links import run_dir_link
 from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
@@ -98,18 +97,6 @@ class JobContext:
                    index=int(hc.job.num) if sweep is not None else None)
 
 
-def _versions() -> dict[str, str]:
-
-    out = {}
-    for dist, tag in (("rlexp", "version.rlexp"), ("google-tunix", "version.tunix"),
-                      ("jax", "version.jax")):
-        try:
-            out[tag] = version(dist)
-        except PackageNotFoundError:
-            out[tag] = "missing"
-    return out
-
-
 def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
 
     tags = {"algo": cfg.algo.name, "model": cfg.model.name, "dataset": cfg.dataset.name,
@@ -117,7 +104,7 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
             "overrides": redact_text(" ".join(job.overrides)),
             "command": redact_text(" ".join([os.path.basename(sys.executable), "-m", "rlexp",
                                              *sys.argv[1:]])),
-            **git_tags(), **_versions()}
+            **git_tags(), **version_tags()}
     if job.sweep_dir is not None:
         tags["sweep"] = job.sweep_dir.name
     if cfg.run.init_from:  # a fork names its origin (run dir, checkpoint or MLflow run id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
-from importlib.metadata import distributions
+from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,18 @@ def git_commit(where: Path = SOURCE) -> str | None:
                               text=True, timeout=5, check=True).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def version_tags() -> dict[str, str]:
+    """version.rlexp, version.tunix and version.jax run tags ("missing" when not installed)."""
+    out = {}
+    for dist, tag in (("rlexp", "version.rlexp"), ("google-tunix", "version.tunix"),
+                      ("jax", "version.jax")):
+        try:
+            out[tag] = version(dist)
+        except PackageNotFoundError:
+            out[tag] = "missing"
+    return out
 
 
 def git_tags(where: Path = SOURCE) -> dict[str, str]:
