@@ -161,7 +161,7 @@ def test_masked_entropy_against_numpy():
 
 def test_loading_pauses_the_collector_and_freezes_only_for_a_job():
     """runtime.loading: no automatic collection while a large import runs; what it loaded is
-    frozen inside a job (handed back at the job's end) or when asked, left alone elsewhere."""
+    frozen inside a job (handed back at the job's end), left alone elsewhere."""
     import gc
 
     from rlexp.base import runtime
@@ -183,25 +183,28 @@ def test_loading_pauses_the_collector_and_freezes_only_for_a_job():
             loaded = [object() for _ in range(10)]  # noqa: F841 - alive while frozen
         assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
-    try:
-        with runtime.loading(freeze=True):  # a sweep worker's warm-up
-            pass
-        assert gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
 
 
-def test_exit_now_keeps_what_a_normal_exit_keeps(tmp_path):
-    """runtime.exit_now skips the interpreter's teardown only: threads are waited for
-    (concurrent.futures' idle workers stopped), exit handlers run, output is flushed, and the
-    exit code is the one given."""
+def test_skip_teardown_keeps_what_a_normal_exit_keeps(tmp_path):
+    """runtime.skip_teardown skips the interpreter's teardown only: threads are waited for
+    (concurrent.futures' idle workers stopped), exit handlers registered after it run,
+    output is flushed, and the exit status is the command's. The teardown's own work (here
+    a module global's __del__) runs without it and not with it."""
     import subprocess
     import sys
 
     code = f"""
 import atexit, concurrent.futures, sys, threading, time
 from pathlib import Path
-out = Path({str(tmp_path)!r})
+from rlexp.base import runtime
+if sys.argv[1] == "skip":
+    runtime.skip_teardown()
+out = Path({str(tmp_path)!r}) / sys.argv[1]
+out.mkdir()
+class Torn:
+    def __del__(self):
+        (out / "teardown").write_text("ran")
+torn = Torn()
 pool = concurrent.futures.ThreadPoolExecutor(1)
 pool.submit(time.sleep, 0)  # an idle non-daemon worker, as MLflow and orbax leave
 def slow():
@@ -210,16 +213,18 @@ def slow():
 threading.Thread(target=slow).start()
 atexit.register(lambda: (out / "atexit").write_text("ran"))
 sys.stdout.write("unflushed")
-from rlexp.base.runtime import exit_now
-exit_now(3)
-print("not reached")
+with runtime.exit_status():
+    sys.exit(3)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 3, proc.stderr[-2000:]
-    assert proc.stdout == "unflushed"
-    assert (tmp_path / "thread").read_text() == "done"
-    assert (tmp_path / "atexit").read_text() == "ran"
+    for mode in ("skip", "plain"):
+        proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        assert proc.stdout == "unflushed"
+        out = tmp_path / mode
+        assert (out / "thread").read_text() == "done"
+        assert (out / "atexit").read_text() == "ran"
+        assert (out / "teardown").exists() == (mode == "plain")
 
 
 def test_a_job_runs_with_the_heap_before_it_frozen():
@@ -259,7 +264,7 @@ def _cycle() -> "weakref.ref":  # noqa: F821
 
 
 def test_a_cycle_through_the_frozen_heap_waits_for_a_full_pass(monkeypatch):
-    """A heap frozen before the job (a sweep worker's preload) stays frozen; garbage cycles
+    """A heap frozen before the job stays frozen; garbage cycles
     in it are collected by a full pass at a job's start once the frozen heap grew by a
     quarter since the last one, and not before."""
     import gc
@@ -271,7 +276,7 @@ def test_a_cycle_through_the_frozen_heap_waits_for_a_full_pass(monkeypatch):
     holder[0].other = _Node()
     holder[0].other.other = holder[0]
     ref = weakref.ref(holder[0])
-    gc.freeze()  # the cycle and its holder are in the frozen heap, as after a preload
+    gc.freeze()  # the cycle and its holder are in the frozen heap
     try:
         monkeypatch.setattr(runtime, "_jobs_in_process", 1)
         monkeypatch.setattr(runtime, "_frozen_after_full", gc.get_freeze_count())

@@ -27,6 +27,42 @@ def test_lint_imports_keeps_every_contract():
     assert "0 broken" in proc.stdout
 
 
+def test_lint_imports_covers_every_launcher_plugin():
+    """Each package of launchers/hydra_plugins/ is a root package of import-linter's, so the
+    contracts (plugins above rlexp; no entry point, engine, Tunix or JAX) check its imports."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    plugins = {f"hydra_plugins.{p.name}" for p in (ROOT / "launchers" / "hydra_plugins").iterdir()
+               if (p / "__init__.py").is_file()}
+    assert plugins and plugins <= set(config["root_packages"])
+    layered = [c for c in config["contracts"] if c["type"] == "layers"
+               and any("hydra_plugins" in layer for layer in c["layers"])]
+    assert layered and all(p in layered[0]["layers"][0] for p in plugins)
+
+
+def _loaded_after(statement: str) -> list[str]:
+    """The Hydra, OmegaConf and rlexp.config modules a fresh interpreter has after `statement`."""
+    code = (f"import sys; {statement}; print(' '.join(sorted(m for m in sys.modules if "
+            "m.split('.')[0] in ('hydra', 'omegaconf') or m.startswith('rlexp.config'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.split()
+
+
+def test_the_base_layer_imports_without_hydra():
+    """`import rlexp.base.errors` (every layer raises UserError) loads neither Hydra nor the
+    config package (it loaded 333 modules, 0.40 s, when rlexp's __init__ registered the
+    schema); rlexp.config still registers the schema for every process that composes."""
+    assert _loaded_after("import rlexp.base.errors, rlexp.base") == []
+    loaded = _loaded_after("import rlexp.config")  # the check sees Hydra when it is there
+    assert "hydra" in loaded and "rlexp.config.schema" in loaded
+    registered = ("from hydra.core.config_store import ConfigStore; import rlexp.config; "
+                  "assert 'base_config.yaml' in ConfigStore.instance().repo, 'no schema'")
+    assert _loaded_after(registered)
+
+
 def _module_imports() -> dict[str, set[str]]:
     """rlexp module -> the rlexp modules it imports anywhere in its body (functions too),
     TYPE_CHECKING blocks left out (they never run)."""

@@ -11,14 +11,10 @@ reward functions under the names configs use (rlexp.rewards.format_exact_reward,
 """
 
 from rlexp.base.python_fixes import serialise_ast_parse
-from rlexp.config.naming import register_resolvers
-from rlexp.config.schema import register_configs
 
 __version__ = "0.1.0"
 
 # Before any thread starts: every process that imports rlexp (the CLI, launcher workers).
+# Hydra's schema and name resolvers are registered by rlexp.config, which every process that
+# composes or resolves a config imports: `import rlexp` itself loads no Hydra.
 serialise_ast_parse()
-# Hydra needs the schema and the name resolvers in every process that composes or resolves a
-# config (the CLI, and launcher workers that unpickle a job).
-register_configs()
-register_resolvers()

@@ -1,3 +1,2 @@
-"""rlexp's defaults for plugins it does not own: joblib runs 2 jobs at a time with its workers
-warmed up while Hydra prepares the sweep; the basic sweeper does not compose a second time
-the jobs rlexp's pre-flight checked."""
+"""rlexp's defaults for a plugin it does not own: joblib runs 2 jobs at a time, and the sweep's
+progress is shown by rlexp."""

@@ -1,6 +1,5 @@
 """`hydra/launcher=joblib` with n_jobs=2 instead of the plugin's -1 (one worker per CPU), and
-workers that import rlexp's engine while Hydra prepares the sweep (joblib_launcher.py);
-`hydra/sweeper=basic` without a second composition of jobs pre-flight checked (sweeper.py).
+the sweep's progress shown by rlexp (joblib_launcher.py).
 
 Each rlexp job already keeps every core busy through XLA, so more parallel jobs than 2 add
 memory and contention, not speed; raise it on a big machine: hydra.launcher.n_jobs=8.
@@ -28,24 +27,10 @@ if JobLibLauncherConf is not None:
 
     @dataclass
     class RlexpJoblibConf(JobLibLauncherConf):
-        # The plugin's launcher whose workers import rlexp while Hydra prepares the sweep.
+        # The plugin's launcher, with the sweep's progress shown by rlexp.
         _target_: str = "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher"
         # Concurrent jobs: 2 (see the module docstring); -1 = one per CPU.
         n_jobs: int = 2
 
     ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=RlexpJoblibConf,
                                  provider="rlexp")
-
-
-# Hydra's basic sweeper (the default hydra/sweeper), without composing jobs a second time
-# when rlexp's pre-flight has checked them (sweeper.py).
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeperConf  # noqa: E402
-
-
-@dataclass
-class RlexpBasicSweeperConf(BasicSweeperConf):
-    _target_: str = "hydra_plugins.rlexp_presets.sweeper.RlexpBasicSweeper"
-
-
-ConfigStore.instance().store(group="hydra/sweeper", name="basic", node=RlexpBasicSweeperConf,
-                             provider="rlexp")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from rlexp.base.redact import redact_text
-
 EXIT_USAGE = 2
 
 
@@ -14,6 +12,9 @@ class UserError(Exception):
 
 
 def fail(message: str) -> "NoReturn":  # noqa: F821
+    # Imported here: redact's Hydra callback imports Hydra, and importing this module (every
+    # layer raises UserError) must not.
+    from rlexp.base.redact import redact_text
 
     # Error lines echo the user's values (a bad override, a URI): never a credential.
     print(f"rlexp: error: {redact_text(message)}", file=sys.stderr, flush=True)

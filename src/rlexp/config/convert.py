@@ -42,18 +42,20 @@ def unknown_key_message(dotted: str) -> str:
     return f"{dotted} is not a config key; valid keys under {parent} are: {', '.join(valid)}"
 
 
-def _unknown_keys(node: DictConfig, schema: type, prefix: str) -> list[str]:
-    """Keys present in the composed config that the schema lacks (e.g. `+algo.clip_eps=1`)."""
+def _unknown_keys(node: dict, schema: type, prefix: str) -> list[str]:
+    """Keys present in the composed config that the schema lacks (e.g. `+algo.clip_eps=1`).
+    `node` is the config as a plain container, unresolved: an interpolation stays its string,
+    so one that cannot resolve yet is not walked into (validation names it later)."""
     names = {f.name for f in dataclasses.fields(schema)}
     bad = []
-    for key in node.keys():
+    for key, value in node.items():
         dotted = f"{prefix}{key}"
         if key not in names:
             bad.append(dotted)
             continue
         sub = _sub_schema(schema, str(key))
-        if sub is not None and isinstance(node._get_node(key), DictConfig):
-            bad.extend(_unknown_keys(node._get_node(key), sub, dotted + "."))
+        if sub is not None and isinstance(value, dict):
+            bad.extend(_unknown_keys(value, sub, dotted + "."))
     return bad
 
 
@@ -61,7 +63,7 @@ def to_config(cfg: DictConfig) -> Config:
     """Composed DictConfig (without its `hydra` node) -> validated `Config` dataclass."""
     plain = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]) \
         if "hydra" in cfg else cfg
-    unknown = _unknown_keys(plain, Config, "")
+    unknown = _unknown_keys(OmegaConf.to_container(plain, resolve=False), Config, "")
     if unknown:
         raise UserError(unknown_key_message(unknown[0]))
     try:

@@ -1,8 +1,9 @@
 """The engine: data, tokenizer, models, Tunix cluster and learner, built from a Config.
 
 Everything in rlexp that imports Tunix lives in this subpackage; the rest of rlexp sees the
-typed `Engine` protocol (rlexp.engine.protocol). `build()` checks every user input (paths,
-tokenizer, dataset, rewards) and raises UserError naming the key before anything is written.
+typed `Engine` protocol (rlexp.engine.protocol). `build()` refuses only what needs the
+built tokenizer (prompt lengths) or the installed Tunix; pre-flight checked every other input
+(rlexp.launch.checks). What it loads (paths, tokenizer, dataset) still fails in one line.
 The TunixEngine offers the loop `train_step` (one RL global step: rollout, reward, advantage,
 update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sampled),
 `policy_state` and `checkpoint_store`.
@@ -43,7 +44,6 @@ from rlexp.engine.export import init_from
 from rlexp.engine.probes import StepProbe
 from rlexp.engine.protocol import CheckpointStore, Engine
 from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
-from rlexp.engine.tunix_patches import skip_tunix_init
 from rlexp.engine.weights import params
 from rlexp.inputs import model_files as models
 from rlexp.planning.hardware import role_meshes, to_host
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 # trainers (tunix_adapter, algo_registry, tunix_patches: 3.5 s) are imported where a run builds:
 # pre-flight imports this package (export's checkpoint lookup) and must not pay for them.
 
-skip_tunix_init()  # before any rlexp.engine module imports from tunix (tunix_patches)
 
 __all__ = ["CheckpointStore", "Engine", "TunixEngine", "build", "eval_key", "rollout_key"]
 
@@ -185,6 +184,12 @@ def check_tunix(problems: list[str]) -> None:
                         f"google-tunix=={TESTED_VERSION}")
 
 
+# What build() itself refuses, by name (README.md's rule table): it needs the built tokenizer
+# (check_prompt_lengths) or the installed Tunix (_check_installed_tunix), which pre-flight
+# does not load; every other input was checked there (rlexp.launch.checks).
+BUILD_CHECKS = ("prompt_lengths", "tunix_version")
+
+
 @functools.cache
 def _check_installed_tunix() -> None:
     """check_tunix once per process (0.28 s of source inspection; a sweep's jobs in one
@@ -201,7 +206,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     raw_tok = models.build_tokenizer(cfg.model)
     chat = raw_tok if cfg.model.chat_template and cfg.model.tokenizer == "hf" else None
     raw = load_problems(cfg.dataset, cfg.run.cache_dir)
-    terms = rewards.for_run(cfg)
+    terms = rewards.for_run(cfg, probed=False)  # pre-flight probed them (launch.checks)
 
     use_compilation_cache(cfg)  # user input checked; before the first compile
 

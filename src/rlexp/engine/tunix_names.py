@@ -2,45 +2,31 @@
 
 Tunix has no public hook for what rlexp needs (one global step at a time, per-update
 metrics, resumable step counters, a fresh PRNG key per sampler call, RoPE theta), so the
-engine reaches into these names. They were read from google-tunix 0.1.7. `problems()` checks
-them against the installed Tunix without building anything: the fast test
-tests/test_tunix_contract.py runs it (and checks that the engine's sources use no private
-name missing from this list), and `rlexp.engine.build` runs it so a Tunix upgrade stops with
+engine reaches into these names. They were read from google-tunix 0.1.7. Each is a
+rlexp.base.private_apis.PrivateApi, checked by that module's one checker (it lives here, not
+there, because the per-family names come from rlexp.families): tests/test_tunix_contract.py
+checks each in the fast tier, tests/test_private_apis.py fails on a private name used in src/
+that no list holds, and `rlexp.engine.build` runs `problems()` so a Tunix upgrade stops with
 one line naming what changed instead of a traceback deep in a step.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import inspect
-import re
 from importlib.metadata import PackageNotFoundError, version
 
+from rlexp.base.private_apis import PrivateApi, check
 from rlexp.families import families
 
 # What the pins in pyproject.toml install; named in the error so the fix is obvious.
 TESTED_VERSION = "0.1.7"
 
 
-@dataclasses.dataclass(frozen=True)
-class Name:
-    # "module:Class" or "module" (for a module-level global).
-    owner: str
-    # The attribute, method, field or global.
-    name: str
-    # method | attribute (set as self.<name> in the class or a base) | field (dataclass) |
-    # function (module global that is callable) | property | class (module global class)
-    kind: str
-    # Parameters rlexp passes: positionally (the first ones after self, in this order) when
-    # `positional`, else by keyword (each must exist); None = not checked.
-    params: tuple[str, ...] | None = None
-    positional: bool = False
-    # Where rlexp uses it and why.
-    why: str = ""
-
-    def label(self) -> str:
-        return f"{self.owner.replace(':', '.')}.{self.name}"
+def Name(owner: str, name: str, kind: str, params: tuple[str, ...] | None = None,  # noqa: N802
+         positional: bool = False, why: str = "") -> PrivateApi:
+    """A Tunix entry: `owner` is "module:Class" or "module"; `params` are checked by keyword
+    unless `positional`."""
+    return PrivateApi("google-tunix", TESTED_VERSION, owner, name, kind, params,
+                      used_by="src/rlexp/engine/", why=why, positional=positional)
 
 
 _LEARNER = "tunix.rl.rl_learner:RLLearner"
@@ -49,7 +35,7 @@ _PEFT = "tunix.sft.peft_trainer:PeftTrainer"
 _CLUSTER = "tunix.rl.rl_cluster:RLCluster"
 _VANILLA = "tunix.rl.rollout.vanilla_rollout:VanillaRollout"
 
-NAMES: tuple[Name, ...] = (
+NAMES: tuple[PrivateApi, ...] = (
     # engine/tunix_adapter.py StepRunner: one global step without RLLearner.train's loop.
     Name(_LEARNER, "_training_config", "attribute", why="mini/micro batch sizes"),
     Name(_LEARNER, "_rollout_micro_batch_size", "attribute", why="rollout micro-batch"),
@@ -85,7 +71,8 @@ NAMES: tuple[Name, ...] = (
     Name("tunix.rl.trainer:Trainer", "with_rl_metrics_to_log", "method", ("rl_metrics_to_log",),
          why="probe turns off Tunix's aux logging"),
     Name(_GRPO, "_generate_and_compute_advantage", "method", ("training_input", "mode"),
-         why="probe times it and reads the completion mask"),
+         why="probe times it and reads the completion mask; algo_registry."
+             "whiten_over_tokens whitens REINFORCE++ advantages over that mask"),
     Name(_CLUSTER, "generate", "method", ("prompts", "mode", "micro_batch_size"),
          why="probe wraps it; evaluation calls it"),
     # engine/tunix_adapter.py SamplingKeys and trap 5 of its docstring (old log-probs at temperature).
@@ -142,66 +129,9 @@ NAMES: tuple[Name, ...] = (
 )
 
 
-def _resolve(owner: str) -> object:
-    module_name, _, cls = owner.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, cls) if cls else module
-
-
-def _assigns(cls: type, name: str) -> bool:
-    """Some class in cls's MRO assigns self.<name> in its source."""
-    pattern = re.compile(rf"self\.{re.escape(name)}\s*(:[^=]*)?=[^=]")
-    for klass in inspect.getmro(cls):
-        if klass.__module__.startswith("tunix"):
-            try:
-                if pattern.search(inspect.getsource(klass)):
-                    return True
-            except (OSError, TypeError):
-                continue
-    return False
-
-
-def check(entry: Name) -> str | None:
-    """None when the installed Tunix has `entry` as rlexp uses it; else why not."""
-    try:
-        owner = _resolve(entry.owner)
-    except (ImportError, AttributeError) as exc:
-        return f"{entry.owner} is gone ({type(exc).__name__}: {exc})"
-    if entry.kind == "attribute":
-        return None if _assigns(owner, entry.name) else "is no longer set by the class"
-    if entry.kind == "field":
-        names = {f.name for f in dataclasses.fields(owner)}
-        return None if entry.name in names else "is no longer a field"
-    target = inspect.getattr_static(owner, entry.name, None)
-    if target is None:
-        return "is gone"
-    if entry.kind == "property":
-        return None if isinstance(target, property) else "is no longer a property"
-    if entry.kind == "class":
-        return None if inspect.isclass(target) else "is no longer a class"
-    if not callable(target) and not isinstance(target, (staticmethod, classmethod)):
-        return "is no longer callable"
-    if entry.params is None:
-        return None
-    params = [p for p in inspect.signature(getattr(owner, entry.name)).parameters.values()
-              if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    if entry.positional:
-        got = tuple(p.name for p in params[: len(entry.params)])
-        if got != entry.params:
-            return f"positional parameters changed: expected {entry.params}, found {got}"
-        return None
-    missing = [n for n in entry.params if n not in {p.name for p in params}]
-    return f"lost parameter(s) {', '.join(missing)}" if missing else None
-
-
 def problems() -> list[str]:
     """One line per name that no longer matches (empty when all hold)."""
-    out = []
-    for entry in NAMES:
-        why = check(entry)
-        if why:
-            out.append(f"{entry.label()} {why}")
-    return out
+    return [f"{entry.label()} {why}" for entry in NAMES if (why := check(entry))]
 
 
 def installed_version() -> str:

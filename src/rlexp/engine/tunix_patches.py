@@ -1,12 +1,7 @@
-"""Every change rlexp makes to Tunix at run time, in one module: the import shortcut
-(skip_tunix_init) and the numerics of the trained model (mixed precision, training-only remat
-and the pad token). The private Tunix names these rely on are in tunix_names.
+"""Every change rlexp makes to Tunix at run time, in one module: the numerics of the trained
+model (mixed precision, training-only remat and the pad token). The private Tunix names these
+rely on are in tunix_names.
 
-- Import shortcut: tunix/__init__.py (0.1.7) imports every trainer Tunix ships (distillation,
-  DPO/ORPO, PPO, agentic GRPO, PEFT), which rlexp never uses: 0.4-0.8 s of each process's
-  start on a 2-core CPU. rlexp.engine runs `skip_tunix_init` before any of its modules
-  imports Tunix; RLEXP_FAST_START=0 (rlexp.base.runtime.fast_start_enabled) leaves Tunix's
-  __init__.py to run as usual.
 - Mixed precision (model.param_dtype vs model.dtype, as MaxText separates weight_dtype from
   dtype): the trained weights and AdamW's moments stay in param_dtype (float32), the forward
   pass computes in model.dtype. A bfloat16 weight has 8 mantissa bits: measured on SmolLM2-135M,
@@ -30,41 +25,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import inspect
-import sys
 from typing import Any, Iterable
 
-from rlexp.base.runtime import fast_start_enabled
-
 # Imported inside functions, on purpose: jax, flax (1.9 s) and Tunix's modules are imported where
-# a patch is applied: skip_tunix_init() must run before anything imports Tunix.
-
-
-def skip_tunix_init() -> None:
-    """Let `import tunix.rl.rl_cluster` load what it names and no more. The package module is
-    made from its spec without running tunix/__init__.py; the first access to a name the file
-    defines (`tunix.GRPOLearner`, `tunix.__version__`) runs it, so code that uses the
-    top-level API still sees all of it. A no-op once Tunix is imported, or with
-    RLEXP_FAST_START=0."""
-
-    if "tunix" in sys.modules or not fast_start_enabled():
-        return
-    spec = importlib.util.find_spec("tunix")
-    if spec is None or spec.loader is None:  # not installed: the first import says so
-        return
-    package = importlib.util.module_from_spec(spec)
-
-    def whole_api(name: str) -> Any:
-        del package.__getattr__  # once: names __init__ does not define stay AttributeErrors
-        spec.loader.exec_module(package)
-        try:
-            return package.__dict__[name]
-        except KeyError:
-            raise AttributeError(f"module 'tunix' has no attribute {name!r}") from None
-
-    package.__getattr__ = whole_api
-    sys.modules["tunix"] = package
+# a patch is applied.
 
 # train.remat -> jax.checkpoint policy (None = save nothing: recompute the whole layer).
 REMAT_POLICIES = {"full": None, "dots_saveable": "dots_with_no_batch_dims_saveable"}

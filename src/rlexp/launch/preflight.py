@@ -30,17 +30,16 @@ from omegaconf import OmegaConf
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, OmegaConfBaseException,
                               ValidationError)
 
-from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.config.convert import one_line_omegaconf_error, to_config, unknown_key_message
 from rlexp.config.naming import sweep_name
 from rlexp.config.paths import conf_dir
 from rlexp.config.schema import Config, RewardFunctionConfig
 from rlexp.job.guards import noop_warning
-from rlexp.launch.checks import LAUNCHER_NEEDS, check_job, check_launcher, check_writable
-from rlexp.launch.fast_start import hydra_only, parse_args, start_workers
+from rlexp.launch.checks import LAUNCHER_NEEDS, CheckContext, check_command, check_job, refuse_unfit
+from rlexp.launch.args import hydra_only, parse_args
 from rlexp.planning.hardware import platform_env, setup_platform
-from rlexp.tracking.remote_jobs import check_sweep_store
+from rlexp.planning.plan import Plan
 
 log = logging.getLogger("rlexp")
 
@@ -71,6 +70,11 @@ class Preflight:
     size: int = 1
     # True when `size` is a sweeper's trial count (hydra.sweeper.n_trials).
     trials: bool = False
+    # Each job's plan, made once by launch.checks.check_fits (parallel to `jobs`; empty for
+    # --cfg): the dry run prints it.
+    plans: list[Plan | None] = field(default_factory=list)
+    # What the per-job checks knew of the command (the dry run's refuse_after_plan takes it).
+    context: CheckContext = field(default_factory=CheckContext)
 
     @property
     def dry_run(self) -> bool:
@@ -202,8 +206,7 @@ class JobComposer:
     (`train.seed=3`, `algo.beta=0.04`) get that job's config with their values set as
     compose() sets a plain override after merging the files (OmegaConf.update, merge=True,
     the same errors: set_plain_values). Anything else (a group choice, +/++/~, a list or
-    dict value, an @package) composes in full. tests/test_cli.py checks the two agree.
-    With RLEXP_FAST_START=0 every job composes in full."""
+    dict value, an @package) composes in full. tests/test_cli.py checks the two agree."""
 
     # False: every job composes in full (the reference the shortcut is tested against).
     reuse = True
@@ -214,7 +217,6 @@ class JobComposer:
         self.repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
         # Group choices and override keys -> (that job's parsed overrides, its config).
         self.composed: dict[tuple, tuple[list[Any], Any]] = {}
-        self.reuse = self.reuse and runtime.fast_start_enabled()
 
     def compose(self, overrides: list[str]) -> Any:
 
@@ -284,6 +286,7 @@ def preflight(argv: list[str]) -> Preflight | None:
                 raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
             out = None
             launcher = None
+            context = CheckContext()
             if multirun:
                 launcher = OmegaConf.to_container(base.hydra.launcher, resolve=False)
             if not args.cfg:
@@ -291,16 +294,12 @@ def preflight(argv: list[str]) -> Preflight | None:
                 if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
 
                     out = str(Path(str(out)).parent / sweep_name(overrides))
-                check_writable(Path(out))
-                if multirun:
-                    check_launcher(base)
-
-                    check_sweep_store(base)  # jobs on other machines reach the store
+                context = check_command(Path(out), base, multirun)  # launch.checks.COMMAND_CHECKS
             jobs, swept, size = _expand(overrides,
                                         {str(k): str(v) for k, v in sweeper_params.items()})
             trials = OmegaConf.select(base, "hydra.sweeper.n_trials", default=None) \
                 if multirun else None
-            configs = []
+            configs, plans = [], []
             composer = JobComposer(config_name)
             for job in jobs:
                 # hydra.searchpath decides which options exist, so it stays in every compose.
@@ -308,18 +307,16 @@ def preflight(argv: list[str]) -> Preflight | None:
                                  or o.lstrip("+~").startswith("hydra.searchpath")]
                 cfg = to_config(composer.compose(job_overrides))
                 if not args.cfg:
-                    check_job(cfg)  # launch.checks.CHECKS, in order
+                    plans.append(check_job(cfg, context))  # launch.checks.CHECKS, in order
                 configs.append(cfg)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
-    if not args.cfg and len(configs) == len(jobs):  # every job composed and checked
-        runtime.note_checked_jobs(jobs)  # Hydra's basic sweeper need not compose them again
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
                      job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
                      launcher=launcher, size=int(trials) if trials is not None else size,
-                     trials=trials is not None)
+                     trials=trials is not None, plans=plans, context=context)
 
 
 def warn_noop(pre: Preflight) -> None:
@@ -334,7 +331,9 @@ def before_launch(pre: Preflight) -> None:
     """What must happen in the launching process, once, before any job starts."""
     if pre.print_only:
         return
-
+    for cfg, plan in zip(pre.jobs, pre.plans):
+        if cfg.run.dry_run and plan is not None:  # a dry-run job of a sweep that launches
+            refuse_unfit(plan)  # others: it prints its plan in the job, refused here
     warn_noop(pre)
     # Device count for emulation (XLA_FLAGS) and the GPU memory fraction must be in the
     # environment before JAX starts its backend, for a sweep's jobs too: jobs of the basic
@@ -343,5 +342,4 @@ def before_launch(pre: Preflight) -> None:
     envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
     if pre.jobs and len(envs) == 1:
         setup_platform(pre.jobs[0].hardware, job=not pre.multirun)  # a sweep's jobs: each checks
-    start_workers(pre.launcher, pre.jobs)
 
