@@ -25,8 +25,9 @@ import pytest
 from helpers import cli_env
 from rlexp.base.events import RunInfo
 from rlexp.config.schema import Config
-from rlexp.job import console
-from rlexp.job.console import ConsoleListener, SweepEnv, job_label, job_output
+from rlexp.job import sweep_messages
+from rlexp.job.console import ConsoleListener
+from rlexp.job.sweep_messages import SweepEnv, job_label, job_output
 from rlexp.job.sweep_monitor import SweepMonitor, sweep_eta
 
 EVAL = {"eval/accuracy": 0.8125, "eval/format_accuracy": 1.0, "eval/pass_at_k": 0.9,
@@ -125,7 +126,9 @@ def test_a_runs_log_lines_go_to_stderr_in_rlexps_format(hydra_like_logging, caps
 
 
 def test_in_a_sweep_every_line_carries_the_label_and_warm_starts_stay_quiet(
-        hydra_like_logging, capsys):
+        hydra_like_logging, capsys, tmp_path):
+    log_file = logging.FileHandler(tmp_path / "rlexp.log")  # Hydra's job log file
+    logging.getLogger().addHandler(log_file)
     env = SweepEnv(size=8, keys=["algo.beta", "algo.num_generations"]).to_env()
     overrides = ["algo.beta=0.04", "algo.num_generations=4", "train.steps=10"]
     with job_output(2, overrides, environ=env):
@@ -142,11 +145,15 @@ def test_in_a_sweep_every_line_carries_the_label_and_warm_starts_stay_quiet(
         print("already finished", file=sys.stdout)
     out, err = capsys.readouterr()
     lines = [ln for ln in (out + err).splitlines() if ln.strip()]
-    assert all(ln.startswith("[3/8 beta=0.04 G=4] ") for ln in lines), lines
+    assert all(ln.startswith("[3/8 β=0.04 G=4] ") for ln in lines), lines
     assert not any("warm start" in ln for ln in lines)
     assert any("rlexp: warning: dataset: skipped 2 rows" in ln for ln in lines)
-    assert any("step 10/10" in ln for ln in lines) and any("accuracy  " in ln for ln in lines)
-    assert sys.stderr is not None and not isinstance(sys.stderr, console.LabelledStream)
+    assert any("step 10/10" in ln for ln in lines)
+    # the before/after table stays in the job's log file: the sweep ends with its group table
+    assert not any("accuracy  " in ln for ln in lines)
+    log_file.close()
+    assert "accuracy  " in (tmp_path / "rlexp.log").read_text()
+    assert sys.stderr is not None and not isinstance(sys.stderr, sweep_messages.LabelledStream)
 
 
 def test_on_a_terminal_a_sweeps_job_draws_no_bar_and_sends_its_lines_to_the_launcher(
@@ -168,15 +175,35 @@ def test_on_a_terminal_a_sweeps_job_draws_no_bar_and_sends_its_lines_to_the_laun
     assert "step" not in kinds  # start, lines, end: the launcher's bar counts jobs
     lines = [r["text"] for r in records if r["kind"] == "line"]
     assert any("eval @ step 0" in ln for ln in lines)
-    assert all(ln.startswith("[1/4 beta=0.04] ") for ln in lines if ln.strip()), lines
+    assert all(ln.startswith("[1/4 β=0.04] ") for ln in lines if ln.strip()), lines
+
+
+def test_a_stopped_sweep_job_tells_the_launcher_killed_not_failed(tmp_path, hydra_like_logging,
+                                                                  capsys):
+    from rlexp.job.experiment import JobStopped, Observers, _listeners
+
+    cfg = Config()
+    cfg.tracker.name = "none"
+    env = SweepEnv(size=2, keys=[], relay=tmp_path, terminal=False).to_env()
+    with pytest.raises(JobStopped):
+        with job_output(1, [], environ=env):
+            listeners = _listeners(cfg, tmp_path)  # the run's own, this job's among them
+            assert listeners[-1] is sweep_messages.current_job()
+            Observers(listeners, tmp_path).on_run_end("KILLED", {"steps_done": 3})
+            raise JobStopped("preempted (SIGTERM) after step 3")
+    (end,) = [r for r in map(json.loads, (tmp_path / "1.jsonl").read_text().splitlines())
+              if r["kind"] == "end"]
+    assert end["status"] == "KILLED"
+    assert sweep_messages.current_job() is None
+    capsys.readouterr()
 
 
 @pytest.mark.parametrize("index,overrides,keys,label", [
     (2, ["algo.beta=0.04", "algo.num_generations=4", "train.steps=2"],
-     ["algo.beta", "algo.num_generations"], "[3/8 beta=0.04 G=4]"),
+     ["algo.beta", "algo.num_generations"], "[3/8 β=0.04 G=4]"),
     (0, ["algo=gspo", "train.learning_rate=0.000312456"], ["algo", "train.learning_rate"],
-     "[1/8 gspo lr=0.000312]"),
-    (4, ["algo.beta=0.0", "+train.seed=3"], ["algo.beta", "train.seed"], "[5/8 beta=0 seed=3]"),
+     "[1/8 gspo lr=0.0003125]"),
+    (4, ["algo.beta=0.0", "+train.seed=3"], ["algo.beta", "train.seed"], "[5/8 β=0 seed=3]"),
     (1, ["x=1"], [], "[2/8]"),
 ])
 def test_job_labels_are_short(index, overrides, keys, label):
@@ -305,6 +332,8 @@ def test_on_a_terminal_the_first_line_comes_before_jax_is_imported(tmp_path):
     os.close(master)
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
     assert lines and lines[-1].startswith("<<import jax"), lines
-    first = lines[0]
+    # the command's start line (rlexp.__main__), then the build's, both before JAX
+    assert lines[0] == "rlexp: starting a run: reading the config", lines
+    first = lines[1]
     assert first.startswith("rlexp: ") and "building the model" in first, lines
     print(f"first line, then JAX imported {lines[-1]}")

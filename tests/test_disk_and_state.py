@@ -13,6 +13,7 @@ the issue's finished run with a truncated summary.json through the command line,
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
 import logging
@@ -20,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections import namedtuple
 from pathlib import Path
 
@@ -340,6 +342,75 @@ def test_a_finished_run_with_a_damaged_summary_stays_finished(tmp_path, monkeypa
                           env=cli_env(), capture_output=True, text=True, timeout=300)
     assert sync.returncode == 0, sync.stderr
     assert client.get_run(rid).info.status == "FINISHED"
+
+
+# Calls that write (or move) a file: the receiver or an argument names the file.
+WRITES = {"write_text", "write_bytes", "write_json_atomic", "replace", "rename", "copy",
+          "copy2", "copyfile", "move"}
+
+
+def _own_nodes(scope: ast.AST):
+    """The nodes of a module or function, not those of the functions inside it."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def summary_writes(source: str) -> list[int]:
+    """Lines of `source` that write a file named by "summary.json" (a string holding it,
+    SUMMARY_FILE, or a name its function assigned from either: `tmp = run_dir / "summary.json
+    .tmp"; tmp.write_text(...)`)."""
+    tree = ast.parse(source)
+    hits = set()
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))]:
+        named: set[str] = {"SUMMARY_FILE"}
+
+        def names_it(node: ast.AST) -> bool:
+            return any(isinstance(n, ast.Constant) and "summary.json" in str(n.value)
+                       or isinstance(n, ast.Name) and n.id in named for n in ast.walk(node))
+
+        own = list(_own_nodes(scope))
+        for node in own:
+            if isinstance(node, ast.Assign) and names_it(node.value):
+                named |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for node in own:
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            mode = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            writes = name in WRITES or (name == "open" and any(c in str(mode) for c in "wax"))
+            parts = [*node.args, *(k.value for k in node.keywords)]
+            if isinstance(func, ast.Attribute):
+                parts.append(func.value)
+            if writes and any(names_it(part) for part in parts):
+                hits.add(node.lineno)
+    return sorted(hits)
+
+
+def test_one_module_writes_summary_json():
+    # Positive controls: the two writers this replaced (job/experiment.py, tracking/sync.py).
+    assert summary_writes(textwrap.dedent("""
+        def write_summary(run_dir, summary):
+            tmp = run_dir / "summary.json.tmp"
+            tmp.write_text(json.dumps(summary))
+            tmp.replace(run_dir / "summary.json")
+        def fill(run_dir, summary):
+            write_json_atomic(run_dir / SUMMARY_FILE, summary)
+            with open(run_dir / "summary.json", "w") as handle:
+                json.dump(summary, handle)
+        """)) == [4, 5, 7, 8]
+    assert summary_writes('s = json.loads((run_dir / "summary.json").read_text())') == []
+    root = Path(__file__).resolve().parents[1]
+    home = root / "src" / "rlexp" / "base" / "summary.py"
+    assert summary_writes(home.read_text())  # the checker sees the one writer
+    others = {str(path.relative_to(root)): summary_writes(path.read_text())
+              for folder in ("src", "launchers") for path in sorted((root / folder).rglob("*.py"))
+              if path != home}
+    assert {path: lines for path, lines in others.items() if lines} == {}
 
 
 # ------------------------------------------------------------------ the MLflow store

@@ -503,7 +503,7 @@ def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cach
     calls: list[int] = []
 
     def nan_after_probe(prompts, completions, answers, **_):
-        # Finite when build() probes it (a NaN there is refused at start), NaN mid-run.
+        # Finite at the first step (pre-flight probed the real one), NaN from the second.
         calls.append(len(completions))
         return [0.0 if len(calls) == 1 else math.nan for _ in completions]
 

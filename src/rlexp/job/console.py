@@ -15,27 +15,18 @@ log records too (route_logs; Hydra's job logging would print them on stdout with
 timestamp). Each start-up phase says so as it begins (phase(): building the model, the warm
 start, compiling), so the first line comes before JAX is imported.
 
-Sweeps: every line of a job carries its label, `[3/8 beta=0.04 G=4]` (job_label, through
-job_output's LabelledStream), one whole line per write, so jobs running side by side never mix
-within a line. Under the joblib launcher the launching process watches the jobs' events
-(rlexp.job.sweep_monitor): on a terminal it draws the only bar and prints the jobs' lines
-above it, the jobs drawing none; piped, it adds one line per finished job.
+A sweep's jobs label their lines and report to the launching process through
+rlexp.job.sweep_messages; that process draws the sweep's bar (rlexp.job.sweep_monitor).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import logging
 import os
 import sys
-import threading
 import time
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from rlexp.base import runtime
 from rlexp.base.events import Listener, RunInfo
@@ -109,6 +100,9 @@ def before_after_table(before: dict[str, float], after: dict[str, float]) -> str
     for key, label in TABLE:
         if key in before and key in after:
             b, a = before[key], after[key]
+            if key == "eval/pass_at_k":  # 'pass@4', as the eval lines say
+                from rlexp.job.evaluate import pass_at_k_label
+                label = pass_at_k_label(after)
             lines.append(f"{label:18}{b:9.3f}{a:9.3f}{a - b:+9.3f}")
     return "\n".join(lines)
 
@@ -190,9 +184,11 @@ class ConsoleListener(Listener):
             self.first_eval = metrics
         self.last_eval, self.last_eval_step = metrics, step
         self.accuracy = metrics.get("eval/accuracy")
+        from rlexp.job.evaluate import pass_at_k_label
+
         line = (f"eval @ step {step}: accuracy {metrics.get('eval/accuracy', 0):.3f}  "
                 f"format {metrics.get('eval/format_accuracy', 0):.3f}  "
-                f"pass@{int(metrics.get('eval/k', 0))} {metrics.get('eval/pass_at_k', 0):.3f}")
+                f"{pass_at_k_label(metrics)} {metrics.get('eval/pass_at_k', 0):.3f}")
         if self.bar is not None:
             self.bar.write(line, file=self.stream)
         else:
@@ -218,8 +214,6 @@ class ConsoleListener(Listener):
             print(text, file=self.stream, flush=True)
 
     def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
-        if _job is not None:
-            _job.status = status
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -227,12 +221,19 @@ class ConsoleListener(Listener):
         after = summary.get("eval_after")
         if after is None and status == "FINISHED":
             after = self.last_eval
+        table = None
         if before and after:
-            print(before_after_table(before, after), file=self.stream)
+            table = before_after_table(before, after)
         elif before and self.last_eval and self.last_eval_step > 0:
             # Stopped early: the latest evaluation is not "after training"; say when it was.
-            print(before_after_table(before, self.last_eval).replace(
-                "   after", "  latest", 1), file=self.stream)
+            table = before_after_table(before, self.last_eval).replace("   after", "  latest", 1)
+        # a sweep job (its stream labels each line: sweep_messages.LabelledStream): the table
+        # stays in its log file; the sweep ends with one group table
+        if table and getattr(self.stream, "label", None):
+            logging.getLogger(JOB_LOG_ONLY).info("evaluation before and after training\n%s",
+                                                 table)
+        elif table:
+            print(table, file=self.stream)
         steps = summary.get("steps_done")
         if steps is None:
             steps = summary.get("resumed_from_step", "?")
@@ -266,12 +267,27 @@ class ConsoleFormatter(logging.Formatter):
 
 # In a sweep, what each job would say about its own start-up (one warm-start line per job)
 # stays in its rlexp.log: the sweep's progress says the rest. Warnings always show.
-STARTUP_LOGGERS = ("rlexp.engine.warm_start", "rlexp.base.retention", "rlexp.inputs.model_files")
+# A sweep job's lines for its log file only (its before/after table).
+JOB_LOG_ONLY = "rlexp.job.log_only"
+STARTUP_LOGGERS = ("rlexp.engine.warm_start", "rlexp.base.retention", "rlexp.inputs.model_files",
+                   JOB_LOG_ONLY)
 
 
 class _NotStartup(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.WARNING or not record.name.startswith(STARTUP_LOGGERS)
+
+
+class _MainProcessInfo(logging.Filter):
+    """A multi-controller run: process 0 alone prints what happens (its resume line, its
+    phases); every process still prints its warnings and errors. Read per record, since the
+    process index is known only once jax.distributed has joined."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or runtime.is_main_process()
+
+
+_OURS = (_NotStartup, _MainProcessInfo)
 
 
 def _is_console_handler(handler: logging.Handler) -> bool:
@@ -291,8 +307,9 @@ def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, 
         changed.append((handler, handler.stream, handler.formatter))  # type: ignore[attr-defined]
         handler.setStream(stream)  # type: ignore[attr-defined]
         handler.setFormatter(ConsoleFormatter())
-        for old in [f for f in handler.filters if isinstance(f, _NotStartup)]:
+        for old in [f for f in handler.filters if isinstance(f, _OURS)]:
             handler.removeFilter(old)
+        handler.addFilter(_MainProcessInfo())
         if sweep:
             handler.addFilter(_NotStartup())
     return changed
@@ -302,7 +319,7 @@ def restore_logs(changed: list[tuple[logging.Handler, Any, Any]]) -> None:
     for handler, stream, formatter in changed:
         handler.setStream(stream)  # type: ignore[attr-defined]
         handler.setFormatter(formatter)
-        for old in [f for f in handler.filters if isinstance(f, _NotStartup)]:
+        for old in [f for f in handler.filters if isinstance(f, _OURS)]:
             handler.removeFilter(old)
 
 
@@ -311,202 +328,8 @@ def phase(text: str) -> None:
     terminal, for a single run. Piped output (a log, a test) is left as it was: one line per
     event, where a bad input the build finds stays its one error line; a sweep's job says
     nothing (the sweep's bar or lines do)."""
-    if (_job is not None and _job.label is not None) or not is_terminal(sys.stderr):
+    if not is_terminal(sys.stderr):  # a sweep's job prints through a LabelledStream (no tty)
         return
     if not runtime.is_main_process():  # a multi-controller run: process 0 alone prints
         return
     print(f"rlexp: {text}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------- sweeps: one label per job
-
-# What the launching process tells a sweep's jobs (rlexp.__main__ after pre-flight; the joblib
-# launcher hands them to its workers, which may have started before): the number of jobs, the
-# keys they vary, and, for the joblib launcher, the dir where each job writes its events
-# (<job index>.jsonl: start, progress, end; its lines too on a terminal, which the launching
-# process then prints above its sweep bar).
-SWEEP_SIZE_ENV = "RLEXP_SWEEP_SIZE"
-SWEEP_KEYS_ENV = "RLEXP_SWEEP_KEYS"
-SWEEP_RELAY_ENV = "RLEXP_SWEEP_RELAY"
-SWEEP_TERMINAL_ENV = "RLEXP_SWEEP_TERMINAL"
-
-# Short names of the keys sweeps vary most ('[3/8 beta=0.04 G=4]'); any other key shows by
-# its last part (train.warmup_steps -> warmup_steps), a group choice by its value (gspo).
-SHORT_KEYS = {"algo.num_generations": "G", "algo.epsilon": "eps", "algo.epsilon_high": "eps_hi",
-              "algo.num_iterations": "iters", "train.learning_rate": "lr",
-              "train.batch_size": "B", "algo.kl_estimator": "kl"}
-
-
-def short_value(value: str) -> str:
-    """An override's value, short: 0.0437829 -> 0.0438, 0.0 -> 0; anything else as typed."""
-    text = value.strip("'\"")
-    if text.lstrip("+-").isdigit():
-        return text
-    try:
-        return f"{float(text):.3g}"
-    except ValueError:
-        return text
-
-
-def job_label(index: int, size: int | None, overrides: Sequence[str],
-              keys: Sequence[str]) -> str:
-    """'[3/8 beta=0.04 G=4]': the job's number (from 1) of the sweep's `size`, and its values
-    of the swept `keys`, keys abbreviated (SHORT_KEYS)."""
-    values = {}
-    for override in overrides:
-        key, sep, value = override.lstrip("+~").partition("=")
-        if sep:
-            values[key] = value
-    items = []
-    for key in keys:
-        if key in values:
-            value = short_value(values[key])
-            items.append(value if "." not in key and "/" not in key
-                          else f"{SHORT_KEYS.get(key, key.rsplit('.', 1)[-1])}={value}")
-    head = f"{index + 1}/{size}" if size else str(index + 1)
-    return f"[{' '.join([head, *items])}]"
-
-
-@dataclass
-class SweepEnv:
-    # Jobs in the sweep (None: unknown).
-    size: int | None = None
-    # The keys the sweep varies, for the labels.
-    keys: list[str] = field(default_factory=list)
-    # The joblib launcher's event dir (None: another launcher).
-    relay: Path | None = None
-    # The launching process draws a bar on a terminal: jobs send it their lines.
-    terminal: bool = False
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "SweepEnv":
-        size = environ.get(SWEEP_SIZE_ENV, "")
-        relay = environ.get(SWEEP_RELAY_ENV)
-        return cls(size=int(size) if size.isdigit() else None,
-                   keys=[k for k in environ.get(SWEEP_KEYS_ENV, "").split(",") if k],
-                   relay=Path(relay) if relay else None,
-                   terminal=environ.get(SWEEP_TERMINAL_ENV) == "1")
-
-    def to_env(self) -> dict[str, str]:
-        out = {SWEEP_SIZE_ENV: str(self.size or ""), SWEEP_KEYS_ENV: ",".join(self.keys),
-               SWEEP_TERMINAL_ENV: "1" if self.terminal else "0"}
-        if self.relay is not None:
-            out[SWEEP_RELAY_ENV] = str(self.relay)
-        return out
-
-
-class Relay:
-    """A job's events (and, on a terminal, its lines) for the launching process: one JSON
-    record a line, appended to <relay dir>/<job index>.jsonl."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._lock = threading.Lock()
-
-    def send(self, **record: Any) -> None:
-        line = json.dumps({"t": time.time(), **record}) + "\n"
-        with self._lock:
-            try:
-                with open(self.path, "a", encoding="utf-8") as handle:
-                    handle.write(line)
-            except OSError:  # the sweep's display is a nicety: never fail a job for it
-                pass
-
-
-class LabelledStream(io.TextIOBase):
-    """sys.stdout/sys.stderr of a sweep's job: every line it is given goes out with the job's
-    label in front, whole (one write: lines of jobs running side by side never mix), to
-    `write_line`."""
-
-    def __init__(self, label: str, write_line: Callable[[str], None]):
-        super().__init__()
-        self.label = label
-        self.write_line = write_line
-        self._partial = ""
-        self._lock = threading.Lock()
-
-    def write(self, text: str) -> int:
-        with self._lock:
-            lines = (self._partial + text).split("\n")
-            self._partial = lines.pop()
-        for line in lines:
-            line = line.rsplit("\r", 1)[-1]  # a redraw: the last state only
-            self.write_line(f"{self.label} {line}" if line.strip() else line)
-        return len(text)
-
-    def flush(self) -> None:
-        pass  # a partial line waits for its end (end_line at the job's end)
-
-    def end_line(self) -> None:
-        if self._partial:
-            self.write("\n")
-
-    def isatty(self) -> bool:
-        return False
-
-    def writable(self) -> bool:
-        return True
-
-
-def _line_writer(stream: Any) -> Callable[[str], None]:
-    def write_line(line: str) -> None:
-        stream.write(line + "\n")
-        stream.flush()
-    return write_line
-
-
-class JobOutput:
-    """What this process's current job prints through: its label in a sweep (None for a
-    single run), the relay to the launching process, the status its console saw."""
-
-    def __init__(self, label: str | None, relay: Relay | None):
-        self.label = label
-        self.relay = relay
-        self.status: str | None = None
-
-
-_job: JobOutput | None = None
-
-
-@contextlib.contextmanager
-def job_output(index: int | None, overrides: Sequence[str],
-               environ: Mapping[str, str] = os.environ) -> Iterator[JobOutput]:
-    """A job's console: log records on stderr in ConsoleFormatter's format, and, in a sweep
-    (`index` is its number), every line it prints labelled (job_label). Under the joblib
-    launcher its start and end (and progress) go to the launching process; on a terminal its
-    lines too, which that process prints above its sweep bar."""
-    global _job
-    sweep = SweepEnv.from_env(environ) if index is not None else None
-    relay = None
-    if sweep is not None and sweep.relay is not None:
-        relay = Relay(sweep.relay / f"{index}.jsonl")
-    label = job_label(index, sweep.size, overrides, sweep.keys) if sweep is not None else None
-    out = JobOutput(label, relay)
-    streams = sys.stdout, sys.stderr
-    if label is not None:
-        if relay is not None and sweep is not None and sweep.terminal:
-            def to_relay(line: str) -> None:
-                relay.send(kind="line", text=line)
-            sys.stdout = LabelledStream(label, to_relay)
-            sys.stderr = LabelledStream(label, to_relay)
-        else:
-            sys.stdout = LabelledStream(label, _line_writer(streams[0]))
-            sys.stderr = LabelledStream(label, _line_writer(streams[1]))
-    changed = route_logs(sys.stderr, sweep=label is not None)
-    previous, _job = _job, out
-    if relay is not None:
-        relay.send(kind="start", label=label)
-    failed = True
-    try:
-        yield out
-        failed = False
-    finally:
-        _job = previous
-        for stream in (sys.stdout, sys.stderr):
-            if isinstance(stream, LabelledStream):
-                stream.end_line()
-        sys.stdout, sys.stderr = streams
-        restore_logs(changed)
-        if relay is not None:
-            status = out.status or ("FAILED" if failed else "FINISHED")
-            relay.send(kind="end", status=status)

@@ -1,7 +1,9 @@
-"""One job, start to end: plan -> build -> listeners -> loop -> summary.json.
+"""One job, start to end, in named phases (_run_locked): resolve_state -> build -> restore ->
+open_attempt -> train -> finish -> end_run.
 
 Data flows one way: config -> plan -> components -> loop -> listeners. This is the only place
-that decides a run's status (FINISHED, FAILED, KILLED) and writes summary.json.
+that decides a run's status (FINISHED, FAILED, KILLED); summary.json is written through
+rlexp.base.summary.
 
 A rerun learns the earlier attempt's state from the first readable of: summary.json, the MLflow
 run (tracking.json's id, else the run tagged rlexp.run_dir), the newest checkpoint (the loop's
@@ -32,7 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -43,7 +45,8 @@ from rlexp.base import runtime
 from rlexp.base.errors import UserError, fail
 from rlexp.base.events import Listener, Listeners, RunInfo
 from rlexp.base.lock import Busy, DirLock, is_lock_file
-from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri, scrub_run_dir
+from rlexp.base.redact import redact_params, redact_text, redact_uri, scrub_run_dir
+from rlexp.base.summary import SUMMARY_FILE, read_summary, set_aside, write_summary
 from rlexp.config.naming import flatten
 from rlexp.config.schema import Config
 from rlexp.engine import export
@@ -52,6 +55,7 @@ from rlexp.inputs import storage
 from rlexp.inputs.storage import check_backend
 from rlexp.job import loop, stopping
 from rlexp.job.console import ConsoleListener, phase, quiet_third_party
+from rlexp.job.sweep_messages import current_job
 from rlexp.job.resume import Checkpointer, Preempted, StopFlag, final_metadata
 from rlexp.planning.hardware import init_distributed, lost_peer, process_lines, sync_processes
 from rlexp.planning.plan import make_plan
@@ -86,7 +90,6 @@ class JobContext:
 
     @classmethod
     def from_hydra(cls) -> "JobContext":
-
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
         choices = {k: str(v) for k, v in OmegaConf.to_container(hc.runtime.choices).items()
@@ -98,7 +101,6 @@ class JobContext:
 
 
 def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
-
     tags = {"algo": cfg.algo.name, "model": cfg.model.name, "dataset": cfg.dataset.name,
             "hardware": cfg.hardware.name, "host": socket.gethostname(),
             "overrides": redact_text(" ".join(job.overrides)),
@@ -118,19 +120,6 @@ def _read_json(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
 
-
-def write_summary(run_dir: Path, summary: dict) -> None:
-    if not runtime.is_main_process():  # one record per run: process 0 writes it
-        return
-
-    tmp = run_dir / "summary.json.tmp"
-    try:
-        tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))),
-                                  indent=2))
-        tmp.replace(run_dir / "summary.json")  # atomic: readers never see half a file
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk: no half-written file stays
-        raise
 
 # Fields that describe one attempt: never taken from an earlier attempt's summary.
 ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
@@ -158,9 +147,9 @@ def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | Non
     """The earlier attempt's summary: summary.json, else the MLflow run, else the newest
     checkpoint (None: a new run, or one that stopped before its end and resumes). A damaged
     summary.json is set aside; a finished run's is rebuilt and written again, in one line."""
-    path = job.run_dir / "summary.json"
-    previous = _read_json(path)
-    if isinstance(previous, dict):
+    path = job.run_dir / SUMMARY_FILE
+    previous = read_summary(job.run_dir)
+    if previous is not None:
         return previous
     damaged = path.exists()
     final = final_metadata(checkpoints)
@@ -171,8 +160,7 @@ def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | Non
         recorded = recorded_run(default_uri(cfg), cfg.tracker.experiment, job.run_dir)
     what = f"{path} is missing"
     if damaged:
-        aside = path.with_name(f"summary.json.damaged-{int(time.time())}")
-        os.replace(path, aside)  # kept for a post-mortem
+        aside = set_aside(job.run_dir)  # kept for a post-mortem
         what = f"{path} was damaged (kept as {aside.name})"
     if recorded is not None:
         rebuilt = _summary_from_mlflow(recorded, job, final)
@@ -242,28 +230,24 @@ def _forget_previous(run_dir: Path) -> None:
 
 
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
-
     print("rlexp plan (dry run: nothing compiled)")
     for line in plan.lines:
         print(f"  {line}")
     for line in process_lines(cfg.hardware):  # hosts x devices per host, who logs, host RAM
         print(f"  {line}")
     print(f"  outputs    {job.run_dir}")
-
     print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
           f" experiment={cfg.tracker.experiment}")
 
 
 def run(cfg: Config, job: JobContext) -> float | None:
 
+    # Pre-flight refused a plan that does not fit (launch.checks.check_fits) before Hydra
+    # launched this job, maybe in another process: the job makes it once and does not re-check.
     plan = make_plan(cfg)
-    if cfg.run.dry_run:
+    if cfg.run.dry_run:  # a dry-run job of a sweep that launches others
         print_plan(cfg, plan, job)
-        if not plan.fits:
-            _user_error(plan.why, job)
         return None
-    if not plan.fits:
-        _user_error(plan.why, job)
     try:
         init_distributed(cfg.hardware)  # multi_controller: join the others (0 of 1 otherwise)
     except UserError as exc:
@@ -281,7 +265,7 @@ def run(cfg: Config, job: JobContext) -> float | None:
         lock.release()
 
 
-def _stop_disk_full(job: JobContext, line: str) -> "NoReturn":  # noqa: F821
+def _stop_disk_full(job: JobContext, line: str) -> NoReturn:
     logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
     _remove_tmp_files(job.run_dir)
     if job.sweep_dir is not None:
@@ -300,44 +284,71 @@ def _remove_tmp_files(run_dir: Path) -> None:
             pass
 
 
-def _lock_run_dir(job: JobContext) -> "DirLock":  # noqa: F821
-
+def _lock_run_dir(job: JobContext) -> DirLock:
     try:
         return DirLock(job.run_dir, process=runtime.process_index()).acquire()
     except Busy as exc:
         if job.sweep_dir is None:
-
             fail(str(exc))
         raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
 
 
 def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
-    quiet_libraries()
-    run_dir = job.run_dir
+    """The job's phases: resolve_state -> build -> restore -> open_attempt (listeners, the
+    summary's first fields) -> train (the loop, then the export) -> finish (summary.json,
+    outputs, listeners; however training ended) -> end_run (the objective, or the exit)."""
+    quiet_third_party()  # orbax/absl log each checkpoint at INFO: rlexp's lines only
     # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
-    checkpoints = storage.checkpoint_dir(cfg.run.output_uri, run_dir, job.name)
+    checkpoints = storage.checkpoint_dir(cfg.run.output_uri, job.run_dir, job.name)
+    previous = resolve_state(cfg, job, checkpoints)
+    if _finished(previous):
+        return previous.get("objective")
+    started = time.time()
+    engine = build(cfg, job, plan)
+    checkpointer, resumed = restore(cfg, plan, engine, checkpoints)
+    attempt = open_attempt(cfg, job, engine, checkpointer, resumed, previous, started)
+    outcome = Outcome()
+    try:
+        train(attempt, outcome)
+    finally:
+        finish(attempt, outcome)
+    return end_run(job, outcome, attempt.summary)
+
+
+def _finished(previous: dict | None) -> bool:
+    return previous is not None and previous.get("status") == "FINISHED"
+
+
+def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
+    """What an earlier attempt in this run dir left: its summary with run.resume=true (a
+    finished run is said so here, and not trained again), nothing with run.resume=false (its
+    checkpoints, tracking link and summary are removed)."""
     previous = None
     if cfg.run.resume:
         previous = recorded_state(cfg, job, checkpoints)
-        if previous and previous.get("status") == "FINISHED":
+        if _finished(previous):
             if runtime.is_main_process():
-                print(already_finished(run_dir, previous, git_tags()))
-            return previous.get("objective")
+                print(already_finished(job.run_dir, previous, git_tags()))
+            return previous
     else:
         if runtime.is_main_process():
-            _forget_previous(run_dir)
+            _forget_previous(job.run_dir)
         sync_processes("rlexp.forget_previous")  # no process restores what process 0 removes
-
     if runtime.is_main_process():
-        scrub_run_dir(run_dir)
-    started = time.time()
+        scrub_run_dir(job.run_dir)
+    return previous
+
+
+def build(cfg: Config, job: JobContext, plan) -> Any:
+    """The engine (model, data, Tunix's learner). Bad input found here is one line, as in
+    pre-flight; in a sweep, any other failure is this job's FAILED summary (with why)."""
     # The first line of a run, before JAX is imported (the build's first seconds).
     phase(f"{job.name}: building the model (importing JAX and Tunix)")
     if runtime.is_main_process():
         warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
     try:
         check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
-        engine = engine_lib.build(cfg, plan, run_dir)  # (xpk) needs no gcsfs
+        return engine_lib.build(cfg, plan, job.run_dir)  # (xpk) needs no gcsfs
     except UserError as exc:  # bad input found while building: nothing was tracked yet
         _user_error(str(exc), job)
     except Exception as exc:
@@ -345,99 +356,184 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
             _failed_summary(job, _error_line(exc))
         raise
 
+
+def restore(cfg: Config, plan, engine: Any, checkpoints: Any) -> tuple[Checkpointer, dict | None]:
+    """The checkpointer, and the metadata of the newest checkpoint that loads (run.resume=true;
+    None: training starts at step 0)."""
     checkpointer = Checkpointer(checkpoints, cfg.train.keep_checkpoints, engine,
                                 plan.checkpoint_bytes)
     resumed = checkpointer.restore_latest(cfg.train.seed) if cfg.run.resume else None
     engine.start_step = resumed["step"] if resumed else 0
-    listener_list = _listeners(cfg, run_dir)
-    progress = listener_list[0]  # the last step this attempt reached (KILLED/FAILED summaries)
-    listeners = Observers(listener_list, run_dir)
+    return checkpointer, resumed
+
+
+@dataclass
+class Attempt:
+    """This attempt at the run, built and restored: what train and finish work on."""
+
+    cfg: Config
+    job: JobContext
+    engine: Any
+    checkpointer: Checkpointer
+    # Metadata of the checkpoint the engine was restored from (None: from step 0).
+    resumed: dict | None
+    # The earlier attempt's summary (run.resume=true): what this one's keeps (carry_over).
+    previous: dict | None
+    # time.time() when the build began: the summary's `started`, the tracker run's start.
+    started: float
+    listeners: Observers
+    # The last step this attempt reached (KILLED/FAILED summaries).
+    progress: ProgressFile
+    info: RunInfo
+    # summary.json as it stands; finish completes and writes it.
+    summary: dict[str, Any]
+    # Early stopping and sweep pruning (rlexp.job.stopping).
+    stops: Any
+    reserve: DiskReserve
+
+    def steps_done(self) -> int:
+        return max(self.engine.start_step, self.progress.step)
+
+
+@dataclass
+class Outcome:
+    """How training ended: FINISHED, KILLED (SIGTERM, Ctrl-C) or FAILED, with its line."""
+
+    status: str = "FAILED"
+    error: str | None = None
+    # The disk filled up: the unfinished checkpoint and *.tmp files go at the end.
+    full: DiskFull | None = None
+    # A multi-controller run lost one of its processes (the line every survivor prints).
+    lost: str | None = None
+
+
+def open_attempt(cfg: Config, job: JobContext, engine: Any, checkpointer: Checkpointer,
+                 resumed: dict | None, previous: dict | None, started: float) -> Attempt:
+    """The listeners, what they hear first, the summary's first fields, the stops and the
+    disk reserve (in this order)."""
+    listener_list = _listeners(cfg, job.run_dir)
+    return Attempt(
+        cfg=cfg, job=job, engine=engine, checkpointer=checkpointer, resumed=resumed,
+        previous=previous, started=started, listeners=Observers(listener_list, job.run_dir),
+        progress=listener_list[0], info=_run_info(cfg, job, engine, resumed, started),
+        summary=_first_summary(job, engine, started),
+        stops=stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name),
+        reserve=DiskReserve(job.run_dir if runtime.is_main_process() else None))
+
+
+def _run_info(cfg: Config, job: JobContext, engine: Any, resumed: dict | None,
+              started: float) -> RunInfo:
     # + the engine's parameter counts (params/total, params/trainable: model.lora trains less)
     counts = {k: v for k, v in engine.info.items() if k.startswith("params/")}
-    info = RunInfo(name=job.name, run_dir=run_dir, params=redact_params({**flatten(cfg), **counts}),
-                   tags=run_tags(cfg, job), start_step=engine.start_step,
-                   total_steps=cfg.train.steps, sweep_dir=job.sweep_dir,
+    return RunInfo(name=job.name, run_dir=job.run_dir,
+                   params=redact_params({**flatten(cfg), **counts}), tags=run_tags(cfg, job),
+                   start_step=engine.start_step, total_steps=cfg.train.steps,
+                   sweep_dir=job.sweep_dir,
                    extra={**_parent(job), "resumed": resumed is not None,
                           "started": started,  # the tracker's run starts when the job did
                           **_display(cfg, job, engine)})
-    summary: dict[str, Any] = {
+
+
+def _first_summary(job: JobContext, engine: Any, started: float) -> dict[str, Any]:
+    return {
         "name": job.name, "status": "RUNNING", "choices": job.choices,
-        "overrides": job.overrides, "run_dir": str(run_dir.resolve()),
+        "overrides": job.overrides, "run_dir": str(job.run_dir.resolve()),
         "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
         # The code that produced the run ("already finished" names it on a rerun).
         **{k.replace(".", "_"): v for k, v in git_tags().items()},
     }
-    status, error = "FAILED", None
-    full: DiskFull | None = None
-    lost: str | None = None  # a multi-controller run lost one of its processes
 
-    stops = stopping.build(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name)
-    reserve = DiskReserve(run_dir if runtime.is_main_process() else None)
+
+def train(a: Attempt, outcome: Outcome) -> None:
+    """The loop, then the export; how it ended goes into `outcome`. An error that is neither
+    a full disk nor a lost peer is re-raised (finish runs all the same)."""
     try:
         with StopFlag() as stop:
-            listeners.on_run_start(info)
-            for console in listener_list:  # run dir and MLflow link, once the run exists
+            a.listeners.on_run_start(a.info)
+            for console in a.listeners.listeners:  # run dir and MLflow link, once the run exists
                 if isinstance(console, ConsoleListener):
                     console.show_link()
-            summary.update(loop.run(cfg, engine, listeners, run_dir, checkpointer=checkpointer,
-                                    stop=stop, resumed=resumed, stops=stops))
-        status = "FINISHED"
-        if cfg.run.export:
-            summary["export"] = _export(cfg, engine, run_dir, listeners)
+            a.summary.update(loop.run(a.cfg, a.engine, a.listeners, a.job.run_dir,
+                                      checkpointer=a.checkpointer, stop=stop,
+                                      resumed=a.resumed, stops=a.stops))
+        outcome.status = "FINISHED"
+        if a.cfg.run.export:
+            a.summary["export"] = _export(a.cfg, a.engine, a.job.run_dir, a.listeners)
     except Preempted as exc:
-        status, error = "KILLED", f"preempted (SIGTERM) after {exc}: rerun the command to resume"
+        outcome.status = "KILLED"
+        outcome.error = f"preempted (SIGTERM) after {exc}: rerun the command to resume"
     except KeyboardInterrupt:
-        status, error = "KILLED", "interrupted"
+        outcome.status, outcome.error = "KILLED", "interrupted"
     except loop.NonFinite as exc:
-        error = str(exc)
+        outcome.error = str(exc)
     except Exception as exc:
-        full = disk_full(exc, run_dir)
-        lost = lost_peer(exc) if full is None else None
-        if full is None and lost is None:
-            error = _error_line(exc)
+        outcome.full = disk_full(exc, a.job.run_dir)
+        outcome.lost = lost_peer(exc) if outcome.full is None else None
+        if outcome.full is None and outcome.lost is None:
+            outcome.error = _error_line(exc)
             raise
-        error = lost or _disk_full_line(full, max(engine.start_step, progress.step), checkpointer)
-    finally:
-        if full is not None:
-            logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
-        reserve.release()  # room for the last words below
-        if lost is None:  # orbax's close waits for every process: not for a lost one
-            checkpointer.close()
-        tracking = _read_json(run_dir / "tracking.json") or {}
-        eval_after = summary.get("eval_after") or {}
-        summary.update(status=status, error=error, wall_s=round(time.time() - started, 3),
-                       mlflow_run_id=tracking.get("run_id"),
-                       objective=eval_after.get("eval/accuracy"))
-        summary.setdefault("steps_done", max(engine.start_step, progress.step))
-        summary = carry_over(previous if cfg.run.resume else None, summary)
-        try:
-            write_summary(run_dir, summary)
-        except OSError as exc:
-            late = disk_full(exc, run_dir)
-            if late is None:
-                raise
-            full = full or late
-            if status == "FINISHED":  # trained, but not recorded: the rerun only writes it
-                status, error = "FAILED", (f"{late.describe()}: summary.json not written; "
-                                           "free some space, then rerun the same command")
-                summary.update(status=status, error=error)
-        if runtime.is_main_process():
-            storage.mirror_outputs(cfg.run.output_uri, job.name, run_dir)  # run.output_uri only
-        listeners.on_run_end(status, summary)
-        stops.finish(status, summary)
-        if full is not None:
-            remove_unfinished(checkpoints)
-            _remove_tmp_files(run_dir)
-    if status != "FINISHED":  # KILLED (SIGTERM) or a clean stop (NaN/Inf)
-        if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
-            raise JobStopped(error)
-        if lost is not None:  # every survivor says it; exit now: jax.distributed's shutdown
-            print(f"rlexp: error: {error}", file=sys.stderr, flush=True)  # would wait for
-            runtime.exit_at_once(1)  # the lost process, then abort
-        if runtime.is_main_process():
-            print(f"rlexp: {'error: ' if status == 'FAILED' else ''}{error}", file=sys.stderr)
-        sys.exit(143 if status == "KILLED" else 1)
-    return summary["objective"]
+        outcome.error = outcome.lost or _disk_full_line(outcome.full, a.steps_done(),
+                                                        a.checkpointer)
+
+
+def finish(a: Attempt, outcome: Outcome) -> None:
+    """The run's end, however training ended: checkpoints closed, summary.json written (a
+    rerun's keeps what the earlier attempt knew), the outputs mirrored, the listeners and
+    stops told; after a full disk, no unfinished checkpoint or *.tmp file stays."""
+    if outcome.full is not None:
+        logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
+    a.reserve.release()  # room for the last words below
+    if outcome.lost is None:  # orbax's close waits for every process: not for a lost one
+        a.checkpointer.close()
+    tracking = _read_json(a.job.run_dir / "tracking.json") or {}
+    eval_after = a.summary.get("eval_after") or {}
+    a.summary.update(status=outcome.status, error=outcome.error,
+                     wall_s=round(time.time() - a.started, 3),
+                     mlflow_run_id=tracking.get("run_id"),
+                     objective=eval_after.get("eval/accuracy"))
+    a.summary.setdefault("steps_done", a.steps_done())
+    a.summary = carry_over(a.previous, a.summary)
+    _record(a, outcome)
+    if runtime.is_main_process():
+        storage.mirror_outputs(a.cfg.run.output_uri, a.job.name, a.job.run_dir)  # output_uri
+    a.listeners.on_run_end(outcome.status, a.summary)
+    a.stops.finish(outcome.status, a.summary)
+    if outcome.full is not None:
+        remove_unfinished(a.checkpointer.directory)
+        _remove_tmp_files(a.job.run_dir)
+
+
+def _record(a: Attempt, outcome: Outcome) -> None:
+    """summary.json; a disk that fills up now leaves a trained run FAILED (not recorded: the
+    rerun only writes it)."""
+    try:
+        write_summary(a.job.run_dir, a.summary)
+    except OSError as exc:
+        late = disk_full(exc, a.job.run_dir)
+        if late is None:
+            raise
+        outcome.full = outcome.full or late
+        if outcome.status == "FINISHED":
+            outcome.status, outcome.error = "FAILED", (
+                f"{late.describe()}: summary.json not written; free some space, then rerun "
+                "the same command")
+            a.summary.update(status=outcome.status, error=outcome.error)
+
+
+def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float | None:
+    """A finished run returns its objective (what a sweeper optimizes). Otherwise a sweep's
+    job raises JobStopped (the other jobs go on); a single run exits 143 (KILLED) or 1."""
+    if outcome.status == "FINISHED":
+        return summary["objective"]
+    if job.sweep_dir is not None:
+        raise JobStopped(outcome.error)
+    if outcome.lost is not None:  # every survivor says it; exit now: jax.distributed's
+        print(f"rlexp: error: {outcome.error}", file=sys.stderr, flush=True)  # shutdown would
+        runtime.exit_at_once(1)  # wait for the lost process, then abort
+    if runtime.is_main_process():
+        error = "error: " if outcome.status == "FAILED" else ""
+        print(f"rlexp: {error}{outcome.error}", file=sys.stderr)
+    sys.exit(143 if outcome.status == "KILLED" else 1)
 
 
 def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> str | None:
@@ -499,9 +595,8 @@ def _device_count() -> int:
     return jax.device_count()
 
 
-def _user_error(message: str, job: JobContext) -> "NoReturn":  # noqa: F821
+def _user_error(message: str, job: JobContext) -> NoReturn:
     if job.sweep_dir is None:
-
         _remove_if_empty(job.run_dir)
         fail(message)
     _failed_summary(job, message)
@@ -537,14 +632,6 @@ class ProgressFile(Listener):
         except OSError:
             tmp.unlink(missing_ok=True)
             raise
-
-
-class Muted:
-    """A listener that hears nothing: the console of a process other than 0 (every hook,
-    whatever its name, does nothing)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
 
 
 class Observers(Listeners):
@@ -606,19 +693,11 @@ def _disk_full_line(full: DiskFull, step: int, checkpointer: Checkpointer) -> st
             "rerun the same command to resume")
 
 
-def quiet_libraries() -> None:
-    """orbax/absl log every checkpoint at INFO; keep the console for rlexp's own lines."""
-
-    quiet_third_party()
-
-
 def _parent(job: JobContext) -> dict[str, Any]:
     """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
     launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
-
     parent = None
     if job.sweep_dir is not None:
-
         parent = parent_run_id(job.sweep_dir)
     parent = parent or parent_from_env()
     return {"parent_run_id": parent} if parent else {}
@@ -626,7 +705,6 @@ def _parent(job: JobContext) -> dict[str, Any]:
 
 def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
     """What trackers show besides params: a short run name, the resolved config, the data."""
-
     swept = swept_keys(job.sweep_dir)
     return {"run_name": display_name(cfg.tracker.run_name, job.choices, job.overrides, swept),
             "swept_tags": swept_tags(job.overrides, swept),  # the name's values in full
@@ -635,18 +713,20 @@ def _display(cfg: Config, job: JobContext, engine: Any) -> dict[str, Any]:
                          "train": engine.splits.train, "eval": engine.splits.eval}}
 
 
-def _listeners(cfg: Config, run_dir: Path) -> list:
-
+def _listeners(cfg: Config, run_dir: Path) -> list[Listener]:
+    """ProgressFile first (the step a KILLED or FAILED summary names), then process 0's
+    console, tracker and sweep messages; the other processes only count steps."""
+    if not runtime.is_main_process():  # one record per run: process 0 prints and tracks
+        return [ProgressFile(run_dir, write=False)]
     # The console hides only its bar/step lines with run.progress=false (evals, table stay).
     link = (lambda: run_dir_link(run_dir)) if cfg.tracker.name != "none" else None
     out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg, link=link)]
-    if not runtime.is_main_process():  # one record per run: process 0 prints and tracks
-        return [ProgressFile(run_dir, write=False), Muted()]
     tracker = make_listener(cfg, run_dir)
     if tracker is not None:
         out.append(tracker)
-
         if parent_from_env() and expected_jobs():  # after the tracker: this run has ended
-
             out.append(RemoteParentCloser(default_uri(cfg), parent_from_env(), expected_jobs()))
+    sweep_job = current_job()
+    if sweep_job is not None:  # the status its end record tells the launching process
+        out.append(sweep_job)
     return out

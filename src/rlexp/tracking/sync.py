@@ -22,7 +22,6 @@ resolve, not MLflow, 401/403: pass the right one with --uri); the spool keeps ev
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import logging
 import os
@@ -32,9 +31,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlexp.base.errors import UserError, fail
-from rlexp.base.files import write_json_atomic
-from rlexp.base.lock import Busy, DirLock
+from rlexp.base.lock import Busy, DirLock, try_flock
 from rlexp.base.redact import MASK, install_log_redaction, redact_uri, remember
+from rlexp.base.summary import SUMMARY_FILE, write_summary
 from rlexp.config.naming import flatten
 from rlexp.tracking import store
 from rlexp.tracking.listener import clean_params, clean_tags, now_ms
@@ -43,7 +42,6 @@ from rlexp.tracking.spool import LINK_FILE, LOCK_FILE, SPOOL_FILE, Link
 
 # Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is read.
 
-SUMMARY_FILE = "summary.json"
 DEFAULT_EXPERIMENT = "rlexp"
 
 
@@ -59,12 +57,10 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
     except Busy as exc:
         raise UserError(str(exc)) from None
     try:
-        with open(run_dir / LOCK_FILE, "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise UserError(f"a live process is tracking {run_dir}; it sends its spool "
-                                "itself") from None
+        lock = try_flock(run_dir / LOCK_FILE)
+        if lock is None:
+            raise UserError(f"a live process is tracking {run_dir}; it sends its spool itself")
+        with lock:
             return _sync(run_dir, send_all, uri, new_run, experiment)
     finally:
         dir_lock.release()
@@ -256,7 +252,7 @@ def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
     if not isinstance(summary, dict) or rid is None or summary.get("mlflow_run_id") == rid:
         return False
     summary["mlflow_run_id"] = rid
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    write_summary(run_dir, summary)
     if summary.get("status") in ("FINISHED", "FAILED", "KILLED"):
         try:
             run.client.log_dict(rid, summary, SUMMARY_FILE)

@@ -1,0 +1,45 @@
+"""<run dir>/summary.json, a run's record: the only module that writes it (the job at its end, a
+rebuilt one on a rerun, `python -m rlexp.sync` naming the MLflow run), so every writer redacts,
+replaces atomically and leaves no temporary file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from rlexp.base import runtime
+from rlexp.base.redact import redact_obj
+
+SUMMARY_FILE = "summary.json"
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """The run's summary, None when missing, unreadable or not a JSON object."""
+    try:
+        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    if not runtime.is_main_process():  # one record per run: process 0 writes it
+        return
+    tmp = Path(run_dir) / f"{SUMMARY_FILE}.tmp"
+    try:
+        tmp.write_text(json.dumps(redact_obj(json.loads(json.dumps(summary, default=str))),
+                                  indent=2))
+        tmp.replace(Path(run_dir) / SUMMARY_FILE)  # atomic: readers never see half a file
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: no half-written file stays
+        raise
+
+
+def set_aside(run_dir: Path) -> Path:
+    """A damaged summary.json moves to summary.json.damaged-<time>, kept for a post-mortem."""
+    path = Path(run_dir) / SUMMARY_FILE
+    aside = path.with_name(f"{SUMMARY_FILE}.damaged-{int(time.time())}")
+    os.replace(path, aside)
+    return aside

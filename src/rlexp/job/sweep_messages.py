@@ -1,0 +1,197 @@
+"""A sweep's jobs and the process that launched them, across processes: each job's label
+(`[3/8 β=0.04 G=4]`), its lines labelled whole, and, under the joblib launcher, its events
+(start, lines on a terminal, end) for rlexp.job.sweep_monitor.
+
+The launching process passes what the jobs need in their environment (SweepEnv: the sweep's
+size, the swept keys, the event dir); each job writes one JSON record a line to
+<event dir>/<job index>.jsonl (Relay). Terminal output itself is rlexp.job.console's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from rlexp.base.events import Listener
+from rlexp.job.console import restore_logs, route_logs
+
+# What the launching process tells a sweep's jobs (rlexp.__main__ after pre-flight; the joblib
+# launcher hands them to its workers, which may have started before): the number of jobs, the
+# keys they vary, and, for the joblib launcher, the dir where each job writes its events
+# (<job index>.jsonl: start, end; its lines too on a terminal, which the launching
+# process then prints above its sweep bar).
+SWEEP_SIZE_ENV = "RLEXP_SWEEP_SIZE"
+SWEEP_KEYS_ENV = "RLEXP_SWEEP_KEYS"
+SWEEP_RELAY_ENV = "RLEXP_SWEEP_RELAY"
+SWEEP_TERMINAL_ENV = "RLEXP_SWEEP_TERMINAL"
+
+def job_label(index: int, size: int | None, overrides: Sequence[str],
+              keys: Sequence[str]) -> str:
+    """'[3/8 β=0.04 G=4]': the job's number (from 1) of the sweep's `size`, and its values
+    of the swept `keys` (rlexp.config.naming.label, as its run name)."""
+    from rlexp.config.naming import label, override_values
+
+    head = f"{index + 1}/{size}" if size else str(index + 1)
+    return f"[{' '.join(x for x in (head, label(override_values(overrides), keys)) if x)}]"
+
+
+@dataclass
+class SweepEnv:
+    # Jobs in the sweep (None: unknown).
+    size: int | None = None
+    # The keys the sweep varies, for the labels.
+    keys: list[str] = field(default_factory=list)
+    # The joblib launcher's event dir (None: another launcher).
+    relay: Path | None = None
+    # The launching process draws a bar on a terminal: jobs send it their lines.
+    terminal: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "SweepEnv":
+        size = environ.get(SWEEP_SIZE_ENV, "")
+        relay = environ.get(SWEEP_RELAY_ENV)
+        return cls(size=int(size) if size.isdigit() else None,
+                   keys=[k for k in environ.get(SWEEP_KEYS_ENV, "").split(",") if k],
+                   relay=Path(relay) if relay else None,
+                   terminal=environ.get(SWEEP_TERMINAL_ENV) == "1")
+
+    def to_env(self) -> dict[str, str]:
+        out = {SWEEP_SIZE_ENV: str(self.size or ""), SWEEP_KEYS_ENV: ",".join(self.keys),
+               SWEEP_TERMINAL_ENV: "1" if self.terminal else "0"}
+        if self.relay is not None:
+            out[SWEEP_RELAY_ENV] = str(self.relay)
+        return out
+
+
+class Relay:
+    """A job's events (and, on a terminal, its lines) for the launching process: one JSON
+    record a line, appended to <relay dir>/<job index>.jsonl."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def send(self, **record: Any) -> None:
+        line = json.dumps({"t": time.time(), **record}) + "\n"
+        with self._lock:
+            try:
+                with open(self.path, "a", encoding="utf-8") as handle:
+                    handle.write(line)
+            except OSError:  # the sweep's display is a nicety: never fail a job for it
+                pass
+
+
+class LabelledStream(io.TextIOBase):
+    """sys.stdout/sys.stderr of a sweep's job: every line it is given goes out with the job's
+    label in front, whole (one write: lines of jobs running side by side never mix), to
+    `write_line`."""
+
+    def __init__(self, label: str, write_line: Callable[[str], None]):
+        super().__init__()
+        self.label = label
+        self.write_line = write_line
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+        for line in lines:
+            line = line.rsplit("\r", 1)[-1]  # a redraw: the last state only
+            self.write_line(f"{self.label} {line}" if line.strip() else line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # a partial line waits for its end (end_line at the job's end)
+
+    def end_line(self) -> None:
+        if self._partial:
+            self.write("\n")
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+def _line_writer(stream: Any) -> Callable[[str], None]:
+    def write_line(line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+    return write_line
+
+
+class JobOutput(Listener):
+    """What this process's current job prints through: its label in a sweep (None for a
+    single run), the relay to the launching process, and, as one of the run's listeners, the
+    status the run ended with (a stopped job raises: its end record says KILLED, not FAILED)."""
+
+    def __init__(self, label: str | None, relay: Relay | None):
+        self.label = label
+        self.relay = relay
+        self.status: str | None = None
+
+    def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
+        self.status = status
+
+
+_job: JobOutput | None = None
+
+
+def current_job() -> JobOutput | None:
+    """The job job_output is running in this process (None outside it)."""
+    return _job
+
+
+@contextlib.contextmanager
+def job_output(index: int | None, overrides: Sequence[str],
+               environ: Mapping[str, str] = os.environ) -> Iterator[JobOutput]:
+    """A job's console: log records on stderr in ConsoleFormatter's format, and, in a sweep
+    (`index` is its number), every line it prints labelled (job_label). Under the joblib
+    launcher its start and end (and progress) go to the launching process; on a terminal its
+    lines too, which that process prints above its sweep bar."""
+    global _job
+    sweep = SweepEnv.from_env(environ) if index is not None else None
+    relay = None
+    if sweep is not None and sweep.relay is not None:
+        relay = Relay(sweep.relay / f"{index}.jsonl")
+    label = job_label(index, sweep.size, overrides, sweep.keys) if sweep is not None else None
+    out = JobOutput(label, relay)
+    streams = sys.stdout, sys.stderr
+    if label is not None:
+        if relay is not None and sweep is not None and sweep.terminal:
+            def to_relay(line: str) -> None:
+                relay.send(kind="line", text=line)
+            sys.stdout = LabelledStream(label, to_relay)
+            sys.stderr = LabelledStream(label, to_relay)
+        else:
+            sys.stdout = LabelledStream(label, _line_writer(streams[0]))
+            sys.stderr = LabelledStream(label, _line_writer(streams[1]))
+    changed = route_logs(sys.stderr, sweep=label is not None)
+    previous, _job = _job, out
+    if relay is not None:
+        relay.send(kind="start", label=label)
+    failed = True
+    try:
+        yield out
+        failed = False
+    finally:
+        _job = previous
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, LabelledStream):
+                stream.end_line()
+        sys.stdout, sys.stderr = streams
+        restore_logs(changed)
+        if relay is not None:
+            status = out.status or ("FAILED" if failed else "FINISHED")
+            relay.send(kind="end", status=status)
