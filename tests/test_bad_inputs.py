@@ -73,6 +73,11 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     (["model=qwen3-0.6b", "model.path={in}/config_only"],
      ["model.path={in}/config_only: no *.safetensors weights"]),
     (["run.init_from={in}/empty_dir"], ["run.init_from={in}/empty_dir: no checkpoint found"]),
+    # A plan that does not fit (launch.checks.check_fits, once per job, before any launch).
+    (["hardware.hbm_gib_per_device=0.001"],
+     ["model=tiny hardware=cpu: needs 0.24 GiB per device, has 0.001 (largest item"]),
+    (["-m", "hardware.hbm_gib_per_device=24,0.001"],
+     ["model=tiny hardware=cpu: needs 0.24 GiB per device, has 0.001 (largest item"]),
 ]
 
 

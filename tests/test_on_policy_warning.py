@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import cli
+from helpers import cli, said
 from rlexp.job import guards
 from rlexp.launch.preflight import preflight
 
@@ -16,7 +16,7 @@ HUB_8B = "model.path=meta-llama/Llama-3.1-8B-Instruct"
 def test_a_dry_run_of_an_experiment_file_that_selects_gspo_on_policy_warns(tmp_path):
     proc = cli("experiment=maxtext_llama3.1-8b_gspo", HUB_8B, "run.dry_run=true", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    lines = said(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("rlexp: warning: algo.num_iterations=1"), lines
     assert "algo.name=gspo" in lines[0] and "Traceback" not in proc.stderr
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.db"))

@@ -14,7 +14,7 @@ import pytest
 
 from rlexp.launch.preflight import preflight
 from rlexp.base.errors import UserError
-from helpers import cli
+from helpers import cli, said
 
 PACKAGE = "myrl_e12_user"
 ALGOS = """
@@ -175,7 +175,7 @@ def test_user_options_appear_in_help(user):
 def test_bad_reward_target_exits_2_with_one_line_and_no_run(user, experiment, needle):
     proc = _user_cli("--config-dir", "conf", f"experiment={experiment}", cwd=user)
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = said(proc.stderr)
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert not (user / "outputs").exists()  # no run dir, no MLflow store, no MLflow run
 
@@ -233,9 +233,10 @@ def test_on_policy_guard_knows_which_algorithm_knobs_act(argv, warns):
 
 def test_an_algorithm_from_the_users_package(user, monkeypatch):
     """Adding an algorithm without editing rlexp: an Algorithm object by dotted path."""
-    registry = pytest.importorskip("rlexp.engine.algo_registry")
     import numpy as np
     from tunix.rl import function_registry
+
+    from rlexp.engine import algo_registry as registry
 
     monkeypatch.syspath_prepend(str(user / "pkg"))
     (cfg,) = preflight([f"algo.name={PACKAGE}.algos.RLOO", "run.dry_run=true"]).jobs
@@ -246,8 +247,10 @@ def test_an_algorithm_from_the_users_package(user, monkeypatch):
                                [1.0, -1 / 3, -1 / 3, -1 / 3], rtol=1e-6)
     with pytest.raises(UserError, match="not an rlexp.algo.algorithm.Algorithm"):
         preflight([f"algo.name={PACKAGE}.algos.NOT_AN_ALGORITHM", "run.dry_run=true"])
-    with pytest.raises(UserError, match="algo.name='ppo' is invalid: valid choices are dapo, "
-                                        "dr_grpo, grpo, gspo, or a dotted path"):
+    from rlexp.algo.algorithm import algorithms
+
+    with pytest.raises(UserError, match=f"algo.name='ppo' is invalid: valid choices are "
+                                        f"{', '.join(algorithms())}, or a dotted path"):
         preflight(["algo.name=ppo", "run.dry_run=true"])
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from rlexp.algo import choices as algo_choices
+from rlexp.algo.algorithm import algorithms
 from rlexp.base.errors import UserError
 from rlexp.config.rules import RULES
 from rlexp.config.schema import AlgoConfig, Config
@@ -169,10 +170,13 @@ def _refuses(check: Callable[[Config], Any], cfg: Config) -> bool:
      "dataset.extractor='last' is invalid: valid choices are none, gsm8k, boxed, regex, or a "
      "dotted path to fn(text)"),
     ("algo.name", "ppo",
-     "algo.name='ppo' is invalid: valid choices are dapo, dr_grpo, grpo, gspo, or a dotted "
+     f"algo.name='ppo' is invalid: valid choices are {', '.join(algorithms())}, or a dotted "
      "path to an rlexp.algo.algorithm.Algorithm"),
     ("algo.kl_estimator", "k4", "algo.kl_estimator='k4' is invalid: valid choices are k1, k2, k3"),
     ("train.prune.mode", "up", "train.prune.mode='up' is invalid: valid choices are max, min"),
+    # the one check of model.family (rlexp.families.get is a plain lookup after it)
+    ("model.family", "cohere",
+     "model.family='cohere' is invalid: valid choices are gemma2, gemma3, llama3, qwen2, qwen3"),
 ])
 def test_choices_refuse_with_the_valid_values(key, value, message):
     cfg = Config()
@@ -181,6 +185,19 @@ def test_choices_refuse_with_the_valid_values(key, value, message):
     with pytest.raises(UserError) as err:
         validate(cfg)
     assert str(err.value) == message
+
+
+def test_a_saved_runs_unknown_family_is_refused_by_the_same_choice(tmp_path):
+    """An export reads a run dir's model section, which no validate() saw: the CHOICES rule
+    refuses its model.family (rlexp.families.get is a plain lookup)."""
+    from rlexp.engine.export import run_model
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("model:\n  name: x\n  family: cohere\n")
+    with pytest.raises(UserError) as err:
+        run_model(tmp_path)
+    assert str(err.value).endswith("model.family='cohere' is invalid: valid choices are "
+                                   "gemma2, gemma3, llama3, qwen2, qwen3")
 
 
 def test_null_and_dotted_choices_pass():
@@ -235,7 +252,8 @@ def test_no_choice_tuple_is_spelled_twice():
 
 
 def test_every_loss_setting_comes_from_the_algo_config_by_name():
-    losses = pytest.importorskip("rlexp.algo.losses")
+    from rlexp.algo import losses
+
     algo_fields = {f.name for f in dataclasses.fields(AlgoConfig)}
     names = [losses.ALGO_CONFIG_NAMES.get(f.name, f.name)
              for f in dataclasses.fields(losses.LossSettings)]
@@ -251,7 +269,7 @@ def test_every_loss_setting_comes_from_the_algo_config_by_name():
 
 
 def test_a_new_loss_knob_is_a_field_in_both_and_nothing_else():
-    losses = pytest.importorskip("rlexp.algo.losses")
+    from rlexp.algo import losses
 
     @dataclasses.dataclass(frozen=True)
     class WiderSettings(losses.LossSettings):
@@ -265,8 +283,8 @@ def test_a_new_loss_knob_is_a_field_in_both_and_nothing_else():
 
 
 def test_tunix_settings_carry_the_loss_settings_and_name_every_choice():
-    registry = pytest.importorskip("rlexp.engine.algo_registry")
     from rlexp.algo.losses import LossSettings
+    from rlexp.engine import algo_registry as registry
 
     algo = AlgoConfig(name="dapo", epsilon_high=0.28, loss_agg="sequence-mean-token-sum")
     settings = registry.algo_settings(algo)
@@ -287,18 +305,111 @@ def test_preflight_runs_its_checks_from_the_one_list(monkeypatch):
 
     names = [c.name for c in checks.CHECKS]
     assert len(set(names)) == len(names)
-    assert [c.name for c in checks.CHECKS if not c.dry_run] == ["rollout", "inputs", "fits",
-                                                                 "free_space"]
+    assert [c.name for c in checks.CHECKS if not c.dry_run] == [
+        "rollout", "dataset_rows", "model_path", "inputs", "free_space"]
     seen: list[str] = []
 
-    def refuse(cfg: Config) -> None:
+    def refuse(cfg: Config, ctx: checks.CheckContext) -> None:
         seen.append("refuse")
         raise UserError("refused by the test's check")
 
-    monkeypatch.setattr(checks, "CHECKS", (checks.Check("first", lambda cfg: seen.append("first")),
-                                           checks.Check("real_only", refuse, dry_run=False)))
-    preflight(["run.dry_run=true"])  # a dry run skips real_only
-    assert seen == ["first"]
+    monkeypatch.setattr(checks, "CHECKS", (
+        checks.Check("first", lambda cfg, ctx: seen.append(ctx.output_dir.name)),
+        checks.Check("real_only", refuse, dry_run=False)))
+    preflight(["run.dry_run=true", "hydra.run.dir=outputs/here"])  # a dry run skips real_only
+    assert seen == ["here"]  # the context names the command's output dir
     with pytest.raises(UserError, match="refused by the test's check"):
         preflight([])
-    assert seen == ["first", "first", "refuse"]
+    assert seen[1:] == [seen[1], "refuse"]
+
+
+def test_the_checks_keep_no_state_between_them():
+    """Pre-flight checks take what they know of the command as an argument (CheckContext),
+    never through module globals."""
+    from rlexp.launch import checks
+
+    tree = ast.parse(Path(checks.__file__).read_text())
+    assert [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Global, ast.Nonlocal))] == []
+    mutable = [t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+               if isinstance(t, ast.Name) and not t.id.isupper()]
+    assert mutable == []  # module-level names are constants (UPPER_CASE) only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        checks.CheckContext().output_dir = Path("x")  # type: ignore[misc]
+
+
+def test_the_command_context_says_where_jobs_run():
+    from omegaconf import OmegaConf
+
+    from rlexp.launch.checks import check_command
+
+    def base(launcher: str) -> Any:
+        return OmegaConf.create({"hydra": {"runtime": {"choices": {"hydra/launcher": launcher}},
+                                           "launcher": {"n_jobs": 1}}})
+
+    out = Path("outputs/sweeps/x")
+    assert check_command(out, base("xpk"), multirun=False).jobs_run_elsewhere is False
+    ctx = check_command(out, base("basic"), multirun=False)
+    assert (ctx.output_dir, ctx.jobs_run_elsewhere) == (out, False)
+
+
+def test_each_plan_is_made_once_and_handed_to_the_dry_run(monkeypatch, capsys):
+    """check_fits makes each job's plan; the dry run prints that one and makes none."""
+    from rlexp.launch import checks, dry_run
+    from rlexp.launch.preflight import preflight
+
+    made: list[Config] = []
+    real = checks.make_plan
+    monkeypatch.setattr(checks, "make_plan", lambda cfg: made.append(cfg) or real(cfg))
+    pre = preflight(["-m", "algo.beta=0,0.04", "run.dry_run=true"])
+    assert made == pre.jobs and [p is not None for p in pre.plans] == [True, True]
+    assert [p.lines for p in pre.plans] == [real(cfg).lines for cfg in pre.jobs]
+    dry_run.dry_run(pre)
+    assert len(made) == 2  # none more
+    printed = capsys.readouterr().out
+    assert printed.count("rlexp plan (dry run") == 2 and pre.plans[1].lines[1] in printed
+
+
+def _unfit() -> Config:
+    cfg = Config()
+    cfg.hardware.hbm_gib_per_device = 0.001  # tiny's plan needs ~2 GiB a device
+    return cfg
+
+
+def test_a_plan_that_does_not_fit_is_refused_by_check_fits_alone():
+    from rlexp.launch import checks
+    from rlexp.planning.plan import make_plan
+
+    cfg = _unfit()
+    plan = make_plan(cfg)
+    assert not plan.fits and plan.why
+    with pytest.raises(UserError) as err:
+        checks.check_fits(cfg, checks.CheckContext())
+    assert str(err.value) == plan.why
+    cfg.run.dry_run = True  # a dry run gets the plan; the refusal follows its printing
+    assert checks.check_fits(cfg, checks.CheckContext()).why == plan.why
+    with pytest.raises(UserError, match="^" + plan.why[:40]):
+        checks.refuse_after_plan(cfg, checks.CheckContext(), plan)
+
+
+def test_a_launched_sweeps_dry_run_job_that_does_not_fit_is_refused_before_launch():
+    from rlexp.launch.preflight import Preflight, before_launch
+    from rlexp.planning.plan import make_plan
+
+    cfg = _unfit()
+    cfg.run.dry_run = True
+    plan = make_plan(cfg)
+    pre = Preflight(multirun=True, jobs=[cfg], plans=[plan], job_overrides=[[]])
+    with pytest.raises(UserError) as err:
+        before_launch(pre)
+    assert str(err.value) == plan.why
+
+
+def test_the_job_does_not_check_the_plan_again():
+    """experiment.run takes pre-flight's word: no second fits refusal in the job."""
+    from rlexp.job import experiment
+
+    body = ast.get_source_segment(Path(experiment.__file__).read_text(), next(
+        n for n in ast.parse(Path(experiment.__file__).read_text()).body
+        if isinstance(n, ast.FunctionDef) and n.name == "run"))
+    assert "plan.fits" not in body and "plan.why" not in body

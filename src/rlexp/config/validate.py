@@ -12,7 +12,8 @@ from operator import attrgetter
 from typing import Any, Optional
 
 from rlexp.algo.algorithm import algorithms
-from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS, RATIO_LEVELS, REWARD_SCALES
+from rlexp.algo.choices import (ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSSES,
+                                RATIO_LEVELS, REWARD_SCALES)
 from rlexp.base.errors import UserError
 from rlexp.config.rules import RULES, Refusal, epoch_steps
 from rlexp.config.schema import Config
@@ -48,6 +49,8 @@ CHOICES: dict[str, OneOf] = {
     "algo.loss_agg": OneOf(LOSS_AGGREGATIONS),
     "algo.scale_rewards": OneOf(REWARD_SCALES),
     "algo.ratio_level": OneOf(RATIO_LEVELS, null="null (the algorithm's own)"),
+    "algo.loss": OneOf(LOSSES),
+    "algo.advantage": OneOf(ADVANTAGES),
     "hardware.platform": OneOf(("cpu", "tpu", "gpu")),
     "hardware.split": OneOf(("colocated", "split")),
     "hardware.runtime": OneOf(("single", "multi_controller", "pathways")),
@@ -87,8 +90,21 @@ RANGES: dict[str, str] = {
     "model.lora.rank": "[0, 4096]",  # 0 = off (full fine-tuning)
     "model.lora.alpha": "(0, inf)",
     "algo.beta": "[0, inf)",
-    "algo.epsilon": "(0, 1)",
-    "algo.epsilon_high": "(0, 1)",
+    "algo.epsilon": "(0, 1]",  # 1: no lower clip (CISPO)
+    "algo.epsilon_high": "(0, inf)",  # above 1: CISPO's IS-weight cap (1 + 4 = TRL's 5.0)
+    "algo.sapo_temperature_pos": "(0, inf)",
+    "algo.sapo_temperature_neg": "(0, inf)",
+    "algo.vespo_k_pos": "[0, inf)",
+    "algo.vespo_lambda_pos": "[0, inf)",
+    "algo.vespo_k_neg": "[0, inf)",
+    "algo.vespo_lambda_neg": "[0, inf)",
+    "algo.clip_cov_ratio": "(0, 1]",
+    "algo.clip_cov_lb": "(-inf, inf)",
+    "algo.clip_cov_ub": "(-inf, inf)",
+    "algo.kl_cov_ratio": "(0, 1]",
+    "algo.ppo_kl_coef": "[0, inf)",
+    "algo.entropy_coef": "(-inf, inf)",  # negative = entropy penalty (TRL allows it)
+    "algo.top_entropy_quantile": "[0, 1]",
     # Group-relative advantages need two completions; 1024 per prompt is past any recipe
     # (DeepSeek-R1: 16) and each one is a sampler row: more only exhausts memory.
     "algo.num_generations": "[2, 1024]",

@@ -29,8 +29,10 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from rlexp.base.errors import UserError, fail
+from rlexp.base.files import replace
 from rlexp.config.convert import one_line_omegaconf_error
-from rlexp.config.schema import ModelConfig
+from rlexp.config.schema import Config, ModelConfig
+from rlexp.config.validate import choice_refusal
 from rlexp.engine import lora
 from rlexp.engine.weights import assign, params
 from rlexp.families import get
@@ -107,7 +109,7 @@ def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
                 shutil.copy2(source / name, tmp / name)
     if out.exists():
         shutil.rmtree(out)
-    tmp.rename(out)
+    replace(tmp, out)
     return out
 
 
@@ -243,6 +245,9 @@ def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
                                                     saved.get("model", {})))
     except Exception as exc:
         raise UserError(f"{path}: model section: {one_line_omegaconf_error(exc)}") from None
+    refusal = choice_refusal(Config(model=model))  # model.family: one this rlexp knows
+    if refusal is not None:
+        raise UserError(f"{path}: {refusal.message}")
     cache_dir = OmegaConf.select(saved, "run.cache_dir", default=None) or "outputs/cache"
     return model, str(cache_dir)
 

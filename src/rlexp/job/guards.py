@@ -21,14 +21,23 @@ from collections.abc import Iterable
 from rlexp.config.schema import Config
 
 # Keys whose values cannot matter in an on-policy run (a sweep over them is wasted).
-NOOP_KEYS = ("algo.epsilon", "algo.epsilon_high", "algo.name", "algo.ratio_level")
+NOOP_KEYS = ("algo.epsilon", "algo.epsilon_high", "algo.name", "algo.ratio_level",
+             # at ratio 1 SAPO's gate has GRPO's gradient and VESPO's weight phi(1) is 1
+             "algo.sapo_temperature_pos", "algo.sapo_temperature_neg", "algo.vespo_k_pos",
+             "algo.vespo_lambda_pos", "algo.vespo_k_neg", "algo.vespo_lambda_neg")
 # Group choices that set algo.name (`algo=gspo`).
 NOOP_GROUPS = {"algo": "algo.name"}
 # Algorithm knobs that act with num_iterations=1 too (they shape the advantages, the mask or
 # the aggregation, not the ratio): Dr.GRPO's and DAPO's on-policy parts. An algo choice that
 # changes one of them (algo=dr_grpo, algo=dapo) is not a no-op; algo=gspo is (beta aside).
 ON_POLICY_KEYS = ("algo.scale_rewards", "algo.loss_agg", "algo.mask_truncated",
-                  "algo.dynamic_sampling", "algo.overlong_buffer")
+                  "algo.dynamic_sampling", "algo.overlong_buffer", "algo.advantage",
+                  "algo.entropy_coef", "algo.top_entropy_quantile")
+
+
+# The guards by name (README.md's rule table): a warning at start (on_policy_noop, printed
+# by pre-flight) and a stop mid-run (nonfinite, by the loop). Neither refuses input.
+GUARDS = ("on_policy_noop", "nonfinite")
 
 
 def on_policy_signature(cfg: Config) -> tuple:

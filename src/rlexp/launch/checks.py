@@ -1,9 +1,17 @@
 """The refusals pre-flight applies to each composed job: one line and exit code 2, found in
 milliseconds before Hydra makes a dir or MLflow a run, instead of minutes into a run.
 
-CHECKS lists the per-job checks in order: what needs the filesystem, the user's code, the data
-or the memory plan (rules that need only the Config are rlexp.config.rules). check_writable
-and check_launcher check the command itself (its output dir, its launcher), before any job."""
+Where each rule lives, and runs once: a rule that needs only the Config is rlexp.config
+(validate's CHOICES/RANGES tables, then rules.RULES); a check that needs the world (files,
+the user's code, the tracking store, vLLM, the memory plan, the disks, the launcher) is here;
+the engine's build keeps only what needs the built tokenizer (prompt lengths) and the
+installed Tunix. README.md's "Mistakes" table lists them all (tests/test_rule_table.py).
+
+CHECKS lists the per-job checks in order; each takes the job's Config and the command's
+CheckContext (no state kept between checks). COMMAND_CHECKS check the command itself (its
+output dir; a sweep's launcher and store) before any job: check_command runs them and makes
+the context. check_fits makes each job's plan once and hands it on: the dry run prints it,
+then refuses what a real run would have refused before it (refuse_after_plan)."""
 
 from __future__ import annotations
 
@@ -15,7 +23,7 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from omegaconf import OmegaConf
 
@@ -24,31 +32,34 @@ from rlexp.base.plugins import resolve
 from rlexp.base.redact import redact_uri
 from rlexp.config.schema import Config
 from rlexp.data import rewards
-from rlexp.data.loaders import dataset_file
+from rlexp.data.loaders import dataset_file, read_rows
 from rlexp.data.templates import PromptTemplate
 from rlexp.engine.checkpoint_store import human_bytes, nearest_existing
 from rlexp.engine.export import find_checkpoint
 from rlexp.engine.vllm_rollout import check_vllm_available
 from rlexp.inputs.model_files import check_model, model_dir
 from rlexp.inputs.storage import check as check_output_uri
-from rlexp.planning.plan import checkpoint_bytes, make_plan
+from rlexp.planning.plan import Plan, checkpoint_bytes, make_plan
 from rlexp.tracking import default_uri
+from rlexp.tracking.remote_jobs import check_sweep_store
 from rlexp.tracking.store import classify, is_wrong, resolve_uri
 
 
-# The command's output dir (hydra.run.dir, or the sweep's dir) as check_writable last saw it:
-# pre-flight checks it before the jobs, and check_free_space measures its disk.
-_output_dir: Path | None = None
-# True while pre-flight checks a sweep whose jobs run on other machines (hydra/launcher=xpk:
-# the pods' image has what the jobs import, and each pod's own pre-flight checks it there).
-_jobs_run_elsewhere = False
+@dataclass(frozen=True)
+class CheckContext:
+    """What the per-job checks know of the command (pre-flight makes it once, before the jobs)."""
+
+    # The command's output dir (hydra.run.dir, or the sweep's dir): check_free_space measures
+    # its disk, where the runs' checkpoints go.
+    output_dir: Path = Path("outputs")
+    # The jobs run on other machines (a sweep with hydra/launcher=xpk): the pods' image has
+    # what the jobs import, and each pod's own pre-flight checks it there.
+    jobs_run_elsewhere: bool = False
+
 
 
 def check_writable(path: Path) -> None:
     """The run/sweep dir can be made: its nearest existing ancestor is a writable dir."""
-    global _output_dir, _jobs_run_elsewhere
-    _output_dir = Path(path)
-    _jobs_run_elsewhere = False  # until check_launcher says otherwise (a new command)
     probe = path.absolute()
     while not probe.exists():
         probe = probe.parent
@@ -60,16 +71,21 @@ def check_writable(path: Path) -> None:
                         "run from a writable directory or set hydra.run.dir=/writable/path")
 
 
-def check_model_files(cfg: Config) -> None:
-    """model.path resolves: a local dir, the hub cache or a bucket; nothing is downloaded. A
-    dry run reads no weights, but a model.path given must resolve; without one it still
-    plans (the plan notes that a real run needs it)."""
-
-    if cfg.model.path is not None or not cfg.run.dry_run:
+def check_model_files(cfg: Config, ctx: CheckContext) -> None:
+    """A model.path given resolves: a local dir, the hub cache or a bucket; nothing is
+    downloaded (dry runs too: a dry run reads no weights, but a path given must be right)."""
+    if cfg.model.path is not None:
         check_model(cfg.model, cfg.run.cache_dir)
 
 
-def check_inputs(cfg: Config) -> None:
+def check_model_path(cfg: Config, ctx: CheckContext) -> None:
+    """Without model.path, the model is one that needs no files (tiny's random init, a
+    packaged model). A dry run plans without it and says so after the plan."""
+    if cfg.model.path is None:
+        check_model(cfg.model, cfg.run.cache_dir)
+
+
+def check_inputs(cfg: Config, ctx: CheckContext) -> None:
     """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
 
     dataset_file(cfg.dataset)
@@ -85,7 +101,7 @@ OPTIONAL_REWARDS = {"rlexp.rewards.math_verify_reward": "math_verify",
                     "rlexp.data.rewards.math_verify_reward": "math_verify"}
 
 
-def check_plugins(cfg: Config) -> None:
+def check_plugins(cfg: Config, ctx: CheckContext) -> None:
     """User code named by `_target_`s imports, and each reward function returns one float
     per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
 
@@ -102,12 +118,27 @@ def check_plugins(cfg: Config) -> None:
     PromptTemplate.from_config(cfg.dataset)  # prompt_file readable, {question} present
 
 
-def check_fits(cfg: Config) -> None:
-    """The memory plan says the run fits its hardware (a dry run prints the plan first)."""
-
-    plan = make_plan(cfg)
+def refuse_unfit(plan: Plan) -> None:
+    """The memory plan says the run fits its hardware (devices and host)."""
     if not plan.fits:
         raise UserError(plan.why)
+
+
+def check_fits(cfg: Config, ctx: CheckContext) -> Plan:
+    """The job's plan, made once here and handed on (the dry run prints it, the job trains
+    by it); a real run's that does not fit is refused now, a dry run's once it is printed."""
+    plan = make_plan(cfg)
+    if not cfg.run.dry_run:
+        refuse_unfit(plan)
+    return plan
+
+
+def refuse_after_plan(cfg: Config, ctx: CheckContext, plan: Plan) -> None:
+    """What a dry run refuses once it printed the plan, as a real run would have before it:
+    a plan that does not fit (the plan's own verdict first), then a missing model.path."""
+    refuse_unfit(plan)
+    check_model_path(cfg, ctx)
+
 
 # Tracking URI schemes MLflow 3 can log to (a database dialect may name its driver:
 # postgresql+psycopg2://). `file:` stores are refused by MLflow 3 itself.
@@ -137,7 +168,7 @@ def _tracker_uri(cfg: Config) -> tuple[str, str] | None:
     return None
 
 
-def check_tracker(cfg: Config) -> None:
+def check_tracker(cfg: Config, ctx: CheckContext) -> None:
     """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to; only a store
     that is down spools, a URI that can never work is a user error (its scheme, and for a
     real run what the store answers: store.classify)."""
@@ -179,16 +210,16 @@ def check_tracker(cfg: Config) -> None:
                         f"{state.split(': ', 1)[1]}; fix it or run with tracker=none")
 
 
-def check_rollout(cfg: Config) -> None:
+def check_rollout(cfg: Config, ctx: CheckContext) -> None:
     """rollout=vllm imports vLLM (and tpu-inference on TPU) only when the engine builds,
     minutes in: check them now. A dry run plans without them (the recipes that use vLLM are
     planned on any machine), so it does not apply this check."""
 
-    if cfg.rollout.name == "vllm" and not _jobs_run_elsewhere:
+    if cfg.rollout.name == "vllm" and not ctx.jobs_run_elsewhere:
         check_vllm_available(cfg)
 
 
-def check_cache_dir(cfg: Config) -> None:
+def check_cache_dir(cfg: Config, ctx: CheckContext) -> None:
     path = Path(cfg.run.cache_dir).expanduser()
     if "://" in cfg.run.cache_dir:
         return  # a bucket: checked by its filesystem when used
@@ -202,7 +233,7 @@ def check_cache_dir(cfg: Config) -> None:
         raise UserError(f"run.cache_dir={cfg.run.cache_dir}: cannot write under {probe}")
 
 
-def check_dataset_text(cfg: Config) -> None:
+def check_dataset_text(cfg: Config, ctx: CheckContext) -> None:
     """A jsonl/json/csv dataset.path must be text (a binary file fails deep in the loader)."""
     path = Path(cfg.dataset.path).expanduser() if cfg.dataset.path else None
     if path is None or not path.is_file() or path.suffix.lower() in (".parquet", ".arrow"):
@@ -220,7 +251,15 @@ def check_dataset_text(cfg: Config) -> None:
                         "or csv) nor .parquet; valid formats are jsonl, json, csv, parquet") from None
 
 
-def check_chat_template(cfg: Config) -> None:
+def check_dataset_rows(cfg: Config, ctx: CheckContext) -> None:
+    """A local dataset file parses (a text file named .parquet, a bad CSV): the reader's own
+    error as one line before Hydra makes a run dir, not a traceback from inside the job."""
+    path = dataset_file(cfg.dataset)
+    if path is not None:
+        read_rows(path)
+
+
+def check_chat_template(cfg: Config, ctx: CheckContext) -> None:
     """model.chat_template=true needs a tokenizer that has one."""
     m = cfg.model
     if not m.chat_template:
@@ -244,7 +283,7 @@ def check_chat_template(cfg: Config) -> None:
                         "model.chat_template=false for a base model")
 
 
-def check_free_space(cfg: Config) -> None:
+def check_free_space(cfg: Config, ctx: CheckContext) -> None:
     """The disks of the run dir (where its checkpoints go) and of run.cache_dir each have room
     for two checkpoints of this run (the plan's checkpoint_bytes: policy, optimizer state,
     metadata): a full disk is said now, not found by a save that fails mid-run."""
@@ -252,7 +291,7 @@ def check_free_space(cfg: Config) -> None:
     places: list[tuple[str, Path]] = []
     root = cfg.run.output_uri
     if root is None:
-        places.append(("hydra.run.dir", _output_dir or Path("outputs")))
+        places.append(("hydra.run.dir", ctx.output_dir))
     elif root.startswith("file://"):  # a shared mount
         places.append(("run.output_uri", Path(root[len("file://"):])))
     else:  # gs:// and the like: the run runs elsewhere (xpk's pods), with their own disks
@@ -279,12 +318,13 @@ def check_free_space(cfg: Config) -> None:
 
 @dataclass(frozen=True)
 class Check:
-    # Names the check (tests, docs).
+    # Names the check (tests, the README's rule table).
     name: str
-    # Raises UserError (one line) when the job cannot work.
-    fn: Callable[[Config], None]
+    # Raises UserError (one line) when the job cannot work; check_fits returns the plan.
+    fn: Callable[[Config, CheckContext], Optional[Plan]]
     # Whether a dry run applies it too (a dry run reads no data and needs no memory to spare).
     dry_run: bool = True
+
 
 # In order: the first refusal is the one reported.
 CHECKS: tuple[Check, ...] = (
@@ -292,28 +332,32 @@ CHECKS: tuple[Check, ...] = (
     Check("rollout", check_rollout, dry_run=False),  # a plan needs no vLLM
     Check("cache_dir", check_cache_dir),
     Check("dataset_text", check_dataset_text),
+    Check("dataset_rows", check_dataset_rows, dry_run=False),  # a plan reads no data
     Check("chat_template", check_chat_template),
     Check("plugins", check_plugins),  # user code: a dry run reports a bad _target_ too
     Check("model_files", check_model_files),
+    Check("model_path", check_model_path, dry_run=False),  # a dry run: refuse_after_plan
     Check("inputs", check_inputs, dry_run=False),
-    Check("fits", check_fits, dry_run=False),
+    Check("fits", check_fits),  # a dry run: the plan, refused in refuse_after_plan
     Check("free_space", check_free_space, dry_run=False),  # a dry run writes no checkpoint
 )
 
 
-def check_job(cfg: Config) -> None:
-    """Every check of CHECKS that applies to this job (a dry run or not), in order."""
+def check_job(cfg: Config, ctx: CheckContext) -> Optional[Plan]:
+    """Every check of CHECKS that applies to this job (a dry run or not), in order; returns
+    the plan check_fits made."""
+    plan = None
     for check in CHECKS:
         if check.dry_run or not cfg.run.dry_run:
-            check.fn(cfg)
+            out = check.fn(cfg, ctx)
+            plan = out if out is not None else plan
+    return plan
 
 
 def check_launcher(base: Any) -> None:
     """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
 
-    global _jobs_run_elsewhere
     choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
-    _jobs_run_elsewhere = choice == "xpk"
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)
     if isinstance(n_jobs, int) and (n_jobs == 0 or n_jobs < -1):
         raise UserError(f"hydra.launcher.n_jobs={n_jobs} is invalid: must be >= 1 "
@@ -341,3 +385,20 @@ def check_launcher(base: Any) -> None:
     if not found:
         raise UserError(f"hydra/launcher={choice} needs {what}, which is not "
                         f"{'installed' if '.' in what else 'on PATH'}: {fix}")
+
+
+# The command's own checks, by name (check_<name>), in the order check_command runs them; the
+# last two only for a multirun.
+COMMAND_CHECKS = ("writable", "launcher", "sweep_store")
+
+
+def check_command(output_dir: Path, base: Any, multirun: bool) -> CheckContext:
+    """COMMAND_CHECKS for a command whose composed config (with hydra/*) is `base`; returns
+    the context its per-job checks take."""
+    check_writable(output_dir)
+    if multirun:
+        check_launcher(base)
+        check_sweep_store(base)  # jobs on other machines reach the store
+    choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
+    return CheckContext(output_dir=Path(output_dir),
+                        jobs_run_elsewhere=multirun and choices.get("hydra/launcher") == "xpk")

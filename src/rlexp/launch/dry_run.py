@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlexp.base.errors import UserError
 from rlexp.config.naming import run_name
-from rlexp.inputs.model_files import check_model
 from rlexp.job.experiment import JobContext, print_plan
+from rlexp.launch.checks import refuse_after_plan
 from rlexp.launch.preflight import Preflight, warn_noop
-from rlexp.planning.plan import make_plan
 
 
 def dry_run(pre: Preflight) -> None:
     """run.dry_run=true: print each job's plan from here, without Hydra launching anything,
-    so no run or sweep dir, no multirun.yaml and no MLflow run is made. A plan that does not
-    fit ends in exit 2 after it is printed."""
+    so no run or sweep dir, no multirun.yaml and no MLflow run is made. Each plan is the one
+    pre-flight made (launch.checks.check_fits); one that does not fit, or a model that needs
+    model.path, ends in exit 2 after it is printed (launch.checks.refuse_after_plan)."""
 
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
@@ -28,8 +27,7 @@ def dry_run(pre: Preflight) -> None:
         if len(pre.jobs) != pre.size:  # a sampler's trials, or a product pre-flight sampled
             print(f"  planned below: {len(pre.jobs)} representative job(s), every swept value "
                   "in one")
-    for i, (cfg, overrides) in enumerate(zip(pre.jobs, pre.job_overrides)):
-        plan = make_plan(cfg)
+    for i, (cfg, overrides, plan) in enumerate(zip(pre.jobs, pre.job_overrides, pre.plans)):
         if pre.multirun:
             choices = {"algo": cfg.algo.name, "model": cfg.model.name,
                        "dataset": cfg.dataset.name, "hardware": cfg.hardware.name}
@@ -39,9 +37,5 @@ def dry_run(pre: Preflight) -> None:
             out = pre.out_dir or Path(".")
         print_plan(cfg, plan, JobContext(run_dir=out.absolute(), name=out.name, choices={},
                                          overrides=overrides))
-        if not plan.fits:
-            raise UserError(plan.why)
-        if cfg.model.path is None:  # planned from the YAML, but the real run would stop
-
-            check_model(cfg.model, cfg.run.cache_dir)
+        refuse_after_plan(cfg, pre.context, plan)
     warn_noop(pre)  # as the run would, after the plans (a refusal above stays one line)
