@@ -73,11 +73,13 @@ class FakeStore:
 
     def __init__(self, status: int, body: bytes, content_type: str):
         self.requests: list[tuple[str, str]] = []
+        self.auth: list[str | None] = []  # each request's Authorization header
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def answer(self) -> None:
                 fake.requests.append((self.command, self.path))
+                fake.auth.append(self.headers.get("Authorization"))
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
@@ -149,6 +151,9 @@ def test_classify_tells_down_from_wrong(serve):
     assert store.classify(serve("mlflow").url, cache=False) == "ok"
     state = store.classify(serve("503").url, cache=False)
     assert state.startswith("down:") and "503" in state  # a proxy before a stopped server
+    # https:// to a plain-http server: the TLS handshake fails inside MLflow's request
+    state = store.classify(serve("mlflow").url.replace("http:", "https:"), cache=False)
+    assert state.startswith("wrong:") and "TLS with 127.0.0.1:" in state, state
     # A host that resolves and accepts the connection but never answers: down (timeout).
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -158,6 +163,26 @@ def test_classify_tells_down_from_wrong(serve):
     assert state.startswith("down:") and "did not answer" in state, state
     state = store.classify(f"postgresql://u:{PASSWORD}@no-such-host.invalid/db", cache=False)
     assert state.startswith("wrong:") and PASSWORD not in state, state
+
+
+def test_the_probe_is_sent_with_mlflows_own_credentials(serve, tmp_path, monkeypatch):
+    """The probe is MLflow's own request: it carries the credentials MLflow's writes carry,
+    also those of ~/.mlflow/credentials, which a probe of its own would not know about."""
+    import base64
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / ".mlflow").mkdir()
+    (tmp_path / ".mlflow" / "credentials").write_text(
+        f"[mlflow]\nmlflow_tracking_username = bob\nmlflow_tracking_password = {PASSWORD}\n")
+    fake = serve("mlflow")
+    assert store.classify(fake.url, cache=False) == "ok"
+    assert fake.auth == ["Basic " + base64.b64encode(f"bob:{PASSWORD}".encode()).decode()]
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", TOKEN)  # a token is sent when no user is known
+    (tmp_path / ".mlflow" / "credentials").unlink()
+    assert store.classify(fake.url, cache=False) == "ok"
+    assert fake.auth[-1] == f"Bearer {TOKEN}"
 
 
 def test_classify_sqlite_needs_an_existing_directory(tmp_path, monkeypatch):

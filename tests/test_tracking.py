@@ -389,17 +389,14 @@ def test_sweep_callback_makes_one_parent_with_its_children(uri, client, tmp_path
     lines = (sweep_dir / "summary.csv").read_text().splitlines()
     assert lines[0].startswith("run,algo.beta,final reward,final acc,best acc")
     assert len(lines) == 3 and lines[1].startswith("beta0.04,0.04,3.12,0.12,0.12,3,1.5,")
-    # the parent carries its best child's final values, names it, and says where it came from
-    best = run_id(sweep_dir / "beta0.04")
+    # the parent copies no child's values: it carries each group's mean curves at their steps
     tags = run.data.tags
-    assert tags["rlexp.best_child"] == "beta0.04" and tags["rlexp.best_child_run_id"] == best
-    assert run.data.metrics["eval/accuracy"] == pytest.approx(0.12)
-    assert run.data.metrics["train/reward_mean"] == pytest.approx(3.12)
+    assert "eval/accuracy" not in run.data.metrics and "rlexp.best_child" not in tags
+    assert run.data.metrics["mean/β:0.04/eval/accuracy"] == pytest.approx(0.12)
     assert tags["mlflow.source.name"] and tags["mlflow.user"]
     assert "sweep dir: " + str(sweep_dir.resolve()) in tags["mlflow.note.content"]
     assert "`python " in tags["mlflow.note.content"]  # the sweep command
-    # the end line names the best child and the parent (run id and store: no UI is known)
-    assert "best beta0.04 (accuracy 0.120)" in callback.end_line
+    # the end line names the parent (run id and store: no UI is known)
     assert f"run {parent} in {uri}" in callback.end_line
 
     again = SweepCallback()  # the same sweep once more: same parent, reopened
@@ -538,6 +535,41 @@ def test_a_broken_schema_template_is_made_again(tmp_path, monkeypatch):
     store.ensure_store(f"sqlite:///{db}")
     assert MlflowClient(f"sqlite:///{db}").get_experiment("0").name == "Default"
     assert store._usable(template)
+
+
+def test_a_template_mlflow_refuses_leaves_the_store_to_mlflow(tmp_path, monkeypatch):
+    """A template that looks whole but carries a revision MLflow does not know is tried
+    under a temporary name only: the store is then migrated by MLflow, and nothing is left."""
+    import sqlite3
+
+    from rlexp.tracking import store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = store.schema_template()
+    template.parent.mkdir(parents=True)
+    with sqlite3.connect(template) as db:
+        db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        db.execute("INSERT INTO alembic_version VALUES ('0000deadbeef')")
+        db.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+    db.close()
+    assert store._usable(template)
+    db_path = tmp_path / "s" / "mlflow.db"
+    store.ensure_store(f"sqlite:///{db_path}")
+    client = MlflowClient(f"sqlite:///{db_path}")
+    assert client.get_experiment("0").name == "Default"
+    assert _schema(db_path)[1] != [("0000deadbeef",)]  # MLflow's own revision
+    assert sorted(p.name for p in db_path.parent.iterdir()) == ["mlartifacts", "mlflow.db",
+                                                                "mlflow.db.lock"]
+
+
+def test_flock_is_taken_in_one_place():
+    """Locks go through rlexp.base.lock (try_flock, flocked, DirLock)."""
+    import rlexp
+
+    src = Path(rlexp.__file__).parent
+    users = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
+                   if "fcntl.flock(" in p.read_text())
+    assert users == ["base/lock.py"], users
 
 
 # ------------------------------------------------------------------------------ links

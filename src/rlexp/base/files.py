@@ -1,4 +1,9 @@
-"""Files that readers never see half-written."""
+"""Files that readers never see half-written: write a temporary sibling, then os.replace.
+
+rename(2) swaps a name in one step, so a reader (or a process that dies mid-write) finds the
+old file or the new one. The same holds for a dir filled under a temporary name, as long as
+the destination is missing or empty.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,29 @@ from pathlib import Path
 from typing import Any
 
 
+def temp_sibling(path: Path) -> Path:
+    """A temporary name next to `path` (same filesystem), one per process and thread: the
+    listener's sender thread and the loop may write the same file at once."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def replace(tmp: Path, path: Path) -> None:
+    """Put the finished file or dir `tmp` in place of `path` in one step."""
+    os.replace(tmp, path)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    tmp = temp_sibling(path)
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write that failed (full disk) leaves no .tmp behind
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
-    # A tmp name per process and thread: the writer thread and the loop may both save.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)  # readers never see half a file
+    write_atomic(path, json.dumps(data, indent=2, default=str))

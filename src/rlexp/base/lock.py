@@ -13,6 +13,9 @@ A multi-controller run is one run in several processes: process i > 0 locks
 <dir>/rlexp.<i>.lock, so the processes of one run never refuse each other while a second
 launch of the same run is refused in every process (on a shared filesystem and on per-host
 disks alike).
+
+The two flock idioms of rlexp live here too: `try_flock` (take it or say who has it) and
+`flocked` (wait for it), for the locks that guard a file rather than a dir.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import json
 import os
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 from rlexp.base.errors import UserError
 
@@ -49,12 +53,9 @@ class DirLock:
     def acquire(self) -> "DirLock":
         """Take the lock or raise Busy naming its holder. Writes only the lock file."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise Busy(self.busy_message()) from None
+        handle = try_flock(self.path, "a+")
+        if handle is None:
+            raise Busy(self.busy_message())
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps(holder()))
@@ -86,6 +87,27 @@ class DirLock:
             who = f"pid {info.get('pid')} on {info.get('host')} (since {since})"
         return (f"{self.directory} is in use by {who}: the same command is already running; "
                 f"wait for it to end, or stop it and run the command again to resume")
+
+
+def try_flock(path: Path, mode: str = "a") -> IO[str] | None:
+    """`path` opened and exclusively flocked, or None when another process holds it. The lock
+    lasts until the handle is closed (or its process dies)."""
+    handle = open(path, mode)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+@contextmanager
+def flocked(path: Path, mode: str = "a") -> Iterator[IO[str]]:
+    """`path` opened and exclusively flocked, waiting for other holders; released on exit."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, mode) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield handle  # closing the handle drops the lock
 
 
 def lock_file(process: int = 0) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rlexp.base.errors import UserError
+from rlexp.base.files import replace
 from rlexp.config.schema import LoraConfig, ModelConfig
 from rlexp.families.family import DECODER_PROJECTIONS, GEMMA_PROJECTIONS
 from rlexp.planning.memory import adapted_projections
@@ -248,5 +249,5 @@ def write_adapters(out: Path, flat: dict[str, Any], m: ModelConfig) -> Path:
     (tmp / PEFT_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     if out.exists():
         shutil.rmtree(out)
-    tmp.rename(out)
+    replace(tmp, out)
     return out

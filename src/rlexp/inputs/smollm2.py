@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlexp.base.errors import UserError
+from rlexp.base.files import replace
 
 # Imported inside functions, on purpose: gguf, tokenizers and safetensors are imported only when
 # the packaged GGUF is converted (once per cache); gguf is optional (rlexp[smollm2]).
@@ -244,7 +245,7 @@ def ensure_converted(cache_dir: str | os.PathLike = "outputs/cache") -> Path:
     try:
         convert(gguf, tmp / "out")
         try:
-            (tmp / "out").rename(target)
+            replace(tmp / "out", target)
         except OSError:  # another job finished first: keep its copy
             if not (target / "model.safetensors").is_file():
                 raise

@@ -22,6 +22,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from rlexp.base.errors import UserError
+from rlexp.base.files import replace
 
 # Imported inside functions, on purpose: huggingface_hub and fsspec are imported only for a hub id
 # or a bucket URL (fsspec's gs:// backend is the optional rlexp[gcs]).
@@ -189,7 +190,7 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
     if dest.exists():  # an unfinished copy of an earlier attempt
         shutil.rmtree(dest, ignore_errors=True)
     try:
-        tmp.rename(dest)
+        replace(tmp, dest)
     except OSError:  # another process finished first: use its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

@@ -19,7 +19,6 @@ returns its final eval accuracy to the sweeper, whose study records it as a comp
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
@@ -28,6 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlexp.base.lock import flocked
 from rlexp.config.schema import EarlyStopConfig, PruneConfig
 
 # Imported inside functions, on purpose: optuna (5.5 s) is optional (rlexp[optuna]): imported only
@@ -152,8 +152,7 @@ def read_jobs(path: Path) -> list[dict]:
 
 def append_job(path: Path, job: dict) -> None:
     """One line per job, appended under an exclusive lock (jobs may end at the same time)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with flocked(path) as handle:
         handle.write(json.dumps(job) + "\n")
         handle.flush()
         os.fsync(handle.fileno())

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rlexp.base.files import write_json_atomic
+from rlexp.base.files import write_atomic, write_json_atomic
 from rlexp.base.redact import redact_uri
 
 LINK_FILE = "tracking.json"
@@ -171,9 +171,8 @@ class Spool:
         if not records:
             self.path.unlink(missing_ok=True)
             return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(json.dumps(r, separators=(",", ":")) + "\n"
+                                        for r in records))
 
     def close(self) -> None:
         if self._handle is not None:

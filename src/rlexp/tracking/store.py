@@ -6,22 +6,20 @@ loading must stay fast.
 
 from __future__ import annotations
 
-import base64
-import fcntl
 import json
 import os
 import re
-import shutil
 import socket
 import sqlite3
 import ssl
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from rlexp.base.errors import UserError
+from rlexp.base.files import replace, temp_sibling
+from rlexp.base.lock import flocked
 from rlexp.base.redact import redact_text, redact_uri, remember
 
 if TYPE_CHECKING:
@@ -30,8 +28,8 @@ if TYPE_CHECKING:
     from rlexp.config.schema import Config
 
 # Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is opened:
-# tracking.warm_up does it on a thread while the engine builds, and pre-flight never needs it;
-# urllib.request (15 ms, http.client and email) only where classify() asks an http store.
+# tracking.warm_up does it on a thread while the engine builds; pre-flight needs it only to
+# probe an http store (classify), which MLflow's own REST client asks.
 
 # Default store, relative to the directory the command runs in.
 DEFAULT_DB = Path("outputs") / "mlflow.db"
@@ -88,18 +86,6 @@ def is_file_store(uri: str) -> bool:
     return uri.startswith("file:") or "://" not in uri and not uri.startswith(("databricks",))
 
 
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (released by the OS if the holder dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def prepare_store(uri: str) -> None:
     """Create or upgrade a database store once, before jobs start.
 
@@ -125,7 +111,8 @@ def prepare_in_background(uri: str) -> None:
     """Import MLflow and create or open the store on a thread: the job meanwhile builds its
     engine (model, warm start, Tunix), mostly compiled JAX code outside the GIL, so the
     MLflow import (2.5 s) and opening the store (0.3 s for a new one: _copy_schema) leave the
-    path to the first step. The listener waits for it (wait_prepared) and reports any error itself."""
+    path to the first step. The listener waits for it (wait_prepared) and reports any error
+    itself."""
     if uri in _prepared or uri in _background:
         return
 
@@ -165,20 +152,11 @@ def ensure_store(uri: str) -> None:
         SqlAlchemyStore(uri, "./mlruns")
     else:
         root = artifact_root(uri)
-        with file_lock(path.with_name(path.name + ".lock")):
+        with flocked(path.with_name(path.name + ".lock")):
             root.mkdir(parents=True, exist_ok=True)
-            copied = not path.exists() and _copy_schema(path)
-            try:
-                SqlAlchemyStore(uri, str(root))
-            except Exception:
-                if not copied:
-                    raise
-                # A template MLflow does not accept: forget its engine, migrate from scratch.
-                engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
-                if engine is not None:
-                    engine.dispose()
-                path.unlink()
-                SqlAlchemyStore(uri, str(root))
+            if not path.exists():
+                _copy_schema(path, root)
+            SqlAlchemyStore(uri, str(root))
     _prepared.add(uri)
 
 
@@ -188,7 +166,6 @@ def ensure_store(uri: str) -> None:
 # down costs the start of a run at most this (a refused connection answers at once).
 PROBE_TIMEOUT_S = 3.0
 # What classify() asks an http store: cheap, read-only, authenticated like every write.
-# Appended to the URI as MLflow appends its endpoints (rest_utils.http_request).
 PROBE_ENDPOINT = "/api/2.0/mlflow/experiments/search?max_results=1"
 # Database servers a tracking URI can name, and their default ports.
 DB_PORTS = {"postgresql": 5432, "mysql": 3306}
@@ -209,9 +186,9 @@ def classify(uri: str, timeout: float = PROBE_TIMEOUT_S, cache: bool = True) -> 
       page, a 404), HTTP 401/403 (credentials missing or refused), a TLS failure, a sqlite
       path whose directory does not exist (or that is not a database, or not writable).
     The default store (outputs/mlflow.db under the cwd) is made when first used: ok.
-    Probes an http store with one GET (PROBE_ENDPOINT) sent as MLflow would send it (the
-    URI's user:password, MLFLOW_TRACKING_USERNAME/PASSWORD or _TOKEN, its TLS settings, the
-    environment's proxies); a database server with a name lookup and a TCP connection.
+    Probes an http store with one GET (PROBE_ENDPOINT) sent by MLflow's own REST client, as
+    its writes are (credentials, auth plugin, TLS settings, proxies); a database server with a
+    name lookup and a TCP connection.
     Results are kept per URI for this process (a sweep's jobs share one probe) unless
     cache=False (rlexp.sync asks again after a failure)."""
     remember(uri)
@@ -296,26 +273,44 @@ def _lookup(host: str, port: int, timeout: float) -> str | None:
     return f"down: the name lookup of {host} failed ({getattr(exc, 'strerror', None) or exc})"
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what it wraps: MLflow's MlflowException around requests' error, around
+    urllib3's (its `reason`), around the socket's or ssl's."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        inner = [e.__cause__, e.__context__, getattr(e, "reason", None), *e.args]
+        todo += [x for x in inner if isinstance(x, BaseException)]
+
+
 def _network_error(exc: BaseException, where: str, timeout: float) -> str:
     """A connection that failed -> 'down: ...' or 'wrong: ...'."""
     import http.client
 
-    if isinstance(exc, (ssl.SSLError, ssl.CertificateError)):
-        return f"wrong: TLS with {where} failed ({getattr(exc, 'reason', None) or exc})"
-    if isinstance(exc, socket.gaierror):
+    chain = list(_chain(exc))
+    found = lambda *types: next((e for e in chain if isinstance(e, types)), None)  # noqa: E731
+    if tls := found(ssl.SSLError, ssl.CertificateError):
+        return f"wrong: TLS with {where} failed ({getattr(tls, 'reason', None) or tls})"
+    if lookup := found(socket.gaierror):
         host = where.rsplit(":", 1)[0]
-        if exc.errno in _NO_SUCH_NAME:
-            return f"wrong: host {host} does not resolve ({exc.strerror}; a typo in the address?)"
-        return f"down: the name lookup of {host} failed ({exc.strerror})"
-    if isinstance(exc, ConnectionRefusedError):
+        if lookup.errno in _NO_SUCH_NAME:
+            return (f"wrong: host {host} does not resolve ({lookup.strerror}; a typo in the "
+                    f"address?)")
+        return f"down: the name lookup of {host} failed ({lookup.strerror})"
+    if found(ConnectionRefusedError):
         return f"down: {where} refused the connection (nothing listens there now)"
-    if isinstance(exc, (TimeoutError, socket.timeout)):
+    if any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in chain):
         return f"down: {where} did not answer within {timeout:g}s"
-    if isinstance(exc, http.client.RemoteDisconnected) or isinstance(exc, ConnectionError):
-        return f"down: {where} closed the connection ({type(exc).__name__})"
-    if isinstance(exc, http.client.HTTPException):  # BadStatusLine: something else listens
-        return f"wrong: {where} does not answer in HTTP ({type(exc).__name__})"
-    return f"down: {where} cannot be reached ({getattr(exc, 'strerror', None) or exc})"
+    if closed := found(ConnectionError):  # RemoteDisconnected too
+        return f"down: {where} closed the connection ({type(closed).__name__})"
+    if garbled := found(http.client.HTTPException):  # BadStatusLine: something else listens
+        return f"wrong: {where} does not answer in HTTP ({type(garbled).__name__})"
+    last = chain[-1]
+    return f"down: {where} cannot be reached ({getattr(last, 'strerror', None) or last})"
 
 
 def _classify_db(uri: str, scheme: str, timeout: float) -> str:
@@ -337,7 +332,9 @@ def _classify_db(uri: str, scheme: str, timeout: float) -> str:
 
 
 def _classify_http(uri: str, timeout: float) -> str:
-    import urllib.error
+    """One GET of PROBE_ENDPOINT through MLflow's own request (mlflow.utils.rest_utils): the
+    credentials, auth plugin, TLS settings and proxies of every write, no retry. It imports
+    MLflow (2.3 s) in pre-flight, for http stores only; the job then finds it imported."""
     import urllib.request
 
     parts = urlsplit(uri)
@@ -354,44 +351,17 @@ def _classify_http(uri: str, timeout: float) -> str:
         why = _lookup(host, port, timeout)
         if why is not None:
             return why
-    url = urlsplit((uri[:-1] if uri.endswith("/") else uri) + PROBE_ENDPOINT)
-    userinfo, _, hostport = url.netloc.rpartition("@")
-    request = urllib.request.Request(urlunsplit(url._replace(netloc=hostport, fragment="")),
-                                     headers={"User-Agent": "rlexp", "Accept": "application/json"})
-    # As MLflow's request (requests): its username/password variables, else the URI's
-    # user:password, else its token variable.
-    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), \
-        os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if not (user and password) and userinfo:
-        user, _, password = (unquote(p) for p in userinfo.partition(":"))
-    if user and (password or userinfo):
-        basic = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {basic}")
-    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
-        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
-    if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
-        context = ssl._create_unverified_context()
-    else:
-        context = ssl.create_default_context(
-            cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
-    if os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
-        context.load_cert_chain(os.environ["MLFLOW_TRACKING_CLIENT_CERT_PATH"])
-    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
     try:
-        with opener.open(request, timeout=timeout) as response:
-            status, headers, body = response.status, response.headers, response.read(65536)
-    except urllib.error.HTTPError as exc:
-        status, headers = exc.code, exc.headers
-        try:
-            body = exc.read(65536)
-        except OSError:
-            body = b""
-    except urllib.error.URLError as exc:
-        reason = exc.reason if isinstance(exc.reason, BaseException) else exc
-        return _network_error(reason, where, timeout)
+        response = http_request(get_default_host_creds(uri), PROBE_ENDPOINT, "GET",
+                                max_retries=0, backoff_factor=0, timeout=timeout,
+                                raise_on_status=False)
+        body = response.content[:65536]
     except Exception as exc:  # timeouts while reading, a reset, not HTTP at all
         return _network_error(exc, where, timeout)
-    return _judge_answer(status, headers.get("Content-Type", "") if headers else "", body)
+    return _judge_answer(response.status_code, response.headers.get("Content-Type", ""), body)
 
 
 def _judge_answer(status: int, content_type: str, body: bytes) -> str:
@@ -402,8 +372,6 @@ def _judge_answer(status: int, content_type: str, body: bytes) -> str:
         data = None
     mlflow_error = isinstance(data, dict) and "error_code" in data
     if status in (401, 403):
-        if os.environ.get("MLFLOW_TRACKING_AUTH"):  # a plugin's auth, which this probe lacks
-            return "ok (not probed: MLFLOW_TRACKING_AUTH)"
         return (f"wrong: the store refused access (HTTP {status}): check the credentials "
                 f"(user:password in the URI, MLFLOW_TRACKING_USERNAME/PASSWORD or "
                 f"MLFLOW_TRACKING_TOKEN)")
@@ -426,21 +394,23 @@ def schema_template() -> Path:
     return base / f"mlflow-{mlflow.__version__}-schema.db"
 
 
-def _copy_schema(path: Path) -> bool:
+def _copy_schema(path: Path, root: Path) -> None:
     """A new sqlite store starts as a copy of an empty store MLflow migrated before: MLflow
     builds a schema by running each of its ~60 migrations (1.75 s on a 2-core CPU, in every
     new store: every sweep dir and test dir), opening a migrated one takes 0.07 s. The
-    template holds no experiment: SqlAlchemyStore creates `Default` in the copy, with the
-    copy's own artifact root. False (MLflow migrates as usual) when no template can be made."""
+    template holds no experiment: MLflow opens the copy under a temporary name first, which
+    creates `Default` with the store's artifact root, and the copy takes the store's name only
+    if MLflow accepted it. No copy (MLflow migrates as usual) when no template can be made."""
 
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     template = schema_template()
+    part = temp_sibling(path)
     try:
         if not _usable(template):
-            with file_lock(template.with_name(template.name + ".lock")):
+            with flocked(template.with_name(template.name + ".lock")):
                 if not _usable(template):
-                    tmp = template.with_name(f".{template.name}.{os.getpid()}")
+                    tmp = temp_sibling(template)
                     tmp.unlink(missing_ok=True)
                     store = SqlAlchemyStore(f"sqlite:///{tmp}", str(tmp.parent / "unused"))
                     store.engine.dispose()
@@ -448,13 +418,14 @@ def _copy_schema(path: Path) -> bool:
                         db.execute("DELETE FROM experiment_tags")
                         db.execute("DELETE FROM experiments")
                     db.close()
-                    os.replace(tmp, template)
-        part = path.with_name(f".{path.name}.{os.getpid()}")
-        shutil.copyfile(template, part)
-        os.replace(part, path)
-        return True
-    except Exception:  # read-only home, disk full: MLflow creates the schema itself
-        return False
+                    replace(tmp, template)
+        part.write_bytes(template.read_bytes())
+        SqlAlchemyStore(f"sqlite:///{part}", str(root)).engine.dispose()
+        replace(part, path)
+    except Exception:  # read-only home, disk full, a template MLflow refuses
+        pass
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _usable(template: Path) -> bool:
