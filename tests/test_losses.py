@@ -351,3 +351,111 @@ def test_on_policy_knobs_act_where_clip_knobs_do_not():
     assert {"algo.loss_agg", "algo.dynamic_sampling", "algo.mask_truncated",
             "algo.scale_rewards"} <= set(guards.ON_POLICY_KEYS)
     assert {"algo.epsilon", "algo.epsilon_high", "algo.ratio_level"} <= set(guards.NOOP_KEYS)
+
+
+# ------------------------------------------------------------------ newer loss families
+
+def test_masked_quantile_matches_numpy_linear_quantile():
+    from rlexp.algo.losses import masked_quantile
+
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0, 3, (4, 7)).astype(np.float32)
+    mask = (rng.uniform(size=(4, 7)) > 0.3).astype(np.float32)
+    for q in (0.0, 0.1, 0.37, 0.5, 0.8, 1.0):
+        want = np.quantile(x[mask > 0], q)  # numpy's default is torch.quantile's "linear"
+        got = float(masked_quantile(jnp.asarray(x), jnp.asarray(mask), q))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert float(masked_quantile(jnp.asarray(x), jnp.zeros_like(jnp.asarray(mask)), 0.1)) == 0.0
+
+
+def _loss_grad(loss, logp, old, adv, mask, **over):
+    kw = dict(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
+              loss_agg="token-mean", loss=loss)
+    kw.update(over)
+
+    def f(lp):
+        return policy_loss(lp, None if old is None else jnp.asarray(old), None,
+                           jnp.asarray(adv), jnp.asarray(mask), LossSettings(**kw))[0]
+
+    return np.asarray(jax.grad(f)(jnp.asarray(logp)))
+
+
+@pytest.mark.parametrize("loss", ["cispo", "sapo", "luspo", "vespo", "kl_cov"])
+def test_on_policy_the_newer_losses_have_grpos_gradient(loss):
+    """At ratio 1 (num_iterations=1): CISPO's weight is 1, SAPO's gate has slope 1, VESPO's
+    phi(1) = 1, KL-Cov's |log r| has gradient 0 (as torch.abs): GRPO's policy gradient. The
+    guard's NOOP_KEYS (SAPO's temperatures, VESPO's exponents) rest on this."""
+    from rlexp.job import guards
+
+    logp, _, _, adv, mask = example()
+    base = _loss_grad("ppo_clip", logp, None, adv, mask)
+    np.testing.assert_allclose(_loss_grad(loss, logp, None, adv, mask, sapo_temperature_pos=3.0,
+                                          vespo_k_pos=5.0, kl_cov_ratio=0.5),
+                               base, rtol=1e-5, atol=1e-7)
+    assert {"algo.sapo_temperature_pos", "algo.vespo_k_pos"} <= set(guards.NOOP_KEYS)
+
+
+def test_gmpo_on_policy_is_the_sequence_mean_of_grpo():
+    logp, _, _, adv, mask = example()
+    np.testing.assert_allclose(
+        _loss_grad("gmpo", logp, None, adv, mask, loss_agg="sequence-mean-token-mean"),
+        _loss_grad("ppo_clip", logp, None, adv, mask, loss_agg="sequence-mean-token-mean"),
+        rtol=1e-5, atol=1e-7)
+
+
+def test_the_newer_losses_differ_off_policy():
+    logp, old, _, adv, mask = example()
+    base = _loss_grad("ppo_clip", logp, old, adv, mask)
+    for loss in ("cispo", "sapo", "gmpo", "vespo", "kl_cov"):
+        assert np.abs(_loss_grad(loss, logp, old, adv, mask, kl_cov_ratio=0.5) - base).max() > 1e-4
+
+
+def test_cispo_keeps_the_gradient_of_clipped_tokens():
+    """Hand-computed: one token, A = 1, ratio e^0.5 = 1.65 above 1 + 0.28. PPO's clip zeroes its
+    gradient; CISPO's is -clip(r) = -1.28 (the weight is stop-gradient, d log pi = 1)."""
+    logp, old, adv, mask = np.array([[0.0]]), np.array([[-0.5]]), np.array([1.0]), np.ones((1, 1))
+    assert _loss_grad("ppo_clip", logp, old, adv, mask)[0, 0] == 0.0
+    np.testing.assert_allclose(_loss_grad("cispo", logp, old, adv, mask)[0, 0], -1.28, rtol=1e-6)
+
+
+def test_top_entropy_quantile_and_entropy_bonus_hand_computed():
+    """4 tokens of entropy 0.1, 0.5, 1.0, 2.0, A = 1 on-policy, token-mean: keeping the top
+    half trains only the last two tokens (grad -1/4 each: the divisor stays 4 tokens, as TRL);
+    the bonus is -coef x their mean entropy, with gradient -coef/2 on each."""
+    logp = jnp.zeros((1, 4))
+    ent = jnp.array([[0.1, 0.5, 1.0, 2.0]])
+    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0, kl_estimator="k3",
+                     loss_agg="token-mean", top_entropy_quantile=0.5, entropy_coef=0.1)
+
+    def f(lp, e):
+        return policy_loss(lp, None, None, jnp.ones(1), jnp.ones((1, 4)), s, entropy=e)[0]
+
+    loss, (g_lp, g_e) = jax.value_and_grad(f, argnums=(0, 1))(logp, ent)
+    np.testing.assert_allclose(np.asarray(g_lp), [[0, 0, -0.25, -0.25]], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(g_e), [[0, 0, -0.05, -0.05]], atol=1e-7)
+    np.testing.assert_allclose(float(loss), -0.5 - 0.1 * 1.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["rloo", "reinforce_pp", "reinforce_pp_baseline"])
+def test_registered_estimators_follow_algo_advantage(name):
+    from rlexp.algo.advantages import advantages_by_name
+
+    cfg = registry.algo_settings(_algo_from_yaml(name))
+    fn = function_registry.get_advantage_estimator(cfg.advantage_estimator)
+    r = np.array([1.0, 0.0, 3.0, 3.0, 2.0, 0.0])
+    np.testing.assert_allclose(fn(rewards=r, num_generations=2), advantages_by_name(name, r, 2))
+    assert cfg.advantage == name
+
+
+def test_the_algorithms_sweep_runs_every_shipped_algorithm_off_policy():
+    """sweeps/algorithms.yaml: every conf/algo/ option, num_iterations=2, one seed list."""
+    from omegaconf import OmegaConf
+
+    from rlexp.algo.algorithm import algorithms
+    from rlexp.config.paths import conf_dir
+
+    sweep = OmegaConf.load(conf_dir().parent / "sweeps" / "algorithms.yaml")
+    params = sweep.hydra.sweeper.params
+    swept = set(str(params.algo).split(","))
+    assert swept == {p.stem for p in (conf_dir() / "algo").glob("*.yaml")} == set(algorithms())
+    assert str(params["algo.num_iterations"]) == "2" and "train.seed" in params

@@ -9,6 +9,13 @@ sequences divides by the rows left (rlexp) rather than all rows (TRL), 8/6 here.
 
 rlexp sees the completions padded wider (8) than the budget (6, TRL's max_completion_length):
 truncation and Dr.GRPO's constant must follow rollout.max_completion_length, not the width.
+
+The newer loss families TRL has (CISPO, SAPO, LUSPO, VESPO) run 24 cases each (scale_rewards
+x mask_truncated x beta x two settings of the loss's own knobs), and the entropy bonus and
+high-entropy mask (entropy_coef, top_entropy_quantile) 20 cases over five losses, with
+per-token entropies whose gradient is compared too. One convention differs by design: rlexp's
+CISPO bounds the weight by 1 + epsilon_high like every other rlexp clip (verl's form), TRL by
+epsilon_high itself, so TRL gets 1 + epsilon_high; rlexp's epsilon 1.0 = TRL's no lower bound.
 """
 
 from __future__ import annotations
@@ -49,6 +56,36 @@ ALGOS = {  # name -> (rlexp algo settings, TRL loss_type and importance_sampling
 CASES = [(name, scale, truncate, beta) for name in ALGOS for scale in ("group", "batch", "none")
          for truncate in (False, True) for beta in (0.0, 0.04)]
 
+# Newer losses: name -> settings variants (rlexp AlgoConfig fields; each also a TRL case).
+FAMILIES = {
+    "cispo": [dict(loss="cispo", loss_agg="token-mean", epsilon=1.0, epsilon_high=0.2),
+              dict(loss="cispo", loss_agg="token-mean", epsilon=1.0, epsilon_high=0.05)],
+    "sapo": [dict(loss="sapo", loss_agg="sequence-mean-token-mean", epsilon=0.2,
+                  sapo_temperature_pos=1.0, sapo_temperature_neg=1.05),
+             dict(loss="sapo", loss_agg="sequence-mean-token-mean", epsilon=0.2,
+                  sapo_temperature_pos=4.0, sapo_temperature_neg=8.0)],
+    "luspo": [dict(loss="luspo", loss_agg="sequence-mean-token-sum", epsilon=3e-4,
+                   epsilon_high=4e-4, ratio_level="sequence"),
+              dict(loss="luspo", loss_agg="sequence-mean-token-sum", epsilon=0.2,
+                   epsilon_high=0.28, ratio_level="sequence")],
+    "vespo": [dict(loss="vespo", loss_agg="token-mean", epsilon=0.2),
+              dict(loss="vespo", loss_agg="token-mean", epsilon=0.2, vespo_k_pos=1.0,
+                   vespo_lambda_pos=0.5, vespo_k_neg=4.0, vespo_lambda_neg=5.0)],
+}
+FAMILY_CASES = [(name, v, scale, truncate, beta) for name in FAMILIES for v in (0, 1)
+                for scale in ("group", "batch", "none") for truncate in (False, True)
+                for beta in (0.0, 0.04)]
+# Entropy: (entropy_coef, top_entropy_quantile) on five losses (no truncation: rlexp's
+# rows-left convention would scale the policy term and not the bonus).
+ENTROPY_LOSSES = {"grpo": ALGOS["grpo"][0] | dict(loss="ppo_clip"),
+                  "dapo": ALGOS["dapo"][0] | dict(loss="ppo_clip"),
+                  "cispo": FAMILIES["cispo"][0], "sapo": FAMILIES["sapo"][0],
+                  "vespo": FAMILIES["vespo"][0]}
+ENTROPY_CASES = [(name, coef, q) for name in ENTROPY_LOSSES
+                 for coef, q in ((0.01, 1.0), (0.0, 0.2), (0.01, 0.5), (-0.02, 0.8))]
+# TRL's loss_type and importance_sampling_level of an rlexp setting.
+TRL_LOSS = {"cispo": "cispo", "sapo": "sapo", "luspo": "luspo", "vespo": "vespo"}
+
 
 def inputs() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(7)
@@ -64,20 +101,22 @@ def inputs() -> dict[str, np.ndarray]:
     old = (logp - (np.array(OFFSETS)[:, None] + noise)).astype(np.float32)
     ref = (logp + rng.normal(0, 0.3, (B, BUDGET))).astype(np.float32)
     rewards = np.array([1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 1.0, 0.5], np.float32)
+    entropy = rng.uniform(0.05, 2.5, (B, BUDGET)).astype(np.float32)
     return dict(logp=logp * mask, old_logp=old * mask, ref_logp=ref * mask, mask=mask,
                 completion_ids=ids.astype(np.int64), rewards=rewards,
-                eos=np.array(EOS), pad=np.array(PAD))
+                eos=np.array(EOS), pad=np.array(PAD), entropy=entropy * mask)
 
 
 def wide(x: np.ndarray) -> jnp.ndarray:
     return jnp.asarray(np.pad(x, ((0, 0), (0, WIDE - BUDGET))))
 
 
-def rlexp_loss(data, name, scale, truncate, beta):
+def rlexp_loss(data, name, scale, truncate, beta, algo=None, entropy=False):
+    algo = ALGOS[name][0] if algo is None else algo
     settings = registry.algo_settings(
         AlgoConfig(name="gspo" if name.startswith("gspo") else name, num_generations=G,
                    num_iterations=2, beta=beta, kl_estimator="k3", scale_rewards=scale,
-                   mask_truncated=truncate, dynamic_sampling=False, **ALGOS[name][0]),
+                   mask_truncated=truncate, dynamic_sampling=False, **algo),
         budget=BUDGET)
     adv = group_advantages(data["rewards"], G, eps=1e-4, scale=scale)  # TRL's epsilon
     ex = TrainExample(prompt_ids=None, prompt_mask=None,
@@ -86,11 +125,35 @@ def rlexp_loss(data, name, scale, truncate, beta):
                       ref_per_token_logps=wide(data["ref_logp"]),
                       old_per_token_logps=wide(data["old_logp"]))
 
+    if entropy:
+        def f(lp, ent):
+            return registry.loss_from_logps(lp, ex, settings, EOS, ent)
+
+        (loss, aux), (grad, grad_ent) = jax.value_and_grad(f, argnums=(0, 1), has_aux=True)(
+            wide(data["logp"]), wide(data["entropy"]))
+        return float(loss), np.asarray(grad), adv, aux, np.asarray(grad_ent)
+
     def f(lp):
         return registry.loss_from_logps(lp, ex, settings, EOS)
 
     (loss, aux), grad = jax.value_and_grad(f, has_aux=True)(wide(data["logp"]))
     return float(loss), np.asarray(grad), adv, aux
+
+
+def trl_case(algo, scale, truncate, beta, **extra):
+    """A TRL case for rlexp AlgoConfig settings `algo`."""
+    loss = algo.get("loss", "ppo_clip")
+    if loss == "ppo_clip":
+        loss_type = {"token-mean": "dapo", "sequence-mean-token-mean": "grpo"}[algo["loss_agg"]]
+    else:
+        loss_type = TRL_LOSS[loss]
+    high = algo.get("epsilon_high", algo["epsilon"])
+    case = dict(loss_type=loss_type, importance_sampling_level=algo.get("ratio_level", "token"),
+                epsilon=algo["epsilon"], epsilon_high=1.0 + high if loss == "cispo" else high,
+                beta=beta, scale_rewards=scale, mask_truncated=truncate,
+                max_completion_length=BUDGET, num_generations=G, **extra)
+    case.update({k: v for k, v in algo.items() if k.startswith(("sapo_", "vespo_"))})
+    return case
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +166,12 @@ def trl_results():
                   beta=beta, scale_rewards=scale, mask_truncated=truncate,
                   max_completion_length=BUDGET, num_generations=G)
              for n, scale, truncate, beta in CASES]
-    return data, dict(zip(CASES, trl_losses(data, cases)))
+    family = [trl_case(FAMILIES[n][v], scale, truncate, beta)
+              for n, v, scale, truncate, beta in FAMILY_CASES]
+    entropy = [trl_case(ENTROPY_LOSSES[n], "group", False, 0.0, entropy_coef=coef,
+                        top_entropy_quantile=q) for n, coef, q in ENTROPY_CASES]
+    keys = CASES + FAMILY_CASES + ENTROPY_CASES
+    return data, dict(zip(keys, trl_losses(data, cases + family + entropy)))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
@@ -130,3 +198,47 @@ def test_the_inputs_clip_at_token_and_at_sequence_level():
     _, _, _, seq = rlexp_loss(data, "gspo", "group", False, 0.0)
     assert 0 < float(token["clip_fraction"]) < 1
     assert 0 < float(seq["clip_ratio/region_mean"]) < 1
+
+
+# rlexp's mean over the rows left vs TRL's over all rows (see the module docstring).
+ROWS_LEFT = (B - len(TRUNCATED)) / B
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_newer_losses_equal_trls(trl_results, case):
+    data, results = trl_results
+    name, v, scale, truncate, beta = case
+    algo = FAMILIES[name][v]
+    want = results[case]
+    loss, grad, adv, aux = rlexp_loss(data, name, scale, truncate, beta, algo)
+    np.testing.assert_allclose(adv, want["advantages"], rtol=1e-6, atol=1e-6)
+    rows = ROWS_LEFT if truncate and algo["loss_agg"].startswith("sequence-mean") else 1.0
+    np.testing.assert_allclose(loss * rows, want["loss"], rtol=2e-6, atol=1e-7)
+    assert np.all(grad[:, BUDGET:] == 0)
+    np.testing.assert_allclose(grad[:, :BUDGET] * rows, want["grad"], rtol=1e-5, atol=1e-8)
+    assert np.abs(want["grad"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("case", ENTROPY_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_entropy_bonus_and_high_entropy_mask_equal_trls(trl_results, case):
+    data, results = trl_results
+    name, coef, q = case
+    want = results[case]
+    algo = ENTROPY_LOSSES[name] | dict(entropy_coef=coef, top_entropy_quantile=q)
+    loss, grad, _, _, grad_ent = rlexp_loss(data, name, "group", False, 0.0, algo, entropy=True)
+    np.testing.assert_allclose(loss, want["loss"], rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(grad[:, :BUDGET], want["grad"], rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(grad_ent[:, :BUDGET], want["grad_entropy"], rtol=1e-5, atol=1e-8)
+    assert np.all(grad_ent[:, BUDGET:] == 0)
+    if q < 1.0:  # the mask keeps some tokens and drops others
+        kept = np.abs(want["grad"]) > 0
+        assert 0 < kept.sum() < data["mask"].sum()
+    if coef:
+        assert np.abs(want["grad_entropy"]).max() > 1e-4
+
+
+def test_the_newer_losses_clip_or_gate_off_policy():
+    """CISPO's cap binds on some tokens and not all (the oracle cases are not vacuous)."""
+    data = inputs()
+    _, _, _, aux = rlexp_loss(data, "cispo", "group", False, 0.0, FAMILIES["cispo"][0])
+    assert 0 < float(aux["clip_fraction"]) < 1

@@ -7,7 +7,10 @@ stays torch-free.
 
 The trainer is `object.__new__(GRPOTrainer)` with the attributes `_compute_loss` reads, set
 as GRPOTrainer.__init__ sets them from a real `GRPOConfig`; the model's forward pass is
-replaced by the given per-token log-probs (a leaf tensor, whose gradient is returned).
+replaced by the given per-token log-probs and entropies (leaf tensors, whose gradients are
+returned). Optional case keys: entropy_coef and top_entropy_quantile (TRL's entropy bonus and
+high-entropy mask), sapo_temperature_pos/_neg and vespo_k_pos/_lambda_pos/_k_neg/_lambda_neg
+(TRL's defaults when absent).
 Advantages, the truncation mask and `num_items_in_batch` are computed as
 GRPOTrainer._generate_and_score_completions computes them (trl/trainer/grpo_trainer.py,
 1.16.0, "sum_then_normalize" and "mask_truncated_completions"), with trl's own nanstd.
@@ -39,7 +42,8 @@ def trl_available() -> bool:
 def trl_losses(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[str, np.ndarray]]:
     """For each case (keys: loss_type, importance_sampling_level, epsilon, epsilon_high, beta,
     scale_rewards, mask_truncated, max_completion_length, num_generations), TRL's loss, the
-    gradient of the loss w.r.t. the per-token log-probs and the advantages it used."""
+    gradient of the loss w.r.t. the per-token log-probs (and w.r.t. the per-token entropies
+    `arrays["entropy"]`, when given) and the advantages it used."""
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         np.savez(src, cases=np.array(json.dumps(cases)), **arrays)
@@ -52,7 +56,7 @@ def trl_losses(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[st
         if proc.returncode != 0:
             raise AssertionError(f"TRL's loss failed:\n{proc.stderr[-3000:]}")
         got = np.load(out)
-        return [{k: got[f"{i}/{k}"] for k in ("loss", "grad", "advantages")}
+        return [{k: got[f"{i}/{k}"] for k in ("loss", "grad", "grad_entropy", "advantages")}
                 for i in range(len(cases))]
 
 
@@ -74,6 +78,7 @@ def _main(src: str, out: str) -> None:
     ref = torch.tensor(data["ref_logp"])
     mask0 = torch.tensor(data["mask"]).int()
     rewards = torch.tensor(data["rewards"])
+    entropy0 = torch.tensor(data["entropy"]) if "entropy" in data else torch.zeros_like(logp0)
     ids = data["completion_ids"]
     lengths = data["mask"].sum(-1).astype(int)
     eos, pad = int(data["eos"]), int(data["pad"])
@@ -97,19 +102,31 @@ def _main(src: str, out: str) -> None:
         num_items_in_batch = mask.sum()
 
         trainer = object.__new__(GRPOTrainer)
-        args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1)
+        args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1,
+                               sapo_temperature_pos=case.get("sapo_temperature_pos", 1.0),
+                               sapo_temperature_neg=case.get("sapo_temperature_neg", 1.05),
+                               vespo_k_pos=case.get("vespo_k_pos", 2.0),
+                               vespo_lambda_pos=case.get("vespo_lambda_pos", 3.0),
+                               vespo_k_neg=case.get("vespo_k_neg", 3.0),
+                               vespo_lambda_neg=case.get("vespo_lambda_neg", 2.0))
         logp = logp0.clone().requires_grad_(True)
+        entropy = entropy0.clone().requires_grad_(True)
+        entropy_coef = case.get("entropy_coef", 0.0)
         trainer.__dict__.update(
             args=args, model=torch.nn.Module(), loss_type=case["loss_type"],
             importance_sampling_level=case["importance_sampling_level"],
             epsilon_low=case["epsilon"], epsilon_high=case["epsilon_high"], beta=case["beta"],
-            max_completion_length=case["max_completion_length"], top_entropy_quantile=1.0,
+            max_completion_length=case["max_completion_length"],
+            top_entropy_quantile=case.get("top_entropy_quantile", 1.0),
             aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=False,
-            vllm_importance_sampling_correction=False, _entropy_bonus_enabled=False,
+            vllm_importance_sampling_correction=False,
+            _entropy_bonus_enabled=entropy_coef != 0.0, entropy_coef=entropy_coef,
+            use_adaptive_entropy=False,
             current_gradient_accumulation_steps=1, _metrics=defaultdict(lambda: defaultdict(list)),
-            accelerator=SimpleNamespace(num_processes=1, gather=lambda x: x,
-                                        reduce=lambda x, reduction="sum": x),
-            _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None))
+            accelerator=SimpleNamespace(num_processes=1, gather=lambda x: x, sync_gradients=True,
+                                        reduce=lambda x, reduction="sum": x,
+                                        pad_across_processes=lambda x, dim=0, pad_index=0: x),
+            _get_per_token_logps_and_entropies=lambda *a, **k: (logp, entropy, None))
         inputs = {"prompt_ids": torch.zeros((len(ids), 1), dtype=torch.long),
                   "prompt_mask": torch.ones((len(ids), 1), dtype=torch.long),
                   "completion_ids": torch.tensor(ids), "completion_mask": mask,
@@ -121,6 +138,8 @@ def _main(src: str, out: str) -> None:
         loss.backward()
         results[f"{i}/loss"] = loss.detach().numpy()
         results[f"{i}/grad"] = logp.grad.numpy()
+        results[f"{i}/grad_entropy"] = (entropy.grad if entropy.grad is not None
+                                        else torch.zeros_like(entropy)).numpy()
         results[f"{i}/advantages"] = advantages.numpy()
     np.savez(out, **results)
 

@@ -4,8 +4,10 @@ An algorithm is a name (algo.name, conf/algo/<name>.yaml holds its settings) plu
 shared clipped loss cannot express through settings: the default ratio level and the
 advantage estimator. Adding one = a module in variants/ defining `ALGORITHM = Algorithm(...)`
 + a YAML in conf/algo/ (or in a --config-dir's algo/); outside rlexp, `algo.name` may be the
-dotted path of an Algorithm in the user's package. The loss knobs (clip range, loss_agg,
-scale_rewards, dynamic_sampling, mask_truncated, overlong shaping) are YAML values.
+dotted path of an Algorithm in the user's package. The loss knobs (algo.loss, clip range,
+loss_agg, scale_rewards, dynamic_sampling, mask_truncated, overlong shaping, entropy) are
+YAML values; `advantages` below is the estimator of algo.advantage=grpo (the shipped
+estimators rloo and reinforce_pp* are chosen by algo.advantage).
 """
 
 from __future__ import annotations

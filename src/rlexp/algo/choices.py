@@ -12,5 +12,13 @@ LOSS_AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-to
 RATIO_LEVELS = ("token", "sequence")
 # Advantage std scalings (TRL's scale_rewards, rlexp.algo.advantages).
 REWARD_SCALES = ("group", "batch", "none")
+# Policy-loss families (rlexp.algo.losses.per_token_loss; algo.loss): the clipped PPO/GRPO
+# surrogate, CISPO, SAPO, GMPO, LUSPO, VESPO, Clip-Cov and KL-Cov.
+LOSSES = ("ppo_clip", "cispo", "sapo", "gmpo", "luspo", "vespo", "clip_cov", "kl_cov")
+# Advantage estimators (rlexp.algo.advantages; algo.advantage): group mean/std (GRPO),
+# leave-one-out (RLOO), REINFORCE++ and REINFORCE++-baseline (token-level batch whitening).
+ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
+# Estimators whose advantages depend on the completion mask (whitened over tokens).
+TOKEN_LEVEL_ADVANTAGES = ("reinforce_pp", "reinforce_pp_baseline")
 # Tunix's loss_algo labels an Algorithm may carry (Tunix 0.1.7 accepts these).
 TUNIX_LOSS_ALGOS = ("grpo", "gspo-token")

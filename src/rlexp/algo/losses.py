@@ -36,6 +36,31 @@ micro-batch gradients with optax.MultiSteps) the kept-token and kept-row divisor
 whole accumulation window's counts over its number of micro-batches, so the accumulated
 update equals the update of the whole mini-batch at once (DAPO's and TRL's token-level
 normalisation over the accumulation window); rlexp.engine.algo_registry passes them.
+
+Loss families (algo.loss; per_token_loss), each checked against a peer's own code on the
+same inputs (TRL 1.16 GRPOTrainer._compute_loss in tests/test_trl_oracle.py, verl 0.9.1
+core_algos.py in tests/test_verl_oracle.py):
+  ppo_clip  the clipped surrogate above (GRPO, GSPO, DAPO, Dr.GRPO)
+  cispo     -sg(clip(r, 1 - eps, 1 + eps_high)) A log pi: the IS weight is clipped and
+            stop-gradient, every token keeps a gradient (MiniMax-M1, arXiv:2506.13585)
+  sapo      -A (4 / tau) sigmoid(tau (r - 1)), tau = sapo_temperature_pos if A > 0 else
+            _neg: a soft gate instead of a hard clip (arXiv:2511.20347)
+  gmpo      -A exp(mean_t clip_sign(log r_t)) per sequence: the geometric mean of the token
+            ratios, each log-ratio clipped to [-eps, eps_high] on the side A pushes
+            (arXiv:2507.20673; verl geo_mean)
+  luspo     the clipped surrogate, meant with sequence ratios and sequence-mean-token-sum
+            (length-unbiased: every token of a sequence weighs the same; TRL loss_type=luspo)
+  vespo     -sg(phi(w)) A log pi with phi(w) = exp(lambda) w^k exp(-lambda w), w the
+            sequence IS ratio exp(sum_t log r_t), (k, lambda) by the sign of A (TRL vespo)
+  clip_cov  the clipped surrogate with the gradient of a few high-covariance tokens
+            removed: tokens not clipped whose cov = (A - mean A)(log pi - mean log pi) lies in
+            (clip_cov_lb, clip_cov_ub), at most max(1, clip_cov_ratio x tokens), the largest
+            first (verl picks among them at random) (Cui et al. 2025, arXiv:2505.22617)
+  kl_cov    -A r plus ppo_kl_coef |log r| on the top max(1, kl_cov_ratio x tokens) tokens by
+            that covariance, no clipping (same paper)
+Entropy (TRL's names): `top_entropy_quantile` < 1 keeps in the policy term only tokens whose
+entropy is at least the (1 - q) quantile of the batch's (Wang et al. 2025,
+arXiv:2506.01939); `entropy_coef` subtracts coef x the mean entropy of those tokens.
 """
 
 from __future__ import annotations
@@ -48,7 +73,7 @@ import jax
 import jax.numpy as jnp
 
 from rlexp.algo import algorithm
-from rlexp.algo.choices import LOSS_AGGREGATIONS, RATIO_LEVELS
+from rlexp.algo.choices import LOSS_AGGREGATIONS, LOSSES, RATIO_LEVELS
 from rlexp.algo.kl import kl_estimate
 
 # LossSettings fields that the algorithm's config (AlgoConfig) names otherwise.
@@ -77,6 +102,27 @@ class LossSettings:
     group_size: int = 1
     # Drop completions truncated at the budget (no EOS) from the loss.
     mask_truncated: bool = False
+    # One of LOSSES (the module docstring gives each one's maths).
+    loss: str = "ppo_clip"
+    # SAPO gate temperatures for A > 0 and A <= 0 (TRL's names and defaults).
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    # VESPO gamma weighting phi(w) = exp(lambda) w^k exp(-lambda w) by the sign of A (TRL's).
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    # Clip-Cov: share of tokens whose gradient is removed, and the covariance window (verl's).
+    clip_cov_ratio: float = 2e-4
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    # KL-Cov: share of tokens that get the |log r| penalty, and its weight (verl's).
+    kl_cov_ratio: float = 2e-4
+    ppo_kl_coef: float = 1.0
+    # Entropy bonus weight: loss - entropy_coef x mean entropy (TRL's entropy_coef).
+    entropy_coef: float = 0.0
+    # Keep only the top share of tokens by entropy in the policy term; 1 = all (TRL's).
+    top_entropy_quantile: float = 1.0
 
     @classmethod
     def from_algo(cls, algo: Any) -> LossSettings:
@@ -185,30 +231,125 @@ def kept_mask(mask: jnp.ndarray, advantages: jnp.ndarray, truncated: jnp.ndarray
     return mask
 
 
+def masked_quantile(x: jnp.ndarray, mask: jnp.ndarray, q: float) -> jnp.ndarray:
+    """The q-quantile of x over the mask, interpolated linearly between order statistics as
+    torch.quantile does (jit-friendly: masked values sort last); 0 for an empty mask."""
+    m = mask > 0
+    n = m.sum().astype(jnp.int32)
+    s = jnp.sort(jnp.where(m, x.astype(jnp.float32), jnp.inf).reshape(-1))
+    last = jnp.maximum(n - 1, 0)
+    pos = q * last.astype(jnp.float32)
+    lo = jnp.floor(pos).astype(jnp.int32)
+    hi = jnp.minimum(lo + 1, last)
+    a, b = s[lo], s[hi]
+    return jnp.where(n > 0, a + (pos - lo) * (b - a), 0.0)
+
+
+def high_entropy_mask(entropy: jnp.ndarray, mask: jnp.ndarray, keep: float) -> jnp.ndarray:
+    """1.0 on kept tokens whose entropy is at least the (1 - keep) quantile of the kept
+    tokens' entropies (TRL's get_high_entropy_mask, one process)."""
+    e = jax.lax.stop_gradient(entropy.astype(jnp.float32))
+    threshold = masked_quantile(e, mask, 1.0 - keep)
+    return ((e * mask >= threshold) & (mask > 0)).astype(jnp.float32)
+
+
+def _top_tokens(score: jnp.ndarray, eligible: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
+    """1.0 on the k eligible tokens of largest score (jit-friendly: k may be traced)."""
+    flat = jnp.where(eligible, score, -jnp.inf).reshape(-1)
+    order = jnp.sort(flat)[::-1]
+    kth = order[jnp.clip(k - 1, 0, flat.size - 1)]
+    return (eligible & (score >= kth) & (k > 0)).astype(jnp.float32)
+
+
+def _covariance(adv: jnp.ndarray, logp: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+    """Per-token (A - mean A)(log pi - mean log pi) over the mask (Cui et al. 2025, eq. 4)."""
+    adv = jnp.broadcast_to(adv, logp.shape)
+    lp = jax.lax.stop_gradient(logp)
+    return (adv - masked_mean(adv, mask)) * (lp - masked_mean(lp, mask))
+
+
+def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: jnp.ndarray,
+                   s: LossSettings) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """[B, T] policy-term loss of s.loss, and the ratio and the 0/1 'this token's update was
+    clipped' used for the diagnostics. `adv` is [B, 1] or [B, T]."""
+    ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
+    lo, hi = 1.0 - s.epsilon, 1.0 + s.epsilon_high
+    m = mask.astype(jnp.float32)
+    if s.loss in ("ppo_clip", "luspo", "clip_cov"):
+        unclipped, clipped = -adv * ratio, -adv * jnp.clip(ratio, lo, hi)
+        loss, was_clipped = jnp.maximum(unclipped, clipped), (clipped > unclipped)
+        if s.loss == "clip_cov":
+            cov = _covariance(adv, logp, m)
+            eligible = (m > 0) & ~was_clipped & (cov > s.clip_cov_lb) & (cov < s.clip_cov_ub)
+            k = jnp.maximum((s.clip_cov_ratio * m.sum()).astype(jnp.int32), 1)
+            loss = loss * (1.0 - _top_tokens(cov, eligible, k))
+        return loss, ratio, was_clipped.astype(jnp.float32)
+    if s.loss == "cispo":
+        weight = jax.lax.stop_gradient(jnp.clip(ratio, lo, hi))
+        return -weight * adv * logp, ratio, ((ratio < lo) | (ratio > hi)).astype(jnp.float32)
+    if s.loss == "sapo":
+        tau = jnp.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
+        gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
+        return -gate * adv, ratio, jnp.zeros_like(ratio)
+    log_r = logp - old
+    if s.loss == "gmpo":
+        sign = jnp.sign(adv)
+        clamped = jnp.clip(log_r, -s.epsilon, s.epsilon_high)
+        kept = sign * jnp.minimum(sign * log_r, sign * clamped)
+        seq_ratio = jnp.exp((kept * m).sum(-1) / jnp.maximum(m.sum(-1), 1.0))
+        seq_adv = (adv * m).sum(-1) / jnp.maximum(m.sum(-1), 1.0)
+        row = (-seq_adv * seq_ratio)[:, None]
+        return jnp.broadcast_to(row, logp.shape), ratio, (log_r != clamped).astype(jnp.float32)
+    if s.loss == "vespo":
+        seq = (jnp.clip(log_r, -MAX_LOG_RATIO, MAX_LOG_RATIO) * m).sum(-1, keepdims=True)
+        log_w = jnp.clip(seq, jnp.log(1e-8), MAX_LOG_RATIO)
+        pos = adv >= 0
+        k = jnp.where(pos, s.vespo_k_pos, s.vespo_k_neg)
+        lam = jnp.maximum(jnp.where(pos, s.vespo_lambda_pos, s.vespo_lambda_neg), 1e-4)
+        phi = jnp.nan_to_num(jnp.exp(lam + k * log_w - lam * jnp.exp(log_w)), nan=0.0,
+                             posinf=0.0, neginf=0.0)
+        return -jax.lax.stop_gradient(phi) * adv * logp, ratio, jnp.zeros_like(ratio)
+    if s.loss == "kl_cov":
+        cov = _covariance(adv, logp, m)
+        k = jnp.maximum((s.kl_cov_ratio * m.sum()).astype(jnp.int32), 1)
+        top = _top_tokens(cov, m > 0, k)
+        # |log r| with torch's gradient at 0 (0, where jnp.abs has 1): on-policy r = 1 exactly
+        abs_log_r = log_r * jnp.sign(jax.lax.stop_gradient(log_r))
+        return -adv * ratio + top * s.ppo_kl_coef * abs_log_r, ratio, top
+    raise ValueError(f"unknown loss {s.loss!r}; valid: {', '.join(LOSSES)}")
+
+
 def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.ndarray | None,
                 advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings,
                 truncated: jnp.ndarray | None = None, budget: int | None = None,
-                divisors: Divisors | None = None
+                divisors: Divisors | None = None, entropy: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-    """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B].
+    """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B] (or
+    [B, T], REINFORCE++'s token-whitened ones).
 
     `old_logp` None means on-policy: the sampling policy is the current one (ratio 1).
     `ref_logp` None means no reference model (no KL term, KL reported as 0).
     `truncated` [B] bool marks completions cut at the budget (for s.mask_truncated).
     `budget` and `divisors`: see aggregate (the diagnostics in aux stay this batch's means).
+    `entropy` [B, T]: the policy's per-token entropy, needed by entropy_coef and
+    top_entropy_quantile (its gradient is the entropy bonus's).
     """
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
     mask = kept_mask(mask, advantages, truncated, s)
     adv = advantages.astype(jnp.float32)
     adv = adv if adv.ndim == 2 else adv[:, None]
-    ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
-    unclipped = -adv * ratio
-    clipped = -adv * jnp.clip(ratio, 1.0 - s.epsilon, 1.0 + s.epsilon_high)
+    per_token, ratio, was_clipped = per_token_loss(logp, old, adv, mask, s)
     # TRL's clip statistics: tokens whose update the clip removed, below and above.
     low = ((ratio < 1.0 - s.epsilon) & (adv < 0)).astype(jnp.float32)
     high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).astype(jnp.float32)
-    pg = aggregate(jnp.maximum(unclipped, clipped), mask, s.loss_agg, budget, divisors)
+    effective = mask
+    if s.top_entropy_quantile < 1.0:
+        if entropy is None:
+            raise ValueError("top_entropy_quantile < 1 needs the per-token entropy")
+        effective = mask * high_entropy_mask(entropy, mask, s.top_entropy_quantile)
+        per_token = per_token * effective
+    pg = aggregate(per_token, mask, s.loss_agg, budget, divisors)
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp, s.kl_estimator)
         kl_loss = aggregate(kl_tok, mask, s.loss_agg, budget, divisors)
@@ -216,12 +357,18 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
     else:
         kl_loss = kl = jnp.zeros((), jnp.float32)
     loss = pg + s.beta * kl_loss if s.beta else pg
+    if s.entropy_coef:
+        if entropy is None:
+            raise ValueError("entropy_coef needs the per-token entropy")
+        # TRL: the mean entropy of the tokens the policy term acts on, whatever the loss's
+        # aggregation, so entropy_coef means the same for every loss.
+        loss = loss - s.entropy_coef * masked_mean(entropy.astype(jnp.float32), effective)
     m = mask > 0
     any_token = m.any()
     aux = {
         "pg_loss": pg,
         "kl": kl,
-        "clip_fraction": masked_mean((clipped > unclipped).astype(jnp.float32), mask),
+        "clip_fraction": masked_mean(was_clipped, mask),
         "ratio_mean": masked_mean(ratio, mask),
         "ratio_max": jnp.where(any_token, jnp.max(jnp.where(m, ratio, -jnp.inf)), 1.0),
         "ratio_min": jnp.where(any_token, jnp.min(jnp.where(m, ratio, jnp.inf)), 1.0),

@@ -128,6 +128,34 @@ class AlgoConfig:
     overlong_buffer: float = 0.0
     # DAPO overlong shaping: weight of the penalty (logged as train/reward/overlong).
     overlong_penalty: float = 1.0
+    # Policy-loss family (rlexp.algo.losses): ppo_clip (GRPO/GSPO/DAPO/Dr.GRPO) | cispo |
+    # sapo | gmpo | luspo | vespo | clip_cov | kl_cov (TRL loss_type / verl loss_mode).
+    loss: str = "ppo_clip"
+    # Advantage estimator (rlexp.algo.advantages): grpo (group mean, scale_rewards) | rloo |
+    # reinforce_pp | reinforce_pp_baseline (verl adv_estimator).
+    advantage: str = "grpo"
+    # SAPO gate temperature for tokens with A > 0 / A <= 0 (TRL sapo_temperature_pos/_neg).
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    # VESPO gamma weighting exponents and rates for A >= 0 / A < 0 (TRL vespo_*).
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    # Clip-Cov: share of tokens whose gradient is cut, and the covariance window (verl's
+    # policy_loss.clip_cov_ratio / clip_cov_lb / clip_cov_ub).
+    clip_cov_ratio: float = 2e-4
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    # KL-Cov: share of tokens given the |log r| penalty and its weight (verl kl_cov_ratio,
+    # ppo_kl_coef).
+    kl_cov_ratio: float = 2e-4
+    ppo_kl_coef: float = 1.0
+    # Entropy bonus: loss - entropy_coef x mean token entropy (TRL entropy_coef); 0 = off.
+    entropy_coef: float = 0.0
+    # Policy term on the top share of tokens by entropy only (TRL top_entropy_quantile;
+    # arXiv:2506.01939 keeps 0.2); 1 = every token.
+    top_entropy_quantile: float = 1.0
 
 
 @dataclass
@@ -359,6 +387,8 @@ class RewardConfig:
     # format_exact/format_approx/answer_exact/answer_close/math_verify _reward and
     # overlong_penalty.
     functions: list[RewardFunctionConfig] = field(default_factory=_builtin_rewards)
+    # The conf/reward set chosen (reward=maxtext, easydel_numina); None = the list above.
+    name: Optional[str] = None
 
 
 @dataclass

@@ -1,7 +1,17 @@
 """Plug rlexp's maths into Tunix: registered by name, so Tunix's GRPOLearner calls ours.
 
-  policy loss "rlexp"          -> rlexp.algo.losses.policy_loss (GRPO token / GSPO sequence)
+  policy loss "rlexp"          -> rlexp.algo.losses.policy_loss (every algo.loss family)
   advantage   "rlexp_group"    -> rlexp.algo.advantages.group_advantages
+  advantage   "rlexp_<name>"   -> rlexp.algo.advantages.advantages_by_name (algo.advantage)
+
+REINFORCE++ whitens its advantages over the batch's completion tokens, which Tunix's
+estimator signature (rewards, num_generations) cannot see: `whiten_over_tokens` finishes
+them where the completion mask is made (the [B, T] result flows through Tunix as is).
+
+Entropy: the loss's forward pass returns the logits, so the per-token entropy costs one
+reduction over the vocabulary, no second forward; train/entropy (mean) and
+train/entropy_q10 (10th percentile of the token entropies) are logged every step. Its
+gradient is kept only when the loss uses it (entropy_coef, top_entropy_quantile).
 
 `AlgoSettings` is Tunix's GRPOConfig carrying our loss's settings, built once from the
 algorithm config; Tunix's own fields are filled consistently (loss_algo, kl_loss_mode,
@@ -28,10 +38,10 @@ from tunix.rl import common, function_registry, rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
 
 from rlexp.algo import algorithm
-from rlexp.algo.advantages import group_advantages
-from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS
-from rlexp.algo.losses import (Divisors, LossSettings, kept_counts, kept_mask, policy_loss,
-                               truncated_rows)
+from rlexp.algo.advantages import advantages_by_name, group_advantages, masked_whiten
+from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS, TOKEN_LEVEL_ADVANTAGES
+from rlexp.algo.losses import (Divisors, LossSettings, kept_counts, kept_mask, masked_mean,
+                               masked_quantile, policy_loss, truncated_rows)
 from rlexp.config.schema import AlgoConfig
 
 POLICY_LOSS = "rlexp"
@@ -43,7 +53,11 @@ TUNIX_LOSS_AGG = {agg: agg.replace("sequence-mean-token-sum", "seq-mean-token-su
                   for agg in LOSS_AGGREGATIONS}
 # Keys of the loss's aux dict, collected by the engine every update.
 AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_min",
-            "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy")
+            "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy",
+            "entropy_q10")
+# The low quantile of the token entropies logged beside their mean (a collapse shows there
+# first: most tokens near 0 while the mean is held up by a few).
+ENTROPY_QUANTILE = 0.1
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -53,6 +67,8 @@ class AlgoSettings(GRPOConfig):
     # The completion budget in tokens (rollout.max_completion_length): Dr.GRPO's constant and
     # the length at which a completion without EOS counts as truncated. None = padded width.
     budget: int | None = None
+    # algo.advantage (REINFORCE++ finishes its advantages over the completion tokens).
+    advantage: str = "grpo"
 
     @property
     def ratio_level(self) -> str:
@@ -64,7 +80,7 @@ def algo_settings(a: AlgoConfig, budget: int | None = None) -> AlgoSettings:
     """`budget`: rollout.max_completion_length (the engine always passes it)."""
     loss = LossSettings.from_algo(a)
     return AlgoSettings(
-        loss=loss, budget=budget, policy_loss_fn=POLICY_LOSS,
+        loss=loss, budget=budget, advantage=a.advantage, policy_loss_fn=POLICY_LOSS,
         advantage_estimator=advantage_estimator(a),
         loss_algo=algorithm.get(a.name).tunix_loss_algo, num_generations=loss.group_size,
         num_iterations=a.num_iterations, beta=loss.beta, epsilon=loss.epsilon,
@@ -75,6 +91,14 @@ def advantage_estimator(a: AlgoConfig) -> str:
     """Tunix calls estimators as fn(rewards, num_generations): one registered name per
     (algorithm, scale_rewards) carries the rest. Returns the name."""
     alg, scale = algorithm.get(a.name), a.scale_rewards
+    if a.advantage != "grpo":
+        name, fn = f"rlexp_{a.advantage}", advantages_by_name
+        estimator = a.advantage
+        if name not in _REGISTERED:
+            function_registry.register_advantage_estimator(name)(
+                lambda rewards, num_generations: fn(estimator, rewards, num_generations))
+            _REGISTERED.add(name)
+        return name
     if alg.advantages is algorithm.default_advantages and scale == "group":
         return ADVANTAGE
     name = f"rlexp_{a.name}_{scale}"
@@ -105,9 +129,27 @@ def truncated(train_example: Any, algo_config: AlgoSettings, eos_id: int) -> Any
                           algo_config.budget)
 
 
+def whiten_over_tokens(learner: Any) -> None:
+    """REINFORCE++(-baseline): turn the estimator's per-row scores into [B, T] advantages
+    whitened over the completion tokens of each scored batch (wraps the learner's
+    _generate_and_compute_advantage on the instance). No-op for the other estimators."""
+    if learner.algo_config.advantage not in TOKEN_LEVEL_ADVANTAGES:
+        return
+    prepare = learner._generate_and_compute_advantage
+
+    def prepare_whitened(*args: Any, **kw: Any) -> Any:
+        out = prepare(*args, **kw)
+        mask = np.asarray(out.completion_mask)
+        adv = masked_whiten(np.asarray(out.advantages), mask)
+        return out.replace(advantages=jax.device_put(adv))
+
+    learner._generate_and_compute_advantage = prepare_whitened
+
+
 def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings,
-                    eos_id: int = -1) -> tuple[Any, dict[str, Any]]:
-    """The part of the registered loss after the forward pass (tested on its own)."""
+                    eos_id: int = -1, entropy: Any = None) -> tuple[Any, dict[str, Any]]:
+    """The part of the registered loss after the forward pass (tested on its own).
+    `entropy`: [B, T] per-token entropy (needed by entropy_coef and top_entropy_quantile)."""
     divisors = None
     if isinstance(train_example, WindowedExample):
         divisors = Divisors(tokens=jnp.max(train_example.window_tokens),
@@ -115,7 +157,8 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
     return policy_loss(per_token_logps, train_example.old_per_token_logps,
                        train_example.ref_per_token_logps, train_example.advantages,
                        train_example.completion_mask, algo_config.loss,
-                       truncated(train_example, algo_config, eos_id), algo_config.budget, divisors)
+                       truncated(train_example, algo_config, eos_id), algo_config.budget, divisors,
+                       entropy)
 
 
 def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
@@ -192,21 +235,35 @@ def policy_loss_fn(model: nnx.Module, train_example: Any, algo_config: AlgoSetti
         graphdef, state, prompt_tokens=train_example.prompt_ids,
         completion_tokens=train_example.completion_ids, pad_id=pad_id, eos_id=eos_id,
         stop_gradient=False, return_logits=True, temperature=algo_config.temperature)
-    loss, aux = loss_from_logps(logps, train_example, algo_config, eos_id)
     # The policy's entropy from the logits this forward already made: one more reduction
-    # over the vocabulary, no second forward, no gradient (TRL's GRPOTrainer logs it too).
-    aux["entropy"] = masked_entropy(jax.lax.stop_gradient(logits), train_example.completion_mask)
+    # over the vocabulary, no second forward (TRL's GRPOTrainer logs it too); differentiated
+    # only when the loss uses it.
+    s = algo_config.loss
+    uses_entropy = bool(s.entropy_coef) or s.top_entropy_quantile < 1.0
+    entropy = token_entropy(logits if uses_entropy else jax.lax.stop_gradient(logits))
+    loss, aux = loss_from_logps(logps, train_example, algo_config, eos_id,
+                                entropy if uses_entropy else None)
+    aux.update(entropy_stats(jax.lax.stop_gradient(entropy), train_example.completion_mask))
     return loss, aux
+
+
+def token_entropy(logits: Any) -> Any:
+    """Entropy of softmax(logits) per position: [B, T, V] -> [B, T]."""
+    logits = logits.astype(jnp.float32)
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    probs = jnp.exp(logits - logz[..., None])
+    return logz - jnp.sum(probs * logits, axis=-1)
+
+
+def entropy_stats(entropy: Any, mask: Any) -> dict[str, Any]:
+    """train/entropy (mean over the completion tokens) and train/entropy_q10."""
+    return {"entropy": masked_mean(entropy, mask),
+            "entropy_q10": masked_quantile(entropy, mask, ENTROPY_QUANTILE)}
 
 
 def masked_entropy(logits: Any, mask: Any) -> Any:
     """Mean over unmasked tokens of the entropy of softmax(logits) [B, T, V] -> scalar."""
-    logits = logits.astype(jnp.float32)
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    probs = jnp.exp(logits - logz[..., None])
-    entropy = logz - jnp.sum(probs * logits, axis=-1)
-    mask = mask.astype(jnp.float32)
-    return jnp.sum(entropy * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return masked_mean(token_entropy(logits), mask)
 
 
 @function_registry.register_advantage_estimator(ADVANTAGE)

@@ -244,6 +244,8 @@ def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
     learner = GRPOLearner(rl_cluster=cluster, algo_config=settings, reward_fns=list(reward_fns))
     # Micro-batches below the mini-batch: divide by the accumulation window's tokens and rows.
     registry.normalise_over_windows(learner)
+    # REINFORCE++: advantages whitened over the completion tokens, once the mask is known.
+    registry.whiten_over_tokens(learner)
     return learner
 
 
