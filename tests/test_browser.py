@@ -2,8 +2,9 @@
 `python -m rlexp.ui` on 127.0.0.1: the UI starts quietly, the experiment opens in the
 model-training view and stays there when one clicks into a run, the sweep's parent and Compare;
 a run's page shows its source, params, metrics (system metrics too) and dataset input, the eval
-samples and training rollouts render as tables, the parent shows its best child's metrics, and
-the four runs of a sweep have short names that tell them apart.
+samples and training rollouts render as tables, the sweep's parent shows its seed groups' table
+and CI band plot (and copies no child's values), its children carry their group (rlexp.group),
+and the four runs of a sweep have short names that tell them apart.
 
 Pages are read two ways: `chromium --headless --dump-dom` after a virtual time budget (the
 rendered DOM's text), and, for clicks, Chromium driven over the DevTools protocol on a pipe
@@ -36,7 +37,8 @@ from conftest import require
 pytestmark = pytest.mark.slow
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-JOBS = [("0", "0.1"), ("0", "0.2"), ("0.04", "0.1"), ("0.04", "0.2")]
+# (algo.beta, train.seed): two groups of two seeds
+JOBS = [("0", "0"), ("0", "1"), ("0.04", "0"), ("0.04", "1")]
 
 
 def text_of(html: str) -> str:
@@ -164,7 +166,7 @@ def ui(tmp_path_factory):
     from sweep_helpers import explain, only_sweep_dir, rlexp
 
     root = tmp_path_factory.mktemp("browser")
-    proc = rlexp(["-m", "algo.beta=0,0.04", "algo.epsilon=0.1,0.2", "train.steps=3",
+    proc = rlexp(["-m", "algo.beta=0,0.04", "train.seed=0,1", "train.steps=3",
                   "eval.every=1", "run.progress=false", "run.export=false",
                   "tracker.system_metrics_every_s=0.3"], cwd=root, env=sweep_env(root),
                  timeout=600)
@@ -221,10 +223,14 @@ def test_the_ui_starts_quietly(ui):
     assert ui["errors"].read_text() == ""
 
 
-def test_the_sweep_end_names_its_parent_and_best_child(ui):
+def test_the_sweep_ends_with_its_group_table_and_parent(ui):
     parent = json.loads((ui["sweep"] / "parent_run.json").read_text())["run_id"]
-    end = [line for line in ui["sweep_out"].splitlines() if line.startswith("rlexp: sweep ")]
-    assert end and f"MLflow run {parent} in sqlite:///" in end[-1] and "; best β=" in end[-1]
+    lines = ui["sweep_out"].splitlines()
+    end = [line for line in lines if line.startswith("rlexp: sweep ")]
+    assert end and f"MLflow run {parent} in sqlite:///" in end[-1]
+    groups = [line for line in lines if re.match(r"β=0(\.04)?\s+2\s+\d\.\d{3} ±", line)]
+    assert len(groups) == 2, ui["sweep_out"]  # one line a group, with its CI
+    assert sum(line.startswith("final acc, β=0.04 - β=0: ") for line in lines) == 1
 
 
 def test_clicks_from_the_link_stay_in_model_training(ui):
@@ -236,18 +242,38 @@ def test_clicks_from_the_link_stay_in_model_training(ui):
     chrome = Chrome(ui["root"] / "profile-clicks")
     try:
         chrome.goto(link)
-        assert in_model_training(chrome.wait_for("sweep: beta,epsilon"))
+        assert in_model_training(chrome.wait_for("sweep: beta,seed"))
         chrome.click(f"document.querySelector('a[href$=\"/runs/{parent}\"]')")
         text = chrome.wait_for("Child runs")
         assert in_model_training(text), sidebar(text)
-        # the parent carries its best child's final metrics, and names it
-        assert re.search(r"Metrics \(\d+\)", text) and "eval/accuracy" in text
-        assert "rlexp.best_child" in text
+        # the parent carries each group's mean curves, never a copy of a child's values
+        assert re.search(r"Metrics \(\d+\)", text) and "mean/β:0.04/eval/accuracy" in text
+        assert "rlexp.best_child" not in text
+        # its artifacts: the group table (a table view) and the CI band plot
+        chrome.click("document.querySelector('[role=tab][aria-controls$=content-artifacts]')")
+        chrome.click("document.querySelector('[data-testid=artifact-tree-node]"
+                     "[aria-label=\"groups.json\"]')")
+        text = chrome.wait_for("final acc")
+        assert re.search(r"group\s+n\s+final acc", text) and re.search(r"β=0\.04\s+2\s", text), \
+            text[:3000]
+        chrome.click("document.querySelector('[data-testid=artifact-tree-node]"
+                     "[aria-label=\"groups.png\"]')")
+        deadline = time.monotonic() + 60  # the PNG as an image, full size (1100 px wide)
+        while not chrome.js("Array.from(document.images).some(i => i.complete && "
+                            "i.naturalWidth >= 1000)"):
+            assert time.monotonic() < deadline, ("the band plot did not render", chrome.js(
+                "Array.from(document.images).map(i => [i.src.slice(0, 80), i.naturalWidth])"))
+            time.sleep(0.5)
 
+        chrome.goto(link)
+        chrome.wait_for("sweep: beta,seed")
+        chrome.click(f"document.querySelector('a[href$=\"/runs/{parent}\"]')")
+        chrome.wait_for("Child runs")
         chrome.click("Array.from(document.querySelectorAll('a[href*=\"/runs/\"]'))"
-                     ".find(a => a.innerText.trim() == 'β=0.04 ε=0.2')")  # a child run
+                     ".find(a => a.innerText.trim() == 'β=0.04 seed=1')")  # a child run
         text = chrome.wait_for("Parameters")
-        assert in_model_training(text) and "β=0.04 ε=0.2" in text, sidebar(text)
+        assert in_model_training(text) and "β=0.04 seed=1" in text, sidebar(text)
+        assert "rlexp.group" in text
         chrome.click("document.querySelector('[role=tab][aria-controls$=content-artifacts]')")
         chrome.click("document.querySelector('[data-testid=artifact-tree-node]"
                      "[aria-label=rollouts]')")
@@ -260,10 +286,10 @@ def test_clicks_from_the_link_stay_in_model_training(ui):
         assert in_model_training(text)
 
         chrome.goto(link)
-        chrome.wait_for("sweep: beta,epsilon")
+        chrome.wait_for("sweep: beta,seed")
         chrome.click("document.querySelector('button[data-component-id$="
                      "\"runnamecellrenderer.tsx_46\"]')")  # expand the parent's children
-        chrome.wait_for("β=0 ε=0.1")
+        chrome.wait_for("β=0 seed=0")
         chrome.click("document.querySelector('input[aria-label=\"Select all runs\"]')")
         chrome.click("document.querySelector('[data-testid=runs-compare-button]')")
         text = chrome.wait_for("Comparing 5 Runs")
@@ -308,9 +334,11 @@ def test_eval_samples_render_as_a_table(ui):
 def test_the_four_runs_of_a_sweep_have_distinct_names(ui):
     runs = children(ui)
     names = sorted(r["info"]["run_name"] for r in runs)
-    assert names == sorted(f"β={b} ε={e}" for b, e in JOBS)  # short: the full values are tags
-    tags = {t["key"]: t["value"] for t in runs[0]["data"]["tags"]}
-    assert tags["sweep.algo.beta"] in ("0", "0.04")
+    assert names == sorted(f"β={b} seed={s}" for b, s in JOBS)  # short: the full values are tags
+    for run in runs:  # MLflow's "Group by" rlexp.group puts each group's seeds together
+        tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+        assert tags["sweep.algo.beta"] in ("0", "0.04")
+        assert tags["rlexp.group"] == f"β={tags['sweep.algo.beta']}"
     ids = urllib.parse.quote(json.dumps([r["info"]["run_id"] for r in runs]))
     exp = urllib.parse.quote(json.dumps([runs[0]["info"]["experiment_id"]]))
     text = ui["browser"].page(f"{ui['base']}/#/compare-runs?runs={ids}&experiments={exp}",

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from rlexp.base.events import RunInfo
 from rlexp.tracking.report import main, report
 from rlexp.tracking import parent_run_id, prepare_store, run_id
+from rlexp.tracking import compare
 from rlexp.tracking.callback import SweepCallback
 from rlexp.tracking.listener import MlflowListener
 
@@ -58,7 +61,7 @@ def sweep(tmp_path_factory) -> tuple[str, Path]:
 
 
 def rows(text: str) -> list[list[str]]:
-    return [line.split() for line in text.splitlines()[2:]]
+    return [line.split() for line in text.split("\n\n")[0].splitlines()[2:]]
 
 
 def test_report_of_a_sweep_dir(sweep):
@@ -158,16 +161,17 @@ def test_report_by_experiment_skips_empty_sweep_parents(sweep, tmp_path, monkeyp
 
 
 def test_mesh_keys_keep_enough_of_their_path():
-    from rlexp.tracking.compare import Row, label, short_keys
+    from rlexp.config.naming import short_key
+    from rlexp.tracking.compare import Row, label
 
     keys = ["hardware.trainer_mesh.fsdp", "hardware.rollout_mesh.fsdp", "algo.beta"]
-    assert short_keys(keys) == {"hardware.trainer_mesh.fsdp": "trainer_mesh.fsdp",
-                                "hardware.rollout_mesh.fsdp": "rollout_mesh.fsdp",
-                                "algo.beta": "beta"}
+    assert {k: short_key(k, keys) for k in keys} == {
+        "hardware.trainer_mesh.fsdp": "trainer_mesh.fsdp",
+        "hardware.rollout_mesh.fsdp": "rollout_mesh.fsdp", "algo.beta": "β"}
     row = Row(name="r", run_id=None, status="FINISHED",
               values={"hardware.trainer_mesh.fsdp": "1", "hardware.rollout_mesh.fsdp": "1",
                       "algo.beta": "0"})
-    assert label(row, keys) == "trainer_mesh.fsdp=1, rollout_mesh.fsdp=1, beta=0"
+    assert label(row, keys) == "trainer_mesh.fsdp=1 rollout_mesh.fsdp=1 β=0"
 
 
 def test_legend_sits_outside_the_plots(tmp_path, monkeypatch):
@@ -185,7 +189,7 @@ def test_legend_sits_outside_the_plots(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", keep)
     runs = [(f"beta={b}, epsilon={e}", {"train/reward_mean": [(s, s * b) for s in range(1, 9)],
-                                        "eval/accuracy": [(s, e) for s in range(1, 9)]})
+                                        "eval/accuracy": [(s, e) for s in range(1, 9)]}, b)
             for b in range(4) for e in range(3)]
     assert plots.plot_compare(runs, ["train/reward_mean", "eval/accuracy"], tmp_path / "c.png")
     fig = saved["fig"]
@@ -196,3 +200,141 @@ def test_legend_sits_outside_the_plots(tmp_path, monkeypatch):
         assert box.y1 <= ax.get_tightbbox(renderer).y0 + 1  # wholly below every panel
     assert len(fig.legends[0].get_texts()) == 12  # one entry per run, not per panel
     assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # and none cut off at the edges
+
+
+# ------------------------------------------------------------------------------ seed groups
+
+ALGOS, SEEDS = ("grpo", "gspo"), (0, 1, 2)
+
+
+def final_accuracy(algo: str, seed: int) -> float:
+    return 0.2 + 0.05 * seed + (0.04 if algo == "gspo" else 0.0) - 0.02 * (seed == 2)
+
+
+def seeded_job(uri: str, sweep_dir: Path, algo: str, seed: int) -> None:
+    """A job of `-m algo=grpo,gspo train.seed=0,1,2` as the orchestrator runs it (its params,
+    the sweep.* tags of its swept values), eval at steps 0, 2, 4."""
+    run_dir = sweep_dir / f"{algo}-seed{seed}"
+    listener = MlflowListener(uri, "seeds", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(RunInfo(
+        name=f"{algo} seed={seed}", run_dir=run_dir,
+        tags={"sweep.algo": algo, "sweep.train.seed": str(seed)},
+        params={"algo.name": algo, "train.seed": seed, "train.steps": 4},
+        extra={"parent_run_id": parent_run_id(sweep_dir)}))
+    final = final_accuracy(algo, seed)
+    for step in range(0, 5):
+        if step:
+            listener.on_metrics(step, {"train/reward_mean": final * step / 4})
+        if step % 2 == 0:  # step 0 is the best (0.9): best acc must not report it
+            listener.on_eval(step, {"eval/accuracy": 0.9 if step == 0 else final * step / 4},
+                             [])
+    summary = {"name": run_dir.name, "status": "FINISHED", "mlflow_run_id": run_id(run_dir),
+               "overrides": [f"algo={algo}", f"train.seed={seed}"], "steps_done": 4,
+               "wall_s": 1.0, "eval_after": {"eval/accuracy": final}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    listener.on_run_end("FINISHED", summary)
+
+
+@pytest.fixture(scope="module")
+def seeds_sweep(tmp_path_factory) -> tuple[str, Path, str]:
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("seeds")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    prepare_store(uri)
+    sweep_dir = root / "sweeps" / "seeds"
+    config = OmegaConf.create({
+        "tracker": {"name": "mlflow", "uri": uri, "experiment": "seeds"},
+        "hydra": {"sweep": {"dir": str(sweep_dir)},
+                  "overrides": {"task": ["algo=grpo,gspo", "train.seed=0,1,2"]}}})
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    for algo in ALGOS:
+        for seed in SEEDS:
+            seeded_job(uri, sweep_dir, algo, seed)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        callback.on_multirun_end(config)
+    return uri, sweep_dir, out.getvalue()
+
+
+def group_lines(text: str) -> dict[str, str]:
+    return {line.split()[0]: line for line in text.splitlines()
+            if re.match(r"(grpo|gspo)\s+\d+\s+\d\.\d{3} ", line)}
+
+
+def test_a_seed_sweep_ends_with_its_group_table_and_the_report_agrees(seeds_sweep, capsys):
+    from scipy import stats
+
+    uri, sweep_dir, end = seeds_sweep
+    ended = group_lines(end)
+    assert list(ended) == ["grpo", "gspo"], end  # one line a group, in the sweep's order
+    paired = [line for line in end.splitlines() if line.startswith("final acc, gspo - grpo")]
+    assert len(paired) == 1 and "3 seeds" in paired[0]
+    assert end.rstrip().splitlines()[-1].startswith("rlexp: sweep seeds: 6 runs FINISHED;")
+    main([str(sweep_dir)])
+    printed = capsys.readouterr().out
+    assert group_lines(printed) == ended  # the same numbers, from the store
+    assert paired[0] in printed
+    # the numbers are scipy's on the sweep's own metric values
+    for algo, line in ended.items():
+        x = np.array([final_accuracy(algo, s) for s in SEEDS])
+        mean, std, low, high = map(float, re.findall(r"\d\.\d{3}", line)[:4])
+        assert mean == pytest.approx(x.mean(), abs=6e-4)
+        assert std == pytest.approx(x.std(ddof=1), abs=6e-4)
+        ci = stats.bootstrap((x,), np.mean, method="percentile", n_resamples=99999,
+                             rng=np.random.default_rng(0)).confidence_interval
+        assert (low, high) == pytest.approx((ci.low, ci.high), abs=0.05 * np.ptp(x) + 6e-4)
+        best = re.findall(r"\d\.\d{3}", line)[4]  # best acc: after step 0 only (not 0.9)
+        assert float(best) == pytest.approx(mean, abs=6e-4)
+    a, b = (np.array([final_accuracy(g, s) for s in SEEDS]) for g in ALGOS)
+    p = stats.permutation_test((b, a), lambda x, y, axis=-1: np.mean(x - y, axis=axis),
+                               permutation_type="samples", vectorized=True).pvalue
+    assert f"{(b - a).mean():+.3f}" in paired[0] and f"p = {p:.2g}," in paired[0]
+
+
+def test_the_parent_carries_the_comparison_and_children_their_group(seeds_sweep):
+    from rlexp.tracking import store
+
+    uri, sweep_dir, _ = seeds_sweep
+    client = store.client(uri)
+    parent = client.get_run(parent_run_id(sweep_dir))
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"groups.json", "groups.png", "summary.md", "comparison.png"} <= artifacts
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "groups.json",
+                                                      str(sweep_dir / "dl"))).read_text())
+    assert table["columns"][:3] == ["group", "n", "final acc"]
+    assert [row[0] for row in table["data"]] == ["grpo", "gspo"]
+    # per-group mean curves at their steps; no child's final values copied
+    history = client.get_metric_history(parent.info.run_id, "mean/gspo/eval/accuracy")
+    assert [m.step for m in history] == [0, 2, 4]
+    gspo = [final_accuracy("gspo", s) for s in SEEDS]
+    assert history[-1].value == pytest.approx(np.mean(gspo))
+    assert "eval/accuracy" not in parent.data.metrics
+    summary = (sweep_dir / "summary.md").read_text()
+    assert "## Seed groups" in summary and "final acc, gspo - grpo" in summary
+    kids = compare.child_runs(client, parent.info.run_id)
+    assert sorted(k.data.tags["rlexp.group"] for k in kids) == ["grpo"] * 3 + ["gspo"] * 3
+
+
+def test_runs_of_different_groups_never_share_a_colour(seeds_sweep, tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    _, sweep_dir, _ = seeds_sweep
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig",
+                        lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k))[1])
+    report(str(sweep_dir))
+    comparison = saved[0]  # comparison.png, then groups.png
+    colour = {line.get_label(): to_hex(line.get_color())
+              for line in comparison.axes[0].get_lines()}
+    assert len(colour) == 6
+    by_group = {g: {c for label, c in colour.items() if label.startswith(g)} for g in ALGOS}
+    assert all(len(c) == 1 for c in by_group.values()) and \
+        by_group["grpo"] != by_group["gspo"], colour
+    bands = saved[1]
+    assert len({to_hex(line.get_color()) for line in bands.axes[0].get_lines()}) == 2
+    assert len(bands.axes[0].collections) == 2  # one CI band a group

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -212,10 +214,12 @@ def test_optuna_sweep_maximizes_what_the_jobs_return(tmp_path):
 
 @pytest.mark.slow
 def test_a_joblib_sweeps_piped_output_labels_every_job_line(tmp_path):
-    """4 jobs, 2 at a time, stderr a pipe: every step, eval and table line names its job
-    ([2/4 beta=0 G=4]), one line per event; the launching process adds a line per finished
-    job; no joblib.Parallel line, no Hydra timestamp on a job's lines. The 4 MLflow children
-    sit under one parent (what tests/test_launchers.py's joblib 2x2 sweep checks too)."""
+    """4 jobs, 2 at a time, stderr a pipe: every step and eval line names its job
+    ([2/4 β=0 G=4]), one line per event; the launching process adds a line per finished
+    job; no joblib.Parallel line, no Hydra timestamp on a job's lines; the jobs' before/after
+    tables stay in their logs, and the sweep ends with one group table line per group. The 4
+    MLflow children sit under one parent (what tests/test_launchers.py's joblib 2x2 sweep
+    checks too)."""
     from sweep_helpers import (TINY_SHOWN, explain, finished_sweep, mlflow_children,
                                only_sweep_dir, rlexp)
 
@@ -232,18 +236,142 @@ def test_a_joblib_sweeps_piped_output_labels_every_job_line(tmp_path):
     job_lines = [ln for ln in proc.stderr.splitlines()
                  if re.search(r"(step \d+/\d+:|eval @ step|accuracy  |pass@k  |mean reward  |"
                               r"before +after)", ln)]
-    labels = {f"[{i}/4 beta={b} G={g}]" for i, (b, g) in
+    labels = {f"[{i}/4 β={b} G={g}]" for i, (b, g) in
               enumerate([("0", 2), ("0", 4), ("0.04", 2), ("0.04", 4)], start=1)}
-    assert len(job_lines) >= 4 * (2 + 2 + 6), proc.stderr  # steps, evals, table
+    assert len(job_lines) >= 4 * (2 + 2), proc.stderr  # steps, evals
     for line in job_lines:
         assert any(line.startswith(label + " ") for label in labels), line
-    for label in labels:  # each job's steps, evaluations and table
+    for label in labels:  # each job's steps and evaluations; its table is in its log
         mine = [ln for ln in job_lines if ln.startswith(label)]
         assert any("step 2/2:" in ln for ln in mine) and any("eval @ step 2" in ln for ln in mine)
-        assert any("mean reward" in ln for ln in mine), label
+        assert not any("mean reward" in ln for ln in mine), label
+    groups = [ln for ln in proc.stdout.splitlines() if re.match(r"β=0(\.04)? G=[24]\s+1\s", ln)]
+    assert len(groups) == 4, proc.stdout  # one seed each: 4 groups of 1
     assert not re.search(r"^\[\d{4}-\d\d-\d\d .*\]\[", proc.stderr, re.M)  # no Hydra stamps
     done = re.findall(r"^rlexp: sweep (\d)/4 done", proc.stderr, re.M)
     assert done == ["1", "2", "3", "4"], proc.stderr
     # the end names the parent run (its id in the store, or its UI page)
     end = [ln for ln in text.splitlines() if re.match(r"rlexp: sweep \S+: 4 runs FINISHED", ln)]
     assert len(end) == 1 and parent["run"].info.run_id in end[0], text
+
+
+# ------------------------------------------------------------------------------ labels
+
+# Command-line sweeps besides the files (long values, two keys sharing a leaf, many keys).
+CLI_SWEEPS = [["algo=grpo,gspo", "train.seed=0,1,2"],
+              ["algo.beta=0,0.04", "algo.num_generations=2,4", "train.learning_rate=0.000312456"],
+              ["train.seed=1,2", "dataset.seed=3,4"],
+              ["algo.beta=0,0.04", "algo.epsilon=0.1,0.2", "algo.epsilon_high=0.28,0.3",
+               "algo.num_iterations=1,2", "train.learning_rate=1e-5,3e-6",
+               "train.batch_size=4,8"]]
+
+
+def _all_jobs():
+    """(what it is, swept keys, job overrides) of every job of every sweep file and CLI sweep."""
+    from rlexp.tracking.conventions import swept_keys
+
+    for name in SWEEPS:
+        cfg = _sweep_config(name)
+        params = OmegaConf.to_container(cfg.hydra.sweeper.params)
+        keys = swept_keys([], params)
+        make = _optuna_jobs if name == "optuna" else _basic_jobs
+        for job in make(dict(cfg.hydra.sweeper.params), []):
+            yield name, keys, job
+    for sweep in CLI_SWEEPS:
+        keys = swept_keys(sweep, None)
+        for job in _basic_jobs({}, sweep):
+            yield " ".join(sweep), keys, job
+
+
+def test_one_formatter_names_every_job_the_same_everywhere(hydra_conf):
+    """Run name, terminal job label, legend and group label + seed: one spelling, from
+    rlexp.config.naming.label, no token cut (each is a whole key=value of the job)."""
+    from rlexp.config import naming
+    from rlexp.job.sweep_messages import job_label
+    from rlexp.tracking import compare
+    from rlexp.tracking.conventions import MAX_RUN_NAME, display_name
+
+    checked = 0
+    for what, keys, job in _all_jobs():
+        values = naming.override_values(job)
+        full = naming.label(values, keys)
+        tokens = set(full.split(" "))
+        assert all("=" in t or t == values.get(k) for t, k in
+                   zip(full.split(" "), [k for k in keys if k in values])), (what, full)
+        run_name = display_name(None, {}, job, keys)
+        legend = compare.label(compare.Row("r", None, "FINISHED", values), keys)
+        terminal = job_label(0, None, job, keys)[len("[1 "):-1]
+        assert legend == terminal == full, (what, job)
+        shown = run_name.split(" ")
+        if len(full) <= MAX_RUN_NAME:
+            assert run_name == full, (what, job)
+        else:  # whole tokens, then how many were left out
+            assert set(shown[:-1]) <= tokens and re.fullmatch(r"\+\d+", shown[-1]), run_name
+            assert len(run_name) <= MAX_RUN_NAME
+        [group] = compare.group_rows([compare.Row("r", None, "FINISHED", values)], keys)
+        seed = naming.label(values, ["train.seed"])
+        if "train.seed" in keys and "dataset.seed" not in keys:  # the group, then its seed
+            parts = [group.label] if group.label != "all" else []
+            assert sorted([*parts, seed]) == sorted(full.split(" ")), (what, job)
+        checked += 1
+    assert checked > 40
+
+
+def test_a_long_single_run_name_keeps_whole_tokens():
+    from rlexp.tracking.conventions import display_name
+
+    choices = {"algo": "grpo", "model": "tiny", "dataset": "arithmetic", "hardware": "cpu"}
+    name = display_name(None, choices, ["eval.every=3", "train.seed=1", "train.steps=6",
+                                        "algo.beta=0.04", "algo.epsilon=0.3"], None)
+    assert name == "β=0.04,ε=0.3,+3 (grpo-tiny-arithmetic-cpu)"
+
+
+# ------------------------------------------------------------------------------ a real one
+
+SEED_SWEEP = ["-m", "algo=grpo,gspo", "train.seed=0,1,2", "train.steps=2", "eval.every=1",
+              "eval.num_samples=8", "dataset.num_eval=8", "eval.pass_k=2",
+              "model.warm_start_steps=100", "hydra/launcher=basic"]
+
+
+@pytest.mark.slow
+def test_a_real_seed_sweep_ends_with_the_group_table_the_report_prints(tmp_path):
+    """`-m algo=grpo,gspo train.seed=0,1,2` on the real engine: its last lines are a 2-line
+    group table and one paired difference; rlexp.report on its dir prints the same lines,
+    whose numbers are scipy's on the jobs' own final values; no job's before/after table
+    reaches the sweep's output (each stays in the job's rlexp.log)."""
+    import numpy as np
+    from scipy import stats
+
+    from sweep_helpers import explain, only_sweep_dir, rlexp, summaries
+
+    proc = rlexp(SEED_SWEEP, cwd=tmp_path, timeout=3000)
+    assert proc.returncode == 0, explain(proc)
+    out = proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[0] == "rlexp: starting a sweep: reading the config"
+    groups = [ln for ln in out.splitlines() if re.match(r"(grpo|gspo)\s+3\s+\d\.\d{3} ", ln)]
+    assert [g.split()[0] for g in groups] == ["grpo", "gspo"], explain(proc)
+    paired = [ln for ln in out.splitlines() if ln.startswith("final acc, gspo - grpo: ")]
+    assert len(paired) == 1 and "3 seeds" in paired[0]
+    assert not re.search(r"before\s+after\s+change", out)
+    sweep = only_sweep_dir(tmp_path)
+    assert all(re.search(r"before\s+after\s+change", (sweep / name / "rlexp.log").read_text())
+               for name in summaries(sweep))
+    report = subprocess.run([sys.executable, "-m", "rlexp.report", str(sweep)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr
+    assert all(line in report.stdout for line in [*groups, paired[0]]), report.stdout
+    finals = {}
+    for s in summaries(sweep).values():
+        values = dict(o.split("=", 1) for o in s["overrides"])
+        finals[(values["algo"], int(values["train.seed"]))] = s["eval_after"]["eval/accuracy"]
+    for line in groups:
+        x = np.array([finals[(line.split()[0], seed)] for seed in (0, 1, 2)])
+        mean = float(re.findall(r"\d\.\d{3}", line)[0])
+        assert mean == pytest.approx(x.mean(), abs=6e-4)
+    a, b = (np.array([finals[(g, s)] for s in (0, 1, 2)]) for g in ("grpo", "gspo"))
+    if np.any(a != b):
+        p = stats.permutation_test((b, a), lambda x, y, axis=-1: np.mean(x - y, axis=axis),
+                                   permutation_type="samples", vectorized=True).pvalue
+        assert f"p = {p:.2g}," in paired[0]
+    else:  # identical finals: no difference, p = 1
+        assert "+0.000" in paired[0] and "p = 1," in paired[0]

@@ -31,9 +31,9 @@ CHOICES = {"algo": "grpo", "model": "tiny", "dataset": "arithmetic", "hardware":
      "β=0.04 ε=0.2"),
     (["algo.beta=0.04", "algo.num_generations=4"], ["algo.beta", "algo.num_generations"],
      "β=0.04 G=4"),
-    (["algo=gspo", "algo.beta=0.0123456789"], ["algo", "algo.beta"], "β=0.01235 gspo"),
+    (["algo=gspo", "algo.beta=0.0123456789"], ["algo", "algo.beta"], "gspo β=0.01235"),
     (["train.seed=1", "dataset.seed=2"], ["train.seed", "dataset.seed"],
-     "dataset.seed=2 train.seed=1"),
+     "train.seed=1 dataset.seed=2"),
     (["experiment=quick"], None, "quick (grpo-tiny-arithmetic-cpu)"),
 ])
 def test_display_name_leads_with_what_differs(overrides, swept, expected):

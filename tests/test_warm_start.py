@@ -25,6 +25,19 @@ def test_cache_key_covers_what_determines_the_weights():
     assert cache_key(c) == key
 
 
+def test_loaded_weights_share_one_warm_start_across_seeds():
+    """train.seed draws a random-init model's weights (its key keeps the seed, above); loaded
+    weights do not depend on it, and the warm start then reads its batches in a fixed order."""
+    from rlexp.engine.warm_start import data_seed, seed_matters
+
+    c = Config()
+    c.model.path = "/models/qwen3-0.6b"  # never read by the key
+    key = cache_key(c)
+    c.train.seed = 7
+    assert cache_key(c) == key and not seed_matters(c) and data_seed(c) == 0
+    assert seed_matters(Config()) and data_seed(c) == 0
+
+
 def test_cache_key_follows_the_contents_of_the_files_the_dataset_names(tmp_path):
     prompt, data = tmp_path / "prompt.txt", tmp_path / "train.jsonl"
     prompt.write_text("Solve: {question}")
@@ -91,8 +104,13 @@ def test_scanned_chunks_train_exactly_like_one_jitted_call_per_step():
         want.append(float(step(reference, opt, b["ids"], b["valid"], b["loss_mask"])))
     for chunk in (2,):  # two chunk shapes: 2 and the remainder 1
         model = build_model(m, None, 0)
-        got = train(model, tok, examples, chunk=chunk, **args)
+        said = []
+        got = train(model, tok, examples, chunk=chunk, progress=lambda *a: said.append(a),
+                    **args)
         np.testing.assert_allclose(got, want, rtol=1e-6)
+        # progress after each chunk: steps done and that chunk's last loss
+        assert [n for n, _ in said] == [2, 4, 5]
+        np.testing.assert_allclose([x for _, x in said], [want[1], want[3], want[4]], rtol=1e-6)
         for name, value in params(reference).items():
             np.testing.assert_allclose(params(model)[name], value, rtol=1e-5, atol=1e-6,
                                        err_msg=name)

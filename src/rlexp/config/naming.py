@@ -1,4 +1,9 @@
-"""Run and sweep names, and the deterministic dirs built from them.
+"""Run and sweep names, the deterministic dirs built from them, and the one label formatter.
+
+`label` names a run by the values of the keys a sweep varies ('gspo β=0.04 G=4'): MLflow run
+names, plot legends, the sweep's job labels in the terminal and the report's group table all
+use it, so one run reads the same everywhere. A label too long for its place loses whole
+tokens (never half of one) and says how many it left out.
 
 A run dir is a function of the command's overrides, so running the same command again finds
 the same dir (and resumes it); a sweep dir is a function of the sweep command, and each job's
@@ -94,4 +99,88 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
+    return out
+
+
+# ------------------------------------------------------------------------------ labels
+
+# Keys a sweep varies, abbreviated as the GRPO/GSPO papers write them (Shao et al. 2024; Zheng
+# et al. 2025): β (KL weight), ε (clip), G (group size), μ (updates per batch); other keys go by
+# their last part. The full key=value pairs stay in the runs' params and tags.
+ABBREVIATIONS = {"beta": "β", "epsilon": "ε", "epsilon_high": "ε_high",
+                 "num_generations": "G", "num_iterations": "μ", "learning_rate": "lr",
+                 "batch_size": "B", "mini_batch_size": "mini_B", "temperature": "T",
+                 "max_completion_length": "max_len", "kl_estimator": "kl"}
+
+
+def _leaf(key: str) -> str:
+    return key.lstrip("+~").rsplit(".", 1)[-1]
+
+
+def is_choice(key: str) -> bool:
+    """A config group choice ('algo', 'model/family'): shown by its value alone."""
+    key = key.lstrip("+~")
+    return "." not in key and ("/" in key or key in NAMED_GROUPS or key.isidentifier())
+
+
+def short_value(value: Any) -> str:
+    """'0.012345678' -> '0.01235' (Optuna's sampled floats), '0.0' -> '0'; else as typed."""
+    text = str(value).strip("'\"")
+    if text.lstrip("+-").isdigit():
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return f"{number:.4g}"
+
+
+def short_key(key: str, keys: Iterable[str] = ()) -> str:
+    """'algo.beta' -> 'β'; a leaf two of `keys` share keeps as much of its path as tells them
+    apart ('trainer_mesh.fsdp' next to 'rollout_mesh.fsdp', 'train.seed' next to
+    'dataset.seed')."""
+    key = key.lstrip("+~")
+    others = [k.lstrip("+~") for k in keys if k.lstrip("+~") != key]
+    parts = key.split(".")
+    for n in range(1, len(parts) + 1):
+        suffix = ".".join(parts[-n:])
+        if not any(o == suffix or o.endswith("." + suffix) for o in others):
+            break
+    return ABBREVIATIONS.get(suffix, suffix) if n == 1 else suffix
+
+
+def label_item(key: str, value: Any, keys: Iterable[str] = ()) -> str:
+    """'algo.beta', '0.04' -> 'β=0.04'; a group choice by its value ('gspo')."""
+    if is_choice(key):
+        return short_value(value)
+    return f"{short_key(key, keys)}={short_value(value)}"
+
+
+def fit(tokens: Iterable[str], max_len: int | None = None, sep: str = " ") -> str:
+    """Tokens joined by `sep`, whole: past `max_len` the last ones give way to '+N'."""
+    tokens = [t for t in tokens if t]
+    text = sep.join(tokens)
+    if max_len is None or len(text) <= max_len:
+        return text
+    for keep in range(len(tokens) - 1, 0, -1):
+        text = f"{sep.join(tokens[:keep])}{sep}+{len(tokens) - keep}"
+        if len(text) <= max_len:
+            return text
+    return tokens[0] if tokens else ""  # one token longer than the room: whole, never cut
+
+
+def label(values: Mapping[str, Any], keys: Iterable[str], max_len: int | None = None,
+          sep: str = " ") -> str:
+    """'gspo β=0.04 G=4': the values of `keys` (in that order) that `values` holds."""
+    keys = list(keys)
+    return fit([label_item(k, values[k], keys) for k in keys if k in values], max_len, sep)
+
+
+def override_values(overrides: Iterable[str]) -> dict[str, str]:
+    """['algo=gspo', '+algo.beta=0.04'] -> {'algo': 'gspo', 'algo.beta': '0.04'}."""
+    out = {}
+    for item in overrides:
+        key, sep, value = str(item).lstrip("+~").partition("=")
+        if sep:
+            out[key] = value
     return out

@@ -36,6 +36,17 @@ log = logging.getLogger(__name__)
 VERSION = 2
 
 
+def seed_matters(cfg: Config) -> bool:
+    """A randomly initialised model (model.path null) starts from weights drawn with
+    train.seed, so its warm start differs per seed. Loaded weights do not: their warm start
+    reads its batches in a fixed order, and one cache entry serves every seed of a sweep."""
+    return cfg.model.path is None
+
+
+def data_seed(cfg: Config) -> int:
+    return cfg.train.seed if seed_matters(cfg) else 0
+
+
 def cache_key(cfg: Config) -> str:
     """Hash of what determines the warm-start weights: the config, and the contents of the
     local files it names (an edited prompt file or dataset file is a new warm start)."""
@@ -46,7 +57,7 @@ def cache_key(cfg: Config) -> str:
     # a LoRA run and a full fine-tuning run of the same model share one cache entry.
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k != "lora"}
     what = {"v": VERSION, "model": model, "dataset": dataset,
-            "seed": cfg.train.seed, "prompt_len": cfg.rollout.max_prompt_length,
+            "seed": cfg.train.seed if seed_matters(cfg) else None, "prompt_len": cfg.rollout.max_prompt_length,
             "completion_len": cfg.rollout.max_completion_length,
             "files": {key: _file_digest(value) for key, value in
                       (("prompt_file", d.prompt_file), ("path", d.path)) if value}}
@@ -114,12 +125,13 @@ def sequence_loss(model: Any, ids: Any, valid: Any, loss_mask: Any) -> Any:
 
 def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: float,
           batch_size: int, length: int, seed: int, weight_decay: float = 0.0,
-          chunk: int = 100) -> list[float]:
+          chunk: int = 100, progress: Any = None) -> list[float]:
     """`steps` AdamW steps of sequence_loss on seeded batches of `examples`; returns losses.
 
     The steps run inside jax.lax.scan, `chunk` per call, on batches built ahead: one dispatch
     and no host sync per chunk instead of per step. 300 tiny steps on a 2-core CPU: 16.7 s
-    instead of 29.8 s for a jitted call per step, with bit-identical weights."""
+    instead of 29.8 s for a jitted call per step, with bit-identical weights.
+    progress(steps done, last loss), if given, after each chunk (one host sync a chunk)."""
     import jax
     import optax
     from flax import nnx
@@ -144,6 +156,8 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
         batches = tuple(np.stack([b[name] for b in built]) for name in ("ids", "valid", "loss_mask"))
         state, chunk_losses = run(state, batches)
         losses.append(chunk_losses)
+        if progress is not None:
+            progress(min(start + chunk, steps), float(chunk_losses[-1]))
     nnx.update((model, optimizer), state)
     return [float(x) for x in np.concatenate([np.asarray(x) for x in losses])] if losses else []
 
@@ -193,10 +207,20 @@ def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Examp
     # Said as it starts: the longest start-up phase of a first run (23 s for tiny on a CPU).
     log.info("warm start: %d supervised steps on the reference answers, cached for the next "
              "runs", m.warm_start_steps)
+    if seed_matters(cfg):
+        log.info("warm start: one per seed (train.seed=%d draws the random initial weights; "
+                 "a model loaded from model.path shares one warm start across seeds)",
+                 cfg.train.seed)
     started = time.perf_counter()
     length = cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length + 2
+
+    def progress(done: int, loss: float) -> None:
+        if done < m.warm_start_steps:  # the last chunk is the summary line below
+            log.info("warm start: %d/%d steps, loss %.3f, %.0fs", done, m.warm_start_steps,
+                     loss, time.perf_counter() - started)
+
     losses = train(model, tok, train_examples, m.warm_start_steps, m.warm_start_lr,
-                   m.warm_start_batch_size, length, cfg.train.seed)
+                   m.warm_start_batch_size, length, data_seed(cfg), progress=progress)
     save_params(model, path)
     _keep_cache(cfg, path)
     took = time.perf_counter() - started

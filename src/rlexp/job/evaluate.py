@@ -7,14 +7,106 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from rlexp.data import rewards
+from rlexp.data import reward_sets, rewards
 
 if TYPE_CHECKING:
     from rlexp.engine import Engine
+
+
+# ------------------------------------------------------------- MaxText's evaluation
+
+_MAXTEXT_FNS = (reward_sets.maxtext_format_exact, reward_sets.maxtext_format_approx,
+                reward_sets.maxtext_check_answer, reward_sets.maxtext_check_numbers)
+
+
+def maxtext_number(text: str | None) -> float | None:
+    """evaluate_rl's value of an extracted number: ',' and '$' removed, float; None if not."""
+    try:
+        return float((text or "").replace(",", "").replace("$", "").strip())
+    except ValueError:
+        return None
+
+
+def maxtext_score_responses(responses: Sequence[str], answer: str,
+                            reasoning_tag: str = "reasoning") -> tuple[bool, bool, bool]:
+    """MaxText's evaluate_rl.score_responses (a4de80cc5): (correct, partially correct, format)
+    of one question's responses. The number is the first after <answer> ("-1000000" when
+    none); correct = equal floats, partial = ratio to the reference in [0.9, 1.1], format =
+    the format regex found. Like the source, `correct` is the last response's verdict
+    unless an earlier one met all three (with one greedy response: that response's)."""
+    match_format = reward_sets.maxtext_format_regex(reasoning_tag)
+    correct = partial = fmt = False
+    for response in responses:
+        got = reward_sets.maxtext_first_number(response)
+        value, ref = maxtext_number("-1000000" if got is None else got), maxtext_number(answer)
+        if value is not None and ref is not None:
+            correct = value == ref
+            if ref != 0 and 0.9 <= value / ref <= 1.1:
+                partial = True
+        if match_format.search(response) is not None:
+            fmt = True
+        if correct and partial and fmt:
+            break
+    return correct, partial, fmt
+
+
+def maxtext_majority(responses: Sequence[str]) -> str | None:
+    """The most frequent extracted number of k responses (maj@k; MaxText's eval_mode=maj at
+    its current head: collections.Counter.most_common, first seen wins a tie)."""
+    extracted = [reward_sets.maxtext_first_number(r) or "-1000000" for r in responses]
+    return Counter(extracted).most_common(1)[0][0] if extracted else None
+
+
+def uses_maxtext_rewards(terms: Sequence[rewards.Term]) -> bool:
+    """The run's reward set is MaxText's (reward=maxtext): evaluate as MaxText does."""
+    return any(t.fn in _MAXTEXT_FNS for t in terms)
+
+
+def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
+                         answers: Sequence[str], reasoning_tag: str) -> dict[str, float]:
+    """accuracy / partial / format of the greedy completions as evaluate_rl scores them
+    (its default: greedy, one pass), pass@k and maj@k of the k sampled ones."""
+    scored = [maxtext_score_responses([c], a, reasoning_tag) for c, a in zip(greedy, answers)]
+    each = [[maxtext_score_responses([c], a, reasoning_tag)[0] for c in group]
+            for group, a in zip(sampled, answers)]
+    ref = [maxtext_number(a) for a in answers]
+    maj = [maxtext_number(maxtext_majority(g)) == r if g and r is not None else False
+           for g, r in zip(sampled, ref)]
+    return {
+        "eval/accuracy": float(np.mean([s[0] for s in scored])),
+        "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
+        "eval/format_accuracy": float(np.mean([s[2] for s in scored])),
+        "eval/pass_at_k": float(np.mean([any(g) for g in each])),
+        "eval/maj_at_k": float(np.mean(maj)),
+        "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
+    }
+
+
+def uses_easydel_rewards(terms: Sequence[rewards.Term]) -> bool:
+    """The run's reward set is EasyDeL's tutorial's (reward=easydel_numina)."""
+    return any(t.fn is reward_sets.easydel_accuracy for t in terms)
+
+
+def easydel_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
+                         answers: Sequence[str]) -> dict[str, float]:
+    """The tutorial's own verdicts (it evaluates its rewards on the test split): accuracy =
+    accuracy_reward and format = format_reward of the greedy completions; pass@k of the
+    sampled ones by accuracy_reward. The answers are whole gold solutions."""
+    acc = reward_sets.easydel_accuracy([""] * len(greedy), greedy, answers)
+    fmt = reward_sets.easydel_format([""] * len(greedy), greedy, answers)
+    each = [reward_sets.easydel_accuracy([""] * len(g), list(g), [a] * len(g))
+            for g, a in zip(sampled, answers)]
+    return {
+        "eval/accuracy": float(np.mean(acc)),
+        "eval/format_accuracy": float(np.mean(fmt)),
+        "eval/pass_at_k": float(np.mean([max(g) if g else 0.0 for g in each])),
+        "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
+    }
 
 
 def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answers: Sequence[str],
@@ -26,10 +118,19 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
     accuracy/format/partial are of greedy completions, unweighted (independent of
     cfg.reward); mean_reward is the run's weighted reward of greedy completions;
     pass_at_k = fraction of prompts with at least one exactly right sampled answer.
+    With MaxText's reward set (reward=maxtext) the answer metrics are MaxText's own
+    (`maxtext_eval_metrics`), plus eval/maj_at_k; with EasyDeL's (reward=easydel_numina) they
+    are its rewards' verdicts (`easydel_eval_metrics`, no partial credit).
     """
-    correct = [rewards.answer_exact(c, a) for c, a in zip(greedy, answers)]
     weighted = rewards.score_all(terms, greedy, answers, prompts)
     total = np.sum([v for v in weighted.values()], axis=0)
+    if uses_maxtext_rewards(terms):
+        return {**maxtext_eval_metrics(greedy, sampled, answers, reasoning_tag),
+                "eval/mean_reward": float(np.mean(total))}
+    if uses_easydel_rewards(terms):
+        return {**easydel_eval_metrics(greedy, sampled, answers),
+                "eval/mean_reward": float(np.mean(total))}
+    correct = [rewards.answer_exact(c, a) for c, a in zip(greedy, answers)]
     sampled_correct = [[rewards.answer_exact(c, a) for c in group]
                        for group, a in zip(sampled, answers)]
     return {
@@ -42,6 +143,23 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
         "eval/pass_at_k": float(np.mean([max(g) if g else 0.0 for g in sampled_correct])),
         "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in sampled_correct if g])),
     }
+
+
+def pass_at_k_label(metrics: dict[str, float]) -> str:
+    """'pass@4': k as the evaluation sampled it (eval/k, from eval.pass_k), for every table and
+    line that shows eval/pass_at_k."""
+    k = metrics.get("eval/k")
+    return f"pass@{int(k)}" if k else "pass@k"
+
+
+def _correct(terms: Sequence[rewards.Term], completion: str, answer: str,
+             reasoning_tag: str) -> bool:
+    """One completion's verdict, by the same rule as eval/accuracy."""
+    if uses_maxtext_rewards(terms):
+        return maxtext_score_responses([completion], answer, reasoning_tag)[0]
+    if uses_easydel_rewards(terms):
+        return reward_sets.easydel_accuracy([""], [completion], [answer])[0] == 1.0
+    return bool(rewards.answer_exact(completion, answer))
 
 
 def evaluate(engine: "Engine", key: Any) -> tuple[dict[str, float], list[dict[str, Any]]]:
@@ -62,6 +180,6 @@ def evaluate(engine: "Engine", key: Any) -> tuple[dict[str, float], list[dict[st
     weighted = rewards.score_all(engine.terms, greedy, answers, prompts)
     samples = [{"prompt": e.prompt, "completion": c, "answer": e.answer,
                 "reward": float(sum(v[i] for v in weighted.values())),
-                "correct": bool(rewards.answer_exact(c, e.answer))}
+                "correct": _correct(engine.terms, c, e.answer, cfg.dataset.reasoning_tag)}
                for i, (e, c) in enumerate(zip(examples, greedy))][: cfg.eval.keep_samples]
     return metrics, samples

@@ -1,5 +1,5 @@
 """A sweep seen from the process that launches it (the joblib launcher): its jobs' event files
-(rlexp.job.console.job_output writes them, <job index>.jsonl: start, end, and on a
+(rlexp.job.sweep_messages.job_output writes them, <job index>.jsonl: start, end, and on a
 terminal the jobs' lines) become one bar on a terminal (jobs done, running, failed, the time
 left from the finished jobs) with the jobs' lines printed above it, or one line per finished
 job when piped.

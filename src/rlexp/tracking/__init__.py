@@ -11,7 +11,8 @@ Entry points for the rest of rlexp (none imports mlflow until it is used):
 Modules: listener, run, spool (the run dir's link and offline spool), store, conventions
 (MLflow names and tags), links (a run's UI page or id: run_link, run_dir_link), environment
 (packages, devices and the git diff a run keeps), callback (the sweep's parent run), compare
-and plots (a sweep's table and curves), remote_jobs (jobs on other machines join the sweep's
+and plots (a sweep's tables and curves), seed_stats (CIs over seeds, paired differences),
+remote_jobs (jobs on other machines join the sweep's
 parent), and the commands sync, report and ui.
 
 Layer: tracking. May import rlexp.config, rlexp.algo,

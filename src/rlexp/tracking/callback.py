@@ -2,9 +2,14 @@
 
 on_multirun_start creates (or, when the same sweep runs again, reopens) the parent run and
 writes <sweep dir>/parent_run.json; each job reads it (rlexp.tracking.parent_run_id) and
-nests its run under the parent. on_multirun_end gives the parent a summary table
-(summary.csv, summary.md: one row per child) and comparison.png, also written to the sweep
-dir, and its final status:
+nests its run under the parent. on_multirun_end gives the parent the sweep's comparison, also
+written to the sweep dir: its seed groups (runs that differ only in train.seed) with mean
+±std [95% bootstrap CI over seeds] and each group's difference from the first, paired by
+seed (summary.md, the table artifact groups.json), the groups' mean curves with CI bands
+(groups.png) and as metrics mean/<group>/<metric> at their steps, the per-run table
+(summary.csv, summary.md) and comparison.png; every child gets the tag rlexp.group, so
+MLflow's "Group by" aggregates seeds. The parent copies no child's metrics. It ends the
+sweep's output with the group table and the parent's link, and gets its final status:
   FAILED    a child failed or never ended (crash), or the sweep stopped early, or no child ran
   KILLED    otherwise, a child was killed (preempted: running the sweep again resumes it)
   FINISHED  every child finished
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import re
 import sys
 import tempfile
 import time
@@ -61,17 +67,59 @@ def parent_status(statuses: list[str], completed: bool) -> str:
     return "FINISHED" if completed else "FAILED"
 
 
-def write_summary(sweep_dir: Path, rows: list, title: str) -> list[Path]:
-    """summary.csv, summary.md and comparison.png of a sweep's rows, in the sweep dir."""
+GROUPS_PNG = "groups.png"
+GROUPS_TABLE = "groups.json"
 
+
+def write_summary(sweep_dir: Path, rows: list, title: str,
+                  swept: list[str] | None = None) -> tuple[list[Path], list, str]:
+    """summary.csv, summary.md, comparison.png and groups.png of a sweep's rows, in the sweep
+    dir; returns (the paths, the seed groups, the group table and paired lines as text)."""
+    from rlexp.tracking.report import group_report
+
+    swept = compare.swept_keys(rows) if not swept else swept
+    groups, table, paired = group_report(rows, swept)  # in the sweep's order
     ranked = compare.rank(rows, None)
+    g_header, g_body = compare.group_table(groups)
     header, body = compare.table(ranked, None)
     paths = [sweep_dir / SUMMARY_CSV, sweep_dir / SUMMARY_MD]
     paths[0].write_text(compare.to_csv(header, body))
-    paths[1].write_text(f"# {title}\n\n" + compare.to_markdown(header, body))
-    if compare.plot(ranked, None, sweep_dir / COMPARISON_PNG, title=title):
+    paths[1].write_text(
+        f"# {title}\n\n## Seed groups\n\n" + compare.to_markdown(g_header, g_body)
+        + f"\n{compare.table_note(groups)}\n" + "".join(f"\n- {line}" for line in
+                                                       paired.splitlines())
+        + "\n\n## Runs\n\n" + compare.to_markdown(header, body))
+    if compare.plot(ranked, None, sweep_dir / COMPARISON_PNG, title=title, swept=swept):
         paths.append(sweep_dir / COMPARISON_PNG)
-    return paths
+    if compare.plot_groups(groups, sweep_dir / GROUPS_PNG, title=title):
+        paths.append(sweep_dir / GROUPS_PNG)
+    return paths, groups, "\n".join(x for x in (table, paired) if x)
+
+
+def _metric_name(text: str) -> str:
+    """A label as part of an MLflow metric name (letters, digits, _ - . : space only)."""
+    return re.sub(r"[^\w.\- :]", ":", text.replace("=", ":"))
+
+
+def log_comparison(client: Any, parent_id: str, groups: list) -> None:
+    """The group table as a table artifact, each group's mean curves as metrics
+    mean/<group>/<metric> at their steps, and the tag rlexp.group on every child."""
+    from mlflow.entities import Metric
+
+    header, body = compare.group_table(groups)
+    client.log_table(parent_id, {h: [row[i] for row in body] for i, h in enumerate(header)},
+                     GROUPS_TABLE)
+    now = int(time.time() * 1000)
+    metrics = [Metric(f"mean/{_metric_name(g.label)}/{m}", mean, now, step)
+               for g in groups for m in compare.GROUP_CURVES
+               for step, mean, _, _ in g.curve(m)]
+    for i in range(0, len(metrics), store.MAX_METRICS_PER_BATCH):
+        client.log_batch(parent_id, metrics=metrics[i:i + store.MAX_METRICS_PER_BATCH])
+    for group in groups:
+        for row in group.rows:
+            if row.run_id:
+                client.set_tag(row.run_id, "rlexp.group", group.label)
+
 
 def command_line() -> str:
     """The command that started this process, as a user would type it again."""
@@ -92,40 +140,9 @@ def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
     return tags
 
 
-# Metrics a sweep's parent does not copy from its best child (per-run bookkeeping).
-NOT_COPIED = ("system/",)
-
-
-def log_best_child(client: Any, parent_id: str, rows: list) -> Any:
-    """Give the parent its best child's final metric values (the best by final eval accuracy,
-    as the summary table ranks them), and tags naming that child, so sweeps sort by their
-    best run in the experiment's table. Returns the best row, or None without one."""
-    from mlflow.entities import Metric, RunTag
-
-    ranked = [r for r in compare.rank(rows, None) if r.run_id]
-    if not ranked or ranked[0].final_accuracy is None:
-        return None
-    best = ranked[0]
-    run = client.get_run(best.run_id)
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, v, now, best.steps or 0) for k, v in run.data.metrics.items()
-               if not k.startswith(NOT_COPIED)]
-    tags = [RunTag("rlexp.best_child", best.name), RunTag("rlexp.best_child_run_id", best.run_id)]
-    if best.run_dir:
-        tags.append(RunTag("rlexp.best_child_dir", best.run_dir))
-    for i in range(0, len(metrics), store.MAX_METRICS_PER_BATCH):
-        client.log_batch(parent_id, metrics=metrics[i:i + store.MAX_METRICS_PER_BATCH],
-                         tags=tags if i == 0 else [])
-    if not metrics:
-        client.log_batch(parent_id, tags=tags)
-    return best
-
-
-def sweep_end_line(sweep_dir: Path, runs: int, status: str, best: Any, link: str) -> str:
-    """'rlexp: sweep <id>: 4 runs FINISHED; best β=0.04 (accuracy 0.62); MLflow <link>; table
-    in <sweep dir>/summary.md'."""
-    top = f"; best {best.name} (accuracy {best.final_accuracy:.3f})" if best is not None else ""
-    return (f"rlexp: sweep {sweep_dir.name}: {runs} runs {status}{top}; MLflow {link}; table "
+def sweep_end_line(sweep_dir: Path, runs: int, status: str, link: str) -> str:
+    """'rlexp: sweep <id>: 4 runs FINISHED; MLflow <link>; tables in <sweep dir>/summary.md'."""
+    return (f"rlexp: sweep {sweep_dir.name}: {runs} runs {status}; MLflow {link}; tables "
             f"in {sweep_dir / SUMMARY_MD}")
 
 
@@ -187,6 +204,8 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.close(True)
+        if self.parent is None and self._dir_lock is not None:
+            print_untracked_end(Path(str(config.hydra.sweep.dir)))
         if self._dir_lock is not None:
             self._dir_lock.release()
 
@@ -253,18 +272,39 @@ class SweepCallback(Callback):
             tracked = [compare.row_from_run(client, r, None)
                        for r in compare.child_runs(client, run_id)]
             rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
-            for path in write_summary(self.sweep_dir, rows, f"sweep {self.sweep_dir.name}"):
+            paths, groups, text = write_summary(self.sweep_dir, rows,
+                                                f"sweep {self.sweep_dir.name}", self._swept)
+            for path in paths:
                 client.log_artifact(run_id, str(path))
-            best = log_best_child(client, run_id, rows)
+            log_comparison(client, run_id, groups)
             status = parent_status([r.status for r in rows], completed)
             client.set_terminated(run_id, status)
-            self.end_line = sweep_end_line(self.sweep_dir, len(rows), status, best,
+            self.end_line = sweep_end_line(self.sweep_dir, len(rows), status,
                                            run_link(self.parent["uri"],
                                                     self.parent.get("experiment_id"), run_id))
-            print(self.end_line, flush=True)
+            print(f"{text}\n{self.end_line}", flush=True)
         except Exception as exc:  # never fatal
             print(f"rlexp: warning: could not close the sweep's MLflow parent run "
                   f"({store.first_line(exc)})", file=sys.stderr, flush=True)
+
+
+def print_untracked_end(sweep_dir: Path) -> None:
+    """A sweep without MLflow (tracker=none) ends with the same group table, from its jobs'
+    summary.json files (final values; curves need MLflow)."""
+    try:
+        rows = compare.summary_rows(sweep_dir)
+        if not rows:
+            return
+        from rlexp.tracking import swept_keys as declared
+        from rlexp.tracking.report import group_report
+
+        _, table, paired = group_report(rows, declared(sweep_dir) or compare.swept_keys(rows))
+        print("\n".join(x for x in (table, paired) if x) + f"\nrlexp: sweep {sweep_dir.name}: "
+              f"{len(rows)} runs; compare them with: python -m rlexp.report {sweep_dir}",
+              flush=True)
+    except Exception as exc:  # never fatal
+        print(f"rlexp: warning: no group table for the sweep ({store.first_line(exc)})",
+              file=sys.stderr, flush=True)
 
 
 def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
@@ -281,8 +321,10 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
         return None
     status = parent_status(ended, True)
     with tempfile.TemporaryDirectory() as tmp:
-        for path in write_summary(Path(tmp), rows, f"sweep {parent_id}"):
+        paths, groups, _ = write_summary(Path(tmp), rows, f"sweep {parent_id}")
+        for path in paths:
             client.log_artifact(parent_id, str(path))
+    log_comparison(client, parent_id, groups)
     client.set_terminated(parent_id, status)
     return status
 

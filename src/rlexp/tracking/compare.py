@@ -1,4 +1,6 @@
-"""Compare runs: one row per run (swept values, reward, accuracy, steps, wall time, status).
+"""Compare runs: one row per run (swept values, reward, accuracy, steps, wall time, status),
+and one row per seed group (runs that differ only in their seed): n, mean, std and a bootstrap
+CI over seeds, and each group's paired difference against a baseline group (seed_stats).
 
 Rows come from MLflow (children of a sweep's parent run, or all runs of an experiment) and,
 for a sweep dir, from the jobs' summary.json files, so a sweep tracked with tracker=none or
@@ -16,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlexp.tracking.plots import plot_compare
+from rlexp.config import naming
+from rlexp.tracking import seed_stats
+from rlexp.tracking.plots import plot_bands, plot_compare
 from rlexp.tracking.run import fetch_history
 
 if TYPE_CHECKING:
@@ -44,7 +48,11 @@ class Row:
     values: dict[str, str]
     final_reward: float | None = None
     final_accuracy: float | None = None
+    # Best held-out accuracy after training began (evaluations after step 0 only: the one at
+    # step 0 is the model before any update).
     best_accuracy: float | None = None
+    # Best train reward of a step (from its curve; None for a job known by its summary only).
+    best_reward: float | None = None
     # Final value of the --metric column.
     metric: float | None = None
     steps: int | None = None
@@ -55,6 +63,8 @@ class Row:
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # Why training ended before train.steps: early_stop | pruned (None = it did not).
     stopped: str | None = None
+    # The keys its sweep varies, as its sweep.* tags name them (empty: unknown).
+    swept: list[str] = field(default_factory=list)
 
 
 def _last(points: list[tuple[int, float]] | None) -> float | None:
@@ -62,7 +72,7 @@ def _last(points: list[tuple[int, float]] | None) -> float | None:
 
 
 def _best(points: list[tuple[int, float]] | None) -> float | None:
-    finite = [v for _, v in points or [] if not math.isnan(v)]
+    finite = [v for s, v in points or [] if s > 0 and not math.isnan(v)]
     return max(finite) if finite else None
 
 
@@ -81,14 +91,20 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
     if wall is None and info.end_time and info.start_time:
         wall = (info.end_time - info.start_time) / 1000
     steps = _float(tags.get("rlexp.steps_done"))
+    # A sweep job's swept values as typed (tags sweep.<key>: 'algo' = 'gspo', a group choice
+    # that no param holds), over its config params.
+    values = {**dict(run.data.params),
+              **{k[len("sweep."):]: v for k, v in tags.items() if k.startswith("sweep.")}}
     return Row(
         name=info.run_name or info.run_id[:8], run_id=info.run_id, status=info.status,
-        values=dict(run.data.params), final_reward=_last(curves.get(REWARD)),
+        values=values, final_reward=_last(curves.get(REWARD)),
         final_accuracy=_last(curves.get(ACCURACY)), best_accuracy=_best(curves.get(ACCURACY)),
+        best_reward=_best(curves.get(REWARD)),
         metric=_last(curves.get(metric)) if metric else None,
         steps=int(steps) if steps is not None else max(reward_steps) if reward_steps else None,
         wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves,
-        stopped=tags.get("rlexp.stopped"))
+        stopped=tags.get("rlexp.stopped"),
+        swept=sorted(k[len("sweep."):] for k in tags if k.startswith("sweep.")))
 
 
 def _float(text: str | None) -> float | None:
@@ -123,12 +139,7 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = str(item).lstrip("+~").partition("=")
-        if sep:
-            out[key] = value
-    return out
+    return naming.override_values(items)
 
 
 def _accuracy(evaluation: Any) -> float | None:
@@ -145,8 +156,8 @@ def row_from_summary(path: Path) -> Row | None:
         return None
     if not isinstance(s, dict):
         return None
-    before, after = _accuracy(s.get("eval_before")), _accuracy(s.get("eval_after"))
-    known = [a for a in (before, after) if a is not None]
+    # eval_before is the step-0 model: never the best accuracy of training
+    after = _accuracy(s.get("eval_after"))
     # The loop's summary: train_final = the metrics of the last training step.
     final = s.get("train_final") if isinstance(s.get("train_final"), dict) else {}
     reward = final.get(REWARD)
@@ -154,7 +165,7 @@ def row_from_summary(path: Path) -> Row | None:
         name=str(s.get("name") or path.parent.name), run_id=s.get("mlflow_run_id"),
         status=str(s.get("status") or "RUNNING"), values=_overrides(s.get("overrides") or []),
         final_reward=float(reward) if isinstance(reward, (int, float)) else None,
-        final_accuracy=after, best_accuracy=max(known) if known else None,
+        final_accuracy=after, best_accuracy=after,
         steps=s.get("steps_done"), wall_s=s.get("wall_s"), run_dir=str(path.parent),
         stopped=str(s["stop_reason"]).split(":", 1)[0] if s.get("stop_reason") else None)
 
@@ -189,6 +200,8 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
         row.status = job.status if row.status == "RUNNING" else row.status
         row.run_dir = job.run_dir
         row.stopped = row.stopped or job.stopped
+        for key, value in job.values.items():  # the overrides as typed ('algo' = 'gspo')
+            row.values.setdefault(key, value)
     return out
 
 
@@ -196,8 +209,11 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
 
 
 def swept_keys(rows: list[Row]) -> list[str]:
-    """Config keys whose value differs between the rows: what the sweep varied."""
-    keys = sorted({k for r in rows for k in r.values} - NOT_SWEPT)
+    """Config keys whose value differs between the rows: what the sweep varied (among the
+    keys the runs' sweep.* tags name, when they have them: a group choice such as algo=gspo
+    also changes that group's other defaults, which are not what the sweep varied)."""
+    tagged = {k for r in rows for k in r.swept}
+    keys = sorted(tagged or {k for r in rows for k in r.values} - NOT_SWEPT)
     # Distinct values among the rows that have the key (a job known only by its overrides
     # lacks the keys it did not override).
     return [k for k in keys if len({r.values[k] for r in rows if k in r.values}) > 1]
@@ -253,29 +269,198 @@ def to_csv(header: list[str], body: list[list[str]]) -> str:
     return out.getvalue()
 
 
-def short_keys(keys: list[str]) -> dict[str, str]:
-    """Shortest dotted suffix of each key that no other key shares: 'beta', but
-    'trainer_mesh.fsdp' and 'rollout_mesh.fsdp' (never two 'fsdp')."""
-    out = {}
-    for key in keys:
-        parts = key.split(".")
-        for n in range(1, len(parts) + 1):
-            suffix = ".".join(parts[-n:])
-            if not any(o != key and (o == suffix or o.endswith("." + suffix)) for o in keys):
-                break
-        out[key] = suffix
-    return out
-
-
 def label(row: Row, swept: list[str]) -> str:
-    short = short_keys(swept)
-    parts = [f"{short[k]}={row.values.get(k, '-')}" for k in swept]
-    return ", ".join(parts) or row.name
+    """The run's swept values (naming.label), else its name."""
+    return naming.label(row.values, swept) or row.name
 
 
-def plot(rows: list[Row], metric: str | None, path: Path, title: str = "") -> bool:
-
-    swept = swept_keys(rows)
+def plot(rows: list[Row], metric: str | None, path: Path, title: str = "",
+         swept: list[str] | None = None, over: list[str] | None = None) -> bool:
+    """One line per run; the runs of one seed group share a colour (and differ in their
+    dashes), two groups never do."""
+    swept = swept_keys(rows) if swept is None else swept
     metrics = list(dict.fromkeys([*COMPARED, *([metric] if metric else [])]))
-    return plot_compare([(label(r, swept), r.curves) for r in rows if r.curves], metrics,
-                        path, title=title)
+    group_of = {id(r): i for i, g in enumerate(group_rows(rows, swept, over)) for r in g.rows}
+    lines = []
+    seen: dict[str, int] = {}
+    for row in rows:
+        if not row.curves:
+            continue
+        text = label(row, swept)
+        # two runs with the same swept values (a rerun) are still two legend entries
+        seen[text] = seen.get(text, 0) + 1
+        lines.append((text if seen[text] == 1 else f"{text} #{seen[text]}", row.curves,
+                      group_of.get(id(row), 0)))
+    return plot_compare(lines, metrics, path, title=title)
+
+
+# ------------------------------------------------------------------------------ seed groups
+
+# Keys that only tell seeds apart: runs that differ in nothing else form one group.
+SEED_KEYS = ("train.seed",)
+# The group table's metrics: (column, Row attribute).
+GROUP_METRICS = (("final acc", "final_accuracy"), ("best acc", "best_accuracy"),
+                 ("final reward", "final_reward"), ("best reward", "best_reward"))
+# Curves averaged per group (band plot, the parent run's mean/<group>/<metric> series).
+GROUP_CURVES = (ACCURACY, REWARD)
+
+
+@dataclass
+class Group:
+    # naming.label of the group's values ('gspo β=0.04'); 'all' when nothing else varies.
+    label: str
+    # The group's values of the keys that define it.
+    values: dict[str, str]
+    # Its runs, in the order given.
+    rows: list[Row]
+    # seed label ('seed=0') of each run, same order.
+    seeds: list[str]
+
+    def finished(self) -> list[tuple[str, Row]]:
+        return [(s, r) for s, r in zip(self.seeds, self.rows) if r.status == "FINISHED"]
+
+    def values_of(self, attr: str) -> dict[str, float]:
+        """seed -> the finished runs' value of a Row attribute (finite ones)."""
+        out = {}
+        for seed, row in self.finished():
+            value = getattr(row, attr)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                out[seed] = float(value)
+        return out
+
+    def stats(self, attr: str) -> seed_stats.Summary | None:
+        values = self.values_of(attr)
+        return seed_stats.summarize([values[s] for s in sorted(values)])
+
+    def curve(self, metric: str) -> list[tuple[int, float, float, float]]:
+        """(step, mean, CI low, CI high) at the steps every finished run of the group logged."""
+        import numpy as np
+
+        curves = [dict(r.curves.get(metric) or []) for _, r in self.finished()]
+        curves = [c for c in curves if c]
+        if not curves:
+            return []
+        steps = sorted(set.intersection(*(set(c) for c in curves)))
+        if not steps:
+            return []
+        matrix = np.array([[c[s] for s in steps] for c in curves], dtype=float)
+        low, high = seed_stats.bootstrap_band(matrix)
+        return [(int(s), float(m), float(lo), float(hi))
+                for s, m, lo, hi in zip(steps, matrix.mean(axis=0), low, high)]
+
+
+def resolve_key(name: str, keys: list[str]) -> str | None:
+    """A key as a user names it: in full ('algo.beta'), by its last part ('beta') or by its
+    short name ('β'); None if no key of `keys` matches (or several do)."""
+    name = name.lstrip("+~")
+    if name in keys:
+        return name
+    hits = [k for k in keys if k.rsplit(".", 1)[-1] == name or naming.short_key(k) == name]
+    return hits[0] if len(hits) == 1 else None
+
+
+def group_rows(rows: list[Row], swept: list[str] | None = None,
+               over: list[str] | None = None) -> list[Group]:
+    """Rows that differ only in the `over` keys (default: the seed) as groups, in the order
+    of their first run."""
+    swept = swept_keys(rows) if swept is None else list(swept)
+    over_keys = [resolve_key(k, swept) or k for k in (over or SEED_KEYS)]
+    defining = [k for k in swept if k not in over_keys]
+    groups: dict[tuple, Group] = {}
+    for row in rows:
+        values = {k: row.values[k] for k in defining if k in row.values}
+        key = tuple(sorted(values.items()))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(naming.label(values, defining) or "all", values, [], [])
+        group.rows.append(row)
+        seed = naming.label(row.values, over_keys)
+        group.seeds.append(seed or row.name)
+    return list(groups.values())
+
+
+def find_group(groups: list[Group], spec: str) -> Group:
+    """The group a --baseline names: 'algo=grpo', 'beta=0', 'grpo' (its label)."""
+    from rlexp.base.errors import UserError
+
+    key, sep, value = spec.partition("=")
+    hits = []
+    for group in groups:
+        if not sep:
+            if group.label == spec:
+                hits.append(group)
+            continue
+        full = resolve_key(key.strip(), list(group.values))
+        if full is not None and naming.short_value(group.values[full]) == \
+                naming.short_value(value.strip()):
+            hits.append(group)
+    if len(hits) != 1:
+        choices = ", ".join(repr(g.label) for g in groups)
+        what = "matches no group" if not hits else f"matches {len(hits)} groups"
+        raise UserError(f"--baseline {spec!r} {what}; groups: {choices} (name one by a "
+                        "swept value, e.g. 'algo=grpo', or by its label)")
+    return hits[0]
+
+
+def _cell(summary: seed_stats.Summary | None) -> str:
+    if summary is None:
+        return "-"
+    if summary.n < 2:
+        return f"{summary.mean:.3f}"
+    return f"{summary.mean:.3f} ±{summary.std:.3f} [{summary.low:.3f}, {summary.high:.3f}]"
+
+
+def group_table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
+    """One row per group: n (finished runs) and, per metric, mean ±std [95% CI]."""
+    metrics = [(name, attr) for name, attr in GROUP_METRICS
+               if any(g.values_of(attr) for g in groups)]
+    header = ["group", "n", *(name for name, _ in metrics)]
+    body = []
+    for group in groups:
+        finished = len(group.finished())
+        n = str(finished) + (f" (+{len(group.rows) - finished} not finished)"
+                             if finished < len(group.rows) else "")
+        body.append([group.label, n, *(_cell(group.stats(attr)) for _, attr in metrics)])
+    return header, body
+
+
+def table_note(groups: list[Group]) -> str:
+    seeds = sorted({s for g in groups for s in g.seeds})
+    shown = ", ".join(seeds[:8]) + (f", +{len(seeds) - 8}" if len(seeds) > 8 else "")
+    return (f"mean ±std [{seed_stats.CI_NAME}, percentile, {seed_stats.N_RESAMPLES} "
+            f"resamples] of each group's finished runs ({shown})")
+
+
+def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accuracy",
+                 name: str = "final acc") -> list[str]:
+    """Each other group against the baseline, paired by seed, in plain words:
+    'final acc, gspo - grpo: +0.041 [-0.012, +0.090], p = 0.18, 5 seeds: not
+    distinguishable from seed noise'."""
+    base = baseline.values_of(attr)
+    lines = []
+    for group in groups:
+        if group is baseline:
+            continue
+        pair = seed_stats.paired_difference(base, group.values_of(attr))
+        head = f"{name}, {group.label} - {baseline.label}: "
+        if pair is None:
+            lines.append(head + "no seed ran in both groups: nothing to pair")
+            continue
+        ci = (f" [{pair.low:+.3f}, {pair.high:+.3f}]" if pair.n > 1 else "")
+        lines.append(f"{head}{pair.mean:+.3f}{ci}, p = {pair.p:.2g}, {pair.n} seed"
+                     f"{'s' if pair.n != 1 else ''}: {seed_stats.verdict(pair)}")
+    return lines
+
+
+def default_baseline(groups: list[Group]) -> Group | None:
+    """The first group, when there are groups to compare with it and seeds to pair."""
+    if len(groups) < 2 or not any(len(g.finished()) > 0 for g in groups[1:]):
+        return None
+    return groups[0]
+
+
+def plot_groups(groups: list[Group], path: Path, title: str = "") -> bool:
+    """Mean curves with their CI band per group (GROUP_CURVES), one colour a group."""
+    drawn = [(g.label, {m: g.curve(m) for m in GROUP_CURVES}) for g in groups]
+    return plot_bands(drawn, list(GROUP_CURVES), path,
+                      title=f"{title}: mean over seeds, band = {seed_stats.CI_NAME}".strip(": "))

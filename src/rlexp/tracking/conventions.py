@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rlexp.base.redact import is_secret_key
+from rlexp.config import naming
 from rlexp.config.naming import identity_overrides
 
 # Imported inside functions, on purpose: mlflow (2.3 s) and pandas are imported where a dataset
@@ -33,41 +34,9 @@ def _leaf(key: str) -> str:
     return key.lstrip("+~").rsplit(".", 1)[-1]
 
 
-def _short_value(value: str) -> str:
-    """'0.012345678' -> '0.01235' (Optuna's sampled floats); other values as they are."""
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return f"{number:.4g}" if "." in value or "e" in value.lower() else value
-
-
-def _item(key: str, value: str) -> str:
-    """A group choice by its value ('gspo'), a key as leaf=value ('beta=0.04')."""
-    if "." not in key and "/" not in key:
-        return value
-    return f"{_leaf(key)}={_short_value(value)}"
-
-
-# A sweep job's run name abbreviates the keys it varies as the GRPO/GSPO papers write them
-# (Shao et al. 2024; Zheng et al. 2025): β (KL weight), ε (clip), G (group size), μ (updates
-# per batch); other keys go by their last part. The full key=value pairs are the run's tags
-# (swept_tags) and params.
-ABBREVIATIONS = {"beta": "β", "epsilon": "ε", "epsilon_high": "ε_high",
-                 "num_generations": "G", "num_iterations": "μ", "learning_rate": "lr",
-                 "batch_size": "B", "mini_batch_size": "mini_B", "temperature": "T",
-                 "max_completion_length": "max_len", "kl_estimator": "kl", "seed": "seed"}
-
-
 def short_label(key: str, value: str, keys: Iterable[str] = ()) -> str:
-    """'algo.beta', '0.04' -> 'β=0.04'; a group choice by its value ('gspo'). A leaf two of
-    `keys` share keeps its parent ('train.seed=1' next to 'data.seed=1')."""
-    if "." not in key and "/" not in key:
-        return value
-    leaf = _leaf(key)
-    if sum(_leaf(k) == leaf for k in keys) > 1:
-        return f"{key.lstrip('+~')}={_short_value(value)}"
-    return f"{ABBREVIATIONS.get(leaf, leaf)}={_short_value(value)}"
+    """'algo.beta', '0.04' -> 'β=0.04' (rlexp.config.naming.label_item)."""
+    return naming.label_item(key, value, keys)
 
 
 def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[str, str]:
@@ -91,14 +60,16 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
     pairs = [(k, v) for k, v in pairs if not is_secret_key(k)]
     if swept is not None:
-        swept = list(swept)
-        picked = [short_label(k, v, swept) for k, v in pairs if k in swept]
+        picked = naming.label(dict(pairs), list(swept), MAX_RUN_NAME)
         if picked:
-            return " ".join(picked)[:MAX_RUN_NAME]
+            return picked
     base = "-".join(str(choices[g]) for g in NAME_GROUPS if choices.get(g))
-    # What the command changed leads (a group choice by its value, a key as leaf=value).
-    extra = ",".join(_item(k, v) for k, v in pairs if k not in NAME_GROUPS)
-    return (f"{extra} ({base})" if extra and base else extra or base)[:MAX_RUN_NAME] or "rlexp"
+    # What the command changed leads (a group choice by its value, a key by its short name);
+    # whole tokens only: past the room, '+N' says how many were left out.
+    items = [naming.label_item(k, v) for k, v in pairs if k not in NAME_GROUPS]
+    room = MAX_RUN_NAME - len(base) - 3 if base else MAX_RUN_NAME
+    extra = naming.fit(items, max(room, 1), sep=",")
+    return (f"{extra} ({base})" if extra and base else extra or base) or "rlexp"
 
 
 def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None,

@@ -1,8 +1,13 @@
 """Compare runs: `python -m rlexp.report <sweep dir | parent run id | experiment name>`.
 
 Prints one row per run (swept values, final train reward, final and best eval accuracy,
-steps, wall time, status), ranked by final eval accuracy or by --metric, and writes the
-curves of all runs to a PNG: <sweep dir>/comparison.png, else ./comparison-<target>.png.
+steps, wall time, status), ranked by final eval accuracy or by --metric; then one row per
+seed group (runs that differ only in train.seed, or in the keys named with --over): n, and
+mean ±std [95% bootstrap CI over seeds] of final and best accuracy and reward; then each
+group's difference from a baseline group (--baseline, else the first group), paired by seed,
+with its CI and a paired permutation p-value. Writes the curves of all runs to
+comparison.png and the groups' mean curves with CI bands to groups.png: in the sweep dir,
+else ./comparison-<target>.png and ./groups-<target>.png.
 A sweep dir is read from MLflow (the children of its parent run) and from its jobs'
 summary.json files, so jobs that were not tracked still show up.
 """
@@ -15,7 +20,7 @@ import re
 from pathlib import Path
 
 from rlexp.base.errors import UserError, fail
-from rlexp.tracking import PARENT_FILE, compare, parent_run_id, store
+from rlexp.tracking import PARENT_FILE, compare, parent_run_id, store, swept_keys
 from rlexp.tracking.compare import Row
 
 # Imported inside functions, on purpose: mlflow (2.3 s) is imported when the report reads the
@@ -79,15 +84,55 @@ def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row]
     return [compare.row_from_run(client, r, metric) for r in runs], out
 
 
+def group_report(rows: list[Row], swept: list[str] | None = None,
+                 over: list[str] | None = None, baseline: str | None = None,
+                 metric: str | None = None) -> tuple[list["compare.Group"], str, str]:
+    """(groups, the group table with its note, the paired-difference lines): the text the
+    sweep's last lines, its parent run's summary.md and this report share."""
+    groups = compare.group_rows(rows, swept, over)
+    base = compare.find_group(groups, baseline) if baseline else \
+        compare.default_baseline(groups)
+    header, body = compare.group_table(groups)
+    table = compare.to_text(header, body) + "\n" + compare.table_note(groups)
+    attr, name = ("metric", f"final {metric}") if metric else ("final_accuracy", "final acc")
+    paired = "\n".join(compare.paired_lines(groups, base, attr, name)) if base else ""
+    return groups, table, paired
+
+
 def report(target: str, uri: str | None = None, metric: str | None = None,
-           ascending: bool = False) -> tuple[str, Path | None]:
-    """(the table as text, the PNG written or None)."""
+           ascending: bool = False, over: list[str] | None = None,
+           baseline: str | None = None) -> tuple[str, Path | None]:
+    """(the run table, group table and paired differences as text, the PNG written or
+    None); groups.png is written beside the PNG."""
 
     rows, png = collect(target, uri, metric)
+    path = Path(target)
+    swept = _swept(path, rows)
+    if over:
+        for key in over:
+            if compare.resolve_key(key, swept) is None:
+                raise UserError(f"--over {key!r} is not a key this sweep varies; it varies: "
+                                f"{', '.join(swept) or 'nothing'}")
+    # groups in the sweep's order (its first group is the default baseline), runs ranked
+    groups, table, paired = group_report(rows, swept, over, baseline, metric)
     rows = compare.rank(rows, metric, ascending)
     header, body = compare.table(rows, metric)
-    drawn = compare.plot(rows, metric, png, title=Path(target).name or target)
-    return compare.to_text(header, body), png if drawn else None
+    title = path.name or target
+    drawn = compare.plot(rows, metric, png, title=title, swept=swept, over=over)
+    bands = png.with_name(png.name.replace("comparison", "groups", 1))
+    text = [compare.to_text(header, body), "", f"seed groups ({len(groups)}):", table]
+    if paired:
+        text += ["", paired]
+    if compare.plot_groups(groups, bands, title=title):
+        text += ["", f"group curves: {bands}"]
+    return "\n".join(text), png if drawn else None
+
+
+def _swept(path: Path, rows: list[Row]) -> list[str]:
+    """The keys the sweep varies: as it declared them (swept_keys.json), else the params
+    whose values differ between the rows."""
+    declared = swept_keys(path) if path.is_dir() else None
+    return declared if declared else compare.swept_keys(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,9 +144,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ascending", action="store_true",
                         help="lower is better for the ranking (losses, times)")
     parser.add_argument("--uri", help="tracking URI (default: as for runs)")
+    parser.add_argument("--over", action="append", metavar="KEY",
+                        help="a key whose values are repeats, not choices: runs that differ "
+                        "only in these keys form a group (default: train.seed; repeatable)")
+    parser.add_argument("--baseline", metavar="KEY=VALUE",
+                        help="the group the others are compared with, paired by seed (e.g. "
+                        "'algo=grpo'; default: the first group)")
     args = parser.parse_args(argv)
     try:
-        text, png = report(args.target, args.uri, args.metric, args.ascending)
+        text, png = report(args.target, args.uri, args.metric, args.ascending, args.over,
+                           args.baseline)
     except UserError as exc:
         fail(str(exc))
     print(text)

@@ -1,0 +1,179 @@
+"""Statistics over seeds (rlexp.tracking.seed_stats) against scipy.stats, and the seed groups
+of a sweep dir as `python -m rlexp.report` prints them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from rlexp.tracking import compare, seed_stats
+from rlexp.tracking.report import main, report
+
+# Final accuracies of two configurations on the same five seeds (fixed data).
+GRPO = np.array([0.31, 0.28, 0.35, 0.30, 0.26])
+GSPO = np.array([0.36, 0.27, 0.40, 0.33, 0.31])
+
+
+def mean_diff(x, y, axis=-1):
+    return np.mean(x - y, axis=axis)
+
+
+def scipy_paired_p(a, b, **kwargs) -> float:
+    return stats.permutation_test((b, a), mean_diff, permutation_type="samples",
+                                  vectorized=True, alternative="two-sided", **kwargs).pvalue
+
+
+def scipy_ci(x, n_resamples=99999) -> tuple[float, float]:
+    ci = stats.bootstrap((x,), np.mean, method="percentile", n_resamples=n_resamples,
+                         rng=np.random.default_rng(1)).confidence_interval
+    return ci.low, ci.high
+
+
+@pytest.mark.parametrize("x", [GRPO, GSPO - GRPO, np.array([0.1, 0.5, 0.2]),
+                               np.random.default_rng(7).normal(0.3, 0.05, 12)])
+def test_bootstrap_ci_matches_scipy_percentile(x):
+    low, high = seed_stats.bootstrap_ci(x)
+    ref = scipy_ci(x)
+    spread = x.max() - x.min()
+    # both Monte Carlo (9999 and 99999 resamples) over a discrete distribution (resampled
+    # means of 5 values 0.01 apart sit 0.002 apart): the bounds agree to 5% of the range
+    assert low == pytest.approx(ref[0], abs=0.05 * spread)
+    assert high == pytest.approx(ref[1], abs=0.05 * spread)
+    assert low <= x.mean() <= high
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_paired_permutation_p_is_scipys_exact_one(n):
+    a, b = GRPO[:n], GSPO[:n]
+    assert seed_stats.permutation_p(b - a) == pytest.approx(scipy_paired_p(a, b), abs=1e-12)
+
+
+def test_paired_permutation_p_beyond_exact_enumeration_matches_scipy():
+    rng = np.random.default_rng(3)
+    a = rng.normal(0.3, 0.05, 20)
+    b = a + rng.normal(0.02, 0.05, 20)  # 2**20 sign patterns: random ones, as scipy
+    ours = seed_stats.permutation_p(b - a)
+    ref = scipy_paired_p(a, b, n_resamples=99999, rng=np.random.default_rng(2))
+    assert ours == pytest.approx(ref, abs=0.02)
+
+
+def test_a_clear_difference_is_beyond_noise_and_a_null_one_is_not():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.3, 0.05, 10)
+    clear = seed_stats.paired_difference(dict(enumerate(a)), dict(enumerate(a + 0.05)))
+    assert clear.p == pytest.approx(2 / 2 ** 10) and seed_stats.verdict(clear) == \
+        "beyond seed noise"
+    noise = seed_stats.paired_difference(dict(enumerate(a)),
+                                         dict(enumerate(a + rng.normal(0, 0.05, 10))))
+    assert noise.p > 0.05 and seed_stats.verdict(noise) == "not distinguishable from seed noise"
+    three = seed_stats.paired_difference({0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.5, 1: 0.6, 2: 0.7})
+    assert three.p == pytest.approx(0.25) and "no p on 3 seeds falls below 0.25" in seed_stats.verdict(three)
+
+
+def test_pairs_are_matched_by_seed_not_by_order():
+    a = {"seed=0": 0.1, "seed=1": 0.5, "seed=2": 0.3}
+    b = {"seed=2": 0.35, "seed=0": 0.15, "seed=1": 0.55, "seed=9": 0.9}  # seed 9: no pair
+    pair = seed_stats.paired_difference(a, b)
+    assert pair.n == 3 and pair.mean == pytest.approx(0.05)
+    assert pair.low == pytest.approx(0.05) and pair.high == pytest.approx(0.05)
+
+
+def test_summary_has_sample_std_and_one_seed_has_no_interval():
+    s = seed_stats.summarize(GRPO)
+    assert s.n == 5 and s.mean == pytest.approx(GRPO.mean())
+    assert s.std == pytest.approx(np.std(GRPO, ddof=1))
+    one = seed_stats.summarize([0.4])
+    assert one.n == 1 and np.isnan(one.low) and np.isnan(one.std)
+
+
+# ------------------------------------------------------------------------------ a sweep dir
+
+ALGOS = ("grpo", "gspo")
+SEEDS = (0, 1, 2)
+
+
+def accuracy(algo: str, seed: int) -> float:
+    return round(0.25 + 0.04 * seed + (0.03 if algo == "gspo" else 0.0) + 0.01 * (seed == 1
+                 and algo == "gspo"), 4)
+
+
+def fabricated_sweep(root: Path) -> Path:
+    """The shape a `-m algo=grpo,gspo train.seed=0,1,2` sweep leaves with tracker=none: one
+    summary.json a job, and the swept keys."""
+    sweep_dir = root / "sweep"
+    for i, (algo, seed) in enumerate((a, s) for a in ALGOS for s in SEEDS):
+        job = sweep_dir / f"{i}"
+        job.mkdir(parents=True)
+        (job / "summary.json").write_text(json.dumps({
+            "name": f"{algo}-seed{seed}", "status": "FINISHED", "mlflow_run_id": None,
+            "overrides": [f"algo={algo}", f"train.seed={seed}", "train.steps=2"],
+            "steps_done": 2, "wall_s": 3.0, "eval_before": {"eval/accuracy": 0.9},
+            "eval_after": {"eval/accuracy": accuracy(algo, seed)},
+            "train_final": {"train/reward_mean": 1 + accuracy(algo, seed)}}))
+    (sweep_dir / "swept_keys.json").write_text(json.dumps({"keys": ["algo", "train.seed"]}))
+    return sweep_dir
+
+
+NUMBER = r"[-+]?\d+\.\d+"
+
+
+def test_report_groups_seeds_and_pairs_them_as_scipy_does(tmp_path, capsys):
+    sweep_dir = fabricated_sweep(tmp_path)
+    main([str(sweep_dir), "--uri", f"sqlite:///{tmp_path / 'none.db'}", "--baseline",
+          "algo=grpo"])
+    out = capsys.readouterr().out
+    groups = {line.split()[0]: line for line in out.splitlines()
+              if re.match(r"(grpo|gspo)\s+3\s", line)}
+    assert set(groups) == {"grpo", "gspo"}, out
+    for algo, line in groups.items():
+        values = np.array([accuracy(algo, s) for s in SEEDS])
+        mean, std, low, high = map(float, re.findall(NUMBER, line)[:4])  # final acc first
+        assert mean == pytest.approx(values.mean(), abs=6e-4)
+        assert std == pytest.approx(values.std(ddof=1), abs=6e-4)
+        ref = scipy_ci(values)
+        assert (low, high) == pytest.approx(ref, abs=0.05 * np.ptp(values) + 6e-4)
+        # best acc is the step-0 value (0.9) never
+        assert "0.900" not in line
+    paired = [line for line in out.splitlines() if line.startswith("final acc, gspo - grpo:")]
+    assert len(paired) == 1, out
+    a = np.array([accuracy("grpo", s) for s in SEEDS])
+    b = np.array([accuracy("gspo", s) for s in SEEDS])
+    diff = float(re.findall(NUMBER, paired[0])[0])
+    p = float(re.search(r"p = ([\d.]+)", paired[0]).group(1))
+    assert diff == pytest.approx((b - a).mean(), abs=6e-4)
+    assert p == pytest.approx(scipy_paired_p(a, b), abs=0.01)
+    assert "3 seeds: not distinguishable from seed noise" in paired[0]
+    assert "95% bootstrap CI over seeds" in out
+
+
+def test_over_names_the_repeats_and_a_bad_baseline_is_one_line(tmp_path, capsys):
+    sweep_dir = fabricated_sweep(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'none.db'}"
+    text, _ = report(str(sweep_dir), uri=uri, over=["algo", "seed"])
+    assert re.search(r"^all\s+6\s", text, re.M)  # every run one group
+    with pytest.raises(SystemExit) as exc:
+        main([str(sweep_dir), "--uri", uri, "--baseline", "algo=cispo"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert "'algo=cispo' matches no group; groups: 'grpo', 'gspo'" in err
+    with pytest.raises(SystemExit) as exc:
+        main([str(sweep_dir), "--uri", uri, "--over", "epsilon"])
+    assert exc.value.code == 2 and "it varies: algo, train.seed" in capsys.readouterr().err
+
+
+def test_group_curves_average_the_seeds_steps():
+    rows = [compare.Row(name=f"r{s}", run_id=None, status="FINISHED",
+                        values={"algo": "grpo", "train.seed": str(s)},
+                        curves={compare.ACCURACY: [(0, 0.1), (2, 0.2 + s / 10), (4, 0.5)]})
+            for s in range(3)]
+    [group] = compare.group_rows(rows, ["algo", "train.seed"])
+    curve = group.curve(compare.ACCURACY)
+    assert [p[0] for p in curve] == [0, 2, 4]
+    assert curve[1][1] == pytest.approx(0.3) and curve[1][2] < 0.3 < curve[1][3]
+    assert group.rows[0].best_accuracy is None  # rows built by hand: no best computed
+    assert compare._best([(0, 0.9), (2, 0.2), (4, 0.3)]) == 0.3  # step 0 never counts
