@@ -124,7 +124,7 @@ def test_easydel_seed_values(compose_config):
     assert (r.temperature, r.top_p, r.top_k) == (0.7, 0.95, 50)
     assert (d.hub, d.reasoning_tag) == ("AI-MO/NuminaMath-TIR", "think")
     assert [f._target_.rsplit(".", 1)[1] for f in cfg.reward.functions] == \
-        ["format_exact_reward", "math_verify_reward"]
+        ["easydel_format", "easydel_accuracy"]  # reward=easydel_numina
     text = (conf_dir() / "experiment" / "easydel_grpo_numina_tir.yaml").read_text()
     assert "aya-expanse-8b" in text and "not one of Tunix's models" in text
 
@@ -169,7 +169,8 @@ def test_maxtext_seed_values(compose_config):
     assert (r.temperature, r.top_k, r.top_p) == (0.9, 50, 1.0)
     assert (t.checkpoint_every, t.keep_checkpoints) == (50, 10)
     assert cfg.model.param_dtype == "bfloat16"  # rl.yml weight_dtype
-    assert [f.weight for f in cfg.reward.functions] == [3.0, 0.5, 3.0, 0.5]
+    assert [f.name for f in cfg.reward.functions] == [  # reward=maxtext, utils_rl.py's four
+        "match_format_exactly", "match_format_approximately", "check_answer", "check_numbers"]
 
 
 def test_70b_pathways_splits_trainer_and_sampler_and_fits(compose_config):
@@ -227,6 +228,6 @@ def test_a_missing_optional_reward_package_stops_a_real_run_not_a_dry_run():
     if importlib.util.find_spec("math_verify") is not None:
         pytest.skip("math-verify is installed here: the refusal cannot show")
     args = ["experiment=easydel_grpo_numina_tir", "tracker=none"]
-    with pytest.raises(UserError, match=r"math_verify_reward needs the math-verify package"):
+    with pytest.raises(UserError, match=r"easydel_accuracy needs the math-verify package"):
         preflight(args)
     assert preflight(args + ["run.dry_run=true"]).jobs[0].reward.functions[1].weight == 1.0

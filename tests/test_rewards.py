@@ -185,3 +185,48 @@ def test_extraction_helpers():
     assert gsm8k_final_answer("3 + 4 = <<3+4=7>>7\n#### 7") == "7"
     assert gsm8k_final_answer("#### 1,000") == "1000"
     assert gsm8k_final_answer("no marker 5") is None
+
+
+# (answer in the completion, reference, same answer?): compared as mathematics, not by the last
+# number (which scored \frac{3}{2} against \frac{1}{2}, and \sqrt{2} against 2, as right).
+MATH_TABLE = [
+    ("\\frac{3}{2}", "\\frac{1}{2}", 0.0),      # fractions
+    ("\\frac{1}{2}", "\\frac{1}{2}", 1.0),
+    ("\\dfrac{2}{4}", "\\frac{1}{2}", 1.0),
+    ("0.5", "\\frac{1}{2}", 1.0),
+    ("1/2", "\\frac{1}{2}", 1.0),
+    ("3/2", "1.5", 1.0),
+    ("\\sqrt{2}", "2", 0.0),                    # roots
+    ("\\sqrt{4}", "2", 1.0),
+    ("2\\sqrt{2}", "\\sqrt{8}", 1.0),
+    ("\\sqrt{3}", "\\sqrt{2}", 0.0),
+    ("(1,2]", "(1,2]", 1.0),                    # intervals
+    ("[1,2]", "(1,2]", 0.0),
+    ("(1, 2]", "(1,2]", 1.0),
+    ("50\\%", "50", 1.0),                       # percent: the number counts
+    ("50%", "50", 1.0),
+    ("50\\%", "0.5", 0.0),
+    ("5\\text{ cm}", "5", 1.0),                 # units
+    ("5 cm", "5", 1.0),
+    ("18 dollars", "18", 1.0),
+    ("$18", "18", 1.0),
+    ("6 cm", "5", 0.0),
+    ("1 2", "2", 0.0),                          # two numbers are not the last one
+    ("1,000", "1000", 1.0),
+    ("10^{3}", "1000", 1.0),
+    ("x = 3", "3", 1.0),
+    ("\\{1, 2\\}", "\\{2, 1\\}", 1.0),
+    ("\\pi", "3.14159", 0.0),
+]
+
+
+@pytest.mark.parametrize("got,ref,same", MATH_TABLE)
+def test_answers_compared_as_mathematics(got, ref, same):
+    from conftest import require
+    import importlib.util
+
+    plain = rewards.plain_number(got) is not None and rewards.plain_number(ref) is not None
+    if not plain:
+        require(importlib.util.find_spec("math_verify") is not None,
+                "math-verify is not installed", "bash scripts/setup")
+    assert rewards.answer_exact(f"<answer>{got}</answer>", ref) == same

@@ -27,6 +27,28 @@ def parse_number(text: str | None) -> float | None:
         return None
 
 
+# A plain-number answer: one number, with the decoration word problems put around it (currency,
+# percent, thousands commas, a trailing unit word such as "dollars" or "cm").
+_PLAIN_NUMBER = re.compile(
+    r"\s*(?:\\?\$)?\s*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))\s*(?:\\?%)?\s*(?:[A-Za-z]+\.?\s*)*")
+
+
+def plain_number(text: str | None) -> float | None:
+    """The value of an answer that is a single plain number ("1,234", "$18", "50%", "5 cm");
+    None for anything else (LaTeX, expressions, several numbers), which is compared as
+    mathematics instead (see rlexp.data.rewards.same_answer)."""
+    if text is None:
+        return None
+    m = _PLAIN_NUMBER.fullmatch(text)
+    if m is None:
+        return None
+    digits = m.group(1).replace(",", "")
+    try:
+        return float(digits)
+    except ValueError:
+        return None
+
+
 def canonical_number(value: float) -> str:
     """12.0 -> '12', 0.5 -> '0.5': how reference answers are written."""
     return str(int(value)) if float(value).is_integer() else repr(float(value))

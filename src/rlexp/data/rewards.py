@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import first_line as _first_line, resolve
 from rlexp.config.schema import RewardConfig
-from rlexp.data.extract import extract_answer, parse_number
+from rlexp.data.extract import extract_answer, parse_number, plain_number
+from rlexp.data.reward_sets import math_verify_timeout
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
@@ -56,23 +57,66 @@ def format_approx(completion: str, answer: str, template: str = "answer",
     return sum(completion.count(t) == 1 for t in tags) / len(tags)
 
 
+# Signs that a non-number answer is written as mathematics (LaTeX or an expression).
+_MATHS = re.compile(r"[\\^/=*{}()\[\]+]|\d\s*-|sqrt|pi")
+
+
+def _verify(got: str, ref: str) -> bool | None:
+    """math-verify's verdict on two answers written as LaTeX or plain expressions (each parsed
+    as the content of a \\boxed{}); None when math-verify is not installed."""
+    try:
+        from math_verify import parse, verify  # optional extra, imported only when needed
+    except ImportError:
+        return None
+    t = math_verify_timeout()
+
+    def parsed(text: str) -> list:
+        return parse(text if "\\boxed" in text or "$" in text else f"\\boxed{{{text}}}",
+                     parsing_timeout=t)
+
+    try:
+        return bool(verify(parsed(ref), parsed(got), timeout_seconds=t))
+    except Exception:  # math-verify raises on some unparsable input
+        return False
+
+
+def same_answer(got: str, ref: str) -> bool:
+    """`got` is the reference answer: the same text; the same plain number ("1,234", "$18",
+    "50%", "5 cm": the number counts, the decoration does not); otherwise the same
+    mathematics by math-verify's parse/verify (fractions, roots, intervals, sets, LaTeX
+    units), or the same text up to spaces when math-verify is not installed."""
+    got, ref = got.strip(), ref.strip()
+    if got == ref:
+        return True
+    a, b = plain_number(got), plain_number(ref)
+    if a is not None and b is not None:
+        return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+    if (a is None) != (b is None) and not (_MATHS.search(got) or _MATHS.search(ref)):
+        # A number against plain words ("12 13", "many"): not equal, and no sympy call
+        # (math-verify takes ~15 ms on free text, per completion).
+        return False
+    verdict = _verify(got, ref)
+    if verdict is None:
+        return "".join(got.split()) == "".join(ref.split())
+    return verdict
+
+
 def answer_exact(completion: str, answer: str, **_: object) -> float:
-    """1 when the <answer> block holds the reference number (or the same string), else 0."""
+    """1 when the last <answer> block is the reference answer (see `same_answer`), else 0."""
     got = extract_answer(completion)
-    if got is None:
-        return 0.0
-    if got == answer.strip():
-        return 1.0
-    a, b = parse_number(got), parse_number(answer)
-    return 1.0 if a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b)) else 0.0
+    return 1.0 if got is not None and same_answer(got, answer) else 0.0
 
 
 def answer_close(completion: str, answer: str, **_: object) -> float:
-    """1 within 10% of the reference, 0.5 within 20%, else 0 (MaxText's ratio bands)."""
-    got, ref = parse_number(extract_answer(completion)), parse_number(answer)
-    if got is None or ref is None:
+    """1 within 10% of the reference, 0.5 within 20%, else 0 (MaxText's ratio bands); for
+    answers that are not plain numbers, 1 when `answer_exact` holds."""
+    got = extract_answer(completion)
+    if got is None:
         return 0.0
-    err = abs(got - ref)
+    a, ref = plain_number(got), plain_number(answer)
+    if a is None or ref is None:
+        return 1.0 if same_answer(got, answer) else 0.0
+    err = abs(a - ref)
     scale = abs(ref)
     if err <= 0.10 * scale or err == 0:
         return 1.0
@@ -125,6 +169,10 @@ def overlong_penalty(prompts: Sequence[str], completions: Sequence[str], answers
 
 # ----------------------------------------------------------------------------- the list
 
+# Targets that cannot run without math-verify (checked before anything runs).
+_NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward",
+                      "rlexp.data.reward_sets.easydel_accuracy")
+
 
 @dataclass(frozen=True)
 class Term:
@@ -160,9 +208,10 @@ class Term:
         return [self.weight * float(v) for v in out]
 
 
-def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning"
-          ) -> list[Term]:
-    """The weighted reward terms of a run, resolved and probed; zero-weight entries dropped.
+def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning",
+          probed: bool = True) -> list[Term]:
+    """The weighted reward terms of a run, resolved and probed (unless probed=False: the
+    engine's build, after pre-flight probed them); zero-weight entries dropped.
 
     Every function also gets template= and reasoning_tag= (the prompt format the format
     rewards check); a function that does not want them takes **kwargs.
@@ -175,11 +224,12 @@ def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "rea
             raise UserError(f"{key}.weight={entry.weight!r} is invalid: must be finite")
         if entry.weight == 0:
             continue
-        if entry._target_ in (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward"):
+        if entry._target_ in _NEEDS_MATH_VERIFY:
             try:
                 import math_verify as _  # noqa: F401
             except ImportError:
-                raise UserError(f"{key}: math_verify_reward needs the math-verify package "
+                fname = entry._target_.rsplit(".", 1)[-1]
+                raise UserError(f"{key}: {fname} needs the math-verify package "
                                 "(pip install 'rlexp[math]'), or weight 0") from None
         fn = resolve(entry._target_, f"{key}._target_")
         name = entry.name or getattr(fn, "__name__", entry._target_.rsplit(".", 1)[-1])
@@ -190,14 +240,14 @@ def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "rea
     if not chosen:
         raise UserError("reward.functions: no function with a non-zero weight; give at least "
                         "one entry a non-zero weight")
-    for t in chosen:
+    for t in chosen if probed else ():
         probe(t)
     return chosen
 
 
-def for_run(cfg: Config) -> list[Term]:
+def for_run(cfg: Config, probed: bool = True) -> list[Term]:
     """The run's terms: reward.functions, plus DAPO's overlong shaping when algo asks for it."""
-    ts = terms(cfg.reward, cfg.dataset.template, cfg.dataset.reasoning_tag)
+    ts = terms(cfg.reward, cfg.dataset.template, cfg.dataset.reasoning_tag, probed)
     a = cfg.algo
     if a.overlong_buffer > 0 and a.overlong_penalty > 0:
         budget = cfg.rollout.max_completion_length

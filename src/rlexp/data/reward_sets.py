@@ -1,0 +1,193 @@
+"""Reward sets that reproduce other frameworks' rewards, score for score (conf/reward/*.yaml).
+
+`maxtext_*`: MaxText's GSM8K GRPO rewards as of the commits rlexp's MaxText recipes follow
+(src/MaxText/rl/utils_rl.py at a4de80cc5; the same functions and constants are in
+src/MaxText/examples/grpo_llama3_1_*_demo*.py at fa273e9e1 and grpo_llama3_demo.py at
+28e5097ac). Their constants are keyword arguments, defaulting to those commits' rl.yml.
+`easydel_*`: the two rewards of EasyDeL's GRPO tutorial (tutorials/post-training/
+group_relative_policy_optimization/launch.py at e2e6dccc), run on NuminaMath-TIR.
+tests/test_seed_rewards.py runs the sources' own functions on the same completions.
+
+Every function has the plug-in signature fn(prompts, completions, answers, **kwargs).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Any, Sequence
+
+# MaxText rl.yml (a4de80cc5) "Reward" block.
+MAXTEXT_CONSTANTS = {
+    "reward_exact_format_match": 3.0,
+    "reward_white_space_format_match": 1.5,
+    "reward_partial_format_match": 0.5,
+    "reward_ratio_guess_to_answer_high": 0.5,
+    "reward_ratio_guess_to_answer_low": 0.25,
+    "penalty_incorrect_format": -0.5,
+    "penalty_incorrect_answer": -1.0,
+}
+
+# EasyDeL launch.py (e2e6dccc) SYSTEM_PROMPT: the prompt the format reward is written for.
+EASYDEL_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first thinks about the think process in the mind and then provides "
+    "the user with the answer. The think process and answer are enclosed within <think> </think> "
+    "and answer needs no tag tags, respectively, i.e., <think> think process here </think> "
+    "answer here")
+
+
+def _tags(reasoning_tag: str) -> tuple[str, str, str, str]:
+    return f"<{reasoning_tag}>", f"</{reasoning_tag}>", "<answer>", "</answer>"
+
+
+def maxtext_format_regex(reasoning_tag: str = "reasoning") -> re.Pattern:
+    """utils_rl.get_match_format_regex: reasoning block, anything, answer block, found with
+    re.search under MULTILINE (so ^ and $ may match at any line break)."""
+    rs, re_, ss, se = (re.escape(t) for t in _tags(reasoning_tag))
+    return re.compile(rf"^[\s]{{0,}}{rs}.+?{re_}.*?{ss}(.+?){se}[\s]{{0,}}$",
+                      flags=re.MULTILINE | re.DOTALL)
+
+
+# utils_rl.get_match_numbers_regex: the first run of digits and dots after <answer>.
+MAXTEXT_NUMBER = re.compile(r"<answer>.*?([\d\.]{1,})", flags=re.MULTILINE | re.DOTALL)
+
+
+def _const(kwargs: dict[str, Any], name: str) -> float:
+    return float(kwargs.get(name, MAXTEXT_CONSTANTS[name]))
+
+
+def maxtext_format_exact(prompts: Sequence[str], completions: Sequence[str],
+                         answers: Sequence[str], reasoning_tag: str = "reasoning",
+                         **kwargs: Any) -> list[float]:
+    """utils_rl.match_format_exactly: reward_exact_format_match when the format regex is found."""
+    pattern = maxtext_format_regex(reasoning_tag)
+    hit = _const(kwargs, "reward_exact_format_match")
+    return [hit if pattern.search(c) is not None else 0.0 for c in completions]
+
+
+def maxtext_format_approx(prompts: Sequence[str], completions: Sequence[str],
+                          answers: Sequence[str], reasoning_tag: str = "reasoning",
+                          **kwargs: Any) -> list[float]:
+    """utils_rl.match_format_approximately: per tag, +reward_partial_format_match when it
+    occurs exactly once, else penalty_incorrect_format."""
+    good = _const(kwargs, "reward_partial_format_match")
+    bad = _const(kwargs, "penalty_incorrect_format")
+    tags = _tags(reasoning_tag)
+    return [sum(good if c.count(t) == 1 else bad for t in tags) for c in completions]
+
+
+def maxtext_check_answer(prompts: Sequence[str], completions: Sequence[str],
+                         answers: Sequence[str], reasoning_tag: str = "reasoning",
+                         **kwargs: Any) -> list[float]:
+    """utils_rl.check_answer: the answer of a well-formatted completion: equal string, equal
+    after strip, ratio to the reference within 10% or 20%, else a penalty (a non-number
+    gets penalty_incorrect_format); 0 when the format regex is not found."""
+    pattern = maxtext_format_regex(reasoning_tag)
+    scores = []
+    for c, ref in zip(completions, answers):
+        m = pattern.search(c)
+        if m is None:
+            scores.append(0.0)
+            continue
+        guess = m.group(1)
+        if guess == ref:
+            scores.append(_const(kwargs, "reward_exact_format_match"))
+        elif guess.strip() == ref.strip():
+            scores.append(_const(kwargs, "reward_white_space_format_match"))
+        else:
+            try:
+                ratio = float(guess) / float(ref)
+            except (ValueError, ZeroDivisionError, OverflowError):
+                scores.append(_const(kwargs, "penalty_incorrect_format"))
+                continue
+            if 0.9 <= ratio <= 1.1:
+                scores.append(_const(kwargs, "reward_ratio_guess_to_answer_high"))
+            elif 0.8 <= ratio <= 1.2:
+                scores.append(_const(kwargs, "reward_ratio_guess_to_answer_low"))
+            else:
+                scores.append(_const(kwargs, "penalty_incorrect_answer"))
+    return scores
+
+
+def maxtext_first_number(completion: str) -> str | None:
+    """The first run of digits and dots after the first <answer> (MaxText's number)."""
+    m = MAXTEXT_NUMBER.search(completion)
+    return m.group(1) if m is not None else None
+
+
+def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
+                          answers: Sequence[str], correct: float = 1.5,
+                          **_: Any) -> list[float]:
+    """utils_rl.check_numbers: 1.5 (a literal in MaxText) when the first number after
+    <answer> equals the reference as floats, else 0."""
+    scores = []
+    for c, ref in zip(completions, answers):
+        guess = maxtext_first_number(c)
+        try:
+            scores.append(correct if guess is not None and
+                          float(guess.strip()) == float(ref.strip()) else 0.0)
+        except (ValueError, OverflowError):
+            scores.append(0.0)
+    return scores
+
+
+# ----------------------------------------------------------------------------- EasyDeL
+
+_THINK_FIRST = re.compile(r"^<think>.*?</think>", re.DOTALL)
+
+
+def easydel_format(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                   **_: Any) -> list[float]:
+    """launch.py format_reward: 1 when the completion starts with a <think>...</think> block
+    (re.match; whatever follows is not checked), else 0."""
+    return [1.0 if _THINK_FIRST.match(c) else 0.0 for c in completions]
+
+
+class _NoTimeoutNotice(logging.Filter):
+    """Drops math-verify's notice that its timeout is off (said on every call off the main
+    thread, where the off timeout is deliberate)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+
+_NOTICE = _NoTimeoutNotice()
+
+
+def math_verify_timeout() -> int | None:
+    """Seconds for math-verify's parse/verify timeouts: 5 on the main thread; None (off)
+    elsewhere, since its timeout is a SIGALRM, which only the main thread may set (the
+    learner may call rewards from a worker thread)."""
+    if threading.current_thread() is threading.main_thread():
+        return 5
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logger = logging.getLogger(name)
+        if _NOTICE not in logger.filters:
+            logger.addFilter(_NOTICE)
+    return None
+
+
+def easydel_accuracy(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                     **_: Any) -> list[float]:
+    """launch.py accuracy_reward: math_verify's first LaTeX expression of the whole completion
+    verified against the first of the whole gold solution; 1 when the gold has no LaTeX
+    expression (the tutorial scores such rows, it does not drop them)."""
+    from math_verify import LatexExtractionConfig, parse, verify  # optional extra
+
+    t = math_verify_timeout()
+    scores = []
+    for content, solution in zip(completions, answers):
+        gold = parse(solution, extraction_mode="first_match",
+                     extraction_config=[LatexExtractionConfig()], parsing_timeout=t)
+        got = parse(content, extraction_mode="first_match",
+                    extraction_config=[LatexExtractionConfig()], parsing_timeout=t)
+        if len(gold) != 0:
+            try:
+                scores.append(float(verify(got, gold, timeout_seconds=t)))
+            except Exception:  # as the tutorial: a failed verification scores 0
+                scores.append(0.0)
+        else:
+            scores.append(1.0)
+    return scores
