@@ -18,7 +18,7 @@ from rlexp.config.schema import Config
 from rlexp.job.console import ConsoleListener, quiet_third_party
 from rlexp.base.errors import UserError
 from rlexp.base.events import RunInfo
-from helpers import cli, one_line_exit_2
+from helpers import cli, one_line_exit_2, said
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -186,7 +186,7 @@ def test_dry_run_without_model_path_fails_like_the_real_run(tmp_path):
     """The plan is still printed (memory planning needs no weights), then exit 2."""
     proc = cli("model=qwen3-0.6b", "run.dry_run=true", "train.micro_batch_size=1", cwd=tmp_path)
     assert proc.returncode == 2 and "rlexp plan" in proc.stdout, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
+    lines = said(proc.stderr)
     assert len(lines) == 1 and "model=qwen3-0.6b needs model.path" in lines[0]
     assert not (tmp_path / "outputs").exists()
     proc = cli("model=smollm2-135m", "run.dry_run=true", cwd=tmp_path)  # packaged weights

@@ -157,43 +157,6 @@ def _train_steps(history: dict) -> dict[str, list[tuple[int, float]]]:
     return {k: v for k, v in history.items() if k.startswith("train/")}
 
 
-@pytest.mark.slow
-def test_two_processes_make_one_run_equal_to_the_emulated_mesh(tmp_path):
-    emulated_dir, two_dir = tmp_path / "one", tmp_path / "two"
-    emulated_dir.mkdir()
-    two_dir.mkdir()
-    one = cli(*ARGS, "hardware.emulate=true", cwd=emulated_dir, timeout=600)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = _mpirun(*ARGS, cwd=two_dir)
-    assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
-
-    runs = list((two_dir / "outputs" / "runs").iterdir())
-    assert len(runs) == 1  # one run dir, one summary, one MLflow run
-    summaries = list((two_dir / "outputs" / "runs").rglob("summary.json"))
-    assert summaries == [runs[0] / "summary.json"]
-    # (and its copy as the MLflow run's artifact)
-    assert json.loads(summaries[0].read_text())["status"] == "FINISHED"
-    assert sorted(p.name for p in runs[0].glob("rlexp*.lock")) == ["rlexp.1.lock", "rlexp.lock"]
-    # process 0 alone prints the run (mpirun --tag-output: "[job,rank]<stderr>:" per line)
-    rank1 = [ln for ln in (two.stdout + two.stderr).splitlines() if ",1]<std" in ln]
-    rank0 = [ln for ln in (two.stdout + two.stderr).splitlines() if ",0]<std" in ln]
-    assert any(runs[0].name in ln for ln in rank0)
-    assert not any(runs[0].name in ln for ln in rank1), rank1
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{two_dir / 'outputs' / 'mlflow.db'}")
-    assert len(client.search_runs([client.get_experiment_by_name("rlexp").experiment_id])) == 1
-
-    got = _train_steps(_history(two_dir, runs[0]))
-    assert "train/loss" in got and "train/reward_mean" in got
-    for name, points in got.items():  # every metric: each of the 6 steps exactly once
-        assert [s for s, _ in points] == list(range(1, STEPS + 1)), name
-    want = _train_steps(_history(emulated_dir, next((emulated_dir / "outputs" / "runs").iterdir())))
-    for name in ("train/loss", "train/reward_mean"):
-        np.testing.assert_allclose([v for _, v in got[name]], [v for _, v in want[name]],
-                                   rtol=1e-4, atol=1e-6, err_msg=name)
-
-
 def _start_two(cwd: Path, port: int) -> list[subprocess.Popen]:
     """The explicit route: JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID."""
     procs = []
@@ -205,13 +168,14 @@ def _start_two(cwd: Path, port: int) -> list[subprocess.Popen]:
     return procs
 
 
-@pytest.mark.slow
-def test_a_lost_process_ends_the_other_and_the_rerun_loses_and_repeats_no_step(tmp_path):
-    procs = _start_two(tmp_path, free_port())
+def _kill_process_1_mid_run(cwd: Path) -> Path:
+    """Start two processes (the explicit route), SIGKILL process 1 once step 3 is done, check
+    that process 0 stops by itself with one line naming the lost process; the run dir."""
+    procs = _start_two(cwd, free_port())
     progress = None
     deadline = time.monotonic() + 480
     while time.monotonic() < deadline and procs[0].poll() is None:
-        found = list(tmp_path.glob("outputs/runs/*/progress.json"))
+        found = list(cwd.glob("outputs/runs/*/progress.json"))
         try:
             if found and json.loads(found[0].read_text())["step"] >= 3:
                 progress = found[0]
@@ -229,15 +193,49 @@ def test_a_lost_process_ends_the_other_and_the_rerun_loses_and_repeats_no_step(t
     assert len(errors) == 1 and "process 1 of 2 was lost" in errors[0], err[-3000:]
     assert "Check failure stack trace" not in err and "Traceback" not in err
     procs[1].communicate(timeout=30)
+    return progress.parent
 
-    rerun = _start_two(tmp_path, free_port())
-    outs = [p.communicate(timeout=600) for p in rerun]
-    assert [p.returncode for p in rerun] == [0, 0], outs[0][1][-3000:] + outs[1][1][-3000:]
-    run_dir = progress.parent
-    summary = json.loads((run_dir / "summary.json").read_text())
+
+@pytest.mark.slow
+def test_a_lost_process_then_an_mpirun_rerun_make_one_run_equal_to_the_emulated_mesh(tmp_path):
+    """One two-process run serves both claims (one 2-process run fewer than testing them
+    apart): a process lost mid-run ends the other, and the rerun, started by mpirun this
+    time, resumes the same run to one record that equals the 4-device mesh in one process,
+    losing and repeating no step."""
+    emulated_dir, two_dir = tmp_path / "one", tmp_path / "two"
+    emulated_dir.mkdir()
+    two_dir.mkdir()
+    one = cli(*ARGS, "hardware.emulate=true", cwd=emulated_dir, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    run_dir = _kill_process_1_mid_run(two_dir)
+
+    two = _mpirun(*ARGS, cwd=two_dir)
+    assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
+    runs = list((two_dir / "outputs" / "runs").iterdir())
+    assert runs == [run_dir]  # one run dir, one summary, one MLflow run
+    summaries = list((two_dir / "outputs" / "runs").rglob("summary.json"))
+    assert summaries == [run_dir / "summary.json"]
+    summary = json.loads(summaries[0].read_text())
     assert summary["status"] == "FINISHED" and summary["resumed_from_step"] >= 2
-    for name, points in _train_steps(_history(tmp_path, run_dir)).items():
-        assert [s for s, _ in points] == list(range(1, STEPS + 1)), name  # 0 lost, 0 repeated
+    assert sorted(p.name for p in run_dir.glob("rlexp*.lock")) == ["rlexp.1.lock", "rlexp.lock"]
+    # process 0 alone prints the run (mpirun --tag-output: "[job,rank]<stderr>:" per line)
+    rank1 = [ln for ln in (two.stdout + two.stderr).splitlines() if ",1]<std" in ln]
+    rank0 = [ln for ln in (two.stdout + two.stderr).splitlines() if ",0]<std" in ln]
+    assert any(run_dir.name in ln for ln in rank0)
+    assert not any(run_dir.name in ln for ln in rank1), rank1
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{two_dir / 'outputs' / 'mlflow.db'}")
+    assert len(client.search_runs([client.get_experiment_by_name("rlexp").experiment_id])) == 1
+
+    got = _train_steps(_history(two_dir, run_dir))
+    assert "train/loss" in got and "train/reward_mean" in got
+    for name, points in got.items():  # every metric: each of the 6 steps exactly once
+        assert [s for s, _ in points] == list(range(1, STEPS + 1)), name
+    want = _train_steps(_history(emulated_dir, next((emulated_dir / "outputs" / "runs").iterdir())))
+    for name in ("train/loss", "train/reward_mean"):
+        np.testing.assert_allclose([v for _, v in got[name]], [v for _, v in want[name]],
+                                   rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.slow

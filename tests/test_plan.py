@@ -15,7 +15,7 @@ from rlexp.config.schema import Config
 from rlexp.planning.memory import (GIB, activation_factor, memory_plan, param_count,
                           rollout_micro_prompts, sharding_problem)
 from rlexp.planning.plan import make_plan
-from helpers import cli
+from helpers import cli, said
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("tiny", "smollm2-135m", "qwen3-0.6b", "llama3.1-8b", "llama3.1-70b")
@@ -278,7 +278,7 @@ def test_dry_run_of_a_feasible_pair_prints_the_plan():
     assert "fits" in proc.stdout
     # The plan is printed, then the dry run fails as the real run would: no model.path.
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines() == [
+    assert said(proc.stderr) == [
         "rlexp: error: model=llama3.1-70b needs model.path (a local Hugging Face dir, a hub id "
         "or a gs:// path): random init is only for the tiny model"]
 
@@ -288,7 +288,7 @@ def test_infeasible_pair_exits_2_with_one_line():
     proc = cli("model=llama3.1-70b", "hardware=v6e-8", "tracker=none", "run.dry_run=true",
                cwd=ROOT)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
-    err = proc.stderr.strip().splitlines()
+    err = said(proc.stderr)
     assert len(err) == 1
     assert "model=llama3.1-70b hardware=v6e-8: needs" in err[0]
 
@@ -298,15 +298,18 @@ def test_infeasible_pair_exits_2_with_one_line():
 
 @pytest.mark.slow
 def test_estimate_within_25_percent_of_measured_memory():
-    """tiny and SmolLM2-135M (float32, real weights): runs built by rlexp.engine.build, two
-    GRPO steps each; live arrays plus XLA's buffer assignment of the trainer's and sampler's
-    programs (bench/memory_calibration.py --engine), in a fresh process."""
+    """The tiny model: a run built by rlexp.engine.build, two GRPO steps; live arrays plus
+    XLA's buffer assignment of the trainer's and sampler's programs
+    (bench/memory_calibration.py --engine), in a fresh process. SmolLM2-135M is the bench's
+    second check config (plan/measured 0.815 when last run); it is left to the bench, where
+    it took most of this test's 140 s."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_calibration.py"),
-                           "--engine"], capture_output=True, text=True, timeout=1200, cwd=ROOT,
+                           "--engine", "model=tiny"], capture_output=True, text=True,
+                          timeout=1200, cwd=ROOT,
                           env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert [r["config"] for r in results] == ["tiny", "smollm2-135m"]
+    assert [r["config"] for r in results] == ["custom"]
     for r in results:
         assert 0.75 <= r["ratio"] <= 1.25, r
 

@@ -12,7 +12,7 @@ import pytest
 from rlexp.inputs import model_files, sources
 from rlexp.config.schema import ModelConfig
 from rlexp.base.errors import UserError
-from helpers import cli
+from helpers import cli, said
 
 REPO = Path(__file__).resolve().parents[1]
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -153,7 +153,7 @@ def test_cli_dry_run_hub_id_offline(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "home")}
     missing = _dry_run(env, tmp_path)
     assert missing.returncode == 2, missing.stderr
-    lines = missing.stderr.strip().splitlines()
+    lines = said(missing.stderr)
     assert len(lines) == 1 and "Qwen/Qwen3-0.6B" in lines[0], missing.stderr
     assert not (tmp_path / "outputs").exists()
 

@@ -21,7 +21,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import require
-from helpers import cli, one_line_exit_2
+from helpers import cli, one_line_exit_2, said
 from hydra_plugins.rlexp_xpk_launcher import commands as xc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +116,7 @@ def test_outputs_on_the_pods_disk_are_refused_in_one_line(tmp_path, xpk_bin):
     proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", "tracker=none",
                  "hardware=v6e-8"], tmp_path, xpk_bin)
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = said(proc.stderr)
     assert len(lines) == 1 and "run.output_uri=gs://" in lines[0], proc.stderr
     assert not (tmp_path / "outputs").exists()
 
@@ -129,7 +129,7 @@ def test_a_store_on_this_machine_is_refused_in_one_line(tmp_path, xpk_bin):
     proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", OUT,
                  "hardware=v6e-8,v5p-64"], tmp_path, xpk_bin)  # default: sqlite under cwd
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = said(proc.stderr)
     assert len(lines) == 1 and "sqlite:///" in lines[0] and "tracker.uri=http://" in lines[0]
     assert not (tmp_path / "outputs").exists()
 
