@@ -4,6 +4,7 @@ Pathways split fits."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -217,16 +218,15 @@ def test_the_70b_recipe_dry_runs_through_the_entry_point():
     assert "fits" in proc.stdout and "rollout devices 16-31" in proc.stdout
 
 
-def test_a_missing_optional_reward_package_stops_a_real_run_not_a_dry_run():
+def test_a_missing_optional_reward_package_stops_a_real_run_not_a_dry_run(monkeypatch):
     """math_verify_reward without math-verify: pre-flight refuses the run in one line; the dry
-    run plans (its reward terms are probed without it)."""
-    import importlib.util
-
+    run plans (its reward terms are probed without it). Setup installs math-verify, so its
+    absence is made here: a None in sys.modules is how Python itself marks a module that
+    must not import (`import` raises ImportError, find_spec returns None)."""
     from rlexp.base.errors import UserError
     from rlexp.launch.preflight import preflight
 
-    if importlib.util.find_spec("math_verify") is not None:
-        pytest.skip("math-verify is installed here: the refusal cannot show")
+    monkeypatch.setitem(sys.modules, "math_verify", None)
     args = ["experiment=easydel_grpo_numina_tir", "tracker=none"]
     with pytest.raises(UserError, match=r"easydel_accuracy needs the math-verify package"):
         preflight(args)

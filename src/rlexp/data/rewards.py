@@ -170,8 +170,8 @@ def overlong_penalty(prompts: Sequence[str], completions: Sequence[str], answers
 # ----------------------------------------------------------------------------- the list
 
 # Targets that cannot run without math-verify (checked before anything runs).
-_NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward",
-                      "rlexp.data.reward_sets.easydel_accuracy")
+NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward",
+                     "rlexp.data.reward_sets.easydel_accuracy")
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "rea
             raise UserError(f"{key}.weight={entry.weight!r} is invalid: must be finite")
         if entry.weight == 0:
             continue
-        if entry._target_ in _NEEDS_MATH_VERIFY:
+        if entry._target_ in NEEDS_MATH_VERIFY:
             try:
                 import math_verify as _  # noqa: F401
             except ImportError:

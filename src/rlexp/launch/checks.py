@@ -96,11 +96,6 @@ def check_inputs(cfg: Config, ctx: CheckContext) -> None:
         find_checkpoint(cfg.run.init_from, default_uri(cfg))
 
 
-# Built-in rewards that need an optional package: dotted path -> the module it imports.
-OPTIONAL_REWARDS = {"rlexp.rewards.math_verify_reward": "math_verify",
-                    "rlexp.data.rewards.math_verify_reward": "math_verify"}
-
-
 def check_plugins(cfg: Config, ctx: CheckContext) -> None:
     """User code named by `_target_`s imports, and each reward function returns one float
     per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
@@ -108,7 +103,8 @@ def check_plugins(cfg: Config, ctx: CheckContext) -> None:
     # A dry run plans without the optional packages a reward needs (the run itself refuses
     # one that is missing in one line, as rollout=vllm without vLLM): probe the others.
     kept = [f for f in cfg.reward.functions if cfg.run.dry_run is False
-            or importlib.util.find_spec(OPTIONAL_REWARDS.get(f._target_, "rlexp")) is not None]
+            or f._target_ not in rewards.NEEDS_MATH_VERIFY
+            or importlib.util.find_spec("math_verify") is not None]
     if kept or not cfg.reward.functions:
         reward = dataclasses.replace(cfg.reward, functions=kept)
         rewards.for_run(dataclasses.replace(cfg, reward=reward))  # resolves and probes each
