@@ -14,10 +14,9 @@ from rlexp.algo.advantages import group_advantages
 from rlexp.algo.kl import kl_estimate
 from rlexp.algo.losses import LossSettings, aggregate, policy_loss
 from rlexp.config.schema import AlgoConfig
-
-registry = pytest.importorskip("rlexp.engine.algo_registry")
-from tunix.rl import function_registry  # noqa: E402
-from tunix.rl.common import TrainExample  # noqa: E402
+from rlexp.engine import algo_registry as registry
+from tunix.rl import function_registry
+from tunix.rl.common import TrainExample
 
 
 # ------------------------------------------------------------------ NumPy reference
@@ -459,3 +458,15 @@ def test_the_algorithms_sweep_runs_every_shipped_algorithm_off_policy():
     swept = set(str(params.algo).split(","))
     assert swept == {p.stem for p in (conf_dir() / "algo").glob("*.yaml")} == set(algorithms())
     assert str(params["algo.num_iterations"]) == "2" and "train.seed" in params
+
+
+def test_loss_settings_defaults_equal_the_config_schemas():
+    """LossSettings repeats AlgoConfig's loss knobs (algo sits below config): a default changed
+    on one side only would make a direct LossSettings(...) differ from a run's settings."""
+    import dataclasses
+
+    from_config = LossSettings.from_algo(AlgoConfig())
+    own = {f.name: f.default for f in dataclasses.fields(LossSettings)
+           if f.default is not dataclasses.MISSING}
+    shared = {k: v for k, v in own.items() if k not in ("level", "epsilon_high", "group_size")}
+    assert shared and {k: getattr(from_config, k) for k in shared} == shared
