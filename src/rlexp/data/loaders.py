@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rlexp.base.errors import UserError
 from rlexp.base.files import write_json_atomic
-from rlexp.base.plugins import resolve
+from rlexp.base.plugins import first_line, resolve
 from rlexp.config.rules import GENERATED_DATASETS
 from rlexp.config.schema import DatasetConfig
 from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number,
@@ -298,7 +298,7 @@ def _parse_rows(path: Path) -> tuple[list[Any], int]:
             return pq.read_table(path).to_pylist(), 0
         except (pyarrow.ArrowException, OSError) as exc:  # e.g. a text file named .parquet
             raise UserError(f"dataset.path={path}: not a readable parquet file "
-                            f"({_first_line(exc)})") from None
+                            f"({first_line(exc) or type(exc).__name__})") from None
     try:  # utf-8-sig: a byte-order mark is read, not left on the first row's first key
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -335,7 +335,3 @@ def _parse_rows(path: Path) -> tuple[list[Any], int]:
                             f"(line {reader.line_num}: {exc})") from None
     raise UserError(f"dataset.path={path}: unsupported file type {suffix!r}; "
                     f"use .jsonl, .json, .parquet or .csv")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
