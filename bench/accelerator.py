@@ -123,7 +123,8 @@ def run(overrides: list[str], steps: int, warmup: int) -> dict:
                              "completion_tokens": metrics.get("train/completion_length", 0.0) * rows})
     tot = {k: sum(s[k] for s in per_step) for k in per_step[0]}
     flops = step_flops(cfg, tot["completion_tokens"] / steps)
-    peak = cfg.hardware.peak_bf16_tflops * 1e12 * cfg.hardware.devices
+    # A profile with no known peak (hardware=cpu): a nominal 1 TFLOP/s, MFU only indicative.
+    peak = (cfg.hardware.peak_bf16_tflops or 1.0) * 1e12 * cfg.hardware.devices
     step_s, rollout_s, update_s = (tot[k] / steps for k in ("step_s", "rollout_s", "update_s"))
     return {
         "device": f"{jax.devices()[0].device_kind} x{jax.device_count()}",
@@ -204,6 +205,9 @@ def main(argv: list[str]) -> None:
         print("RESULT " + json.dumps(run(args.overrides, args.steps, args.warmup)), flush=True)
         return
     base = [f"hardware={args.hardware}"] if args.hardware else detect_hardware()
+    # An override of a key the auto choice sets replaces it (Hydra refuses a group given twice).
+    keys = {o.split("=")[0] for o in args.overrides}
+    base = [b for b in base if b.split("=")[0] not in keys]
     sizes = ([int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes
              else default_batch_sizes(base))
     rows = []

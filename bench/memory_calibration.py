@@ -63,6 +63,11 @@ SHAPE_BASE = ["model=smollm2-135m", "model.param_dtype=float32", "train.micro_ba
               "rollout.max_completion_length=128", "rollout.kv_cache_size=256"]
 CPU_SHRINK = ["rollout.max_prompt_length=96", "rollout.max_completion_length=16",
               "rollout.kv_cache_size=112"]
+# --shapes --dry: the same 3 shapes on the tiny model, on the CPU, in a minute or two (a check
+# that the script runs end to end, e.g. before a lent accelerator's one call).
+DRY_BASE = ["model=tiny", "model.param_dtype=float32", "train.micro_batch_size=null",
+            "train.remat=none", "rollout.max_prompt_length=64",
+            "rollout.max_completion_length=24", "rollout.kv_cache_size=96", "hardware=cpu"]
 
 
 @dataclass
@@ -326,6 +331,8 @@ def main(argv: list[str]) -> None:
                         help="measure a run built by rlexp.engine.build (two real GRPO steps)")
     parser.add_argument("--shapes", action="store_true",
                         help="SmolLM2 at 3 RL shapes through the engine on the device at hand")
+    parser.add_argument("--dry", action="store_true",
+                        help="with --shapes: the tiny model on the CPU (tiny shapes, minutes)")
     args = parser.parse_args(argv)
     runs = {"custom": args.overrides} if args.overrides else CHECK_CONFIGS
     if args.shapes:
@@ -336,6 +343,8 @@ def main(argv: list[str]) -> None:
         platform = _platform()
         hw = {"gpu": ["hardware=gpu"], "cpu": ["hardware=cpu", *CPU_SHRINK]}.get(platform, [])
         runs = {k: [*SHAPE_BASE, *v, *hw] for k, v in SHAPES.items()}
+        if args.dry:
+            runs = {k: [*DRY_BASE, *v] for k, v in SHAPES.items()}
         args.engine = True
     for name, overrides in runs.items():
         if args.engine:  # speed, not weights: skip the warm-start stage and tracking

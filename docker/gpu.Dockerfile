@@ -4,7 +4,8 @@
 # Build from the checkout's root (README.md, "Launchers"):
 #   docker build -f docker/gpu.Dockerfile --build-arg RLEXP_COMMIT=$(git rev-parse HEAD) \
 #     -t REGISTRY/rlexp-gpu:$(git rev-parse --short HEAD) .
-# rollout=vllm: --build-arg VLLM=<version> (vLLM pins its own torch and CUDA).
+# rollout=vllm: --build-arg VLLM=0.31.0, rlexp[vllm]'s pin (vLLM pins its own torch and CUDA;
+# 0.32.0's tree wants safetensors >= 0.8, which Tunix 0.1.7 refuses).
 FROM python:3.11-slim
 
 ARG RLEXP_COMMIT=unknown
@@ -21,7 +22,8 @@ RUN pip install -r requirements.lock
 COPY . .
 RUN pip install --no-deps . \
     && pip install "jax[cuda12]==0.10.2" "gcsfs>=2024.2" \
-    && if [ -n "$VLLM" ]; then pip install "vllm==$VLLM"; fi \
+    && if [ -n "$VLLM" ]; then pip install "vllm==$VLLM" "transformers==5.12.1" \
+         "google-tunix==0.1.7" "jax==0.10.2"; fi \
     && python -c "import rlexp.planning.hardware, jax; print('rlexp', jax.__version__)"
 
 WORKDIR /work

@@ -99,6 +99,9 @@ def test_platform_env_leaves_tpus_alone_and_lets_jax_use_95_percent_of_a_gpu(pro
     assert hardware.platform_env(profile("gpu"), {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}) == {}
     assert hardware.usable_hbm_fraction(profile("gpu")) == 0.95
     assert hardware.usable_hbm_fraction(profile("v5p-8")) == 1.0
+    # rollout=vllm: vLLM needs its gpu_memory_utilization free when it starts, after JAX.
+    assert hardware.platform_env(profile("gpu"), {}, vllm_share=0.4) == \
+        {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.55"}
 
 
 def test_init_distributed_joins_nothing_for_one_process(monkeypatch, profile):

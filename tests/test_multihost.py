@@ -186,10 +186,11 @@ def _kill_process_1_mid_run(cwd: Path) -> Path:
     assert progress is not None, procs[0].communicate()[1][-3000:]
     procs[1].send_signal(signal.SIGKILL)  # its training child dies with it (PR_SET_PDEATHSIG)
     killed = time.monotonic()
-    _, err = procs[0].communicate(timeout=90)
+    out, err = procs[0].communicate(timeout=90)
     assert time.monotonic() - killed < 60
     assert procs[0].returncode not in (0, None)
-    errors = [ln for ln in err.splitlines() if ln.startswith("rlexp: error:")]
+    # once: not by both its console and its exit, nor by both the job and its supervisor
+    errors = [ln for ln in (out + err).splitlines() if ln.startswith("rlexp: error:")]
     assert len(errors) == 1 and "process 1 of 2 was lost" in errors[0], err[-3000:]
     assert "Check failure stack trace" not in err and "Traceback" not in err
     procs[1].communicate(timeout=30)
@@ -228,7 +229,8 @@ def test_a_lost_process_then_an_mpirun_rerun_make_one_run_equal_to_the_emulated_
     client = MlflowClient(f"sqlite:///{two_dir / 'outputs' / 'mlflow.db'}")
     assert len(client.search_runs([client.get_experiment_by_name("rlexp").experiment_id])) == 1
 
-    got = _train_steps(_history(two_dir, run_dir))
+    history = _history(two_dir, run_dir)
+    got = _train_steps(history)
     assert "train/loss" in got and "train/reward_mean" in got
     for name, points in got.items():  # every metric: each of the 6 steps exactly once
         assert [s for s, _ in points] == list(range(1, STEPS + 1)), name
@@ -236,6 +238,10 @@ def test_a_lost_process_then_an_mpirun_rerun_make_one_run_equal_to_the_emulated_
     for name in ("train/loss", "train/reward_mean"):
         np.testing.assert_allclose([v for _, v in got[name]], [v for _, v in want[name]],
                                    rtol=1e-4, atol=1e-6, err_msg=name)
+    # The sampler's log-probs reach the loss as the trainer's rows, not one copy per process:
+    # a (2B, T) array would still give the same loss (Tunix slices B rows), but not this gap.
+    for gap in ("rollout/logprob_diff", "rollout/logprob_diff_max"):
+        assert history[gap] and all(v < 1e-4 for _, v in history[gap]), (gap, history.get(gap))
 
 
 @pytest.mark.slow
@@ -259,3 +265,17 @@ def test_launches_that_cannot_run_exit_2_in_one_line_and_write_nothing(tmp_path)
     assert sorted(os.listdir(tmp_path)) in ([], ["outputs"])
     assert not any(p.is_file() for p in (tmp_path / "outputs").rglob("*")) \
         if (tmp_path / "outputs").exists() else True
+
+
+@pytest.mark.slow
+def test_a_process_count_mpirun_does_not_fit_is_said_once(tmp_path):
+    """Both processes find the mistake; process 0 says it, the other is ended by mpirun
+    before its own (delayed) line: one refusal line and one starting line, exit 2."""
+    proc = _mpirun("hardware=cpu-2host", "hardware.hosts=3", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    errors = [ln for ln in lines if "rlexp: error:" in ln]
+    assert len(errors) == 1 and ",0]<stderr>:" in errors[0], errors
+    assert "runs 3 processes (hardware.hosts=3) but mpirun started 2" in errors[0]
+    assert sum("rlexp: starting a run" in ln for ln in lines) == 1, lines
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -77,14 +77,16 @@ def test_the_seeds_are_all_there():
 
 @pytest.mark.parametrize("name", ["maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo"])
 def test_llama8b_seeds_fit_both_single_host_slices(name, compose_config):
-    """v5p-8 with the seeds' vLLM share (72% of HBM); v6e-8 (32 GiB chips) with Tunix's
-    sampler: vLLM's 23 GiB would leave 9 GiB for a colocated 8B trainer that needs 12.6."""
+    """v5p-8 with the seeds' vLLM share (72% of HBM); v6e-8 too: vLLM's cap of 0.72 x 32 GiB
+    holds the trainer's policy and reference, vLLM's weights and a 4.3 GiB KV cache, and
+    the rest of the chip the optimizer state and the update (tpu-inference sizes its KV
+    cache under the cap, counting what is already resident)."""
     cfg = compose_config(f"experiment={name}", "hardware=v5p-8")
     assert make_plan(cfg).fits and cfg.rollout.name == "vllm"
     assert cfg.rollout.hbm_utilization == 0.72
     assert make_plan(compose_config(f"experiment={name}", "hardware=v6e-8", "rollout=vanilla")).fits
-    assert not make_plan(compose_config(f"experiment={name}", "hardware=v6e-8",
-                                        "rollout.data_parallel_size=8")).fits
+    assert make_plan(compose_config(f"experiment={name}", "hardware=v6e-8",
+                                    "rollout.data_parallel_size=8")).fits
     assert cfg.algo.name == ("gspo" if name.endswith("gspo") else "grpo")
 
 
@@ -115,7 +117,8 @@ def test_vllm_recipes_are_refused_in_one_line_without_vllm(tmp_path):
 def test_easydel_seed_values(compose_config):
     cfg = compose_config("experiment=easydel_grpo_numina_tir")
     a, t, r, d = cfg.algo, cfg.train, cfg.rollout, cfg.dataset
-    assert (cfg.model.name, cfg.hardware.name, cfg.hardware.devices) == ("llama3.1-8b", "v4-64", 32)
+    assert (cfg.model.name, cfg.hardware.name, cfg.hardware.devices) == ("aya-expanse-8b", "v4-64",
+                                                                         32)
     assert (a.num_generations, a.beta) == (4, 0.04)
     assert (t.lr_schedule, t.learning_rate, t.end_learning_rate, t.warmup_steps) == \
         ("linear", 1e-6, 6e-7, 0)

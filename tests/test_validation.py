@@ -69,6 +69,11 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
     "epsilon_high_at_least_epsilon": (
         _set(algo__epsilon=0.2, algo__epsilon_high=0.1),
         "algo.epsilon_high=0.1 is invalid: must be >= algo.epsilon (0.2) and < 1"),
+    "rollout_correction_bounds": (
+        _set(algo__rollout_correction="token_mask", algo__rollout_correction_clip_min=2.0,
+             algo__rollout_correction_clip_max=1.5),
+        "algo.rollout_correction_clip_min=2.0 is invalid: must be below "
+        "algo.rollout_correction_clip_max (1.5)"),
     "profile_steps_pair": (
         _set(run__profile_steps=[3, 2]),
         "run.profile_steps=[3, 2] is invalid: must be [] or [first, last] with first <= last "
@@ -102,6 +107,14 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
     "answer_regex_for_regex_extractor": (
         _set(dataset__extractor="regex"),
         "dataset.answer_regex=None is invalid: must be set when dataset.extractor=regex"),
+    "answer_regex_compiles": (
+        _set(dataset__answer_regex="(a"),
+        "dataset.answer_regex='(a' is invalid: not a Python regular expression (missing ), "
+        "unterminated subpattern at position 0)"),
+    "tracker_names_within_mlflow_limits": (
+        _set(tracker__experiment="e" * 501),
+        f"tracker.experiment='{'e' * 40}...(501 characters)' is invalid: MLflow takes "
+        "experiment names of at most 500 characters"),
     "generated_dataset_reads_no_file": (
         _set(dataset__path="x.jsonl"),
         "dataset.path='x.jsonl' is invalid: rlexp.data.loaders.arithmetic generates its "
@@ -175,8 +188,9 @@ def _refuses(check: Callable[[Config], Any], cfg: Config) -> bool:
     ("algo.kl_estimator", "k4", "algo.kl_estimator='k4' is invalid: valid choices are k1, k2, k3"),
     ("train.prune.mode", "up", "train.prune.mode='up' is invalid: valid choices are max, min"),
     # the one check of model.family (rlexp.families.get is a plain lookup after it)
-    ("model.family", "cohere",
-     "model.family='cohere' is invalid: valid choices are gemma2, gemma3, llama3, qwen2, qwen3"),
+    ("model.family", "mamba",
+     "model.family='mamba' is invalid: valid choices are cohere, gemma2, gemma3, llama3, qwen2, "
+     "qwen3"),
 ])
 def test_choices_refuse_with_the_valid_values(key, value, message):
     cfg = Config()
@@ -193,11 +207,11 @@ def test_a_saved_runs_unknown_family_is_refused_by_the_same_choice(tmp_path):
     from rlexp.engine.export import run_model
 
     (tmp_path / ".hydra").mkdir()
-    (tmp_path / ".hydra" / "config.yaml").write_text("model:\n  name: x\n  family: cohere\n")
+    (tmp_path / ".hydra" / "config.yaml").write_text("model:\n  name: x\n  family: mamba\n")
     with pytest.raises(UserError) as err:
         run_model(tmp_path)
-    assert str(err.value).endswith("model.family='cohere' is invalid: valid choices are "
-                                   "gemma2, gemma3, llama3, qwen2, qwen3")
+    assert str(err.value).endswith("model.family='mamba' is invalid: valid choices are "
+                                   "cohere, gemma2, gemma3, llama3, qwen2, qwen3")
 
 
 def test_null_and_dotted_choices_pass():
@@ -351,6 +365,71 @@ def test_the_command_context_says_where_jobs_run():
     assert check_command(out, base("xpk"), multirun=False).jobs_run_elsewhere is False
     ctx = check_command(out, base("basic"), multirun=False)
     assert (ctx.output_dir, ctx.jobs_run_elsewhere) == (out, False)
+
+
+@pytest.mark.parametrize("launcher, address, elsewhere", [
+    ("xpk", None, True), ("rlexp_slurm", None, True), ("submitit_slurm", None, True),
+    ("rlexp_ray", "auto", False), ("rlexp_ray", "127.0.0.1:6379", False),
+    ("rlexp_ray", "10.0.0.7:6379", True), ("rlexp_ray", "ray://head.example:10001", True),
+    ("joblib", None, False), ("basic", None, False)])
+def test_which_launchers_run_their_jobs_elsewhere(launcher, address, elsewhere):
+    from omegaconf import OmegaConf
+
+    from rlexp.launch.checks import jobs_run_elsewhere
+
+    base = OmegaConf.create({"hydra": {"runtime": {"choices": {"hydra/launcher": launcher}},
+                                       "launcher": {"address": address}}})
+    assert jobs_run_elsewhere(base) is elsewhere
+
+
+def test_a_store_that_only_the_cluster_resolves_is_one_warning_for_remote_jobs(tmp_path):
+    """xpk's pods reach a cluster-internal store (mlflow.mlflow.svc.cluster.local) that this
+    machine cannot resolve: the dry run goes on, said in one line; nothing is left on disk."""
+    from helpers import cli, said
+
+    proc = cli("-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", "hardware=v6e-8",
+               "tracker.uri=http://mlflow.svc.invalid:5000", "run.output_uri=gs://b/r",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = said(proc.stderr)
+    warned = [ln for ln in lines if "mlflow.svc.invalid" in ln]
+    assert len(warned) == 1 and warned[0].startswith("rlexp: warning: tracker.uri="), lines
+    assert "does not resolve" in warned[0] and "the jobs run elsewhere" in warned[0]
+    assert len(lines) <= 3 and "Traceback" not in proc.stderr, lines
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_completion_too_short_for_the_answer_is_one_warning(tmp_path):
+    """rollout.max_completion_length=1: no completion can hold '<answer>0</answer>' (18 tokens
+    of the tiny model's char tokenizer), so the run would train at reward 0: said once."""
+    from helpers import cli, said
+
+    proc = cli("rollout.max_completion_length=1", "run.dry_run=true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = said(proc.stderr)
+    assert lines == ["rlexp: warning: rollout.max_completion_length=1 cannot hold the shortest "
+                     "correct answer of dataset.template=answer, '<answer>0</answer>' (18 "
+                     "tokens with model.tokenizer=char): every completion is cut before it, "
+                     "so reward and accuracy stay 0; set rollout.max_completion_length >= 18"]
+    assert list(tmp_path.iterdir()) == []
+    ok = cli("rollout.max_completion_length=18", "run.dry_run=true", cwd=tmp_path)
+    assert ok.returncode == 0 and said(ok.stderr) == [], ok.stderr
+
+
+@pytest.mark.parametrize("template, text", [
+    ("answer", "<answer>0</answer>"),
+    ("reasoning", "<reasoning></reasoning>\n<answer>0</answer>")])
+def test_the_shortest_answer_and_its_tokens(template, text, tmp_path):
+    from types import SimpleNamespace
+
+    from rlexp.data.templates import shortest_answer
+    from rlexp.launch.checks import answer_tokens
+
+    assert shortest_answer(template) == text
+    assert answer_tokens(text, SimpleNamespace(tokenizer="char", path=None))[0] == len(text)
+    # hf without a local tokenizer.json: a lower bound, one token per tag and the answer
+    bound = answer_tokens(text, SimpleNamespace(tokenizer="hf", path=str(tmp_path)))
+    assert bound == (text.count("<") + 1, f"at least {text.count('<') + 1} tokens")
 
 
 def test_each_plan_is_made_once_and_handed_to_the_dry_run(monkeypatch, capsys):

@@ -20,5 +20,9 @@ LOSSES = ("ppo_clip", "cispo", "sapo", "gmpo", "luspo", "vespo", "clip_cov", "kl
 ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
 # Estimators whose advantages depend on the completion mask (whitened over tokens).
 TOKEN_LEVEL_ADVANTAGES = ("reinforce_pp", "reinforce_pp_baseline")
+# Trainer/sampler mismatch corrections (rlexp.algo.rollout_correction; algo.rollout_correction):
+# none, or TRL's vllm_importance_sampling_mode values.
+ROLLOUT_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate",
+                       "sequence_mask")
 # Tunix's loss_algo labels an Algorithm may carry (Tunix 0.1.7 accepts these).
 TUNIX_LOSS_ALGOS = ("grpo", "gspo-token")

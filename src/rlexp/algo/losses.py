@@ -58,6 +58,11 @@ core_algos.py in tests/test_verl_oracle.py):
             first (verl picks among them at random) (Cui et al. 2025, arXiv:2505.22617)
   kl_cov    -A r plus ppo_kl_coef |log r| on the top max(1, kl_cov_ratio x tokens) tokens by
             that covariance, no clipping (same paper)
+Rollout correction (rlexp.algo.rollout_correction): the importance weights pi_old/pi_sampler
+of the trainer/sampler mismatch, a constant per token ([B, T]) or per sequence ([B, 1]),
+multiply the per-token policy loss after the entropy mask and before aggregation (the KL term
+is not weighted), as TRL 1.16's _compute_loss does; VESPO adds their log to its sequence
+log-ratio instead (TRL get_gamma_weights).
 Entropy (TRL's names): `top_entropy_quantile` < 1 keeps in the policy term only tokens whose
 entropy is at least the (1 - q) quantile of the batch's (Wang et al. 2025,
 arXiv:2506.01939); `entropy_coef` subtracts coef x the mean entropy of those tokens.
@@ -269,9 +274,11 @@ def _covariance(adv: jnp.ndarray, logp: jnp.ndarray, mask: jnp.ndarray) -> jnp.n
 
 
 def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: jnp.ndarray,
-                   s: LossSettings) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+                   s: LossSettings, rollout_weights: jnp.ndarray | None = None
+                   ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """[B, T] policy-term loss of s.loss, and the ratio and the 0/1 'this token's update was
-    clipped' used for the diagnostics. `adv` is [B, 1] or [B, T]."""
+    clipped' used for the diagnostics. `adv` is [B, 1] or [B, T]. `rollout_weights` is read
+    by VESPO only (policy_loss weights the others' result)."""
     ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
     lo, hi = 1.0 - s.epsilon, 1.0 + s.epsilon_high
     m = mask.astype(jnp.float32)
@@ -302,6 +309,10 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
         return jnp.broadcast_to(row, logp.shape), ratio, (log_r != clamped).astype(jnp.float32)
     if s.loss == "vespo":
         seq = (jnp.clip(log_r, -MAX_LOG_RATIO, MAX_LOG_RATIO) * m).sum(-1, keepdims=True)
+        if rollout_weights is not None:  # log w = log(pi/pi_old) + log(pi_old/pi_sampler)
+            log_is = jnp.clip(jnp.log(rollout_weights.astype(jnp.float32)), jnp.log(1e-8),
+                              MAX_LOG_RATIO)
+            seq = seq + log_is.sum(-1, keepdims=True)
         log_w = jnp.clip(seq, jnp.log(1e-8), MAX_LOG_RATIO)
         pos = adv >= 0
         k = jnp.where(pos, s.vespo_k_pos, s.vespo_k_neg)
@@ -322,7 +333,8 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
 def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.ndarray | None,
                 advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings,
                 truncated: jnp.ndarray | None = None, budget: int | None = None,
-                divisors: Divisors | None = None, entropy: jnp.ndarray | None = None
+                divisors: Divisors | None = None, entropy: jnp.ndarray | None = None,
+                rollout_weights: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B] (or
     [B, T], REINFORCE++'s token-whitened ones).
@@ -333,13 +345,17 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
     `budget` and `divisors`: see aggregate (the diagnostics in aux stay this batch's means).
     `entropy` [B, T]: the policy's per-token entropy, needed by entropy_coef and
     top_entropy_quantile (its gradient is the entropy bonus's).
+    `rollout_weights` [B, T] or [B, 1]: the rollout correction's importance weights (None =
+    no correction); constants, no gradient flows into them.
     """
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
     mask = kept_mask(mask, advantages, truncated, s)
     adv = advantages.astype(jnp.float32)
     adv = adv if adv.ndim == 2 else adv[:, None]
-    per_token, ratio, was_clipped = per_token_loss(logp, old, adv, mask, s)
+    if rollout_weights is not None:
+        rollout_weights = jax.lax.stop_gradient(rollout_weights.astype(jnp.float32))
+    per_token, ratio, was_clipped = per_token_loss(logp, old, adv, mask, s, rollout_weights)
     # TRL's clip statistics: tokens whose update the clip removed, below and above.
     low = ((ratio < 1.0 - s.epsilon) & (adv < 0)).astype(jnp.float32)
     high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).astype(jnp.float32)
@@ -349,6 +365,8 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
             raise ValueError("top_entropy_quantile < 1 needs the per-token entropy")
         effective = mask * high_entropy_mask(entropy, mask, s.top_entropy_quantile)
         per_token = per_token * effective
+    if rollout_weights is not None and s.loss != "vespo":
+        per_token = per_token * rollout_weights
     pg = aggregate(per_token, mask, s.loss_agg, budget, divisors)
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp, s.kl_estimator)

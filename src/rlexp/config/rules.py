@@ -52,6 +52,27 @@ def _epsilon_high(cfg: Config) -> Optional[Refusal]:
                    f"must be >= algo.epsilon ({a.epsilon}) and < 1")
 
 
+def _rollout_correction(cfg: Config) -> Optional[Refusal]:
+    # TRL 1.16 GRPOConfig.__post_init__ refuses the same: no bound, bounds out of order, and
+    # VESPO with a sequence-level weight (its gamma weight takes token weights).
+    a = cfg.algo
+    lo, hi = a.rollout_correction_clip_min, a.rollout_correction_clip_max
+    if a.rollout_correction == "none":
+        return None
+    if lo is None and hi is None:
+        return Refusal("algo.rollout_correction_clip_max", hi,
+                       f"algo.rollout_correction={a.rollout_correction} needs a bound: set "
+                       "rollout_correction_clip_max (TRL: 3.0) or rollout_correction_clip_min")
+    if lo is not None and hi is not None and lo >= hi:
+        return Refusal("algo.rollout_correction_clip_min", lo,
+                       f"must be below algo.rollout_correction_clip_max ({hi})")
+    if a.loss == "vespo" and a.rollout_correction.startswith("sequence"):
+        return Refusal("algo.rollout_correction", a.rollout_correction,
+                       "algo.loss=vespo takes token_truncate or token_mask (its gamma weight "
+                       "is already per sequence)")
+    return None
+
+
 def _profile_steps(cfg: Config) -> Optional[Refusal]:
     ps = cfg.run.profile_steps
     if len(ps) == 0 or len(ps) == 2 and ps[0] <= ps[1]:
@@ -138,10 +159,48 @@ def _ordered_from_one(field: str) -> Callable[[Config], Optional[Refusal]]:
 
 def _answer_regex(cfg: Config) -> Optional[Refusal]:
     d = cfg.dataset
-    if d.extractor != "regex" or d.answer_regex:
+    if d.extractor == "regex" and not d.answer_regex:
+        return Refusal("dataset.answer_regex", d.answer_regex,
+                       "must be set when dataset.extractor=regex")
+    return None
+
+
+def _answer_regex_compiles(cfg: Config) -> Optional[Refusal]:
+    # Compiled here, not at the first completion (a traceback after the engine was built).
+    pattern = cfg.dataset.answer_regex
+    if not pattern:
         return None
-    return Refusal("dataset.answer_regex", d.answer_regex,
-                   "must be set when dataset.extractor=regex")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return Refusal("dataset.answer_regex", pattern,
+                       f"not a Python regular expression ({exc})")
+    return None
+
+
+# MLflow's limits on names (mlflow/utils/validation.py MAX_EXPERIMENT_NAME_LENGTH; the runs
+# table's `name` column is String(250) in mlflow/store/tracking/dbmodels/models.py, which a
+# PostgreSQL or MySQL store enforces). A longer name failed at the first write, mid-run.
+MAX_EXPERIMENT_NAME = 500
+MAX_RUN_NAME = 250
+
+
+def _shown(text: str, keep: int = 40) -> str:
+    return text if len(text) <= keep else f"{text[:keep]}...({len(text)} characters)"
+
+
+def _tracker_names(cfg: Config) -> Optional[Refusal]:
+    t = cfg.tracker
+    if t.name != "mlflow":
+        return None
+    if len(t.experiment) > MAX_EXPERIMENT_NAME:
+        return Refusal("tracker.experiment", _shown(t.experiment),
+                       f"MLflow takes experiment names of at most {MAX_EXPERIMENT_NAME} "
+                       f"characters")
+    if t.run_name is not None and len(t.run_name) > MAX_RUN_NAME:
+        return Refusal("tracker.run_name", _shown(t.run_name),
+                       f"MLflow stores run names of at most {MAX_RUN_NAME} characters")
+    return None
 
 
 # Builders that generate their problems (no file to read).
@@ -242,6 +301,7 @@ def _lora_rollout(cfg: Config) -> Optional[Refusal]:
 RULES: tuple[Rule, ...] = (
     Rule("algo_imports", _algo_imports),
     Rule("epsilon_high_at_least_epsilon", _epsilon_high),
+    Rule("rollout_correction_bounds", _rollout_correction),
     Rule("profile_steps_pair", _profile_steps),
     Rule("mini_batch_divides_batch", _mini_divides_batch),
     Rule("micro_batch_divides_mini_batch", _micro_divides_mini),
@@ -252,6 +312,8 @@ RULES: tuple[Rule, ...] = (
     Rule("operators_subset", _operators),
     Rule("terms_ordered", _ordered_from_one("terms")),
     Rule("answer_regex_for_regex_extractor", _answer_regex),
+    Rule("answer_regex_compiles", _answer_regex_compiles),
+    Rule("tracker_names_within_mlflow_limits", _tracker_names),
     Rule("generated_dataset_reads_no_file", _generated_dataset_reads_no_file),
     Rule("digits_ordered", _ordered_from_one("digits")),
     Rule("meshes_fill_devices", _meshes_fill_devices),

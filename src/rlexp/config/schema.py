@@ -39,7 +39,8 @@ class ModelConfig:
     # Short name of the model profile (the option chosen in conf/model/).
     name: str = "tiny"
     # Architecture family (a module of rlexp/families/): Tunix's model code, the Hugging Face
-    # mappings and the memory formula's inputs. llama3 | qwen3 | qwen2 | gemma3 | gemma2.
+    # mappings and the memory formula's inputs. llama3 | qwen3 | qwen2 | gemma3 | gemma2 |
+    # cohere.
     family: str = "qwen3"
     # Local directory with HF safetensors + config.json; None = random init (tiny only).
     path: Optional[str] = None
@@ -65,8 +66,14 @@ class ModelConfig:
     sliding_window: Optional[int] = None
     # Whether the output projection reuses the embedding table.
     tie_embeddings: bool = True
-    # RMSNorm epsilon.
+    # RMSNorm epsilon (Cohere: its LayerNorm's, config.json layer_norm_eps).
     norm_eps: float = 1e-6
+    # Factor on the output logits (Cohere's config.json logit_scale; aya-expanse-8b: 0.125);
+    # 1 = none. Read by the cohere family only.
+    logit_scale: float = 1.0
+    # Per-head q/k LayerNorms (Cohere's config.json use_qk_norm, Command R+). Read by the
+    # cohere family only (Qwen3 and Gemma 3 always have theirs).
+    qk_norm: bool = False
     # Longest context the model was trained for.
     max_position: int = 512
     # Compute dtype (activations, matmuls, the sampler's KV cache): float32 | bfloat16.
@@ -156,6 +163,14 @@ class AlgoConfig:
     # Policy term on the top share of tokens by entropy only (TRL top_entropy_quantile;
     # arXiv:2506.01939 keeps 0.2); 1 = every token.
     top_entropy_quantile: float = 1.0
+    # Trainer/sampler mismatch correction (rlexp.algo.rollout_correction; TRL
+    # vllm_importance_sampling_mode): none | token_truncate | token_mask | sequence_truncate |
+    # sequence_mask. The gap itself is logged every step (rollout/logprob_diff, _max).
+    rollout_correction: str = "none"
+    # Bounds of the importance weight pi_old / pi_sampler: clipped to them (*_truncate) or 0
+    # outside them (*_mask); None = no bound (TRL vllm_importance_sampling_clip_min/_max).
+    rollout_correction_clip_min: Optional[float] = None
+    rollout_correction_clip_max: Optional[float] = 3.0
 
 
 @dataclass
@@ -514,6 +529,9 @@ class RunConfig:
     # resumed) under <output_uri>/<run name>/checkpoints; summary.json and export/ are copied
     # there at the end. null: everything stays in the local run dir.
     output_uri: Optional[str] = None
+    # The scheduler priority a launcher gives this run (xpk --priority): very-low | low |
+    # medium | high | very-high; null = the launcher's own (hydra.launcher.priority wins).
+    priority: Optional[str] = None
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from rlexp.algo.algorithm import algorithms
 from rlexp.algo.choices import (ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSSES,
-                                RATIO_LEVELS, REWARD_SCALES)
+                                RATIO_LEVELS, REWARD_SCALES, ROLLOUT_CORRECTIONS)
 from rlexp.base.errors import UserError
 from rlexp.config.rules import RULES, Refusal, epoch_steps
 from rlexp.config.schema import Config
@@ -51,6 +51,7 @@ CHOICES: dict[str, OneOf] = {
     "algo.ratio_level": OneOf(RATIO_LEVELS, null="null (the algorithm's own)"),
     "algo.loss": OneOf(LOSSES),
     "algo.advantage": OneOf(ADVANTAGES),
+    "algo.rollout_correction": OneOf(ROLLOUT_CORRECTIONS),
     "hardware.platform": OneOf(("cpu", "tpu", "gpu")),
     "hardware.split": OneOf(("colocated", "split")),
     "hardware.runtime": OneOf(("single", "multi_controller", "pathways")),
@@ -59,6 +60,8 @@ CHOICES: dict[str, OneOf] = {
                                dotted="a dotted path to fn(text)"),
     "rollout.name": OneOf(("vanilla", "vllm")),
     "tracker.name": OneOf(("mlflow", "none")),
+    "run.priority": OneOf(("very-low", "low", "medium", "high", "very-high"),
+                          null="null (the launcher's own)"),
     "train.lr_schedule": OneOf(("constant", "cosine", "warmup_cosine", "linear")),
     "train.early_stop.mode": OneOf(MODES),
     "train.prune.mode": OneOf(MODES),
@@ -80,6 +83,7 @@ RANGES: dict[str, str] = {
     "model.hidden_dim": "[1, inf)",
     "model.vocab_size": "[1, inf)",
     "model.rope_theta": "(0, inf)",
+    "model.logit_scale": "(0, inf)",
     "model.rope_scale": "[1, inf)",
     "model.sliding_window": "[1, inf)",
     "model.norm_eps": "(0, 1)",
@@ -105,6 +109,9 @@ RANGES: dict[str, str] = {
     "algo.ppo_kl_coef": "[0, inf)",
     "algo.entropy_coef": "(-inf, inf)",  # negative = entropy penalty (TRL allows it)
     "algo.top_entropy_quantile": "[0, 1]",
+    # Importance-weight bounds (rules: min below max, one of them set when a mode is on).
+    "algo.rollout_correction_clip_min": "[0, inf)",
+    "algo.rollout_correction_clip_max": "(0, inf)",
     # Group-relative advantages need two completions; 1024 per prompt is past any recipe
     # (DeepSeek-R1: 16) and each one is a sampler row: more only exhausts memory.
     "algo.num_generations": "[2, 1024]",

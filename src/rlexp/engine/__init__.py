@@ -11,11 +11,13 @@ update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sa
 Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_models (the
 policy as a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once),
 tunix_patches (every change rlexp makes to Tunix: its import shortcut, the numerics
-patches), algo_registry (rlexp's losses plugged into Tunix), vllm_rollout, checkpoint_store
+patches), algo_registry (rlexp's losses plugged into Tunix), vllm_rollout (rollout=vllm's settings, no
+vllm import), vllm_engine (vLLM in the run's process on CPU/GPU, weight syncs), checkpoint_store
 (orbax through Tunix), lora (model.lora's adapters through qwix), warm_start, weights (flat
 parameter names), export (the policy as a Hugging Face dir), probes (host-side step
 metrics), profile (JAX traces), protocol (the Engine
-interface the job sees).
+interface the job sees), cohere (the Cohere model, Aya Expanse's, in Flax NNX on Tunix's model
+interface: Tunix has none).
 
 Layer: engine. May import rlexp.planning, rlexp.inputs, rlexp.data, rlexp.tracking (only to
 resolve an MLflow run id for init_from and export), rlexp.config, rlexp.algo, rlexp.base.

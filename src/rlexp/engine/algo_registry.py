@@ -13,6 +13,18 @@ reduction over the vocabulary, no second forward; train/entropy (mean) and
 train/entropy_q10 (10th percentile of the token entropies) are logged every step. Its
 gradient is kept only when the loss uses it (entropy_coef, top_entropy_quantile).
 
+Rollout correction (rlexp.algo.rollout_correction): `correct_rollouts` hands the sampler's
+per-token log-probs (RolloutOutput.logprobs, whichever engine) to the loss in the example
+(`RolloutExample`). The loss compares them with the trainer's old log-probs: Tunix's old-logps
+pass when num_iterations > 1, else its own forward, which on the first and only update of a
+rollout runs the weights the rollout was scored against (optax.MultiSteps changes them only at
+the window's end), so no extra forward pass is made. It logs rollout/logprob_diff and
+rollout/logprob_diff_max every update and, with algo.rollout_correction, applies the
+importance weights. Off-policy (num_iterations > 1) with an engine other than the vanilla
+sampler, Tunix's old log-probs would be the engine's own; the trainer's replace them (one
+forward without gradient at the rollout temperature, as TRL 1.16 computes its old log-probs
+whenever its vLLM correction is on).
+
 `AlgoSettings` is Tunix's GRPOConfig carrying our loss's settings, built once from the
 algorithm config; Tunix's own fields are filled consistently (loss_algo, kl_loss_mode,
 loss_agg_mode) so its logs agree.
@@ -38,6 +50,7 @@ from tunix.rl import common, function_registry, rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
 
 from rlexp.algo import algorithm
+from rlexp.algo import rollout_correction as rc
 from rlexp.algo.advantages import advantages_by_name, group_advantages, masked_whiten
 from rlexp.algo.choices import KL_ESTIMATORS, LOSS_AGGREGATIONS, TOKEN_LEVEL_ADVANTAGES
 from rlexp.algo.losses import (Divisors, LossSettings, kept_counts, kept_mask, masked_mean,
@@ -54,7 +67,8 @@ TUNIX_LOSS_AGG = {agg: agg.replace("sequence-mean-token-sum", "seq-mean-token-su
 # Keys of the loss's aux dict, collected by the engine every update.
 AUX_KEYS = ("pg_loss", "kl", "clip_fraction", "ratio_mean", "ratio_max", "ratio_min",
             "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy",
-            "entropy_q10")
+            "entropy_q10", "logprob_diff", "logprob_diff_max", "is_weight_min", "is_weight_mean",
+            "is_weight_max")
 # The low quantile of the token entropies logged beside their mean (a collapse shows there
 # first: most tokens near 0 while the mean is held up by a few).
 ENTROPY_QUANTILE = 0.1
@@ -69,6 +83,8 @@ class AlgoSettings(GRPOConfig):
     budget: int | None = None
     # algo.advantage (REINFORCE++ finishes its advantages over the completion tokens).
     advantage: str = "grpo"
+    # algo.rollout_correction and its bounds.
+    correction: rc.RolloutCorrection = rc.RolloutCorrection()
 
     @property
     def ratio_level(self) -> str:
@@ -80,7 +96,8 @@ def algo_settings(a: AlgoConfig, budget: int | None = None) -> AlgoSettings:
     """`budget`: rollout.max_completion_length (the engine always passes it)."""
     loss = LossSettings.from_algo(a)
     return AlgoSettings(
-        loss=loss, budget=budget, advantage=a.advantage, policy_loss_fn=POLICY_LOSS,
+        loss=loss, budget=budget, advantage=a.advantage,
+        correction=rc.RolloutCorrection.from_algo(a), policy_loss_fn=POLICY_LOSS,
         advantage_estimator=advantage_estimator(a),
         loss_algo=algorithm.get(a.name).tunix_loss_algo, num_generations=loss.group_size,
         num_iterations=a.num_iterations, beta=loss.beta, epsilon=loss.epsilon,
@@ -113,7 +130,14 @@ _REGISTERED: set[str] = set()
 
 
 @flax.struct.dataclass(frozen=True)
-class WindowedExample(TrainExample):
+class RolloutExample(TrainExample):
+    """A training example and its sampler's per-token log-probs [B, T] (NaN where the
+    sampler gave none)."""
+    sampler_logps: Any = None
+
+
+@flax.struct.dataclass(frozen=True)
+class WindowedExample(RolloutExample):
     """A micro-batch and the divisors of its accumulation window (rlexp.algo.losses.Divisors:
     the window's kept tokens and kept rows over its number of micro-batches), each [B], one
     value repeated, so they shard along the batch like every other field."""
@@ -150,15 +174,31 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
                     eos_id: int = -1, entropy: Any = None) -> tuple[Any, dict[str, Any]]:
     """The part of the registered loss after the forward pass (tested on its own).
     `entropy`: [B, T] per-token entropy (needed by entropy_coef and top_entropy_quantile)."""
-    divisors = None
-    if isinstance(train_example, WindowedExample):
+    divisors = sampler = weights = None
+    if isinstance(train_example, WindowedExample) and train_example.window_tokens is not None:
         divisors = Divisors(tokens=jnp.max(train_example.window_tokens),
                             rows=jnp.max(train_example.window_rows))
-    return policy_loss(per_token_logps, train_example.old_per_token_logps,
-                       train_example.ref_per_token_logps, train_example.advantages,
-                       train_example.completion_mask, algo_config.loss,
-                       truncated(train_example, algo_config, eos_id), algo_config.budget, divisors,
-                       entropy)
+    mask = train_example.completion_mask
+    if isinstance(train_example, RolloutExample):
+        sampler = train_example.sampler_logps
+    c = algo_config.correction
+    if sampler is not None:
+        # The trainer's log-probs the rollout is compared with: the old ones, or (on-policy)
+        # this forward's, the same weights (see the module docstring).
+        old = train_example.old_per_token_logps
+        trainer = jax.lax.stop_gradient(per_token_logps if old is None else old)
+        if c.enabled:
+            weights = rc.importance_weights(trainer, sampler, mask, c)
+    loss, aux = policy_loss(per_token_logps, train_example.old_per_token_logps,
+                            train_example.ref_per_token_logps, train_example.advantages,
+                            train_example.completion_mask, algo_config.loss,
+                            truncated(train_example, algo_config, eos_id), algo_config.budget,
+                            divisors, entropy, weights)
+    if sampler is not None:
+        aux.update(rc.logprob_gap(trainer, sampler, mask))
+    if weights is not None:
+        aux.update(rc.weight_stats(weights, mask, c.mode))
+    return loss, aux
 
 
 def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
@@ -177,8 +217,8 @@ def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
     for ex in examples:
         fields = {f.name: getattr(ex, f.name) for f in dataclasses.fields(ex)}
         n = ex.completion_mask.shape[0]
-        out.append(WindowedExample(**fields, window_tokens=jnp.full((n,), tokens),
-                                   window_rows=jnp.full((n,), rows)))
+        fields.update(window_tokens=jnp.full((n,), tokens), window_rows=jnp.full((n,), rows))
+        out.append(WindowedExample(**fields))
     return out
 
 
@@ -224,6 +264,110 @@ def normalise_over_windows(learner: Any) -> None:
         return prepare(*args, data_queue=data_queue, mode=mode, **kw)
 
     learner._prepare_data = prepare_data
+
+
+def on_trainer_mesh(cluster: Any, *arrays: Any) -> list[Any]:
+    """The arrays [B, ...] as global arrays of the same shape on the trainer's mesh, rows split
+    over its data axes as Tunix splits its log-prob passes' inputs (sharding_utils.shard_input's
+    PartitionSpec(*data_sharding_axis); replicated when the rows do not divide evenly)."""
+    mesh = cluster.r2m[rl_cluster_lib.Role.ACTOR]
+    axis = tuple(cluster.cluster_config.training_config.data_sharding_axis)
+    return [rows_on_mesh(x, mesh, axis) for x in arrays]
+
+
+def rows_on_mesh(x: Any, mesh: jax.sharding.Mesh, axis: tuple[Any, ...]) -> jax.Array:
+    """`x` (every row) as a global array of x's own shape, split over `axis` of the mesh.
+    Each process of a multi-controller run holds the whole rollout (Tunix's sampler returns
+    every row to every process, as it does the completion tokens), so its copy is the global
+    array itself: global_shape = x.shape. shard_input reads each process's copy as its share
+    of the rows instead (make_array_from_process_local_data without global_shape): a
+    [processes x B] array beside the trainer's [B] ones, which fails in the loss. A global
+    array is returned as it is."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x
+    x = np.asarray(x)
+    spec = jax.sharding.PartitionSpec(*axis)
+    divides = x.ndim >= len(spec) and all(
+        x.shape[i] % int(np.prod([mesh.shape[n] for n in (a if isinstance(a, tuple) else (a,))]))
+        == 0 for i, a in enumerate(spec) if a is not None)
+    sharding = jax.sharding.NamedSharding(mesh, spec if divides else
+                                          jax.sharding.PartitionSpec())
+    return jax.make_array_from_process_local_data(sharding, x, global_shape=x.shape)
+
+
+def trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, pad_id: int, eos_id: int,
+                  temperature: float, micro: int) -> Any:
+    """[B, T] log-probs of the completion tokens under the trainer's current weights, at the
+    rollout temperature (the loss's own forward, without gradient), `micro` rows at a time."""
+    graphdef, state = nnx.split(cluster.actor_trainer.model)
+    prompt_ids, completion_ids = on_trainer_mesh(cluster, prompt_ids, completion_ids)
+    n = completion_ids.shape[0]
+    with cluster.r2m[rl_cluster_lib.Role.ACTOR]:
+        return jnp.concatenate([
+            common.compute_per_token_logps(
+                graphdef, state, prompt_tokens=prompt_ids[i:i + micro],
+                completion_tokens=completion_ids[i:i + micro], pad_id=pad_id, eos_id=eos_id,
+                stop_gradient=True, return_logits=False, temperature=temperature)
+            for i in range(0, n, micro or n)], axis=0)
+
+
+def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None) -> RolloutExample:
+    """The example as a RolloutExample carrying the sampler's log-probs; `trainer`, when
+    given, replaces its old log-probs."""
+    fields = {f.name: getattr(example, f.name) for f in dataclasses.fields(example)}
+    fields["sampler_logps"] = sampler
+    if trainer is not None:
+        fields["old_per_token_logps"] = trainer
+    return RolloutExample(**fields)
+
+
+def correct_rollouts(learner: Any) -> None:
+    """Hand every training rollout's sampler log-probs to the loss, which measures (and with
+    algo.rollout_correction, corrects) the trainer/sampler mismatch: wraps RLCluster.generate
+    (to keep the TRAIN output's log-probs) and _generate_and_compute_advantage on the
+    instances. A sampler that returns no log-probs leaves the examples as they are, unless a
+    correction needs them."""
+    from tunix.rl.rollout.vanilla_rollout import VanillaRollout
+
+    cluster = learner.rl_cluster
+    generate, prepare = cluster.generate, learner._generate_and_compute_advantage
+    # The vanilla rollout's old log-probs are the loss's forward (at the rollout temperature:
+    # tunix_adapter) on the sampler's weights, the trainer's own when colocated; another
+    # engine's would be its own log-probs.
+    vanilla = isinstance(cluster.rollout, VanillaRollout)
+    kept: list[Any] = []
+
+    def keeping_generate(*args: Any, **kw: Any) -> Any:
+        out = generate(*args, **kw)
+        if kw.get("mode", rl_cluster_lib.Mode.TRAIN) == rl_cluster_lib.Mode.TRAIN:
+            kept.append(out.logprobs)
+        return out
+
+    def prepare_corrected(*args: Any, **kw: Any) -> Any:
+        kept.clear()
+        out = prepare(*args, **kw)
+        mode = args[1] if len(args) > 1 else kw.get("mode", rl_cluster_lib.Mode.TRAIN)
+        rows = kept.pop() if kept else None
+        c = learner.algo_config.correction
+        if mode != rl_cluster_lib.Mode.TRAIN:
+            return out
+        if rows is None:
+            if c.enabled:
+                raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
+                                   "per-token log-probs, and this rollout engine returned none")
+            return out
+        [sampler] = on_trainer_mesh(cluster, rc.sampler_logps(rows, out.completion_ids.shape[1]))
+        trainer = None
+        if out.old_per_token_logps is not None and not vanilla:
+            micro = (learner._compute_logps_micro_batch_size or 0) * \
+                learner.algo_config.num_generations
+            trainer = trainer_logps(cluster, out.prompt_ids, out.completion_ids,
+                                    cluster.rollout.pad_id(), cluster.rollout.eos_id(),
+                                    learner.algo_config.temperature, micro)
+        return with_sampler_logps(out, sampler, trainer)
+
+    cluster.generate = keeping_generate
+    learner._generate_and_compute_advantage = prepare_corrected
 
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS)

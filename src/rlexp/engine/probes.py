@@ -27,12 +27,16 @@ import numpy as np
 # rlexp.engine and never needs it.
 
 # aux/metric name -> how the per-update values of a step combine (default: mean).
-_EXTREMES = {"ratio_max": np.max, "ratio_min": np.min}
+_EXTREMES = {"ratio_max": np.max, "ratio_min": np.min, "logprob_diff_max": np.max,
+             "is_weight_max": np.max, "is_weight_min": np.min}
 # rlexp's stable names for the per-update values (others: train/<name>).
 _NAMES = {"loss": "train/loss", "kl": "train/kl", "clip_fraction": "train/clip_fraction",
           "grad_norm": "train/grad_norm", "pg_loss": "train/pg_loss",
           "ratio_mean": "train/ratio_mean", "ratio_max": "train/ratio_max",
-          "ratio_min": "train/ratio_min"}
+          "ratio_min": "train/ratio_min",
+          # the trainer/sampler gap and its importance weights (rlexp.algo.rollout_correction)
+          **{k: f"rollout/{k}" for k in ("logprob_diff", "logprob_diff_max", "is_weight_min",
+                                          "is_weight_mean", "is_weight_max")}}
 
 
 def completion_stats(lengths: Sequence[int], max_tokens: int) -> dict[str, float]:

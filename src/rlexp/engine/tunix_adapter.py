@@ -23,6 +23,7 @@ rollout.micro_batch_size prompts per call, independent of the update's micro-bat
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Sequence
 
@@ -34,6 +35,7 @@ from tunix.rl.rollout import base_rollout
 
 from rlexp.config.schema import Config
 from rlexp.engine import algo_registry as registry
+from rlexp.engine.vllm_rollout import on_tunix_engine
 from rlexp.planning.memory import rollout_micro_prompts
 
 # Imported inside functions, on purpose: jax's and Tunix's submodules named inside functions are
@@ -102,20 +104,27 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 
 def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
     """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature).
-    rollout=vllm: rlexp.engine.vllm_rollout maps (and checks) the vLLM settings."""
+    rollout=vllm: rlexp.engine.vllm_rollout maps (and checks) the vLLM settings. TRAIN asks
+    the sampler for its per-token log-probs, whichever engine: the trainer/sampler gap is
+    logged every step and algo.rollout_correction needs them (algo_registry.correct_rollouts)."""
     r = cfg.rollout
     if r.name == "vllm":
         from rlexp.engine.vllm_rollout import make_rollout_config
 
-        return {Mode.TRAIN: make_rollout_config(cfg),
+        return {Mode.TRAIN: dataclasses.replace(make_rollout_config(cfg), return_logprobs=True),
                 Mode.EVAL: make_rollout_config(cfg, temperature=cfg.eval.temperature)}
 
     def make(temperature: float) -> base_rollout.RolloutConfig:
         # Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off).
+        # Its log-probs are log_softmax(logits / temperature) over the whole vocabulary
+        # (tunix/generate/sampler.py sample_top_p), as the trainer's forward computes them;
+        # EVAL asks for them too, so that evaluation's sampled pass reuses the training
+        # decode loop's compilation (the log-prob buffer is part of the loop's state).
         return base_rollout.RolloutConfig(
             max_tokens_to_generate=r.max_completion_length, temperature=temperature,
             top_p=1.0 if r.top_p is None else r.top_p, top_k=r.top_k,
-            max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size)
+            max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size,
+            return_logprobs=True)
 
     return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
 
@@ -143,10 +152,18 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
         mini_batch_size=mini, train_micro_batch_size=t.micro_batch_size or mini,
         rollout_micro_batch_size=rollout_micro, compute_logps_micro_batch_size=rollout_micro,
         metrics_logging_options=None, checkpoint_root_directory=None)
+    # rollout=vllm: "vllm" is Tunix's own VllmRollout (TPU, tpu-inference); on CPU/GPU
+    # rlexp's subclass of it, bound to the run's config (RLCluster builds an engine given as a
+    # BaseRollout subclass or a functools.partial of one). Imported here: it imports vllm.
+    engine: Any = cfg.rollout.name
+    if engine == "vllm" and not on_tunix_engine(cfg):
+        from rlexp.engine.vllm_engine import TorchVllmRollout
+
+        engine = functools.partial(TorchVllmRollout, cfg=cfg)
     cluster_config = rl_cluster_lib.ClusterConfig(
         role_to_mesh={Role.ACTOR: meshes["trainer"], Role.REFERENCE: meshes["trainer"],
                       Role.ROLLOUT: meshes["rollout"]},
-        rollout_engine=cfg.rollout.name, offload_to_cpu=False,
+        rollout_engine=engine, offload_to_cpu=False,
         training_config=training, rollout_config=rollout_configs(cfg))
     cluster = rl_cluster_lib.RLCluster(actor=actor, reference=reference, tokenizer=tokenizer,
                                        cluster_config=cluster_config)
@@ -246,6 +263,8 @@ def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
     registry.normalise_over_windows(learner)
     # REINFORCE++: advantages whitened over the completion tokens, once the mask is known.
     registry.whiten_over_tokens(learner)
+    # The trainer/sampler gap of every rollout (and algo.rollout_correction's weights).
+    registry.correct_rollouts(learner)
     return learner
 
 

