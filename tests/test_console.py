@@ -180,17 +180,15 @@ def test_on_a_terminal_a_sweeps_job_draws_no_bar_and_sends_its_lines_to_the_laun
 
 def test_a_stopped_sweep_job_tells_the_launcher_killed_not_failed(tmp_path, hydra_like_logging,
                                                                   capsys):
-    from rlexp.job.experiment import JobStopped, Observers, _listeners
+    from rlexp.job.experiment import Observers, _listeners
 
     cfg = Config()
     cfg.tracker.name = "none"
     env = SweepEnv(size=2, keys=[], relay=tmp_path, terminal=False).to_env()
-    with pytest.raises(JobStopped):
-        with job_output(1, [], environ=env):
-            listeners = _listeners(cfg, tmp_path)  # the run's own, this job's among them
-            assert listeners[-1] is sweep_messages.current_job()
-            Observers(listeners, tmp_path).on_run_end("KILLED", {"steps_done": 3})
-            raise JobStopped("preempted (SIGTERM) after step 3")
+    with job_output(1, [], environ=env):  # the job returns (NaN): the sweep's others go on
+        listeners = _listeners(cfg, tmp_path)  # the run's own, this job's among them
+        assert listeners[-1] is sweep_messages.current_job()
+        Observers(listeners, tmp_path).on_run_end("KILLED", {"steps_done": 3})
     (end,) = [r for r in map(json.loads, (tmp_path / "1.jsonl").read_text().splitlines())
               if r["kind"] == "end"]
     assert end["status"] == "KILLED"
@@ -337,3 +335,37 @@ def test_on_a_terminal_the_first_line_comes_before_jax_is_imported(tmp_path):
     first = lines[1]
     assert first.startswith("rlexp: ") and "building the model" in first, lines
     print(f"first line, then JAX imported {lines[-1]}")
+
+
+def test_a_failed_run_ends_with_its_error_line_not_a_table():
+    stream = io.StringIO()
+    console = ConsoleListener(Config(), stream=stream, terminal=False)
+    console.on_eval(0, {"eval/accuracy": 0.5}, [])
+    console.on_eval(2, {"eval/accuracy": 0.25}, [])
+    console.on_run_end("FAILED", {"steps_done": 2, "wall_s": 3.0, "eval_before": {
+        "eval/accuracy": 0.5}, "error": "reward exact raised ValueError: down at step 3"})
+    assert stream.getvalue().splitlines() == [
+        "eval @ step 0: accuracy 0.500  format 0.000  pass@k 0.000",
+        "eval @ step 2: accuracy 0.250  format 0.000  pass@k 0.000",
+        "rlexp: error: reward exact raised ValueError: down at step 3"]
+
+
+def test_a_sweep_ends_with_each_failed_jobs_line_and_exit_1(tmp_path, capsys):
+    from rlexp.base.summary import write_summary
+
+    for name, status, error, beta in (("a", "FINISHED", None, "0"),
+                                      ("b", "FAILED", "reward x raised ValueError: y at step 2",
+                                       "0.04"),
+                                      ("c", "KILLED", "preempted (SIGTERM) after step 3", "0.1")):
+        (tmp_path / name).mkdir()
+        write_summary(tmp_path / name, {"name": name, "status": status, "error": error,
+                                        "overrides": [f"algo.beta={beta}"]})
+    assert sweep_messages.failed_jobs(tmp_path, ["algo.beta"]) == [
+        "rlexp: error: [β=0.04] reward x raised ValueError: y at step 2",
+        "rlexp: [β=0.1] preempted (SIGTERM) after step 3"]
+    assert sweep_messages.end_of_sweep(tmp_path) == 1
+    assert capsys.readouterr().err.count("\n") == 2
+    for name in ("b", "c"):
+        (tmp_path / name / "summary.json").unlink()
+    assert sweep_messages.end_of_sweep(tmp_path) == 0
+    assert sweep_messages.end_of_sweep(tmp_path / "never-made") == 0

@@ -24,7 +24,7 @@ from rlexp.base.lock import LOCK_FILE, Busy, DirLock
 from rlexp.tracking import prepare_store, run_id
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import LINK_FILE, SPOOL_FILE, Spool
-from helpers import cli, cli_env, crash, history, info, metrics, one_line_exit_2
+from helpers import cli, cli_env, crash, history, info, metrics, one_line_exit_2, said
 
 # A process that takes a dir's lock the way a running job does, says so, then sleeps.
 HOLDER = ("import sys, time; from rlexp.base.lock import DirLock; "
@@ -369,6 +369,31 @@ def test_check_finite_names_the_bad_metric():
         check_finite(3, {"train/reward/format_exact": math.nan})
 
 
+def test_a_failure_line_names_the_reward_its_exception_and_where_in_the_loop():
+    from rlexp.data.rewards import RewardFailed, Term
+    from rlexp.job.experiment import failure_line
+    from rlexp.job.loop import PhaseTimer, _note_where
+
+    def grader(prompts, completions, answers, **_):
+        raise ValueError("the grader is down\nsecond line")
+
+    phase = PhaseTimer()
+    with pytest.raises(RewardFailed) as raised:
+        with phase("evaluate"):
+            Term("exact", grader, 1.0)(["p"], ["c"], ["a"])
+    assert isinstance(raised.value.__cause__, ValueError)  # the traceback keeps the original
+    _note_where(raised.value, phase, 0)
+    assert failure_line(raised.value) == ("reward exact raised ValueError: the grader is down "
+                                          "in the evaluation at step 0")
+    phase = PhaseTimer()
+    with pytest.raises(OSError) as raised:
+        with phase("step"):  # step 4's update: the counter still says 3
+            raise OSError(5, "Input/output error", "/data/x.jsonl")
+    _note_where(raised.value, phase, 3)
+    assert failure_line(raised.value) == ("OSError: [Errno 5] Input/output error: "
+                                          "'/data/x.jsonl' at step 4")
+
+
 # ------------------------------------------------------- real runs killed and rerun (slow)
 
 SMALL = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
@@ -523,3 +548,111 @@ def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cach
     assert (run_dir / "checkpoints" / "0").is_dir()  # the last good checkpoint is kept
     client, rid = _tracked(run_dir)
     assert client.get_run(rid).info.status == "FAILED"
+
+
+# ------------------------------------- failures after start-up: one line, FAILED, exit 1 (slow)
+
+# A user's reward plug-in that passes its start-up probe (rlexp.data.rewards.probe: these three
+# completions) and then fails: raises, or returns NaN.
+FLAKY = '''
+PROBE = ["<answer>5</answer>", "<answer>7</answer>", ""]
+
+def raises(prompts, completions, answers, fail=True, **kwargs):
+    if fail and list(completions) != PROBE:
+        raise ValueError("the grader is down")
+    return [0.0 for _ in completions]
+
+def nan_later(prompts, completions, answers, **kwargs):
+    return [0.0 if list(completions) == PROBE else float("nan") for _ in completions]
+'''
+FLAKY_PACKAGE = "rlexp_test_flaky"
+
+
+@pytest.fixture(scope="module")
+def flaky_env(tmp_path_factory) -> dict[str, str]:
+    """PYTHONPATH with the FLAKY package importable, as if the user had installed it."""
+    root = tmp_path_factory.mktemp("flaky")
+    (root / FLAKY_PACKAGE).mkdir()
+    (root / FLAKY_PACKAGE / "__init__.py").write_text("")
+    (root / FLAKY_PACKAGE / "rewards.py").write_text(FLAKY)
+    return {"PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get(
+        "PYTHONPATH")])])}
+
+
+def _reward(fn: str) -> str:
+    return f"reward.functions=[{{_target_:{FLAKY_PACKAGE}.rewards.{fn},name:{fn}}}]"
+
+
+def _ends_in_one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit 1, no traceback, one `rlexp: error:` line holding every needle, and after it at
+    most the run's dir and MLflow link (3 lines); returns the line."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "Error executing job" not in out, out[-3000:]
+    assert "RuntimeWarning" not in out, out[-3000:]  # numpy's "Mean of empty slice" included
+    lines = said(proc.stderr)
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("rlexp: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert len(lines) - errors[0] <= 3, proc.stderr
+    for needle in needles:
+        assert needle in lines[errors[0]], lines[errors[0]]
+    return lines[errors[0]]
+
+
+def _failed_in_mlflow_with_traceback_in_log(run_dir: Path, *needles: str) -> None:
+    client, rid = _tracked(run_dir)
+    assert client.get_run(rid).info.status == "FAILED"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "FAILED"
+    log = (run_dir / "rlexp.log").read_text()
+    for needle in needles:
+        assert needle in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_a_reward_plug_in_that_raises_mid_run_ends_in_one_line(tmp_path, cache_dir, flaky_env):
+    proc = cli(*_overrides(cache_dir, "train.steps=2", "model.warm_start_steps=0",
+                           _reward("raises")), cwd=tmp_path,
+               env=flaky_env, timeout=900)
+    line = _ends_in_one_line(proc, "reward raises raised ValueError: the grader is down",
+                             "at step 0")
+    assert line.endswith("in the evaluation at step 0"), line
+    _failed_in_mlflow_with_traceback_in_log(_run_dir(tmp_path), "Traceback",
+                                            "ValueError: the grader is down")
+
+
+@pytest.mark.slow
+def test_a_nan_reward_says_no_checkpoint_was_saved_and_no_numpy_warning(tmp_path, cache_dir,
+                                                                         flaky_env):
+    proc = cli(*_overrides(cache_dir, "train.steps=3", "train.checkpoint_every=0",
+                           "model.warm_start_steps=0",
+                           _reward("nan_later")), cwd=tmp_path, env=flaky_env, timeout=900)
+    line = _ends_in_one_line(proc, "step 1: ", "train/reward/nan_later=nan",
+                             "no checkpoint was saved (train.checkpoint_every=0)")
+    assert "last good checkpoint" not in line
+    run_dir = _run_dir(tmp_path)
+    assert not any((run_dir / "checkpoints").iterdir())
+    client, rid = _tracked(run_dir)
+    assert client.get_run(rid).info.status == "FAILED"
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_failing_job_counts_it_says_its_line_and_exits_1(tmp_path, cache_dir,
+                                                                         flaky_env):
+    proc = cli("-m", *_overrides(cache_dir, "train.steps=2", "model.warm_start_steps=0",
+                                 _reward("raises"),
+                                 "+reward.functions.0.kwargs.fail=true,false"),
+               cwd=tmp_path, env=flaky_env, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "Error executing job" not in out, out[-3000:]
+    (end,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("rlexp: sweep ")]
+    assert ": 1 of 2 runs FAILED; MLflow run " in end, end
+    # the parent's last lines: the failed job's own line, labelled with its swept value
+    last = said(proc.stderr)[-1]
+    assert last.startswith("rlexp: error: [fail=True] reward raises raised ValueError: "
+                           "the grader is down"), proc.stderr[-3000:]
+    (sweep_dir,) = (tmp_path / "outputs" / "sweeps").iterdir()
+    (failed,) = [p.parent for p in sweep_dir.glob("*/summary.json")
+                 if json.loads(p.read_text())["status"] == "FAILED"]
+    _failed_in_mlflow_with_traceback_in_log(failed, "Traceback", "the grader is down")

@@ -174,6 +174,11 @@ NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verif
                      "rlexp.data.reward_sets.easydel_accuracy")
 
 
+class RewardFailed(Exception):
+    """A reward plug-in raised after its start-up probe: names the reward and its exception
+    (the original is the __cause__, for the run's log file)."""
+
+
 @dataclass(frozen=True)
 class Term:
     # Name reported as train/reward/<name>.
@@ -203,9 +208,13 @@ class Term:
         """Weighted values, one per completion (shape checked by `probe`)."""
         if self.needs_lengths and "completion_lengths" not in extra:
             extra = {**extra, "completion_lengths": [self.count_tokens(c) for c in completions]}
-        out = self.fn(list(prompts), list(completions), [str(a) for a in answers],
-                      **{**self.context, **extra, **self.kwargs})
-        return [self.weight * float(v) for v in out]
+        try:
+            out = self.fn(list(prompts), list(completions), [str(a) for a in answers],
+                          **{**self.context, **extra, **self.kwargs})
+            return [self.weight * float(v) for v in out]
+        except Exception as exc:  # the plug-in's own failure, named (the probe passed)
+            raise RewardFailed(f"reward {self.name} raised {type(exc).__name__}: "
+                               f"{_first_line(exc)}") from exc
 
 
 def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning",
@@ -304,7 +313,7 @@ def tunix_reward_fns(ts: Sequence[Term], record: Callable[[str, list[float]], No
         def fn(prompts: list[str], completions: list[str], answer: Sequence[str], **_) -> list[float]:
             values = term(prompts, completions, answer)
             if len(values) != len(completions):  # probed at start; a data-dependent slip
-                raise ValueError(f"reward {term.name} returned {len(values)} values for "
+                raise RewardFailed(f"reward {term.name} returned {len(values)} values for "
                                  f"{len(completions)} completions")
             record(term.name, values)
             return values

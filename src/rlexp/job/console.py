@@ -92,6 +92,11 @@ def quiet_third_party() -> None:
             logger.addFilter(_DropMatching(needles))
     for message in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    # Tunix's reward metrics (tunix/rl/reward_manager.py) take np.nanmean of a step's rewards:
+    # when all are NaN numpy warns "Mean of empty slice"; the loop's NaN guard names the
+    # metric and stops the run, in one line.
+    warnings.filterwarnings("ignore", message="Mean of empty slice", category=RuntimeWarning,
+                            module=r"tunix\.")
 
 
 def before_after_table(before: dict[str, float], after: dict[str, float]) -> str:
@@ -229,6 +234,8 @@ class ConsoleListener(Listener):
             table = before_after_table(before, self.last_eval).replace("   after", "  latest", 1)
         # a sweep job (its stream labels each line: sweep_messages.LabelledStream): the table
         # stays in its log file; the sweep ends with one group table
+        if status == "FAILED" and summary.get("error"):  # the line says why, not the table
+            table = None
         if table and getattr(self.stream, "label", None):
             logging.getLogger(JOB_LOG_ONLY).info("evaluation before and after training\n%s",
                                                  table)
@@ -237,9 +244,13 @@ class ConsoleListener(Listener):
         steps = summary.get("steps_done")
         if steps is None:
             steps = summary.get("resumed_from_step", "?")
-        print(f"rlexp: {status.lower()} after {steps} steps"
-              + (f" in {summary['wall_s']:.0f}s" if "wall_s" in summary else ""),
-              file=self.stream, flush=True)
+        if status == "FAILED" and summary.get("error"):
+            # the run's one error line, where and how to find the rest (rlexp.log)
+            print(f"rlexp: error: {summary['error']}", file=self.stream, flush=True)
+        else:
+            print(f"rlexp: {status.lower()} after {steps} steps"
+                  + (f" in {summary['wall_s']:.0f}s" if "wall_s" in summary else ""),
+                  file=self.stream, flush=True)
         for line in self.where():
             print(line, file=self.stream, flush=True)
 
@@ -265,6 +276,16 @@ class ConsoleFormatter(logging.Formatter):
         return text
 
 
+# Records for the run's log file (rlexp.log) alone, never the console: a failure's traceback
+# (its one line is the console's).
+FILE_ONLY = "rlexp.job.file_only"
+
+
+class _NotFileOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != FILE_ONLY
+
+
 # In a sweep, what each job would say about its own start-up (one warm-start line per job)
 # stays in its rlexp.log: the sweep's progress says the rest. Warnings always show.
 # A sweep job's lines for its log file only (its before/after table).
@@ -287,7 +308,7 @@ class _MainProcessInfo(logging.Filter):
         return record.levelno >= logging.WARNING or runtime.is_main_process()
 
 
-_OURS = (_NotStartup, _MainProcessInfo)
+_OURS = (_NotStartup, _MainProcessInfo, _NotFileOnly)
 
 
 def _is_console_handler(handler: logging.Handler) -> bool:
@@ -310,6 +331,7 @@ def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, 
         for old in [f for f in handler.filters if isinstance(f, _OURS)]:
             handler.removeFilter(old)
         handler.addFilter(_MainProcessInfo())
+        handler.addFilter(_NotFileOnly())
         if sweep:
             handler.addFilter(_NotStartup())
     return changed

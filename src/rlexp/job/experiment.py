@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -49,12 +50,13 @@ from rlexp.base.redact import redact_params, redact_text, redact_uri, scrub_run_
 from rlexp.base.summary import SUMMARY_FILE, read_summary, set_aside, write_summary
 from rlexp.config.naming import flatten
 from rlexp.config.schema import Config
+from rlexp.data.rewards import RewardFailed
 from rlexp.engine import export
 from rlexp.engine.checkpoint_store import DiskFull, disk_full, remove_unfinished
 from rlexp.inputs import storage
 from rlexp.inputs.storage import check_backend
 from rlexp.job import loop, stopping
-from rlexp.job.console import ConsoleListener, phase, quiet_third_party
+from rlexp.job.console import FILE_ONLY, ConsoleListener, phase, quiet_third_party
 from rlexp.job.sweep_messages import current_job
 from rlexp.job.resume import Checkpointer, Preempted, StopFlag, final_metadata
 from rlexp.planning.hardware import init_distributed, lost_peer, process_lines, sync_processes
@@ -256,22 +258,39 @@ def run(cfg: Config, job: JobContext) -> float | None:
     try:
         with runtime.frozen_heap():
             return _run_locked(cfg, job, plan)
-    except Exception as exc:  # a full disk before training (the warm-start cache, a log)
+    except UserError as exc:  # bad input found while building (_user_error): its one line
+        if job.sweep_dir is None:
+            fail(str(exc))
+        return _job_failed(job, str(exc))
+    except Exception as exc:  # before or after training (the build, a full disk, the summary)
         full = disk_full(exc, job.run_dir)
-        if full is None:
-            raise
-        _stop_disk_full(job, f"{full.describe()}: free some space, then rerun the same command")
+        if full is not None:
+            logging.raiseExceptions = False  # log files on that disk: no "Logging error"
+            _remove_tmp_files(job.run_dir)
+            return _job_failed(job, f"{full.describe()}: free some space, then rerun the "
+                                    "same command")
+        log_traceback(exc)
+        line = failure_line(exc)
+        if runtime.is_main_process() and (read_summary(job.run_dir) or {}).get(
+                "status") not in ("FAILED", "KILLED"):
+            _failed_summary(job, line)
+        return _job_failed(job, line)
     finally:
         lock.release()
 
 
-def _stop_disk_full(job: JobContext, line: str) -> NoReturn:
-    logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
-    _remove_tmp_files(job.run_dir)
-    if job.sweep_dir is not None:
-        raise JobStopped(line)
-    print(f"rlexp: error: {line}", file=sys.stderr, flush=True)
-    sys.exit(1)
+def _job_failed(job: JobContext, line: str) -> float:
+    """A job that failed outside the loop ends in its one line: exit 1, or, in a sweep, NaN
+    (the other jobs go on; Hydra's sweepers take NaN as a failed trial, and the launching
+    process counts it from the job's summary and its end record)."""
+    if runtime.is_main_process():
+        print(f"rlexp: error: {line}", file=sys.stderr, flush=True)
+    if job.sweep_dir is None:
+        sys.exit(1)
+    sweep_job = current_job()
+    if sweep_job is not None and sweep_job.status is None:
+        sweep_job.status = "FAILED"
+    return math.nan
 
 
 def _remove_tmp_files(run_dir: Path) -> None:
@@ -445,8 +464,8 @@ def _first_summary(job: JobContext, engine: Any, started: float) -> dict[str, An
 
 
 def train(a: Attempt, outcome: Outcome) -> None:
-    """The loop, then the export; how it ended goes into `outcome`. An error that is neither
-    a full disk nor a lost peer is re-raised (finish runs all the same)."""
+    """The loop, then the export; how it ended goes into `outcome`: any error is the run's
+    FAILED end, said in one line (failure_line), its traceback in the run's rlexp.log."""
     try:
         with StopFlag() as stop:
             a.listeners.on_run_start(a.info)
@@ -465,15 +484,17 @@ def train(a: Attempt, outcome: Outcome) -> None:
     except KeyboardInterrupt:
         outcome.status, outcome.error = "KILLED", "interrupted"
     except loop.NonFinite as exc:
-        outcome.error = str(exc)
+        outcome.error = f"{exc}; {_kept(a.checkpointer, a.cfg.train.checkpoint_every)}"
     except Exception as exc:
         outcome.full = disk_full(exc, a.job.run_dir)
         outcome.lost = lost_peer(exc) if outcome.full is None else None
+        if outcome.full is None:  # (its log file may be on the full disk)
+            log_traceback(exc)
         if outcome.full is None and outcome.lost is None:
-            outcome.error = _error_line(exc)
-            raise
-        outcome.error = outcome.lost or _disk_full_line(outcome.full, a.steps_done(),
-                                                        a.checkpointer)
+            outcome.error = failure_line(exc)
+        else:
+            outcome.error = outcome.lost or _disk_full_line(outcome.full, a.steps_done(),
+                                                            a.checkpointer)
 
 
 def finish(a: Attempt, outcome: Outcome) -> None:
@@ -521,18 +542,22 @@ def _record(a: Attempt, outcome: Outcome) -> None:
 
 
 def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float | None:
-    """A finished run returns its objective (what a sweeper optimizes). Otherwise a sweep's
-    job raises JobStopped (the other jobs go on); a single run exits 143 (KILLED) or 1."""
+    """A finished run returns its objective (what a sweeper optimizes). Otherwise, after its
+    one line, a sweep's job returns NaN (the other jobs go on); a single run exits 143
+    (KILLED) or 1."""
     if outcome.status == "FINISHED":
         return summary["objective"]
-    if job.sweep_dir is not None:
-        raise JobStopped(outcome.error)
+    # process 0's console said a FAILED run's line (ConsoleListener.on_run_end); a KILLED
+    # run's reason, and a lost peer on the other survivors, are said here: once a process
+    said = runtime.is_main_process() and outcome.status == "FAILED"
     if outcome.lost is not None:  # every survivor says it; exit now: jax.distributed's
-        print(f"rlexp: error: {outcome.error}", file=sys.stderr, flush=True)  # shutdown would
-        runtime.exit_at_once(1)  # wait for the lost process, then abort
-    if runtime.is_main_process():
-        error = "error: " if outcome.status == "FAILED" else ""
-        print(f"rlexp: {error}{outcome.error}", file=sys.stderr)
+        if not said:  # shutdown would wait for the lost process, then abort
+            print(f"rlexp: error: {outcome.error}", file=sys.stderr, flush=True)
+        runtime.exit_at_once(1)
+    if runtime.is_main_process() and not said:
+        print(f"rlexp: {outcome.error}", file=sys.stderr, flush=True)
+    if job.sweep_dir is not None:  # the other jobs go on: NaN, as _job_failed
+        return math.nan
     sys.exit(143 if outcome.status == "KILLED" else 1)
 
 
@@ -571,13 +596,32 @@ def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
             "to train it again (its checkpoints and summary are replaced)")
 
 
-class JobStopped(Exception):
-    """A job of a sweep was killed or stopped cleanly; Hydra records it as failed."""
-
-
 def _error_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def failure_line(exc: BaseException) -> str:
+    """A failure after start-up in one line, naming its cause and where it struck: 'reward
+    exact raised ValueError: grader down at step 3' (a reward plug-in names itself),
+    'OSError: [Errno 5] Input/output error: '/data/x.jsonl' in the evaluation at step 0'."""
+    cause = str(exc) if isinstance(exc, RewardFailed) else _error_line(exc)
+    where = loop.failed_at(exc)
+    return redact_text(f"{cause} {where}" if where else cause)
+
+
+def log_traceback(exc: BaseException) -> None:
+    """The traceback, for the run's rlexp.log only: the console has the one line."""
+    logging.getLogger(FILE_ONLY).error("the run failed: %s", failure_line(exc), exc_info=exc)
+
+
+def _kept(checkpointer: Checkpointer, every: int) -> str:
+    """What a rerun resumes from, as the checkpoints on disk say."""
+    last = checkpointer.last_good()
+    if last is not None:
+        return f"the last good checkpoint (step {last}) is kept"
+    return (f"no checkpoint was saved (train.checkpoint_every={every}): a rerun starts from "
+            "step 0")
 
 
 def _failed_summary(job: JobContext, error: str) -> None:

@@ -58,12 +58,17 @@ class PhaseTimer:
         self.total: dict[str, float] = {}
         self.last: dict[str, float] = {}
         self.since: dict[str, float] = {}
+        # The innermost phase an exception left (None: none did).
+        self.failed: str | None = None
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield
+        except BaseException:
+            self.failed = self.failed or name
+            raise
         finally:
             took = time.perf_counter() - started
             self.last[name] = took
@@ -77,14 +82,36 @@ class PhaseTimer:
 
 
 class NonFinite(Exception):
-    """A loss or reward became NaN/Inf: the run stops, the last good checkpoint is kept."""
+    """A loss or reward became NaN/Inf: the run stops (what checkpoint is kept is the
+    caller's to say: it knows what is on disk)."""
 
 
 def check_finite(step: int, metrics: dict[str, float]) -> None:
     bad = guards.nonfinite(metrics)
     if bad:
-        raise NonFinite(f"step {step}: {', '.join(f'{k}={metrics[k]}' for k in bad)}; stopped, "
-                        "the last good checkpoint is kept")
+        raise NonFinite(f"step {step}: {', '.join(f'{k}={metrics[k]}' for k in bad)}; stopped")
+
+
+# What each phase is called in an error line ("... in the evaluation at step 0").
+_PHASE_NAMES = {"data": "the data of", "step": "", "evaluate": "the evaluation at",
+                "checkpoint": "the checkpoint of", "log": "the logging of"}
+
+
+def failed_at(exc: BaseException) -> str | None:
+    """Where in the loop `exc` was raised ('at step 3', 'in the evaluation at step 0'), as
+    run() noted it; None when it did not come from the loop."""
+    return getattr(exc, "_rlexp_failed_at", None)
+
+
+def _note_where(exc: BaseException, phase: "PhaseTimer", step: int) -> None:
+    # data and step run before the step counter moves on: they belong to the next step
+    name = phase.failed
+    at = step + 1 if name in ("data", "step") else step
+    where = _PHASE_NAMES.get(name or "", "")
+    try:
+        setattr(exc, "_rlexp_failed_at", f"in {where} step {at}" if where else f"at step {at}")
+    except AttributeError:  # an exception type with __slots__: the line goes without it
+        pass
 
 
 def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
@@ -99,6 +126,19 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
 
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
+    try:
+        return _run(cfg, engine, listeners, run_dir, state, phase, checkpointer, stop, resumed,
+                    stops)
+    except (NonFinite, Preempted):
+        raise
+    except Exception as exc:  # the error line names the step (and the phase) it broke in
+        _note_where(exc, phase, state.step)
+        raise
+
+
+def _run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, state: LoopState,
+         phase: PhaseTimer, checkpointer: "Checkpointer | None", stop: "StopFlag | None",
+         resumed: dict[str, Any] | None, stops: "Stops | None") -> dict[str, Any]:
     every_ckpt = cfg.train.checkpoint_every
     flops = step_flops(cfg, engine.rollout_batch)
     peak = peak_tflops(cfg)

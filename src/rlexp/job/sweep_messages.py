@@ -195,3 +195,35 @@ def job_output(index: int | None, overrides: Sequence[str],
         if relay is not None:
             status = out.status or ("FAILED" if failed else "FINISHED")
             relay.send(kind="end", status=status)
+
+
+def failed_jobs(sweep_dir: Path, keys: Sequence[str] = ()) -> list[str]:
+    """The line of each job of a sweep that did not finish, from its summary.json:
+    'rlexp: error: [β=0.04] reward exact raised ValueError: ... at step 3' (KILLED jobs say
+    their reason without 'error:'). Jobs still running elsewhere (a remote launcher) have
+    no such summary and are not counted."""
+    from rlexp.base.summary import read_summary
+    from rlexp.config.naming import label, override_values
+
+    lines = []
+    for path in sorted(Path(sweep_dir).glob("*/summary.json")):
+        summary = read_summary(path.parent)
+        if not summary or summary.get("status") not in ("FAILED", "KILLED"):
+            continue
+        overrides = summary.get("overrides") or []
+        name = label(override_values(overrides), keys) or summary.get("name") or path.parent.name
+        error = "error: " if summary["status"] == "FAILED" else ""
+        why = summary.get("error") or summary["status"].lower()
+        lines.append(f"rlexp: {error}[{name}] {why}")
+    return lines
+
+
+def end_of_sweep(sweep_dir: Path | None, stream: Any = None) -> int:
+    """After a sweep: each job that failed says its line again, in the launching process
+    (the sweep's last lines); the command's exit status, 1 when any job failed."""
+    if sweep_dir is None or not Path(sweep_dir).is_dir():
+        return 0
+    lines = failed_jobs(sweep_dir, SweepEnv.from_env().keys)
+    for line in lines:
+        print(line, file=stream or sys.stderr, flush=True)
+    return 1 if lines else 0

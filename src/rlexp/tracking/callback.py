@@ -37,7 +37,7 @@ from rlexp.base.errors import fail
 from rlexp.base.events import Listener
 from rlexp.base.files import write_json_atomic
 from rlexp.base.lock import Busy, DirLock
-from rlexp.base.redact import redact_text, redact_uri
+from rlexp.base.redact import placeholders, redact_text, redact_uri
 from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
 from rlexp.tracking.conventions import standard_tags, sweep_display_name, swept_keys
 from rlexp.tracking.environment import git_commit
@@ -140,9 +140,12 @@ def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
     return tags
 
 
-def sweep_end_line(sweep_dir: Path, runs: int, status: str, link: str) -> str:
-    """'rlexp: sweep <id>: 4 runs FINISHED; MLflow <link>; tables in <sweep dir>/summary.md'."""
-    return (f"rlexp: sweep {sweep_dir.name}: {runs} runs {status}; MLflow {link}; tables "
+def sweep_end_line(sweep_dir: Path, runs: int, status: str, link: str,
+                   ended_so: int | None = None) -> str:
+    """'rlexp: sweep <id>: 4 runs FINISHED; MLflow <link>; tables in <sweep dir>/summary.md';
+    '1 of 2 runs FAILED' when `ended_so` of them ended with that status."""
+    some = f"{ended_so} of " if ended_so is not None and ended_so < runs else ""
+    return (f"rlexp: sweep {sweep_dir.name}: {some}{runs} runs {status}; MLflow {link}; tables "
             f"in {sweep_dir / SUMMARY_MD}")
 
 
@@ -187,7 +190,7 @@ class SweepCallback(Callback):
             return
 
         write_json_atomic(self.sweep_dir / PARENT_FILE,
-                          {**self.parent, "uri": redact_uri(self.parent["uri"])})
+                          {**self.parent, "uri": placeholders(self.parent["uri"])})
         if self._swept is not None:  # for the jobs' MLflow run names ('beta=0.04,epsilon=0.2')
             write_json_atomic(self.sweep_dir / SWEPT_FILE, {"keys": self._swept})
         atexit.register(self.close, False)
@@ -228,7 +231,8 @@ class SweepCallback(Callback):
         except (OSError, ValueError):
             previous = None
 
-        if isinstance(previous, dict) and previous.get("uri") in (uri, redact_uri(uri)):
+        if isinstance(previous, dict) and previous.get("uri") in (uri, redact_uri(uri),
+                                                                  placeholders(uri)):
             previous["uri"] = uri  # parent_run.json keeps it with credentials masked
             try:  # the same sweep again: its jobs resume their runs under the same parent
                 client.update_run(previous["run_id"], status="RUNNING")
@@ -279,9 +283,12 @@ class SweepCallback(Callback):
             log_comparison(client, run_id, groups)
             status = parent_status([r.status for r in rows], completed)
             client.set_terminated(run_id, status)
+            ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
+                           for r in rows)
             self.end_line = sweep_end_line(self.sweep_dir, len(rows), status,
                                            run_link(self.parent["uri"],
-                                                    self.parent.get("experiment_id"), run_id))
+                                                    self.parent.get("experiment_id"), run_id),
+                                           ended_so)
             print(f"{text}\n{self.end_line}", flush=True)
         except Exception as exc:  # never fatal
             print(f"rlexp: warning: could not close the sweep's MLflow parent run "
