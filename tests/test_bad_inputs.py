@@ -56,6 +56,15 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     (["algo.beta=high"], ["algo.beta='high' is invalid", "Float"]),
     (["train.steps=2.5"], ["train.steps='2.5' is invalid", "Integer"]),
     (["+train.nonexistent=1"], ["train.nonexistent is not a config key", "steps"]),
+    # A regular expression compiled at start (config.rules answer_regex_compiles).
+    (["dataset.answer_regex='('"], ["dataset.answer_regex='(' is invalid: not a Python "
+                                    "regular expression (missing ), unterminated subpattern"]),
+    (["-m", "dataset.extractor=regex", "dataset.answer_regex='[0-9',x"],
+     ["dataset.answer_regex='[0-9' is invalid: not a Python regular expression"]),
+    # Names MLflow cannot take (config.rules tracker_names_within_mlflow_limits).
+    ([f"tracker.experiment=team/{'x' * 496}"],
+     [f"tracker.experiment='team/{'x' * 35}...(501 characters)' is invalid: MLflow takes "
+      "experiment names of at most 500 characters"]),
     # Paths (Reliability round three, 6).
     (["dataset=gsm8k", "dataset.path={in}/data_dir"],
      ["dataset.path={in}/data_dir is a directory, not a file"]),

@@ -1,7 +1,8 @@
 """The Ray launcher (hydra/launcher=rlexp_ray) against a real `ray start --head` on 127.0.0.1.
 
 Fast: how a job's hardware becomes Ray tasks (one per process) and the variables that join
-them. Slow: a sweep of a one-process and a two-process (cpu-2host) rlexp job under one MLflow
+them, TPU slices as Ray's TPU resources (per-host chips, the slice head), the workers'
+environment, and the dry run's printed placement (no Ray cluster). Slow: a sweep of a one-process and a two-process (cpu-2host) rlexp job under one MLflow
 parent, and a two-process job of a plain Hydra app whose two Ray tasks each join
 jax.distributed and reduce one array sharded over both processes' 4 CPU devices with gloo.
 
@@ -31,7 +32,8 @@ from conftest import require
 from rlexp.tracking.ui import free_port
 from sweep_helpers import explain, finished_sweep, only_sweep_dir, rlexp
 
-from hydra_plugins.rlexp_ray_launcher.ray_launcher import Layout, job_layout, process_env
+from hydra_plugins.rlexp_ray_launcher.ray_launcher import (Layout, bundles, job_layout,
+                                                           process_env, worker_env)
 
 
 # ------------------------------------------------------------------------------------ fast
@@ -47,7 +49,16 @@ from hydra_plugins.rlexp_ray_launcher.ray_launcher import Layout, job_layout, pr
     ({"hosts": 2, "runtime": "multi_controller", "platform": "cpu", "emulate": True,
       "cpus_per_task": 1}, Layout(1, 1.0, 0.0, "PACK")),  # emulated: one process
     ({"hosts": 8, "runtime": "pathways", "platform": "tpu", "cpus_per_task": 8},
-     Layout(1, 8.0, 0.0, "STRICT_SPREAD")),  # one controller
+     Layout(1, 8.0, 0.0, "STRICT_SPREAD")),  # one controller, no chips
+    ({"hosts": 8, "runtime": "multi_controller", "platform": "tpu", "chips": 32,
+      "accelerator_type": "v4-64", "cpus_per_task": 8},
+     Layout(8, 8.0, 0.0, "STRICT_SPREAD", 4.0, "TPU-v4-64-head")),  # a host's 4 chips each
+    ({"hosts": 1, "runtime": "single", "platform": "tpu", "chips": 8,
+      "accelerator_type": "v6e-8", "cpus_per_task": 8},
+     Layout(1, 8.0, 0.0, "STRICT_SPREAD", 8.0, "TPU-v6e-8-head")),
+    ({"hosts": 1, "runtime": "single", "platform": "tpu", "chips": 8, "emulate": True,
+      "accelerator_type": "v6e-8", "cpus_per_task": 8},
+     Layout(1, 8.0, 0.0, "STRICT_SPREAD")),  # emulated on CPU devices: no TPU asked for
 ])
 def test_a_jobs_processes_and_resources_come_from_its_hardware(hw, want):
     from dataclasses import astuple
@@ -63,6 +74,60 @@ def test_the_launcher_value_wins_and_each_process_gets_its_index():
         "JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234", "JAX_NUM_PROCESSES": "2",
         "JAX_PROCESS_ID": "1"}
     assert process_env(None, 1, 0) == {}
+
+
+def _hardware(name: str):
+    from rlexp.config.paths import conf_dir
+
+    return OmegaConf.create({"hardware": OmegaConf.load(conf_dir() / "hardware" / f"{name}.yaml")})
+
+
+def test_tpu_bundles_are_rays_tpu_resources():
+    """v4-64: 8 hosts of 4 chips, the slice reserved through its head; v6e-8: one host
+    holding its 8 chips and the head. The names are the ones Ray's TPU support gives a host
+    (ray/_private/accelerators/tpu.py: "TPU" = chips, "TPU-<pod type>-head" on worker 0, with
+    the pod type it infers from a topology: v4 2x4x4 -> v4-64)."""
+    lay = job_layout({}, _hardware("v4-64"))
+    assert (lay.processes, lay.tpus, lay.head) == (8, 4.0, "TPU-v4-64-head")
+    assert bundles(lay, "my-slice") == [{"CPU": 8.0, "TPU": 4.0, "my-slice": 1}] * 8
+    one = job_layout({}, _hardware("v6e-8"))
+    assert bundles(one) == [{"CPU": 8.0, "TPU": 8.0, "TPU-v6e-8-head": 1}]
+    assert job_layout({"tpus_per_task": 2}, _hardware("v6e-8")).tpus == 2.0
+    assert bundles(job_layout({}, _hardware("cpu-2host"))) == [{"CPU": 1.0}] * 2
+    if importlib.util.find_spec("ray") is not None:
+        from ray._private.accelerators import tpu
+
+        assert f"TPU-{tpu.infer_tpu_pod_type_from_topology('2x4x4', 'TPU-V4')}-head" == lay.head
+        assert tpu.get_chips_per_host("2x4x4", "v4") == lay.tpus
+
+
+def test_workers_get_the_named_variables_and_the_launchers_env():
+    environ = {"HF_TOKEN": "hf_x", "HF_HOME": "", "PATH": "/bin", "PYTHONPATH": "src"}
+    params = {"env_from_driver": ["HF_TOKEN", "HF_HOME", "PYTHONPATH", "WANDB_API_KEY"],
+              "env": {"HF_HOME": "/dev/shm/huggingface", "EASYDEL_AUTO": 1}}
+    assert worker_env(params, environ) == {"HF_TOKEN": "hf_x", "PYTHONPATH": "src",
+                                           "HF_HOME": "/dev/shm/huggingface",
+                                           "EASYDEL_AUTO": "1"}  # unset/empty ones skipped
+
+
+def test_dry_run_prints_the_tpu_placement_and_starts_nothing(tmp_path):
+    """`hydra.launcher.dry_run=true` on v4-64: the slice head, 8 bundles of 4 chips, the
+    environment's names (secrets never printed), exit 0; no Ray connection (no RAY_ADDRESS
+    cluster exists here), no MLflow store, no sweep dir left."""
+    env = {**os.environ, "HF_TOKEN": "hf_do_not_print", "RAY_ADDRESS": "127.0.0.1:9"}
+    proc = rlexp(["-m", "hydra/launcher=rlexp_ray", "hydra.launcher.dry_run=true",
+                  "hardware=v4-64", "train.steps=1",
+                  "+hydra.launcher.env={HF_HOME: /dev/shm/huggingface}"], tmp_path, env=env,
+                 timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, explain(proc)
+    assert "[{'TPU-v4-64-head': 1}]" in out
+    hosts = [line for line in out.splitlines() if "'TPU': 4" in line]
+    assert len(hosts) == 8 and all("'CPU': 8" in line for line in hosts), out
+    assert "JAX_NUM_PROCESSES=8" in out
+    assert "HF_HOME=/dev/shm/huggingface" in out and "HF_TOKEN" in out
+    assert "hf_do_not_print" not in out
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.*"))
 
 
 # ------------------------------------------------------------------------------ real Ray

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +19,7 @@ from rlexp.base.events import RunInfo
 from rlexp.base.redact import MASK, is_secret_key, redact_params, redact_text, scrub_run_dir
 from rlexp.tracking import prepare_store
 from rlexp.tracking.listener import MlflowListener
-from helpers import cli
+from helpers import cli, cli_env, said
 
 TOKEN = "hf_PlantedTokenValue123456"
 API_KEY = "sk-planted-api-key-987654"
@@ -234,3 +242,173 @@ def test_cfg_job_prints_the_config_without_credentials(tmp_path):
     assert f"uri: http://alice:{MASK}@mlflow.example:5000" in proc.stdout
     assert f"api_key: '{MASK}'" in proc.stdout or f"api_key: {MASK}" in proc.stdout
     assert "num_layers: 2" in proc.stdout
+
+
+# ------------------------------------- secrets kept out of what Hydra writes (mask_argv)
+
+PLANTED_PW = "PlantedPw55q"
+PLANTED_TOK = "hf_PlantedTok55q"
+
+
+def test_mask_argv_puts_placeholders_and_unmask_gives_the_values_back(monkeypatch):
+    from rlexp.base.redact import SECRETS_ENV, mask_argv, masked_secrets, unmask
+
+    monkeypatch.delenv(SECRETS_ENV, raising=False)
+    argv = ["-m", f'tracker.uri="http://u:{PLANTED_PW}@h:5000/"', "train.steps=2",
+            f"+hydra.job.env_set.HF_TOKEN={PLANTED_TOK}", "+tracker.tags.api_key='a,b'",
+            f"dataset.path=https://d.invalid/x?sig={PLANTED_PW}&v=1"]
+    masked = mask_argv(argv)
+    assert not any(PLANTED_PW in a or PLANTED_TOK in a for a in masked), masked
+    assert masked[:4] == ["-m", 'tracker.uri="http://u:***1***@h:5000/"', "train.steps=2",
+                          "+hydra.job.env_set.HF_TOKEN=***2***"]
+    assert masked[4] == "+tracker.tags.api_key='***3***'"  # quoted: one value, quotes kept
+    assert masked[5] == "dataset.path=https://d.invalid/x?sig=***1***&v=1"  # same value
+    assert [unmask(a) for a in masked] == argv
+    assert mask_argv(argv) == masked  # the same command, the same placeholders (run dirs)
+    assert set(masked_secrets().values()) == {PLANTED_PW, PLANTED_TOK, "a,b"}
+    assert PLANTED_PW not in os.environ[SECRETS_ENV]  # encoded: one word, masked when shown
+    assert redact_text(f"--env {SECRETS_ENV}={os.environ[SECRETS_ENV]}") == \
+        f"--env {SECRETS_ENV}={MASK}"
+
+
+class _Store(http.server.BaseHTTPRequestHandler):
+    """A tracking server that is down (503 to everything): what reaches it is recorded as
+    (path, the user:password of its Basic auth)."""
+    seen: list[tuple[str, str]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        auth = self.headers.get("Authorization", "")
+        creds = base64.b64decode(auth.split()[-1]).decode() if auth.startswith("Basic") else ""
+        type(self).seen.append((self.path, creds))
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _down_store():
+    _Store.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Store)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _run_until_the_job_calls(args: list[str], cwd: Path, calls: int,
+                             timeout: float = 300) -> str:
+    """Start `python -m rlexp ARGS`; once the store was asked for the experiment `calls`
+    times (pre-flight's probe asks nothing; a sweep's parent run asks first, then the job),
+    stop it (SIGTERM to its process group, the way a scheduler does). Returns the console."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp", *args], cwd=cwd,
+                            env=cli_env({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and \
+            sum("get-by-name" in path for path, _ in _Store.seen) < calls:
+        time.sleep(0.2)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    return out
+
+
+def _secrets_under(root: Path) -> list[Path]:
+    return [p for secret in (PLANTED_PW, PLANTED_TOK) for p in _files_containing(root, secret)]
+
+
+@pytest.mark.slow  # 30-100 s: the job reaches the store once its engine is built
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_local_job_gets_the_real_credentials_and_no_file_holds_them(tmp_path, launcher):
+    """A run (basic) and a one-job sweep (joblib's worker process) with a password in
+    tracker.uri and a token in hydra.job.env_set, stopped once the job reached the store:
+    the job's requests carry the real password (not a placeholder), and no file under
+    outputs/ (.hydra/*.yaml, multirun.yaml, tracking.json, the spool, rlexp.log) holds
+    either secret."""
+    server = _down_store()
+    try:
+        uri = f"http://alice:{PLANTED_PW}@127.0.0.1:{server.server_address[1]}/"
+        sweep = ["-m", f"hydra/launcher={launcher}"] if launcher == "joblib" else []
+        console = _run_until_the_job_calls(
+            [*sweep, f"tracker.uri={uri}", f"+hydra.job.env_set.HF_TOKEN={PLANTED_TOK}",
+             "train.steps=1", "model.warm_start_steps=0"], tmp_path,
+            calls=2 if launcher == "joblib" else 1)
+    finally:
+        server.shutdown()
+    job_calls = [creds for path, creds in _Store.seen if "get-by-name" in path]
+    assert len(job_calls) >= (2 if launcher == "joblib" else 1), console[-3000:]
+    assert {creds for _, creds in _Store.seen} == {f"alice:{PLANTED_PW}"}, _Store.seen
+    hydra_files = list(tmp_path.glob("outputs/**/.hydra/overrides.yaml"))
+    assert hydra_files, sorted(str(p) for p in tmp_path.rglob("*"))[:50]
+    assert _secrets_under(tmp_path) == []
+    assert PLANTED_PW not in console and PLANTED_TOK not in console
+    assert "Traceback" not in console, console[-3000:]
+
+
+XPK = ["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true", "train.steps=2",
+       f'tracker.uri="http://user:{PLANTED_PW}@127.0.0.1:9/"', "run.output_uri=gs://b/r",
+       f"+hydra.job.env_set.HF_TOKEN={PLANTED_TOK}"]
+
+
+@pytest.mark.parametrize("hardware, code", [("cpu", 2), ("v6e-8", 0)])
+def test_an_xpk_dry_run_leaves_no_secret_and_no_dir(tmp_path, hardware, code):
+    """Refused (a CPU profile) or planned: the sweep dir Hydra made (multirun.yaml) is gone,
+    and neither the console nor any file holds the secrets; the pod would get the real
+    store (its env, printed masked) and the token (its env's RLEXP_MASKED_SECRET)."""
+    proc = cli(*XPK, f"hardware={hardware}", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == code, console[-3000:]
+    assert not (tmp_path / "sweep").exists()
+    assert _secrets_under(tmp_path) == []
+    assert PLANTED_PW not in console and PLANTED_TOK not in console
+    assert "Traceback" not in console
+    if code == 2:
+        assert len(said(proc.stderr)) == 1, proc.stderr
+        assert "hardware=cpu is a cpu profile" in proc.stderr
+    else:
+        assert "--env MLFLOW_TRACKING_URI=http://user:***@127.0.0.1:9/" in proc.stdout
+        assert "--env RLEXP_MASKED_SECRET=***" in proc.stdout
+
+
+def test_a_ray_dry_run_leaves_no_secret_and_no_dir(tmp_path):
+    """hydra/launcher=rlexp_ray's dry run (the placement printed, nothing started) with a
+    password in tracker.uri and a token in hydra.job.env_set: exit 0, the sweep dir Hydra
+    made is gone, and neither the console nor any file holds the secrets."""
+    proc = cli("-m", "hydra/launcher=rlexp_ray", "hydra.launcher.dry_run=true", "hardware=v4-64",
+               "train.steps=1", f'tracker.uri="http://user:{PLANTED_PW}@127.0.0.1:9/"',
+               f"+hydra.job.env_set.HF_TOKEN={PLANTED_TOK}", "hydra.sweep.dir=sweep",
+               cwd=tmp_path, env={"RAY_ADDRESS": "127.0.0.1:9"}, timeout=300)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console[-3000:]
+    assert "(dry run)" in proc.stdout and not (tmp_path / "sweep").exists()
+    assert _secrets_under(tmp_path) == []
+    assert PLANTED_PW not in console and PLANTED_TOK not in console
+    assert "Traceback" not in console and len(said(proc.stderr)) <= 3, proc.stderr
+
+
+def test_unmask_config_puts_the_secrets_back_and_leaves_interpolations(monkeypatch):
+    """A job's composed config gets the real values back where the placeholders are, in nested
+    dicts and lists, under a struct/readonly config, and an interpolation stays unresolved."""
+    from omegaconf import OmegaConf
+
+    from rlexp.base import redact
+
+    monkeypatch.delenv(redact.SECRETS_ENV, raising=False)
+    argv = redact.mask_argv(["tracker.uri=http://u:Pw0rd123@h:5000/"])
+    masked = argv[0].split("=", 1)[1]
+    assert "Pw0rd123" not in masked
+    cfg = OmegaConf.create({"tracker": {"uri": masked, "copy": "${tracker.uri}"},
+                            "hosts": [masked, "plain"]})
+    OmegaConf.set_struct(cfg, True)
+    OmegaConf.set_readonly(cfg, True)
+    redact.unmask_config(cfg)
+    assert cfg.tracker.uri == "http://u:Pw0rd123@h:5000/"
+    assert cfg.hosts[0] == "http://u:Pw0rd123@h:5000/" and cfg.hosts[1] == "plain"
+    assert OmegaConf.to_container(cfg, resolve=False)["tracker"]["copy"] == "${tracker.uri}"

@@ -29,7 +29,7 @@ from rlexp.tracking import store
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import LINK_FILE, SPOOL_FILE
 from rlexp.tracking.ui import free_port
-from helpers import cli, cli_env, info, metrics, one_line_exit_2
+from helpers import cli, cli_env, crash, info, metrics, one_line_exit_2
 from sweep_helpers import TINY
 
 PASSWORD = "PlantedPw4711"
@@ -388,3 +388,131 @@ def test_a_real_run_with_a_down_store_spools_quietly_and_leaks_nothing(tmp_path)
     assert "Retrying" not in (run_dir / "rlexp.log").read_text()
     assert files_holding_secrets(tmp_path) == []
     assert not (tmp_path / "outputs" / "mlflow.db").exists()  # the named store, not the default
+
+
+# ------------------------------------------- names the store or its filesystem cannot take
+
+LONG_EXPERIMENT = "team/" + "x" * 495  # 500 characters: MLflow's limit, 500 bytes on disk
+
+
+@pytest.mark.parametrize("override, needle", [
+    (f"tracker.experiment={LONG_EXPERIMENT}x", "at most 500 characters"),
+    (f"tracker.run_name={'r' * 251}", "at most 250 characters")],
+    ids=["experiment", "run_name"])
+def test_a_name_mlflow_cannot_take_is_refused_at_start(tmp_path, override, needle):
+    proc = cli(override, "train.steps=1", cwd=tmp_path)
+    line = one_line_exit_2(proc, override.split("=")[0] + "=", needle)
+    assert len(line) < 300, line  # the name is shown cut short
+    assert list(tmp_path.iterdir()) == []
+
+
+def _finished_run(uri: str, experiment: str, run_dir: Path) -> MlflowListener:
+    listener = MlflowListener(uri, experiment, run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir, "long-names"))
+    for step in (1, 2):
+        listener.on_metrics(step, metrics(step))
+    (run_dir / "note.txt").write_text("an artifact\n")
+    listener.on_artifact(run_dir / "note.txt")
+    listener.on_run_end("FINISHED", {"steps_done": 2})
+    return listener
+
+
+def test_a_500_character_experiment_keeps_its_artifacts_in_a_dir_the_disk_takes(tmp_path, capsys):
+    """MLflow takes the name; its artifact dir (the name as a file name) is cut to the
+    filesystem's NAME_MAX with a digest, so the run ends FINISHED with its artifacts."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store.prepare_store(uri)
+    listener = _finished_run(uri, LONG_EXPERIMENT, tmp_path / "run")
+    client = MlflowClient(uri)
+    run = client.get_run(listener.run.link.run_id)
+    assert run.info.status == "FINISHED"
+    assert "note.txt" in [f.path for f in client.list_artifacts(run.info.run_id)]
+    exp_dir = Path(client.get_experiment(run.info.experiment_id).artifact_location)
+    assert len(exp_dir.name.encode()) <= store.name_max(tmp_path) and exp_dir.is_dir()
+    assert not (tmp_path / "run" / SPOOL_FILE).exists() or \
+        (tmp_path / "run" / SPOOL_FILE).read_text().strip() == ""
+    assert "warning" not in capsys.readouterr().err
+
+
+def _broken_experiment(tmp_path: Path) -> tuple[str, str]:
+    """A store whose experiment (made by an older rlexp) has an artifact dir whose name is
+    over NAME_MAX: every artifact fails with [Errno 36] File name too long."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store.prepare_store(uri)
+    MlflowClient(uri).create_experiment(
+        "old", artifact_location=str(tmp_path / "mlartifacts" / ("x" * 300)))
+    return uri, "old"
+
+
+def test_a_lasting_store_failure_is_named_and_never_leaves_the_run_running(tmp_path, capsys):
+    from mlflow import MlflowClient
+
+    uri, experiment = _broken_experiment(tmp_path)
+    listener = _finished_run(uri, experiment, tmp_path / "run")
+    run = MlflowClient(uri).get_run(listener.run.link.run_id)
+    assert run.info.status == "FINISHED"  # the status went through; the files could not
+    assert run.data.metrics["train/loss"] == metrics(2)["train/loss"]
+    err = capsys.readouterr().err
+    assert "File name too long" in err and "unreachable" not in err, err
+    assert [ln for ln in err.splitlines() if ln.strip()] and \
+        all(ln.startswith("rlexp: warning: ") for ln in err.splitlines() if ln.strip()), err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) <= 2, err
+
+
+def test_sync_names_a_lasting_failure_and_ends_the_run(tmp_path):
+    """A run that died while its store failed its files (spool left, MLflow run RUNNING):
+    rlexp.sync sends what the store takes, names what it cannot and why, and the run is
+    no longer RUNNING."""
+    from mlflow import MlflowClient
+
+    uri, experiment = _broken_experiment(tmp_path)
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, experiment, run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir, "dies"))
+    listener.on_metrics(1, metrics(1))
+    crash(listener)
+    run_id = json.loads((run_dir / LINK_FILE).read_text())["run_id"]
+    assert MlflowClient(uri).get_run(run_id).info.status == "RUNNING"
+    proc = subprocess.run([sys.executable, "-m", "rlexp.sync", str(run_dir)], env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "File name too long" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert MlflowClient(uri).get_run(run_id).info.status == "KILLED"
+
+
+def _wrapped(exc: BaseException) -> BaseException:
+    try:
+        try:
+            raise exc
+        except BaseException as inner:
+            raise RuntimeError("artifact upload failed") from inner
+    except RuntimeError as outer:
+        return outer
+
+
+@pytest.mark.parametrize("exc, outage", [
+    (OSError(36, "File name too long"), False),
+    (PermissionError(13, "Permission denied"), False),
+    (_wrapped(OSError(36, "File name too long")), False),
+    (ConnectionRefusedError(111, "Connection refused"), True),
+    (TimeoutError("timed out"), True),
+    (socket.gaierror(-3, "Temporary failure in name resolution"), True),
+    (OSError(28, "No space left on device"), True),  # space may come back: retried
+    (RuntimeError("HTTPConnectionPool: Max retries exceeded"), True)],
+    ids=["name_too_long", "permission", "wrapped", "refused", "timeout", "dns", "disk_full",
+         "other"])
+def test_is_outage_tells_a_store_that_may_come_back_from_a_lasting_failure(exc, outage):
+    assert store.is_outage(exc) is outage
+
+
+def test_is_outage_counts_mlflows_refusals_as_lasting():
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import BAD_REQUEST, TEMPORARILY_UNAVAILABLE
+
+    assert not store.is_outage(MlflowException("bad", error_code=BAD_REQUEST))
+    assert store.is_outage(MlflowException("busy", error_code=TEMPORARILY_UNAVAILABLE))

@@ -5,6 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+
+
+# This process's index in a multi-process launch, as its launcher sets it (mpirun, srun,
+# JAX_PROCESS_ID, Cloud TPU); read before any import (planning.hardware.detect_launch later).
+_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "JAX_PROCESS_ID", "TPU_WORKER_ID")
 
 
 def _say_starting() -> None:
@@ -18,6 +24,8 @@ def _say_starting() -> None:
         os.path.join("rlexp", "__main__.py"))
     if not ours or quiet & set(argv) or os.environ.get("RLEXP_SUPERVISED"):
         return
+    if any(os.environ.get(v, "").isdigit() and int(os.environ[v]) > 0 for v in _RANK_ENV):
+        return  # a multi-process launch (mpirun -n 2): process 0 says it
     sweep = {"-m", "--multirun"} & set(argv) or any(a.lstrip("+").startswith("sweep=")
                                                      for a in argv)
     print(f"rlexp: starting {'a sweep' if sweep else 'a run'}: reading the config",
@@ -35,14 +43,14 @@ from omegaconf import DictConfig
 
 from rlexp.base import runtime
 from rlexp.base.errors import UserError, fail
-from rlexp.base.redact import RedactedStream, install_log_redaction
+from rlexp.base.redact import RedactedStream, install_log_redaction, mask_argv, unmask_config
 from rlexp.config.convert import to_config
 from rlexp.config.paths import conf_dir
 from rlexp.job import experiment
 from rlexp.job import sweep_messages
 from rlexp.job.console import quiet_third_party
 from rlexp.launch import args, dry_run, preflight
-from rlexp.planning.hardware import detect_launch, setup_platform
+from rlexp.planning.hardware import detect_launch, setup_platform, vllm_gpu_share
 
 log = logging.getLogger("rlexp")
 
@@ -53,9 +61,11 @@ def _task(cfg: DictConfig) -> float | None:
     # stderr, one format; in a sweep each line labelled [3/8 beta=0.04 G=4]
     with sweep_messages.job_output(job.index, job.overrides):
         try:
+            unmask_config(cfg)  # the secrets main() kept out of Hydra's files
             config = to_config(cfg)
 
-            setup_platform(config.hardware)  # a no-op when pre-flight set it for the command
+            # a no-op when pre-flight set it for the command
+            setup_platform(config.hardware, vllm_share=vllm_gpu_share(config))
         except UserError as exc:
             if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
                 raise
@@ -63,14 +73,28 @@ def _task(cfg: DictConfig) -> float | None:
         return experiment.run(config, job)
 
 
+# A process other than 0 of a multi-process launch waits this long before its refusal line.
+REFUSAL_DELAY_S = 3.0
+
+
+def _refuse(message: str, index: int | None) -> None:
+    """A refusal before the run starts (exit 2). Every process of a multi-process launch
+    (mpirun -n 2) finds the same mistake: process 0 says it at once and the others a moment
+    later, by which time the launcher, which ends every process when one fails, has ended
+    them: the line comes once. A mistake only another process finds is still said."""
+    if index:
+        time.sleep(REFUSAL_DELAY_S)
+    fail(message)
+
+
 def main() -> None:
 
     argv = sys.argv[1:]
+    launch = detect_launch(os.environ)
     try:  # once, first: a misplaced -m is one line naming the fix; --version ends here
         args.parse_args(argv)
     except UserError as exc:
-        fail(str(exc))
-    launch = detect_launch(os.environ)
+        _refuse(str(exc), launch.index)
     if (launch.count or 0) > 1 and not os.environ.get(runtime.SUPERVISED_ENV):
         # one process of a multi-controller run: a lost peer ends it in one line
         runtime.supervise(argv, launch.index, launch.count)
@@ -81,25 +105,33 @@ def main() -> None:
     try:
         pre = preflight.preflight(argv)
     except UserError as exc:
-        fail(str(exc))
+        _refuse(str(exc), launch.index)
     if pre is not None and pre.dry_run:
         try:
             dry_run.dry_run(pre)  # no dirs, no MLflow runs: Hydra never launches
         except UserError as exc:
-            fail(str(exc))
+            _refuse(str(exc), launch.index)
         return
     if pre is not None:
         try:
             preflight.before_launch(pre)  # setup_platform: the processes fit hardware.runtime
         except UserError as exc:
-            fail(str(exc))
+            _refuse(str(exc), launch.index)
     if pre is not None and pre.multirun and not pre.print_only:  # for the jobs' labels
         os.environ.update(sweep_messages.SweepEnv(size=pre.size, keys=list(pre.swept)).to_env())
+    # Hydra writes the overrides to .hydra/*.yaml and multirun.yaml (a sweep's pickled jobs
+    # too) before any job or callback runs: their secrets become placeholders first, the
+    # real values reaching the jobs through the environment (redact.mask_argv).
+    sys.argv[1:] = mask_argv(sys.argv[1:])
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
     if pre is not None and pre.print_only:  # --cfg prints the composed config: no credentials
 
         sys.stdout = RedactedStream(sys.stdout)
     app()
+    if pre is not None and pre.multirun and not pre.print_only:  # a failed job: its line, exit 1
+        code = sweep_messages.end_of_sweep(pre.out_dir)
+        if code:
+            sys.exit(code)
 
 if __name__ == "__main__":
     with runtime.exit_status():  # the status skip_teardown leaves with

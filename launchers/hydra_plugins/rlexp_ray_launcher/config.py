@@ -2,10 +2,17 @@
 
 # No `from __future__ import annotations`: Hydra's plugin scan executes this module without
 # registering it in sys.modules, and dataclasses with string annotations then crash.
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+
+# Variables copied from the launching process to every worker when set there: Hugging Face's
+# token and caches (EasyDeL's TPU recipe hands its workers HF_TOKEN, HF_HOME and
+# HF_DATASETS_CACHE), the offline switches, W&B's key, libtpu's flags, and PYTHONPATH (rlexp
+# and the plugins where they are not installed).
+DRIVER_ENV = ["PYTHONPATH", "HF_TOKEN", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_OFFLINE",
+              "HF_DATASETS_OFFLINE", "WANDB_API_KEY", "LIBTPU_INIT_ARGS"]
 
 
 @dataclass
@@ -18,8 +25,20 @@ class RlexpRayConf:
     cpus_per_task: Optional[float] = None
     # GPUs per process (one process per host); None = the job's hardware.gpus_per_node.
     gpus_per_task: Optional[float] = None
+    # TPU chips per process (Ray's "TPU" resource, one process per TPU host); None = the
+    # job's hardware.chips / hardware.hosts on a TPU profile (v4-64: 4), 0 elsewhere.
+    tpus_per_task: Optional[float] = None
     # Seconds a job may take (all its processes); None = the job's hardware.timeout_min.
     timeout_s: Optional[int] = None
+    # Seconds to wait for a TPU slice's head (Ray's "TPU-<type>-head" resource) to be free.
+    slice_timeout_s: int = 600
+    # Extra environment of every worker (NAME: value), e.g. HF_HOME: /dev/shm/huggingface.
+    env: Dict[str, str] = field(default_factory=dict)
+    # Variables passed from the launching process to every worker when set there.
+    env_from_driver: List[str] = field(default_factory=lambda: list(DRIVER_ENV))
+    # Print each job's placement (bundles per host, resources, environment names) and start
+    # nothing: no Ray connection, no MLflow parent run, no sweep dir left behind.
+    dry_run: bool = False
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="rlexp_ray", node=RlexpRayConf,

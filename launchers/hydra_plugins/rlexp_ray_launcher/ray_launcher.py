@@ -9,6 +9,15 @@ hardware.hosts=N) is N tasks in one placement group, PACKed on one node for CPU 
 bundle 0 picks the coordinator's address, and each task is given it with its index through
 JAX's own variables (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID). The job's
 result is process 0's.
+
+TPUs, as Ray defines their resources (ray/_private/accelerators/tpu.py, ray/util/tpu.py, Ray
+2.60): every TPU host offers "TPU" = its chips, a resource named after its slice (the TPU
+name, 1 per host) and, on the slice's worker 0 only, "TPU-<pod type>-head" (e.g.
+"TPU-v4-64-head"). A multi-host slice is reserved as Ray's SlicePlacementGroup does: a
+placement group on the head first (one per slice: two jobs never share a slice), whose host
+names the slice (ray.util.tpu.get_current_pod_name), then one bundle per host, STRICT_SPREAD,
+each {"CPU", "TPU": chips per host, <slice name>: 1}. A one-host job asks for the head and
+the chips in its own task. `dry_run` prints this placement and starts nothing.
 """
 
 # No `from __future__ import annotations`: see config.py.
@@ -17,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -25,12 +34,18 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlexp.base.files import remove_dry_run_dir
+
 log = logging.getLogger(__name__)
 
 # JAX's variables for an explicit multi-controller start (jax/_src/distributed.py reads
 # JAX_COORDINATOR_ADDRESS; rlexp.planning.hardware the count and the index).
 COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                          "JAX_PROCESS_ID")
+
+
+# Where a multi-host job's worker bundles get the slice's name before the head is reserved.
+SLICE_PLACEHOLDER = "<slice name>"
 
 
 @dataclass(frozen=True)
@@ -42,21 +57,78 @@ class Layout:
     gpus: float
     # Placement group strategy for processes > 1.
     strategy: str
+    # TPU chips per process (Ray's "TPU" resource); 0 off TPU.
+    tpus: float = 0.0
+    # The slice's head resource ("TPU-v4-64-head") a TPU job reserves first; None off TPU.
+    head: Optional[str] = None
 
 
 def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Layout:
-    """One process, or one per host under hardware.runtime=multi_controller (not emulated)."""
+    """One process, or one per host under hardware.runtime=multi_controller (not emulated).
+    On a TPU profile each process takes its host's chips (hardware.chips / hardware.hosts)
+    and the job its slice's head; a Pathways job's one controller holds no chips."""
     hw = OmegaConf.select(job_cfg, "hardware", default=None)
     sel = (lambda key, default: OmegaConf.select(hw, key, default=default)) if hw is not None \
         else (lambda key, default: default)
     hosts = int(sel("hosts", 1) or 1)
-    multi = hosts > 1 and not sel("emulate", False) and sel("runtime", "single") == "multi_controller"
+    runtime = sel("runtime", "single")
+    emulated = bool(sel("emulate", False))
+    multi = hosts > 1 and not emulated and runtime == "multi_controller"
+    tpu = sel("platform", "cpu") == "tpu" and not emulated and runtime != "pathways"
     cpus = params.get("cpus_per_task")
     gpus = params.get("gpus_per_task")
+    tpus = params.get("tpus_per_task")
+    if tpus is None:
+        tpus = int(sel("chips", 0) or 0) / hosts if tpu else 0
     return Layout(processes=hosts if multi else 1,
                   cpus=float(cpus if cpus is not None else sel("cpus_per_task", 1) or 1),
                   gpus=float(gpus if gpus is not None else sel("gpus_per_node", 0) or 0),
-                  strategy="PACK" if sel("platform", "cpu") == "cpu" else "STRICT_SPREAD")
+                  strategy="PACK" if sel("platform", "cpu") == "cpu" else "STRICT_SPREAD",
+                  tpus=float(tpus),
+                  head=f"TPU-{sel('accelerator_type', None)}-head" if tpu and tpus else None)
+
+
+def bundles(lay: Layout, slice_name: Optional[str] = None) -> List[Dict[str, float]]:
+    """Each process's resources, one bundle per host: a one-process TPU job holds its slice's
+    head itself; a multi-host one names the slice its head reservation found."""
+    one: Dict[str, float] = {"CPU": lay.cpus}
+    one.update({k: v for k, v in (("GPU", lay.gpus), ("TPU", lay.tpus)) if v})
+    if lay.head and lay.processes == 1:
+        one[lay.head] = 1
+    elif lay.head:
+        one[slice_name or SLICE_PLACEHOLDER] = 1
+    return [dict(one) for _ in range(lay.processes)]
+
+
+def worker_env(params: Dict[str, Any], environ: Dict[str, str]) -> Dict[str, str]:
+    """The environment every worker is given: env_from_driver's variables set here, then
+    the launcher's `env`."""
+    out = {k: environ[k] for k in params.get("env_from_driver") or () if environ.get(k)}
+    out.update({str(k): str(v) for k, v in (params.get("env") or {}).items()})
+    return out
+
+
+def placement_lines(lay: Layout, env: Dict[str, str], params: Dict[str, Any]) -> List[str]:
+    """The dry run's account of one job: how Ray would place it, and the environment names."""
+    from rlexp.base.redact import redact_value
+
+    lines = []
+    if lay.head and lay.processes > 1:
+        lines.append(f"slice head: placement group [{{{lay.head!r}: 1}}] first; its host names "
+                     f"the slice ({SLICE_PLACEHOLDER})")
+    group = (f"placement group {lay.strategy}, {lay.processes} bundles (one per host)"
+             if lay.processes > 1 else "one task, no placement group")
+    lines.append(group)
+    for i, b in enumerate(bundles(lay)):
+        lines.append(f"bundle {i} (host {i}): " + ", ".join(f"{k!r}: {v:g}" for k, v in b.items()))
+    if lay.processes > 1:
+        lines.append(f"each process: {COORDINATOR_ENV}=<bundle 0's host>:<free port>, "
+                     f"{COUNT_ENV}={lay.processes}, {INDEX_ENV}=<its bundle>")
+    own = set((params.get("env") or {}))
+    # values only for the launcher's own env, secret-named ones masked; names for the rest
+    shown = [f"{k}={redact_value(k, v)}" if k in own else k for k, v in sorted(env.items())]
+    lines.append("env: " + (", ".join(shown) if shown else "(none)"))
+    return lines
 
 
 def process_env(coordinator: Optional[str], count: int, index: int) -> Dict[str, str]:
@@ -76,6 +148,36 @@ def _coordinator_address() -> str:
     with socket.socket() as s:
         s.bind((host, 0))
         return f"{host}:{s.getsockname()[1]}"
+
+
+def _slice_name() -> str:
+    """The TPU slice (its name, a resource of each of its hosts) this task's host is in."""
+    from ray.util import tpu
+
+    name = tpu.get_current_pod_name()
+    if not name:
+        raise RuntimeError("the host holding the TPU head resource reports no TPU name")
+    return name
+
+
+def _reserve_slice(head: str, params: Dict[str, Any]) -> Tuple[Any, str]:
+    """A placement group on a free slice's head (Ray's reserve_tpu_slice does the same with
+    the pod type it infers from a topology) and that slice's name."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = placement_group([{head: 1}])
+    timeout = float(params.get("slice_timeout_s") or 600)
+    ready, _ = ray.wait([pg.ready()], timeout=timeout)
+    if not ready:
+        remove_placement_group(pg)
+        raise TimeoutError(f"no free TPU slice: Ray's {head!r} resource was not free within "
+                           f"{timeout:g} s (hydra.launcher.slice_timeout_s)")
+    name = ray.get(ray.remote(num_cpus=0)(_slice_name).options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+    ).remote())
+    return pg, name
 
 
 def _run_process(launcher: "RlexpRayLauncher", overrides: List[str], job_num: int,
@@ -116,8 +218,44 @@ class RlexpRayLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
 
+    def _job(self, overrides: Sequence[str]) -> Tuple[Layout, int]:
+        """The job's layout and timeout (seconds)."""
+        assert self.config is not None and self.hydra_context is not None
+        job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
+                                                                     list(overrides))
+        timeout = self.params.get("timeout_s") or 60 * int(
+            OmegaConf.select(job_cfg, "hardware.timeout_min", default=60) or 60)
+        return job_layout(self.params, job_cfg), int(timeout)
+
+    def _dry_run(self, job_overrides: Sequence[Sequence[str]],
+                 initial_job_idx: int) -> Sequence[JobReturn]:
+        """Each job's placement, printed; nothing started, the sweep dir Hydra made removed."""
+        from hydra.core.hydra_config import HydraConfig
+
+        assert self.config is not None
+        env = worker_env(self.params, dict(os.environ))
+        original = HydraConfig.instance().cfg
+        out = []
+        try:
+            for i, overrides in enumerate(job_overrides):
+                lay, timeout = self._job(overrides)
+                print(f"[ray #{initial_job_idx + i}] {' '.join(filter_overrides(overrides))}: "
+                      f"{lay.processes} process(es), timeout {timeout} s (dry run)", flush=True)
+                for line in placement_lines(lay, env, self.params):
+                    print(f"    {line}", flush=True)
+                ret = JobReturn(overrides=list(overrides), working_dir=os.getcwd())
+                ret.status = JobStatus.COMPLETED
+                ret.return_value = "dry-run"
+                out.append(ret)
+        finally:
+            HydraConfig.instance().cfg = original  # type: ignore[assignment]
+        remove_dry_run_dir(Path(str(self.config.hydra.sweep.dir)))
+        return out
+
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
+        if self.params.get("dry_run"):
+            return self._dry_run(job_overrides, initial_job_idx)
         import ray  # lazy: plugin discovery must stay fast
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -137,7 +275,10 @@ class RlexpRayLauncher(Launcher):
         env = job_env(sweep_dir, len(job_overrides))
         env.pop(ENV_JOBS, None)  # this process waits for the jobs and closes the parent
         # What the workers need to import rlexp and the plugins where they are not installed.
-        env.update({k: os.environ[k] for k in ("PYTHONPATH",) if os.environ.get(k)})
+        # RLEXP_MASKED_SECRET: the secrets kept out of the overrides (rlexp.base.redact).
+        env.update({k: os.environ[k] for k in ("PYTHONPATH", "RLEXP_MASKED_SECRET")
+                    if os.environ.get(k)})
+        env.update(worker_env(self.params, dict(os.environ)))  # tokens, caches, launcher env
         # max_retries=0: Ray re-runs a task whose worker died (3 times by default), which
         # would start one process of a multi-controller job again against peers that are gone.
         run = ray.remote(max_calls=1, max_retries=0)(_run_process)
@@ -145,27 +286,38 @@ class RlexpRayLauncher(Launcher):
         state = Singleton.get_state()
         cwd = os.getcwd()
 
-        started = []  # per job: (overrides, [refs], placement group or None, timeout)
+        started = []  # per job: (overrides, [refs] or its failed JobReturn, [groups], timeout)
         for i, overrides in enumerate(job_overrides):
             idx = initial_job_idx + i
-            job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
-                                                                         list(overrides))
-            lay = job_layout(self.params, job_cfg)
-            timeout = self.params.get("timeout_s") or 60 * int(
-                OmegaConf.select(job_cfg, "hardware.timeout_min", default=60) or 60)
+            lay, timeout = self._job(overrides)
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} "
-                     f"({lay.processes} process(es), {lay.cpus:g} CPU, {lay.gpus:g} GPU each)")
+                     f"({lay.processes} process(es), {lay.cpus:g} CPU, {lay.gpus:g} GPU"
+                     + (f", {lay.tpus:g} TPU" if lay.tpus else "") + " each)")
             opts: Dict[str, Any] = {"num_cpus": lay.cpus, "num_gpus": lay.gpus}
+            if lay.tpus:  # Ray then sets the worker's TPU_VISIBLE_CHIPS
+                opts["resources"] = {"TPU": lay.tpus}
             if env:  # set before the worker imports anything (JAX reads its flags once)
                 opts["runtime_env"] = {"env_vars": env}
-            if lay.processes == 1:
+            if lay.processes == 1:  # its task holds the chips and the slice's head itself
+                opts["resources"] = {k: v for k, v in bundles(lay)[0].items()
+                                     if k not in ("CPU", "GPU")}
                 refs = [run.options(**opts).remote(self, list(overrides), idx, state, cwd, env,
                                                    None, 1, 0)]
-                started.append((overrides, refs, None, timeout))
+                started.append((overrides, refs, [], timeout))
                 continue
-            bundle = {"CPU": lay.cpus, **({"GPU": lay.gpus} if lay.gpus else {})}
-            pg = placement_group([dict(bundle) for _ in range(lay.processes)],
-                                 strategy=lay.strategy)
+            groups, slice_name = [], None
+            if lay.head:
+                try:
+                    head_pg, slice_name = _reserve_slice(lay.head, self.params)
+                except Exception as exc:  # noqa: BLE001 - no free slice: this job fails
+                    failed = JobReturn(overrides=list(overrides))
+                    failed.status = JobStatus.FAILED
+                    failed.return_value = RuntimeError(str(exc))
+                    started.append((overrides, failed, [], timeout))
+                    continue
+                groups.append(head_pg)
+            pg = placement_group(bundles(lay, slice_name), strategy=lay.strategy)
+            groups.append(pg)
             coordinator = probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=0)).remote()
             refs = [run.options(**opts, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -173,13 +325,14 @@ class RlexpRayLauncher(Launcher):
                         self, list(overrides), idx, state, cwd, env, coordinator,
                         lay.processes, p)
                     for p in range(lay.processes)]
-            started.append((overrides, refs, pg, timeout))
+            started.append((overrides, refs, groups, timeout))
 
         results = []
-        for overrides, refs, pg, timeout in started:
-            results.append(self._collect(list(overrides), refs, timeout))
-            if pg is not None:
-                remove_placement_group(pg)
+        for overrides, refs, groups, timeout in started:
+            results.append(refs if isinstance(refs, JobReturn)
+                           else self._collect(list(overrides), refs, timeout))
+            for group in groups:
+                remove_placement_group(group)
         return results
 
     def _collect(self, overrides: List[str], refs: List[Any], timeout: float) -> JobReturn:

@@ -2,13 +2,15 @@
 
 rename(2) swaps a name in one step, so a reader (or a process that dies mid-write) finds the
 old file or the new one. The same holds for a dir filled under a temporary name, as long as
-the destination is missing or empty.
+the destination is missing or empty. Also: remove_dry_run_dir, the sweep dir a launcher's
+dry run leaves nothing of.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -40,3 +42,19 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def remove_dry_run_dir(sweep_dir: Path) -> None:
+    """Hydra's sweeper made the sweep dir (multirun.yaml) before the launcher ran: a dry run
+    leaves nothing, so remove it and the empty parents it made (up to the working dir)."""
+    if not sweep_dir.is_dir() or {p.name for p in sweep_dir.iterdir()} - {"multirun.yaml"}:
+        return
+    shutil.rmtree(sweep_dir, ignore_errors=True)
+    cwd = Path.cwd().resolve()
+    parent = sweep_dir.resolve().parent
+    while parent != cwd and cwd in parent.parents:
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+        parent = parent.parent

@@ -1,7 +1,8 @@
 """Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs.
 
 Three kinds of secret are masked wherever rlexp writes (params, tags, summary.json,
-tracking.json) and in the files Hydra writes itself (.hydra/*.yaml, a sweep's multirun.yaml):
+tracking.json); the files Hydra writes itself (.hydra/*.yaml, a sweep's multirun.yaml) never
+get them: they leave the command line before Hydra reads it (mask_argv, below):
   - credentials inside a URI: the userinfo (`postgresql://user:PW@host`, `https://TOKEN@host`)
     and sensitive query parameters (`?token=`, `&sig=`, `X-Amz-Signature=`), any scheme;
   - the value of a secret-named key (`tracker.api_key=...`, `+hydra.job.env_set.HF_TOKEN=...`,
@@ -17,12 +18,14 @@ would hide them from the store).
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -84,21 +87,27 @@ def is_secret_key(key: str) -> bool:
     return words[-1] in SECRET_WORDS or tuple(words[-2:]) in SECRET_PAIRS
 
 
-def _mask_query(query: str, found: set[str] | None) -> str:
+def _mask_query(query: str, found: set[str] | None,
+                replace: Callable[[str], str] | None = None) -> str:
     parts = []
     for item in query.split("&"):
         name, sep, value = item.partition("=")
         if sep and value and is_secret_key(unquote(name)):
             if found is not None:
                 found.update({value, unquote(value)})
-            value = MASK
+            value = replace(value) if replace is not None else MASK
         parts.append(f"{name}{sep}{value}")
     return "&".join(parts)
 
 
-def redact_uri(uri: str, found: set[str] | None = None) -> str:
+def redact_uri(uri: str, found: set[str] | None = None,
+               replace: Callable[[str], str] | None = None) -> str:
     """Mask the credentials of every URI in `uri` (userinfo, secret query parameters);
-    `found` collects the raw secret values (so other copies of them can be masked too)."""
+    `found` collects the raw secret values (so other copies of them can be masked too);
+    `replace(secret)` gives the text put in its place (default MASK)."""
+
+    def masked(secret: str) -> str:
+        return replace(secret) if replace is not None else MASK
 
     def one(m: re.Match) -> str:
         rest = m["rest"]
@@ -113,11 +122,12 @@ def redact_uri(uri: str, found: set[str] | None = None) -> str:
             user, colon, password = userinfo.partition(":")
             if found is not None:
                 found.update(v for v in (password if colon else user, unquote(password if colon else user)) if v)
-            authority = f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+            authority = (f"{user}:{masked(password)}@{host}" if colon
+                         else f"{masked(user)}@{host}")
         if "?" in tail:
             path, _, query = tail.partition("?")
             query, hash_, fragment = query.partition("#")
-            tail = f"{path}?{_mask_query(query, found)}{hash_}{fragment}"
+            tail = f"{path}?{_mask_query(query, found, replace)}{hash_}{fragment}"
         return f"{m['scheme']}{authority}{tail}{after}"
 
     return _URI.sub(one, uri)
@@ -149,12 +159,122 @@ def remember(*texts: str | None) -> None:
         install_log_redaction()
 
 
+# ------------------------------------------------- secrets kept out of what Hydra writes
+# Hydra saves the command line's overrides as soon as it starts, before any job or callback
+# runs: <run dir>/.hydra/{config,overrides,hydra}.yaml, <sweep dir>/multirun.yaml, submitit's
+# pickled jobs. Masking those files afterwards leaves them in clear whenever the command stops
+# first (a launcher that refuses the sweep, a crash). So a secret leaves the override before
+# Hydra sees it: mask_argv puts a placeholder (`***1***`) in its place, and the real values
+# travel in the environment (SECRETS_ENV, {placeholder: value} as base64 JSON), which every job
+# inherits (a local or joblib worker, sbatch's --export=ALL, Ray's runtime_env, an xpk pod's
+# env), and each job puts them back (unmask_config, unmask; store.resolve_uri).
+SECRETS_ENV = "RLEXP_MASKED_SECRET"
+_PLACEHOLDER = re.compile(r"\*\*\*\d+\*\*\*")
+
+
+def masked_secrets() -> dict[str, str]:
+    """{placeholder: real value} handed down by mask_argv (empty when none)."""
+    raw = os.environ.get(SECRETS_ENV)
+    if not raw:
+        return {}
+    try:
+        table = json.loads(base64.urlsafe_b64decode(raw.encode()))
+    except ValueError:  # binascii.Error and JSON errors are ValueErrors
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """argv with each secret replaced by a placeholder, the real values put in SECRETS_ENV:
+    URI credentials (`tracker.uri=http://u:PW@host` -> `http://u:***1***@host`, `?token=`)
+    and the value of a secret-named key (`+hydra.job.env_set.HF_TOKEN=hf_x` -> `***2***`;
+    each value of a sweep `a,b` on its own). The same command gives the same placeholders
+    (run dirs are named from the overrides)."""
+    table = masked_secrets()
+    by_value = {v: k for k, v in table.items()}
+
+    def placeholder(secret: str) -> str:
+        if _PLACEHOLDER.fullmatch(secret) or secret == MASK or not secret:
+            return secret
+        if secret not in by_value:
+            name = f"***{len(table) + 1}***"
+            table[name], by_value[secret] = secret, name
+        return by_value[secret]
+
+    def value(text: str) -> str:
+        quote = text[:1]
+        if len(text) >= 2 and quote in "'\"" and text.endswith(quote):
+            return f"{quote}{placeholder(text[1:-1])}{quote}"
+        return ",".join(placeholder(part) for part in text.split(","))
+
+    out = []
+    for arg in argv:
+        key, sep, val = arg.partition("=")
+        if arg.startswith("-") or not sep:
+            out.append(arg)
+        elif is_secret_key(key):
+            out.append(f"{key}={value(val)}")
+        else:
+            out.append(redact_uri(arg, replace=placeholder) if "://" in arg else arg)
+    if table:  # one word (base64): a printed `--env NAME=VALUE` masks it whole
+        os.environ[SECRETS_ENV] = base64.urlsafe_b64encode(json.dumps(table).encode()).decode()
+    return out
+
+
+def unmask(text: str) -> str:
+    """text with mask_argv's placeholders back to the real values (unknown ones left)."""
+    table = masked_secrets()
+    if not table or "***" not in text:
+        return text
+    return _PLACEHOLDER.sub(lambda m: table.get(m[0], m[0]), text)
+
+
+def placeholders(text: str) -> str:
+    """text with URI credentials masked for a file, as placeholders where mask_argv made one
+    (unmask gives the real URI back in a job that has SECRETS_ENV), else MASK."""
+    by_value = {v: k for k, v in masked_secrets().items()}
+    return redact_uri(text, replace=lambda s: s if _PLACEHOLDER.fullmatch(s)
+                      else by_value.get(s, MASK))
+
+
+def unmask_config(cfg: Any) -> None:
+    """A job's composed config (DictConfig), in place: placeholders back to real values."""
+    from omegaconf import OmegaConf, flag_override
+
+    if not masked_secrets():
+        return
+    found: list[tuple[list[Any], str]] = []
+
+    def walk(raw: Any, path: list[Any]) -> None:
+        # The unresolved values (resolve=False): an interpolation stays as written.
+        items = raw.items() if isinstance(raw, dict) else \
+            enumerate(raw) if isinstance(raw, list) else ()
+        for key, value in items:
+            if isinstance(value, str):
+                if _PLACEHOLDER.search(value):
+                    found.append(([*path, key], unmask(value)))
+            else:
+                walk(value, [*path, key])
+
+    walk(OmegaConf.to_container(cfg, resolve=False), [])
+    with flag_override(cfg, ["readonly", "struct"], False):
+        for path, value in found:
+            node = cfg
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+
+
 def secret_values(argv: Iterable[str] | None = None) -> set[str]:
     """Values to hide: secret-named env vars, secret-named `key=value` arguments and the
     credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...),
     and what remember() learned."""
-    found: set[str] = set(_learned)
+    found: set[str] = set(_learned) | set(masked_secrets().values())
     for k, v in os.environ.items():
+        if k == SECRETS_ENV:
+            continue  # its values are counted one by one above
         if is_secret_key(k):
             found.add(v)
         elif "://" in v:
@@ -312,6 +432,9 @@ class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
         # A launcher's worker gets the job's overrides (tracker.uri=http://u:PW@...) pickled,
         # not in its argv: its lines are masked of them all the same (env_set secrets too).
         remember(*hc.overrides.task)
+        for name, value in (hc.job.env_set or {}).items():  # set by Hydra just before
+            if isinstance(value, str) and _PLACEHOLDER.search(value):
+                os.environ[str(name)] = unmask(value)
         install_log_redaction()
         scrub_run_dir(Path(hc.runtime.output_dir))
         if hc.mode == RunMode.MULTIRUN:

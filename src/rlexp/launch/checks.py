@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -30,10 +31,11 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
 from rlexp.base.redact import redact_uri
+from rlexp.base.secret_env import forwarded_secrets
 from rlexp.config.schema import Config
 from rlexp.data import rewards
 from rlexp.data.loaders import dataset_file, read_rows
-from rlexp.data.templates import PromptTemplate
+from rlexp.data.templates import PromptTemplate, shortest_answer
 from rlexp.engine.checkpoint_store import human_bytes, nearest_existing
 from rlexp.engine.export import find_checkpoint
 from rlexp.engine.vllm_rollout import check_vllm_available
@@ -55,6 +57,15 @@ class CheckContext:
     # The jobs run on other machines (a sweep with hydra/launcher=xpk): the pods' image has
     # what the jobs import, and each pod's own pre-flight checks it there.
     jobs_run_elsewhere: bool = False
+    # Warning lines already printed for this command: a sweep's jobs share one context, so
+    # a warning true of every job is said once.
+    said: set = dataclasses.field(default_factory=set, compare=False, hash=False)
+
+    def warn(self, line: str) -> None:
+        """One `rlexp: warning:` line, once per command."""
+        if line not in self.said:
+            self.said.add(line)
+            print(f"rlexp: warning: {line}", file=sys.stderr, flush=True)
 
 
 
@@ -201,7 +212,12 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
     # made away from the cluster's network, where the store's host does not resolve; it
     # stays instant.
     state = classify(resolve_uri(uri))
-    if is_wrong(state):
+    if is_wrong(state) and ctx.jobs_run_elsewhere:
+        # The jobs reach the store from their own network (a cluster-internal name such as
+        # mlflow.mlflow.svc.cluster.local resolves only there): said once, not refused.
+        ctx.warn(f"{key}={redact_uri(uri)} is not usable from this machine "
+                 f"({state.split(': ', 1)[1]}); the jobs run elsewhere and use it from there")
+    elif is_wrong(state):
         raise UserError(f"{key}={redact_uri(uri)} is not a usable MLflow store: "
                         f"{state.split(': ', 1)[1]}; fix it or run with tracker=none")
 
@@ -341,13 +357,48 @@ CHECKS: tuple[Check, ...] = (
 
 def check_job(cfg: Config, ctx: CheckContext) -> Optional[Plan]:
     """Every check of CHECKS that applies to this job (a dry run or not), in order; returns
-    the plan check_fits made."""
+    the plan check_fits made. Then the warnings (a job that runs, but poorly)."""
     plan = None
     for check in CHECKS:
         if check.dry_run or not cfg.run.dry_run:
             out = check.fn(cfg, ctx)
             plan = out if out is not None else plan
+    warn_completion_length(cfg, ctx)
     return plan
+
+
+def warn_completion_length(cfg: Config, ctx: CheckContext) -> None:
+    """rollout.max_completion_length shorter than the shortest completion the template counts
+    as a correct answer: every completion is cut before its answer closes, and the run trains
+    to the end at reward and accuracy 0. A warning (a reward of the user's may not need the
+    tags); the count is exact where the tokenizer is at hand (char; a local tokenizer.json)."""
+    text = shortest_answer(cfg.dataset.template, cfg.dataset.reasoning_tag)
+    need, how = answer_tokens(text, cfg.model)
+    limit = cfg.rollout.max_completion_length
+    if limit < need:
+        ctx.warn(f"rollout.max_completion_length={limit} cannot hold the shortest correct "
+                 f"answer of dataset.template={cfg.dataset.template}, {text!r} ({how}): every "
+                 f"completion is cut before it, so reward and accuracy stay 0; set "
+                 f"rollout.max_completion_length >= {need}")
+
+
+def answer_tokens(text: str, model: Any) -> tuple[int, str]:
+    """(tokens of `text`, how they were counted) with the run's tokenizer: exact for the
+    char tokenizer and a local tokenizer.json (the `tokenizers` library reads it in ~50 ms);
+    else a lower bound: one token per tag and one for the answer."""
+    if model.tokenizer == "char":
+        return len(text), f"{len(text)} tokens with model.tokenizer=char"
+    path = Path(str(model.path)).expanduser() / "tokenizer.json" if model.path else None
+    if path is not None and path.is_file():
+        try:
+            from tokenizers import Tokenizer
+
+            n = len(Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids)
+            return n, f"{n} tokens with {path}"
+        except Exception:  # noqa: BLE001 - an unreadable tokenizer: the estimate below
+            pass
+    n = text.count("<") + 1
+    return n, f"at least {n} tokens"
 
 
 def check_launcher(base: Any) -> None:
@@ -364,6 +415,7 @@ def check_launcher(base: Any) -> None:
             raise UserError(f"hydra/launcher=xpk needs the xpk CLI ({xpk[0]} not on PATH): "
                             "pip install xpk in its own venv and set RLEXP_XPK_BIN to it")
         launcher = OmegaConf.select(base, "hydra.launcher")
+        forwarded_secrets(launcher.get("secrets") or [], os.environ, launcher.get("env") or {})
         if not launcher.dry_run and not launcher.docker_image and not (
                 launcher.base_docker_image and launcher.script_dir):
             # xpk would build on its default python:3.10, which has neither rlexp nor JAX:
@@ -395,6 +447,23 @@ def check_command(output_dir: Path, base: Any, multirun: bool) -> CheckContext:
     if multirun:
         check_launcher(base)
         check_sweep_store(base)  # jobs on other machines reach the store
-    choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
     return CheckContext(output_dir=Path(output_dir),
-                        jobs_run_elsewhere=multirun and choices.get("hydra/launcher") == "xpk")
+                        jobs_run_elsewhere=multirun and jobs_run_elsewhere(base))
+
+
+# Launchers whose jobs run on other machines: GKE pods, SLURM's compute nodes.
+REMOTE_LAUNCHERS = ("xpk", "rlexp_slurm", "submitit_slurm")
+
+
+def jobs_run_elsewhere(base: Any) -> bool:
+    """A sweep's jobs run on other hosts: xpk and SLURM launchers, and Ray on a cluster whose
+    address is not this machine's (`auto` is the cluster `ray start` left here)."""
+    choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
+    launcher = choices.get("hydra/launcher")
+    if launcher in REMOTE_LAUNCHERS:
+        return True
+    if launcher != "rlexp_ray":
+        return False
+    address = str(OmegaConf.select(base, "hydra.launcher.address", default="auto") or "auto")
+    host = address.removeprefix("ray://").rsplit(":", 1)[0]
+    return host not in ("auto", "local", "localhost", "127.0.0.1", "")

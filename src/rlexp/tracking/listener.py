@@ -27,6 +27,7 @@ retries every flush_every_s, and `python -m rlexp.sync <run dir>` replays what i
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -138,6 +139,9 @@ class MlflowListener(Listener):
         self._system: Any = None
         self._last_step = 0
         self._environment: threading.Thread | None = None
+        # The last write's failure (None after a write that went through).
+        self._failure: BaseException | None = None
+        self._dropped_said = False
 
     # ------------------------------------------------------------------------------ events
 
@@ -264,9 +268,17 @@ class MlflowListener(Listener):
             ok = self.flush(timeout=max(0.0, deadline - time.monotonic()))
         self._stop_writer()
         held = self.run.waiting("metrics")
-        if not ok:
+        if not ok and self._failure is not None and not store.is_outage(self._failure):
+            cause = self._end_failed_run(status)
+            warn(f"the MLflow run of {self.run_dir} is incomplete and marked FAILED: the "
+                 f"store failed a write ({cause}); records wait in {SPOOL_FILE}: fix the "
+                 f"cause, then: python -m rlexp.sync {self.run_dir}")
+        elif not ok:
             warn(f"the MLflow run of {self.run_dir} is incomplete: records wait in "
                  f"{SPOOL_FILE}; send them with: python -m rlexp.sync {self.run_dir}")
+        elif len(self.run.dropped) > 1:
+            warn(f"{len(self.run.dropped)} records of the MLflow run of {self.run_dir} were "
+                 f"not stored (first: {self.run.dropped[0]})")
         elif held:
             print(f"rlexp: tracking: {held} metric records after the last checkpoint (step "
                   f"{self._gate:g}) were not logged; a resume produces them again",
@@ -312,9 +324,11 @@ class MlflowListener(Listener):
         try:
             sent = self.run.flush(self._gate)
         except Exception as exc:  # tracking must never stop training
+            self._say_dropped()
+            self._failure = exc
             if self._offline_since is None:
                 self._offline_since = time.monotonic()
-                if refused(exc):  # the store answered: not an outage, say what it refused
+                if not store.is_outage(exc):  # not an outage: say what failed, and why
                     warn(f"MLflow store {self.uri} refused a write ({store.first_line(exc)}); "
                          f"training goes on, records are kept in {self.run_dir / SPOOL_FILE} "
                          f"and retried every {self.flush_every_s:g}s (or: python -m rlexp.sync "
@@ -324,11 +338,36 @@ class MlflowListener(Listener):
                      f"goes on, records are kept in {self.run_dir / SPOOL_FILE} and retried "
                      f"every {self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
             return False
+        self._say_dropped()
+        self._failure = None
         if self._offline_since is not None:
             self._offline_since = None
             print(f"rlexp: tracking: MLflow store reachable again; sent {sent} spooled records",
                   file=sys.stderr, flush=True)
         return True
+
+    def _say_dropped(self) -> None:
+        """Records the store failed for a lasting reason (run.TrackedRun.dropped): the first
+        one in a line, once; the count at the end."""
+        assert self.run is not None
+        if self.run.dropped and not self._dropped_said:
+            self._dropped_said = True
+            warn(f"MLflow store {self.uri} did not take {self.run.dropped[0]}; not retried "
+                 f"(a lasting failure, not an outage), the rest of the run is logged")
+
+    def _end_failed_run(self, status: str) -> str:
+        """The store failed the final records for a lasting reason (not an outage): the run
+        is ended in MLflow now, so it does not stay RUNNING. Returns the cause, in words."""
+        assert self.run is not None
+        cause = store.first_line(self._failure) if self._failure is not None else "unknown"
+        run_id = self.run.link.run_id
+        if run_id is None:
+            return cause
+        try:
+            self.run.client.set_terminated(run_id, "FAILED" if status == "FINISHED" else status)
+        except Exception:  # noqa: BLE001 - the warning below says what is left
+            pass
+        return cause
 
     def _stop_writer(self) -> None:
         with self._cv:
@@ -502,6 +541,7 @@ class MlflowListener(Listener):
     def _start_system_metrics(self, resume: bool) -> None:
         if self._system_every_s <= 0 or self.run is None or self.run.link.run_id is None:
             return  # off, or the store is unreachable now (the monitor writes directly)
+        log_file_only(SYSTEM_METRICS_LOGGER)
         try:
             self._system = SystemMetrics(self.uri, self.run.link.run_id, self._system_every_s,
                                          resume)
@@ -520,10 +560,24 @@ class MlflowListener(Listener):
             self._lock = None
 
 
-# MLflow error codes of a store that answered and refused a write (its sqlalchemy store raises
-# a database constraint error as BAD_REQUEST): not an outage, so not "unreachable".
-REFUSALS = ("BAD_REQUEST", "INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS",
-            "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "PERMISSION_DENIED")
+REFUSALS = store.REFUSALS
+
+# MLflow's system-metrics monitor warns on the console when a sample races the run's end
+# ("Failed to log system metrics: ... expected if the experiment/run is already terminated"):
+# nothing to act on; its lines go to the job's log file only.
+SYSTEM_METRICS_LOGGER = "mlflow.system_metrics"
+
+
+def log_file_only(name: str) -> None:
+    """Logger `name` writes to the job's log files (Hydra's FileHandler on the root logger:
+    <run dir>/rlexp.log) and no longer to the console. MLflow's loggers have their own stderr
+    handler and do not propagate (mlflow/utils/logging_utils.py), so the file handlers are
+    attached to the logger itself. Idempotent."""
+    logger = logging.getLogger(name)
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    logger.handlers = [h for h in logger.handlers if isinstance(h, logging.FileHandler)] + \
+        [h for h in files if h not in logger.handlers]
+    logger.propagate = False
 
 
 def refused(exc: BaseException) -> bool:

@@ -25,6 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rlexp.base.errors import UserError
+from rlexp.base.redact import unmask
 from rlexp.tracking.store import resolve_uri, sqlite_path
 
 ENV_URI = "MLFLOW_TRACKING_URI"
@@ -80,7 +81,8 @@ def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
         return {}
     if not isinstance(parent, dict) or not parent.get("run_id"):
         return {}
-    return {ENV_URI: str(parent["uri"]), ENV_PARENT: str(parent["run_id"]),
+    # the file holds the URI's credentials as mask_argv's placeholders: the jobs get them back
+    return {ENV_URI: unmask(str(parent["uri"])), ENV_PARENT: str(parent["run_id"]),
             ENV_JOBS: str(num_jobs)}
 
 

@@ -33,6 +33,10 @@ NEVER = float("-inf")
 ALWAYS = float("inf")
 
 
+# Records that become files or dataset inputs of the run (sent one by one, in order).
+FILE_KINDS = frozenset({"artifact", "json", "text", "inputs", "model"})
+
+
 def is_ready(record: dict, gate: float) -> bool:
     """Metrics wait for a checkpoint at or after their step; everything else goes at once."""
     return record["kind"] != "metrics" or record["step"] <= gate
@@ -60,6 +64,9 @@ class TrackedRun:
         # which needs the lock this thread holds.
         self.adding = False
         self._client: MlflowClient | None = None
+        # Records the store failed for a lasting reason (not an outage), as "what: why";
+        # not retried (see _send).
+        self.dropped: list[str] = []
 
     @property
     def client(self) -> "MlflowClient":
@@ -139,19 +146,11 @@ class TrackedRun:
                 tags.update(r["tags"])
         self._log_params_tags(run_id, params, tags)
         for r in ready:
-            if r["kind"] == "artifact":
-                self._log_artifact(run_id, Path(r["path"]), r.get("artifact_path"))
-            elif r["kind"] == "json":
-                self.client.log_dict(run_id, r["data"], r["artifact_file"])
-            elif r["kind"] == "text":
-                self.client.log_text(run_id, r["text"], r["artifact_file"])
-            elif r["kind"] == "inputs":
-                self._log_inputs(run_id, r["datasets"])
-            elif r["kind"] == "model":
-                self._log_model_output(run_id, r["artifact_path"], int(r.get("step", 0)))
+            if r["kind"] in FILE_KINDS:
+                self._send_file(run_id, r)
         self._log_metrics(run_id, [r for r in ready if r["kind"] == "metrics"])
-        if any(r["kind"] == "curves" for r in ready):
-            self._log_curves(run_id)
+        if any(r["kind"] == "curves" for r in ready):  # after the metrics they plot
+            self._send_file(run_id, {"kind": "curves"})
         statuses = [r for r in ready if r["kind"] == "status"]
         if statuses:
             last = statuses[-1]
@@ -159,6 +158,33 @@ class TrackedRun:
                 self.client.update_run(run_id, status="RUNNING")
             else:
                 self.client.set_terminated(run_id, last["status"], end_time=last.get("t"))
+
+    def _send_file(self, run_id: str, r: dict) -> None:
+        """One file-like record (artifact, json, text, inputs, model, curves); one that fails
+        for a lasting reason is dropped (self.dropped), an outage raises."""
+        try:
+            self._send_one(run_id, r)
+        except Exception as exc:
+            if store.is_outage(exc):
+                raise  # the store may come back: everything stays spooled
+            # The same failure every time (a path the store's filesystem cannot take):
+            # retrying it would hold back the records behind it, the run's end included,
+            # and leave the run RUNNING. Dropped, and said once by the listener or sync.
+            self.dropped.append(f"{_what(r)}: {store.first_line(exc)}")
+
+    def _send_one(self, run_id: str, r: dict) -> None:
+        if r["kind"] == "curves":
+            self._log_curves(run_id)
+        elif r["kind"] == "artifact":
+            self._log_artifact(run_id, Path(r["path"]), r.get("artifact_path"))
+        elif r["kind"] == "json":
+            self.client.log_dict(run_id, r["data"], r["artifact_file"])
+        elif r["kind"] == "text":
+            self.client.log_text(run_id, r["text"], r["artifact_file"])
+        elif r["kind"] == "inputs":
+            self._log_inputs(run_id, r["datasets"])
+        elif r["kind"] == "model":
+            self._log_model_output(run_id, r["artifact_path"], int(r.get("step", 0)))
 
     def _create(self, start: dict) -> None:
         exp_id = store.experiment_id(self.client, self.link.experiment, self.link.uri)
@@ -267,6 +293,13 @@ def fetch_history(client: "MlflowClient", run_id: str,
         if points:
             out[name] = sorted((m.step, m.value) for m in points)
     return out
+
+
+def _what(r: dict) -> str:
+    """One record in words: 'artifact summary.json', 'inputs'."""
+    name = r.get("artifact_file") or r.get("artifact_path") or \
+        (Path(r["path"]).name if r.get("path") else None)
+    return f"{r['kind']} {name}" if name else r["kind"]
 
 
 def record(kind: str, **fields: Any) -> dict:

@@ -6,6 +6,8 @@ loading must stay fast.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
@@ -20,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from rlexp.base.errors import UserError
 from rlexp.base.files import replace, temp_sibling
 from rlexp.base.lock import flocked
-from rlexp.base.redact import redact_text, redact_uri, remember
+from rlexp.base.redact import redact_text, redact_uri, remember, unmask
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -61,7 +63,8 @@ def sqlite_path(uri: str) -> Path | None:
 def resolve_uri(uri: str | None) -> str:
     """uri, else $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/outputs/mlflow.db; sqlite made
     absolute so jobs started from another directory (SLURM, Ray) reach the same store."""
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB}"
+    # placeholders of secrets kept out of Hydra's files (redact.mask_argv) back to real ones
+    uri = unmask(uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB}")
     path = sqlite_path(uri)
     if path is None:
         return uri
@@ -451,13 +454,71 @@ def client(uri: str) -> "MlflowClient":
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
 
-        if redact_uri(uri) != uri:  # MLflow's "View run at <url>" line would print them
-            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    # MLflow prints "🏃 View run NAME at: URL" and "🧪 View experiment at: URL" to stdout each
+    # time a run of an http store ends (tracking/_tracking_service/client.py, _log_url): rlexp
+    # says the run's link once, itself (links.run_link). Forced where the URL has credentials.
+    if redact_uri(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+    else:
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     return MlflowClient(tracking_uri=uri)
 
 
-def slug(name: str) -> str:
-    return re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
+def slug(name: str, limit: int = 255) -> str:
+    """A directory name for experiment `name`, at most `limit` bytes (NAME_MAX of ext4, xfs
+    and most filesystems is 255; a longer name failed every artifact with `[Errno 36] File
+    name too long`); a name cut short ends with a digest of the whole, so two long names
+    that share a prefix keep two dirs."""
+    text = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
+    if len(text.encode()) <= limit:
+        return text
+    digest = hashlib.sha1(name.encode()).hexdigest()[:10]
+    head = text.encode()[:limit - len(digest) - 1].decode(errors="ignore")
+    return f"{head}-{digest}"
+
+
+# MLflow error codes of a store that answered and refused a write (its sqlalchemy store raises
+# a database constraint error as BAD_REQUEST): not an outage, so not "unreachable".
+REFUSALS = ("BAD_REQUEST", "INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS",
+            "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE", "PERMISSION_DENIED")
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name (bytes) the filesystem of `folder` (or of its nearest existing
+    parent) takes; 255 when it cannot be asked."""
+    probe = Path(folder).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return int(os.pathconf(probe, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+# errno values of a write that will fail the same way every time (a name the filesystem cannot
+# take, a permission, a read-only or vanished path): not an outage, so not retried.
+_LASTING_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS,
+                             errno.EISDIR, errno.ENOTDIR, errno.EINVAL, errno.ELOOP,
+                             errno.ENOENT, errno.EEXIST})
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when a failed write may succeed later (the store is down, slow, overloaded), False
+    when the store answered with a refusal (a BAD_REQUEST, a permission) or the write failed
+    for a lasting reason on the store's filesystem ([Errno 36] File name too long). Only an
+    outage is retried; the others are said with their own cause."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if getattr(cause, "error_code", None) in REFUSALS:
+            return False
+        if isinstance(cause, OSError) and not isinstance(cause, (ConnectionError, TimeoutError,
+                                                                 socket.gaierror)) \
+                and cause.errno in _LASTING_ERRNOS:
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
 
 
 # MLflow's experiment type (mlflow/demo/generators/traces.py sets "genai_development"; the
@@ -474,7 +535,7 @@ def experiment_id(mlflow_client: "MlflowClient", name: str, uri: str) -> str:
     exp = mlflow_client.get_experiment_by_name(name)
     if exp is None:
         root = artifact_root(uri)
-        location = str(root / slug(name)) if root is not None else None
+        location = str(root / slug(name, name_max(root))) if root is not None else None
         try:
             return mlflow_client.create_experiment(name, artifact_location=location,
                                                    tags=EXPERIMENT_KIND)

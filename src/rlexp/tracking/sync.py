@@ -117,6 +117,9 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
             notes.append(f"{SUMMARY_FILE} mlflow_run_id set")
     finally:
         run.close()
+    if run.dropped:
+        notes.append(f"{len(run.dropped)} record(s) the store cannot take left out (first: "
+                     f"{run.dropped[0]})")
     held = sum(r["kind"] == "metrics" for r in run.records)
     if held:
         notes.append(f"{held} metric records after the last checkpoint (step "
@@ -140,9 +143,15 @@ def _check_store(uri: str) -> None:
 
 def _store_error(uri: str, exc: BaseException | None, state: str | None = None) -> UserError:
     """Sending to `uri` failed: say whether the store is down (run sync again later) or wrong
-    (it never will work as given: pass the right one with --uri). The spool keeps it all."""
-    state = state or store.classify(uri, cache=False)
+    (it never will work as given: pass the right one with --uri), or that the store works but
+    failed this write for a lasting reason (its own words: a name its filesystem cannot take,
+    a permission). The spool keeps it all."""
     shown = redact_uri(uri)
+    if exc is not None and not store.is_outage(exc):
+        return UserError(f"the MLflow store {shown} failed a write: {store.first_line(exc)}; "
+                         f"not an outage (the records stay in the spool): fix that, then run "
+                         f"this command again")
+    state = state or store.classify(uri, cache=False)
     why = state.split(": ", 1)[-1]
     if store.is_wrong(state):
         return UserError(f"could not reach the MLflow store {shown}: the store is wrong: {why}; "
