@@ -264,12 +264,13 @@ def test_a_run_looks_like_a_training_run_in_mlflow(tmp_path, monkeypatch):
 
 
 def test_jax_memory_is_sampled_on_accelerators_and_on_cpu(monkeypatch):
-    """On an accelerator each device's memory_stats (bytes) becomes system/<platform>_<id>_*
-    in MiB; on CPU (memory_stats None, platform cpu) the live arrays' bytes are summed."""
+    """On an accelerator each device's memory_stats (bytes) becomes <platform>_<id>_* in MiB;
+    on CPU (memory_stats None, platform cpu) the live arrays' bytes are summed; without JAX
+    loaded there is no reader (JAX is never imported for it)."""
     import sys
     import types
 
-    from rlexp.tracking.conventions import _jax_memory_monitor
+    from rlexp.tracking.conventions import jax_memory_reader
 
     class Device:
         def __init__(self, platform, i, stats):
@@ -278,26 +279,56 @@ def test_jax_memory_is_sampled_on_accelerators_and_on_cpu(monkeypatch):
         def memory_stats(self):
             return self._stats
 
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    assert jax_memory_reader() is None
     arrays = [types.SimpleNamespace(nbytes=3 * 2**20), types.SimpleNamespace(nbytes=2**20)]
     fake = types.SimpleNamespace(local_devices=lambda: [Device("cpu", 0, None)],
                                  live_arrays=lambda: arrays)
     monkeypatch.setitem(sys.modules, "jax", fake)
-    cpu = _jax_memory_monitor()
-    cpu.collect_metrics()
-    assert cpu.aggregate_metrics() == {"jax_live_arrays_megabytes": pytest.approx(4.0)}
+    assert jax_memory_reader()() == {"jax_live_arrays_megabytes": pytest.approx(4.0)}
     gpus = [Device("gpu", 0, {"bytes_in_use": 3 * 2**20, "peak_bytes_in_use": 5 * 2**20,
                               "bytes_limit": 80 * 2**30}),
             Device("gpu", 1, {"bytes_in_use": 2**19})]
     fake.local_devices = lambda: gpus
-    monitor = _jax_memory_monitor()
-    monitor.collect_metrics()
-    gpus[0]._stats["bytes_in_use"] = 2**20  # a second sample: the two are averaged
-    monitor.collect_metrics()
-    out = monitor.aggregate_metrics()
-    assert out["gpu_0_memory_usage_megabytes"] == pytest.approx(2.0)
-    assert out["gpu_0_memory_peak_megabytes"] == pytest.approx(5.0)
-    assert out["gpu_0_memory_limit_megabytes"] == pytest.approx(80 * 1024)
-    assert out["gpu_1_memory_usage_megabytes"] == pytest.approx(0.5)
+    read = jax_memory_reader()
+    assert read() == pytest.approx({"gpu_0_memory_usage_megabytes": 3.0,
+                                    "gpu_0_memory_peak_megabytes": 5.0,
+                                    "gpu_0_memory_limit_megabytes": 80 * 1024,
+                                    "gpu_1_memory_usage_megabytes": 0.5})
+    gpus[0]._stats["bytes_in_use"] = 2**20  # each call reads the devices again
+    assert read()["gpu_0_memory_usage_megabytes"] == pytest.approx(1.0)
+
+
+def test_rss_and_jax_memory_are_logged_by_rlexps_own_sampler(tmp_path, monkeypatch):
+    """SystemMetrics logs this process's RSS and JAX's memory itself (MlflowClient.log_batch,
+    a step per sample, a last one at stop), next to MLflow's own monitor's system/*; a
+    resumed run goes on from the last step."""
+    import sys
+    import types
+
+    from rlexp.tracking.conventions import SystemMetrics
+
+    fake = types.SimpleNamespace(local_devices=lambda: [],
+                                 live_arrays=lambda: [types.SimpleNamespace(nbytes=2**21)])
+    monkeypatch.setitem(sys.modules, "jax", fake)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    prepare_store(uri)
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("sys")).info.run_id
+    system = SystemMetrics(uri, run_id, every_s=0.2, resume=False)
+    time.sleep(0.7)
+    system.stop()
+    rss = client.get_metric_history(run_id, "system/process_rss_megabytes")
+    steps = sorted(m.step for m in rss)
+    assert len(steps) >= 3 and steps == list(range(len(steps)))
+    assert all(m.value > 10 for m in rss)  # MiB of a Python process with MLflow loaded
+    live = client.get_metric_history(run_id, "system/jax_live_arrays_megabytes")
+    assert [m.value for m in live] == [2.0] * len(steps)
+    assert any(k.startswith("system/cpu_utilization") for k in client.get_run(run_id).data.metrics)
+    again = SystemMetrics(uri, run_id, every_s=0.2, resume=True)
+    again.stop()
+    assert max(m.step for m in client.get_metric_history(
+        run_id, "system/process_rss_megabytes")) >= len(steps)
 
 
 def test_system_metrics_get_about_sixty_points_whatever_the_run_length():

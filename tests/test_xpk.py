@@ -93,6 +93,67 @@ def test_argv_create_vs_pathways_and_dry_run():
     assert shlex.split(cmd) == ["python", "-m", "rlexp", "dataset.path='/x y'", "a=1"]
 
 
+def test_priority_comes_from_the_launcher_then_the_recipe_then_xpks_default():
+    assert xc.workload_priority(None, None) == "medium"
+    assert xc.workload_priority(None, "high") == "high"  # the recipe's run.priority
+    assert xc.workload_priority("low", "high") == "low"  # hydra.launcher.priority wins
+    with pytest.raises(ValueError, match="hydra.launcher.priority='urgent' is not an xpk "
+                                         "priority; valid choices are: very-low, low, medium"):
+        xc.workload_priority("urgent", None)
+    with pytest.raises(ValueError, match="run.priority='top'"):
+        xc.workload_priority(None, "top")
+
+
+def test_the_pathways_recipes_ask_for_high_priority_and_a_bad_one_is_refused(compose_config):
+    """MaxText's Pathways tutorial submits its 70B GRPO with `--priority=high`: its recipe and
+    the two that extend it say so in run.priority; the single-host ones leave xpk's default."""
+    from rlexp.base.errors import UserError
+
+    for name in ("maxtext_llama3.1-70b_grpo_pathways", "maxtext_llama3.1-70b_grpo_v5p-128",
+                 "maxtext_llama3.3-70b_grpo_v5p-256"):
+        assert compose_config(f"experiment={name}").run.priority == "high", name
+    assert compose_config("experiment=maxtext_llama3.1-8b_grpo").run.priority is None
+    with pytest.raises(UserError, match=r"run.priority='urgent' is invalid: valid choices are "
+                                        r"very-low, low, medium, high, very-high, null"):
+        compose_config("run.priority=urgent")
+
+
+def test_the_priorities_are_xpks_and_the_schemas(xpk_bin):
+    from rlexp.config.validate import CHOICES
+
+    assert CHOICES["run.priority"].values == xc.PRIORITIES
+    help_text = subprocess.run([xpk_bin, "workload", "create", "--help"], capture_output=True,
+                               text=True, timeout=120).stdout
+    choices = re.search(r"--priority \{([^}]*)\}", help_text)
+    assert choices and tuple(choices[1].split(",")) == xc.PRIORITIES, help_text[:2000]
+
+
+def test_secrets_are_named_in_an_env_file_never_given_by_value():
+    environ = {"HF_TOKEN": "hf_abcdef123456", "WANDB_API_KEY": "k" * 12, "HOME": "/root"}
+    assert xc.forwarded_secrets(["HF_TOKEN", "WANDB_API_KEY", "HF_TOKEN"], environ, {"A": "1"}) \
+        == ["HF_TOKEN", "WANDB_API_KEY"]
+    for names, env, needle in ((["HF-TOKEN"], {}, "not an environment variable name"),
+                               (["HOME"], {}, "HOME is not named like a secret"),
+                               (["HF_TOKEN"], {"HF_TOKEN": "x"}, "also in the jobs' environment"),
+                               (["GH_TOKEN"], {}, "GH_TOKEN is not set in this environment")):
+        with pytest.raises(ValueError, match=f"hydra.launcher.secrets: .*{needle}"):
+            xc.forwarded_secrets(names, environ, env)
+    text = xc.env_file_text({"A": "1", "URI": "http://h:5000/x?y=1"}, ["HF_TOKEN"])
+    assert text == "A=1\nURI=http://h:5000/x?y=1\nHF_TOKEN\n"
+    assert "hf_abcdef" not in text
+    with pytest.raises(ValueError, match="hydra.launcher.env: B's value spans several lines"):
+        xc.env_file_text({"B": "x\ny"}, ["HF_TOKEN"])
+    assert xc.shown_env({"A": "1"}, ["HF_TOKEN"]) == "A=1 HF_TOKEN=***"
+    common = dict(xpk=["xpk"], name="w", tpu_type="v6e-8", pathways=False, command="c",
+                  cluster="c", project="p", zone="z", docker_image="i", base_docker_image=None,
+                  script_dir=None, priority="high", num_slices=1, max_restarts=0,
+                  env={"A": "1"}, extra_args=[], dry_run=False)
+    argv = xc.build_argv(**common, env_file="/tmp/x/workload.env")
+    assert argv[argv.index("--env-file") + 1] == "/tmp/x/workload.env" and "--env" not in argv
+    assert argv[argv.index("--priority") + 1] == "high"
+    assert "--env-file" not in xc.build_argv(**common)  # no secrets: --env NAME=value
+
+
 # --------------------------------------------------------------------- real xpk, dry run
 
 
@@ -286,6 +347,7 @@ def test_split_slices_go_to_pathways_and_multi_controller_slices_run_one_process
     (argv,) = _workloads(flagship)
     assert argv[1:3] == ["workload", "create-pathways"]
     assert argv[argv.index("--tpu-type") + 1] == "v5p-64"
+    assert argv[argv.index("--priority") + 1] == "high"  # the recipe's run.priority
     command = shlex.split(argv[argv.index("--command") + 1])
     assert tuple(command[:3]) == PROXY_ENV and command[3:6] == ["python", "-m", "rlexp"]
     assert "experiment=maxtext_llama3.1-70b_grpo_pathways" in command
@@ -299,6 +361,7 @@ def test_split_slices_go_to_pathways_and_multi_controller_slices_run_one_process
     assert per_host.returncode == 0, (per_host.stdout + per_host.stderr)[-3000:]
     (argv,) = _workloads(per_host)
     assert argv[1:3] == ["workload", "create"]
+    assert argv[argv.index("--priority") + 1] == "medium"  # no recipe: xpk's default
     command = shlex.split(argv[argv.index("--command") + 1])
     assert command[:3] == ["python", "-m", "rlexp"] and "hardware.runtime=multi_controller" in command
     assert "JAX_PLATFORMS" not in per_host.stdout
@@ -340,3 +403,43 @@ def test_the_images_install_this_checkout_with_its_own_pins():
     assert f'"{extras["gpu"][0]}"' in gpu
     readme = (ROOT / "README.md").read_text()
     assert "docker build -f docker/tpu.Dockerfile" in readme  # the one documented command
+
+
+TOKEN = "hf_rlexpTestToken123"  # never printed: the dry run shows HF_TOKEN=***
+
+
+def test_secrets_reach_the_pod_through_xpk_and_are_never_printed(tmp_path, xpk_bin):
+    """xpk's own dry run, verbose (its JobSet manifests printed): HF_TOKEN named in
+    hydra.launcher.secrets gets into the container's environment through --env-file, its
+    value nowhere in the output; each job's priority is its run.priority (a recipe's) or
+    xpk's default."""
+    proc = _run(["-m", "hydra/launcher=xpk", "hydra.launcher.dry_run=true",
+                 "hydra.launcher.verbose=true", "hydra.launcher.secrets=[HF_TOKEN]",
+                 "+hydra.launcher.env.A_SETTING=on", OUT, "tracker=none", "hardware=v6e-8",
+                 "run.priority=high,null"], tmp_path, xpk_bin, env={"HF_TOKEN": TOKEN})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert TOKEN not in out
+    argvs = _workloads(proc)
+    assert sorted(a[a.index("--priority") + 1] for a in argvs) == ["high", "medium"]
+    for argv in argvs:
+        assert "--env" not in argv and "--env-file" in argv
+    assert proc.stdout.count("    env-file: A_SETTING=on HF_TOKEN=***") == 2
+    # xpk read the file and put both variables into the container (the manifest, masked)
+    assert re.search(r"- name: HF_TOKEN\s+value: \"\*\*\*\"", proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"- name: A_SETTING\s+value: \"on\"", proc.stdout)
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("rlexp-xpk-env-*/workload.env"))
+
+
+def test_a_secret_not_set_here_is_refused_in_one_line(tmp_path):
+    fake = tmp_path / "xpk"
+    fake.write_text(FAKE_XPK)
+    fake.chmod(0o755)
+    log = tmp_path / "argv.log"
+    proc = cli("-m", "hydra/launcher=xpk", "hydra.launcher.docker_image=img", OUT,
+               "tracker=none", "hardware=v6e-8", "hydra.launcher.secrets=[RLEXP_NO_SUCH_TOKEN]",
+               cwd=tmp_path, env={"RLEXP_XPK_BIN": str(fake), "XPK_ARGV_LOG": str(log)})
+    one_line_exit_2(proc, "hydra.launcher.secrets: RLEXP_NO_SUCH_TOKEN is not set in this "
+                          "environment")
+    assert not log.exists()  # xpk was never called
+    assert not (tmp_path / "outputs").exists()

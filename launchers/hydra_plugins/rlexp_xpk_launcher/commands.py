@@ -135,6 +135,7 @@ def build_argv(
     env: Mapping[str, str],
     extra_args: Iterable[str],
     dry_run: bool,
+    env_file: Optional[str] = None,
 ) -> tuple[str, ...]:
     argv = [*xpk, "workload", "create-pathways" if pathways else "create",
             "--workload", name, "--cluster", cluster, "--tpu-type", tpu_type,
@@ -153,8 +154,11 @@ def build_argv(
             argv += ["--base-docker-image", base_docker_image]
         if script_dir:
             argv += ["--script-dir", script_dir]
-    for key, value in env.items():
-        argv += ["--env", f"{key}={value}"]
+    if env_file:  # xpk takes --env or --env-file, not both: the file holds `env` too
+        argv += ["--env-file", env_file]
+    else:
+        for key, value in env.items():
+            argv += ["--env", f"{key}={value}"]
     argv += list(extra_args)
     if dry_run:
         argv.append("--dry-run")
@@ -164,3 +168,55 @@ def build_argv(
 def shell_command(program: str, overrides: Sequence[str]) -> str:
     """`python -m rlexp a=1 'b=x y'`: xpk runs --command through `bash -c` in the container."""
     return " ".join([program, *(shlex.quote(o) for o in overrides)])
+
+
+# xpk 1.16's `workload create --priority` choices (xpk/parser/workload.py), lowest first.
+PRIORITIES = ("very-low", "low", "medium", "high", "very-high")
+# What xpk uses when --priority is not given.
+DEFAULT_PRIORITY = "medium"
+
+
+def workload_priority(launcher: Optional[str], recipe: Optional[str]) -> str:
+    """The workload's --priority: hydra.launcher.priority when set, else the job's
+    run.priority (a recipe's, e.g. MaxText's Pathways tutorial submits with --priority=high),
+    else xpk's default. A value xpk would refuse raises ValueError naming the key."""
+    for key, value in (("hydra.launcher.priority", launcher), ("run.priority", recipe)):
+        if value is None:
+            continue
+        if str(value) not in PRIORITIES:
+            raise ValueError(f"{key}={value!r} is not an xpk priority; valid choices are: "
+                             f"{', '.join(PRIORITIES)}")
+        return str(value)
+    return DEFAULT_PRIORITY
+
+
+def forwarded_secrets(names: Sequence[str], environ: Mapping[str, str],
+                      env: Mapping[str, str]) -> list[str]:
+    """hydra.launcher.secrets, checked (rlexp.base.secret_env.forwarded_secrets, as pre-flight
+    does): ValueError names the first that is not an environment variable of this process
+    named like a secret, or that the workloads' `env` also sets."""
+    from rlexp.base.errors import UserError
+    from rlexp.base.secret_env import forwarded_secrets as checked
+
+    try:
+        return checked(names, environ, env)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def env_file_text(env: Mapping[str, str], secrets: Sequence[str]) -> str:
+    """xpk's --env-file: `NAME=value` per variable of `env`, then each secret's bare NAME,
+    which xpk fills from its own environment (the value is never on a command line or in a
+    file of rlexp's). A value over several lines does not fit the format: ValueError."""
+    lines = []
+    for key, value in env.items():
+        if "\n" in str(value) or "\r" in str(value):
+            raise ValueError(f"hydra.launcher.env: {key}'s value spans several lines, which "
+                             "xpk's --env-file cannot hold")
+        lines.append(f"{key}={value}")
+    return "\n".join([*lines, *secrets]) + "\n"
+
+
+def shown_env(env: Mapping[str, str], secrets: Sequence[str]) -> str:
+    """The env file as the dry run prints it: `A=1 HF_TOKEN=***` (callers redact `env`)."""
+    return " ".join([*(f"{k}={v}" for k, v in env.items()), *(f"{n}=***" for n in secrets)])

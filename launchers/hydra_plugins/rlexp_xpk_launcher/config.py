@@ -30,8 +30,9 @@ class XpkLauncherConf:
     base_docker_image: Optional[str] = None
     # Directory xpk copies into the built image (docker_image unset), e.g. the checkout.
     script_dir: Optional[str] = None
-    # Kueue priority: very-low | low | medium | high | very-high.
-    priority: str = "medium"
+    # Kueue priority: very-low | low | medium | high | very-high; None = each job's
+    # run.priority (a recipe's: MaxText's Pathways recipes say high), else medium.
+    priority: Optional[str] = None
     # TPU slices per workload (multislice when > 1).
     num_slices: int = 1
     # JobSet restarts on failure; > 0 only if the job resumes from its checkpoint.
@@ -40,6 +41,11 @@ class XpkLauncherConf:
     program: str = "python -m rlexp"
     # Environment of the container, e.g. {MLFLOW_TRACKING_URI: http://mlflow:5000}.
     env: Dict[str, str] = field(default_factory=dict)
+    # Environment variables of the launching process given to every workload without their
+    # values on any command line or in any output (e.g. [HF_TOKEN]): xpk --env-file names
+    # them and takes their values from its own environment; the dry run shows HF_TOKEN=***.
+    # Each must be set and named like a secret (..._TOKEN, ..._KEY, ...): rlexp masks those.
+    secrets: List[str] = field(default_factory=list)
     # Further xpk flags, appended verbatim (e.g. ["--spot"]).
     extra_args: List[str] = field(default_factory=list)
     # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.

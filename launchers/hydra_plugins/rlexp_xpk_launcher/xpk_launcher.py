@@ -22,8 +22,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlexp.base.files import remove_dry_run_dir
+
 from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
 from .commands import workload_name
+from .commands import env_file_text, forwarded_secrets, shown_env, workload_priority
 
 ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"  # rlexp.tracking.remote_jobs's names
 
@@ -55,6 +58,11 @@ class XpkLauncher(Launcher):
         # What every workload's container is given so its run nests under the sweep's
         # parent MLflow run (rlexp.tracking.remote_jobs: MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID, ...).
         self.tracking_env: dict = {}
+        # With hydra.launcher.secrets: the xpk --env-file every workload gets, and its line
+        # as printed (secrets as NAME=***); see _write_env_file.
+        self.env_file: Optional[str] = None
+        self.env_shown = ""
+        self.env_dir: Any = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -131,9 +139,12 @@ class XpkLauncher(Launcher):
             xpk=shlex.split(str(p["xpk"])), name=name, tpu_type=tpu_type, pathways=pathways,
             command=command, cluster=p["cluster"], project=project, zone=zone,
             docker_image=p["docker_image"], base_docker_image=p["base_docker_image"],
-            script_dir=p["script_dir"], priority=p["priority"], num_slices=p["num_slices"],
-            max_restarts=p["max_restarts"], env={**(p["env"] or {}), **self.tracking_env},
-            extra_args=p["extra_args"] or [], dry_run=dry_run)
+            script_dir=p["script_dir"],
+            priority=workload_priority(p["priority"],
+                                       OmegaConf.select(cfg, "run.priority", default=None)),
+            num_slices=p["num_slices"], max_restarts=p["max_restarts"],
+            env=self._workload_env(), extra_args=p["extra_args"] or [], dry_run=dry_run,
+            env_file=self.env_file)
         wl = Workload(name=name, subcommand="create-pathways" if pathways else "create",
                       tpu_type=tpu_type, command=command, argv=argv)
         return _Planned(job_num=job_num, overrides=list(overrides), job_subdir=subdir,
@@ -162,12 +173,15 @@ class XpkLauncher(Launcher):
         # accelerator) stops the sweep before anything reaches the cluster.
         original = HydraConfig.instance().cfg
         try:
+            self._write_env_file()
             plans = [self._plan(list(o), initial_job_idx + i, sweep_dir.name)
                      for i, o in enumerate(job_overrides)]
         except ValueError as exc:
             # A configuration mistake, not a crash: one line and exit code 2 (rlexp's rule
             # for user errors), no traceback, nothing submitted.
             print(f"rlexp: error: {exc}", file=sys.stderr, flush=True)
+            self._remove_env_file()
+            remove_dry_run_dir(sweep_dir)  # nothing half-made: Hydra's multirun.yaml only
             sys.exit(2)
         finally:
             HydraConfig.instance().cfg = original  # type: ignore[assignment]
@@ -183,6 +197,8 @@ class XpkLauncher(Launcher):
         for plan, (rc, error, seconds) in zip(plans, outcomes):
             wl = plan.workload
             print(f"[xpk #{plan.job_num}] {_redacted(shlex.join(wl.argv))}", flush=True)
+            if self.env_shown:
+                print(f"    env-file: {_redacted(self.env_shown)}", flush=True)
             if self.tracking_env:
                 print(f"    tracking: {_redacted(self.tracking_env.get(ENV_URI, ''))} "
                       f"parent run: {self.tracking_env.get(ENV_PARENT)}", flush=True)
@@ -204,13 +220,41 @@ class XpkLauncher(Launcher):
                 "error": error, "submit_s": round(seconds, 3), "time": time.time(),
                 "log": str(logs / f"{wl.name}.log"),
             })
+        self._remove_env_file()
         if scratch is not None:
             scratch.cleanup()
-            _remove_dry_run_dir(sweep_dir)
+            remove_dry_run_dir(sweep_dir)
         else:
             _record_workloads(sweep_dir, records)
             _tag_parent_run(sweep_dir, records)
         return [self._job_return(plan, rc, error) for plan, (rc, error, _) in zip(plans, outcomes)]
+
+    def _workload_env(self) -> dict:
+        """Every workload's environment: hydra.launcher.env, the sweep's tracking store and
+        parent run, the masked secrets' table."""
+        return {**(self.params["env"] or {}), **self.tracking_env, **_masked_secrets_env()}
+
+    def _write_env_file(self) -> None:
+        """With hydra.launcher.secrets: the workloads' environment as one xpk --env-file
+        (commands.env_file_text: the secrets by name only, xpk reads their values from the
+        environment it inherits from this process), in a private temporary dir removed after
+        the submissions. Without: nothing, the environment goes as --env NAME=value."""
+        import tempfile
+
+        env = self._workload_env()
+        names = forwarded_secrets(self.params.get("secrets") or [], os.environ, env)
+        if not names:
+            return
+        text = env_file_text(env, names)
+        self.env_dir = tempfile.TemporaryDirectory(prefix="rlexp-xpk-env-")  # mode 0700
+        path = Path(self.env_dir.name) / "workload.env"
+        path.write_text(text)
+        self.env_file, self.env_shown = str(path), shown_env(env, names)
+
+    def _remove_env_file(self) -> None:
+        if self.env_dir is not None:
+            self.env_dir.cleanup()
+            self.env_dir = None
 
     def _submit(self, plan: _Planned, logs: Path) -> tuple[int, Optional[str], float]:
         import subprocess
@@ -268,28 +312,18 @@ def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: b
             ENV_JOBS: str(num_jobs)}
 
 
+def _masked_secrets_env() -> dict:
+    """The real values of the secrets rlexp kept out of the overrides (placeholders in the
+    pod's command line): the pod's rlexp puts them back (rlexp.base.redact.mask_argv)."""
+    from rlexp.base.redact import SECRETS_ENV
+
+    return {SECRETS_ENV: os.environ[SECRETS_ENV]} if os.environ.get(SECRETS_ENV) else {}
+
+
 def _redacted(text: str) -> str:
     from rlexp.base.redact import redact_text
 
     return redact_text(text)
-
-
-def _remove_dry_run_dir(sweep_dir: Path) -> None:
-    """Hydra's sweeper made the sweep dir (multirun.yaml) before the launcher ran: a dry run
-    leaves nothing, so remove it and the empty parents it made (up to the working dir)."""
-    import shutil
-
-    if not sweep_dir.is_dir() or {p.name for p in sweep_dir.iterdir()} - {"multirun.yaml"}:
-        return
-    shutil.rmtree(sweep_dir, ignore_errors=True)
-    cwd = Path.cwd().resolve()
-    parent = sweep_dir.resolve().parent
-    while parent != cwd and cwd in parent.parents:
-        try:
-            parent.rmdir()  # only when empty
-        except OSError:
-            break
-        parent = parent.parent
 
 
 def _task_part(cfg: DictConfig) -> dict:

@@ -6,6 +6,7 @@ interface the loop talks to), lock (one process per run dir), files (atomic JSON
 writer of a run's summary.json), runtime (the garbage collector while a job runs, which
 process this is, the supervisor of a multi-controller process), private_apis (every private
 name of a library rlexp relies on, and their one checker), python_fixes (work-arounds for
-interpreter bugs, gated to the versions that have them). May import: the standard library
+interpreter bugs, gated to the versions that have them), secret_env (secrets a launcher hands
+to remote jobs by name). May import: the standard library
 and small third-party packages; `import rlexp.base` and rlexp.base.errors load no Hydra.
 """

@@ -55,24 +55,12 @@ class PrivateApi:
 
 _HYDRA = "1.3.8"
 _JAX = "0.10.2"
-_PREFLIGHT = "src/rlexp/launch/preflight.py"
 
 NAMES: tuple[PrivateApi, ...] = (
     PrivateApi("hydra-core", _HYDRA, "hydra._internal.utils", "get_args_parser", "function",
                (), used_by="rlexp.launch.args.parse_args",
                why="reads the command line exactly as `python -m rlexp` will (-m, --cfg, "
                    "-cn/-cp/-cd) before Hydra runs"),
-    PrivateApi("hydra-core", _HYDRA, "hydra._internal.utils", "compute_search_path_dir",
-               "function", ("calling_file", "calling_module", "config_path"),
-               used_by=_PREFLIGHT,
-               why="pre-flight composes with the search path Hydra's main would build"),
-    PrivateApi("hydra-core", _HYDRA, "hydra._internal.utils", "create_config_search_path",
-               "function", ("search_path_dir",), used_by=_PREFLIGHT,
-               why="pre-flight composes with the search path Hydra's main would build"),
-    PrivateApi("hydra-core", _HYDRA, "hydra._internal.hydra:Hydra", "create_main_hydra2",
-               "function", ("task_name", "config_search_path"), used_by=_PREFLIGHT,
-               why="initialises Hydra with that search path (hydra.initialize* take a directory "
-                   "or a module, not the search path of a main)"),
     PrivateApi("jax", _JAX, "jax._src.xla_bridge", "_backends", "global", shape=dict,
                used_by="rlexp.planning.hardware._backend_started, rlexp.planning.pathways",
                why="whether JAX already made a backend (XLA_FLAGS and JAX_PLATFORMS are read "
@@ -82,12 +70,6 @@ NAMES: tuple[PrivateApi, ...] = (
                why="names the lost process of a multi-controller run from the coordination "
                    "service's live nodes (client.get_live_nodes); jax.distributed has no "
                    "public call that lists them"),
-    PrivateApi("mlflow", "3.17.2", "mlflow.system_metrics.system_metrics_monitor:"
-               "SystemMetricsMonitor", "monitors", "attribute",
-               used_by="src/rlexp/tracking/conventions.py",
-               why="adds this process's resident memory and JAX's device memory to MLflow's "
-                   "system-metrics monitor (neither the class nor mlflow.system_metrics takes "
-                   "a monitor of one's own)"),
 )
 
 

@@ -14,15 +14,13 @@ import dataclasses
 import itertools
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from hydra import compose
-from hydra._internal.hydra import Hydra
-from hydra._internal.utils import compute_search_path_dir, create_config_search_path
-from hydra.core.config_search_path import SearchPathQuery
+from hydra import compose, initialize_config_dir, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -38,7 +36,7 @@ from rlexp.config.schema import Config, RewardFunctionConfig
 from rlexp.job.guards import noop_warning
 from rlexp.launch.checks import LAUNCHER_NEEDS, CheckContext, check_command, check_job, refuse_unfit
 from rlexp.launch.args import hydra_only, parse_args
-from rlexp.planning.hardware import platform_env, setup_platform
+from rlexp.planning.hardware import platform_env, setup_platform, vllm_gpu_share
 from rlexp.planning.plan import Plan
 
 log = logging.getLogger("rlexp")
@@ -164,35 +162,112 @@ def _expand(overrides: list[str],
     return jobs, swept, product_size
 
 
-@contextlib.contextmanager
-def search_path_context(args: Any) -> Iterator[None]:
-    """Hydra initialized with the search path `python -m rlexp` itself gets.
+def primary_config_dir(config_path: str | None) -> str:
+    """The primary config dir of `python -m rlexp [-cp PATH]`, as Hydra's main computes it
+    (hydra/_internal/utils.py compute_search_path_dir, 1.3): the packaged conf/ by default, an
+    absolute or pkg:// PATH as given, a relative one relative to rlexp/__main__.py's dir."""
+    if config_path is None:
+        return str(conf_dir())
+    if config_path.startswith("pkg://") or os.path.isabs(config_path):
+        return config_path
+    return os.path.normpath(os.path.join(os.path.realpath(Path(__file__).parents[1]), config_path))
 
-    Mirrors hydra._internal.utils._run_hydra (1.3): the primary dir is --config-path (a
-    relative one is relative to rlexp/__main__.py, as for any Hydra app) or the packaged conf/;
-    --config-dir/-cd is prepended ahead of the packaged options, so a user's experiment/,
-    model/, dataset/ ... files compose and shadow packaged ones of the same name.
-    `hydra.searchpath` (override or in a primary config) is read by Hydra's config loader at
-    compose time. A conf/ in the working directory is NOT added: Hydra never searches the
-    cwd implicitly, and rlexp keeps its behaviour; pass `--config-dir conf` for that.
+
+def quote_override(value: str) -> str:
+    """`value` as a quoted string of Hydra's override grammar (1.3): a quote is escaped, and so
+    are the backslashes before a quote or at the end; any other character stands as is."""
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""),
+                     value)
+    return f"'{escaped}'"
+
+
+def with_config_dir(overrides: list[str], config_dir: str | None,
+                    own_searchpath: list[str]) -> list[str]:
+    """`overrides` with --config-dir as the first entry of `hydra.searchpath`, the public form of
+    what Hydra's main does with it (hydra/_internal/utils.py _run_hydra, 1.3): the dir goes
+    after the primary dir and the search path plugins' entries, before `structured://`, and
+    Hydra's config loader appends `hydra.searchpath` at that same place
+    (config_loader_impl.py _process_config_searchpath). That override replaces the primary
+    config's own `hydra.searchpath` (`own_searchpath`), so those entries follow the dir; a
+    `hydra.searchpath=[...]` of the command (the first one, as Hydra reads it) is kept after it
+    the same way. A value that is not a list is left for Hydra to refuse."""
+    if config_dir is None:
+        return overrides
+    key = "hydra.searchpath="
+    if any(o.startswith(key) for o in overrides):
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        for i, o in enumerate(parsed):
+            if o.get_key_element() == "hydra.searchpath":
+                value = o.value()
+                if not isinstance(value, list):
+                    return overrides
+                return [*overrides[:i], _searchpath([config_dir, *value]), *overrides[i + 1:]]
+    return [*overrides, _searchpath([config_dir, *own_searchpath])]
+
+
+def _searchpath(entries: list[Any]) -> str:
+    return f"hydra.searchpath=[{','.join(quote_override(str(e)) for e in entries)}]"
+
+
+def _initialize(primary: str) -> Any:
+    """Hydra's public initialize for a primary dir: a file path or pkg://module."""
+    if primary.startswith("pkg://"):
+        module = primary[len("pkg://"):].replace("/", ".")
+        return initialize_config_module(module, job_name="rlexp", version_base="1.3")
+    return initialize_config_dir(primary, job_name="rlexp", version_base="1.3")
+
+
+def _own_searchpath(config_name: str, schema: bool = False) -> list[str] | None:
+    """The `hydra.searchpath` of the primary config, from the first source that holds it:
+    those of the primary dir and the search path plugins, in order, then `structured://` if
+    `schema` (Hydra's main looks in --config-dir before that one). None: no source holds it."""
+    sources = GlobalHydra.instance().config_loader().get_sources()
+    for source in sources if schema else sources[:-1]:
+        if source.is_config(config_name):
+            node = OmegaConf.select(source.load_config(config_name).config, "hydra.searchpath")
+            return [str(e) for e in node] if OmegaConf.is_list(node) else []
+    return None
+
+
+@contextlib.contextmanager
+def search_path_context(args: Any,
+                        config_name: str) -> Iterator[Callable[[list[str]], list[str]]]:
+    """Hydra initialized through its public API with the search path `python -m rlexp` gets;
+    yields what each compose's overrides go through (with_config_dir).
+
+    The primary dir is primary_config_dir(-cp); --config-dir/-cd goes into `hydra.searchpath`
+    (with_config_dir), which puts it where Hydra's main does, so a user's experiment/, model/,
+    dataset/ ... files compose, and a packaged file of the same name comes first, as in Hydra.
+    A primary config (-cn) that only the --config-dir holds cannot come through
+    `hydra.searchpath` (Hydra reads the primary config before it): that dir is then the
+    primary dir, with the packaged one first in `hydra.searchpath`, which differs from Hydra's
+    main only where both dirs hold a file of the same name. A conf/ in the working directory
+    is NOT added: Hydra never searches the cwd implicitly, and rlexp keeps its behaviour; pass
+    `--config-dir conf` for that.
     """
 
-    # The entry point's file, as Hydra's own main would pass it (rlexp/__main__.py).
-    entry_file = str(Path(__file__).resolve().parents[1] / "__main__.py")
-    primary = compute_search_path_dir(entry_file, None, args.config_path or str(conf_dir()))
-    search_path = create_config_search_path(primary)
+    primary = primary_config_dir(args.config_path)
+    extra = None
     if args.config_dir is not None:
-        extra = Path(args.config_dir).expanduser().absolute()
-        if not extra.is_dir():
+        extra = os.path.abspath(args.config_dir)  # as Hydra's main does
+        if not os.path.isdir(extra):
             raise UserError(f"--config-dir {args.config_dir}: directory not found")
-        search_path.prepend(provider="command-line", path=f"file://{extra}",
-                            anchor=SearchPathQuery(provider="schema"))
-    GlobalHydra.instance().clear()
-    Hydra.create_main_hydra2(task_name="rlexp", config_search_path=search_path)
-    try:
-        yield
-    finally:
-        GlobalHydra.instance().clear()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_initialize(primary))
+        if extra is None:
+            yield lambda overrides: overrides
+            return
+        own = _own_searchpath(config_name)
+        yaml = config_name if config_name.endswith(".yaml") else f"{config_name}.yaml"
+        if own is None and os.path.isfile(os.path.join(extra, yaml)):
+            stack.close()
+            stack.enter_context(_initialize(extra))
+            first = primary if primary.startswith("pkg://") else f"file://{primary}"
+            own = _own_searchpath(config_name) or []
+            yield lambda overrides: with_config_dir(overrides, first, own)
+        else:
+            own = own if own is not None else _own_searchpath(config_name, schema=True)
+            yield lambda overrides: with_config_dir(overrides, f"file://{extra}", own or [])
 
 # ------------------------------------------------------------------- refusals (exit 2, one line)
 
@@ -206,7 +281,11 @@ class JobComposer:
     (`train.seed=3`, `algo.beta=0.04`) get that job's config with their values set as
     compose() sets a plain override after merging the files (OmegaConf.update, merge=True,
     the same errors: set_plain_values). Anything else (a group choice, +/++/~, a list or
-    dict value, an @package) composes in full. tests/test_cli.py checks the two agree."""
+    dict value, an @package) composes in full. A group choice is told by its key: every
+    top-level key of the schema is a section, so a plain value has a dotted key, and an
+    undotted one (`algo`, `model/lora`) composes in full, whichever dir of the search path
+    (--config-dir, `hydra.searchpath`) holds the group. tests/test_cli.py checks the two
+    agree."""
 
     # False: every job composes in full (the reference the shortcut is tested against).
     reuse = True
@@ -214,7 +293,6 @@ class JobComposer:
     def __init__(self, config_name: str) -> None:
 
         self.config_name = config_name
-        self.repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
         # Group choices and override keys -> (that job's parsed overrides, its config).
         self.composed: dict[tuple, tuple[list[Any], Any]] = {}
 
@@ -222,7 +300,7 @@ class JobComposer:
 
         parsed = OverridesParser.create().parse_overrides(overrides)
         plain = [not (o.package is not None or o.is_add() or o.is_force_add() or o.is_delete()
-                      or self.repository.group_exists(o.key_or_group)
+                      or "." not in o.key_or_group
                       or isinstance(o.value(), (dict, list))) for o in parsed]
         shape = (tuple(o.key_or_group for o in parsed),
                  tuple(o.input_line for o, p in zip(parsed, plain) if not p))
@@ -269,14 +347,14 @@ def preflight(argv: list[str]) -> Preflight | None:
     config_name = args.config_name or "config"
     GlobalHydra.instance().clear()
     try:
-        with search_path_context(args):
+        with search_path_context(args, config_name) as searchpath:
 
             parsed = OverridesParser.create().parse_overrides(overrides)
             # One compose with the first value of each sweep: checks groups and hydra/* too.
             firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
                       if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
                       for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
-            base = compose(config_name, overrides=firsts, return_hydra_config=True)
+            base = compose(config_name, overrides=searchpath(firsts), return_hydra_config=True)
             multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
                 or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
             params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
@@ -305,7 +383,7 @@ def preflight(argv: list[str]) -> Preflight | None:
                 # hydra.searchpath decides which options exist, so it stays in every compose.
                 job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
                                  or o.lstrip("+~").startswith("hydra.searchpath")]
-                cfg = to_config(composer.compose(job_overrides))
+                cfg = to_config(composer.compose(searchpath(job_overrides)))
                 if not args.cfg:
                     plans.append(check_job(cfg, context))  # launch.checks.CHECKS, in order
                 configs.append(cfg)
@@ -339,7 +417,9 @@ def before_launch(pre: Preflight) -> None:
     # environment before JAX starts its backend, for a sweep's jobs too: jobs of the basic
     # launcher run in this process, other launchers' workers inherit the environment. Jobs
     # that need different settings get theirs in the job (rlexp.__main__), or a one-line error.
-    envs = {tuple(sorted(platform_env(j.hardware, os.environ).items())) for j in pre.jobs}
+    envs = {tuple(sorted(platform_env(j.hardware, os.environ, vllm_gpu_share(j)).items()))
+            for j in pre.jobs}
     if pre.jobs and len(envs) == 1:
-        setup_platform(pre.jobs[0].hardware, job=not pre.multirun)  # a sweep's jobs: each checks
+        setup_platform(pre.jobs[0].hardware, job=not pre.multirun,
+                       vllm_share=vllm_gpu_share(pre.jobs[0]))  # a sweep's jobs: each checks
 

@@ -8,9 +8,10 @@ import getpass
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -175,12 +176,20 @@ def sampling_interval(elapsed_s: float, cap_s: float) -> float:
 
 
 class SystemMetrics:
-    """MLflow's own system-metrics monitor (CPU, RAM, disk, network; NVIDIA GPUs through
-    pynvml when installed) logging system/* into the run, plus this process's resident memory
-    (system/process_rss_megabytes) and JAX's memory: device memory_stats on accelerators (bytes
-    in use and peak), the live arrays' bytes on CPU (which has no memory_stats)."""
+    """System metrics of a run, as system/*: MLflow's own monitor (CPU, RAM, disk, network;
+    NVIDIA GPUs through pynvml when installed), and from rlexp's own thread this process's
+    resident memory (system/process_rss_megabytes) and JAX's memory: device memory_stats on
+    accelerators (bytes in use, peak, limit), the live arrays' bytes on CPU (which has no
+    memory_stats). Both sample at sampling_interval(run age, every_s) unless the user fixed
+    MLflow's interval (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL). rlexp's samples go through
+    MlflowClient.log_batch, every FLUSH_EVERY_S and at stop."""
+
+    # Seconds between two writes of rlexp's own samples: one write per early 1 s sample would
+    # contend with the run's own writes to a sqlite store.
+    FLUSH_EVERY_S = 10.0
 
     def __init__(self, uri: str, run_id: str, every_s: float, resume: bool):
+        from mlflow import MlflowClient
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         # It logs "Started/Stopping monitoring" at INFO on every run.
@@ -189,18 +198,74 @@ class SystemMetrics:
         first = every_s if fixed else min(MIN_SYSTEM_INTERVAL_S, every_s)
         self.monitor = SystemMetricsMonitor(run_id, sampling_interval=first,
                                             resume_logging=resume, tracking_uri=uri)
-        self.monitor.monitors.append(_process_monitor(
-            None if fixed else (self.monitor, every_s)))
-        device = _jax_memory_monitor()
-        if device is not None:
-            self.monitor.monitors.append(device)
         self.monitor.start()
+        self.client, self.run_id = MlflowClient(uri), run_id
+        self.fixed_s = float(self.monitor.sampling_interval) if fixed else None
+        self.every_s = every_s
+        # The key MLflow's monitor uses: system/, and the node id when one is set.
+        self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
+        self.readers = [process_memory]
+        jax_reader = jax_memory_reader()
+        if jax_reader is not None:
+            self.readers.append(jax_reader)
+        self.step = self.next_step() if resume else 0
+        self.pending: list[Any] = []
+        self.flushed = time.monotonic()
+        self.started = time.monotonic()
+        self.stopping = threading.Event()
+        self.warned = False
+        self.thread = threading.Thread(target=self.sample_until_stopped, daemon=True,
+                                       name="rlexp-system-metrics")
+        self.thread.start()
+
+    def next_step(self) -> int:
+        """A resumed run's next step: one past the last logged RSS sample."""
+        history = self.client.get_metric_history(self.run_id,
+                                                 f"{self.prefix}process_rss_megabytes")
+        return max((m.step for m in history), default=-1) + 1
+
+    def sample(self) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        for reader in self.readers:
+            for key, value in reader().items():
+                self.pending.append(Metric(f"{self.prefix}{key}", round(value, 1), now,
+                                           self.step))
+        self.step += 1
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        for i in range(0, len(pending), 1000):  # log_batch takes 1000 metrics at most
+            self.client.log_batch(self.run_id, metrics=pending[i:i + 1000], synchronous=True)
+        self.flushed = time.monotonic()
+
+    def sample_until_stopped(self) -> None:
+        while True:
+            try:
+                self.sample()
+                if time.monotonic() - self.flushed >= self.FLUSH_EVERY_S:
+                    self.flush()
+            except Exception as exc:  # diagnostics only: never stop the run
+                if not self.warned:
+                    log.warning("system metrics: %s", exc)
+                    self.warned = True
+            interval = self.fixed_s or sampling_interval(time.monotonic() - self.started,
+                                                         self.every_s)
+            # MLflow's monitor reads its interval before each wait: both keep the same pace.
+            self.monitor.sampling_interval = interval
+            if self.stopping.wait(interval):
+                return
 
     def stop(self) -> None:
-        """Stop the monitor and log a last sample: its thread drops the sample it was taking
-        when stopped, so a run shorter than one interval would have none at all."""
+        """Stop both samplers and log a last sample of each: MLflow's thread drops the sample
+        it was taking when stopped, so a run shorter than one interval would have none."""
+        self.stopping.set()
+        self.thread.join()
         m = self.monitor
         try:
+            self.sample()
+            self.flush()
             m.finish()  # joins the monitor's thread
             m.collect_metrics()
             m.publish_metrics(m.aggregate_metrics())
@@ -209,32 +274,17 @@ class SystemMetrics:
             log.warning("system metrics monitor: %s", exc)
 
 
-def _process_monitor(adapt: tuple[Any, float] | None) -> Any:
-    """A BaseMetricsMonitor of this process's resident memory (psutil, which MLflow's monitor
-    needs anyway); with `adapt` = (monitor, cap_s) it also sets the monitor's next interval
-    (sampling_interval(run age, cap))."""
+def process_memory() -> dict[str, float]:
+    """This process's resident memory, MiB (psutil, which MLflow's monitor needs anyway)."""
     import psutil
-    from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
-    process = psutil.Process()
-    started = time.monotonic()
-
-    class ProcessMonitor(BaseMetricsMonitor):
-        def collect_metrics(self) -> None:
-            self._metrics["process_rss_megabytes"].append(process.memory_info().rss / 2**20)
-            if adapt is not None:
-                monitor, cap = adapt
-                monitor.sampling_interval = sampling_interval(time.monotonic() - started, cap)
-
-        def aggregate_metrics(self) -> dict:
-            return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
-
-    return ProcessMonitor()
+    return {"process_rss_megabytes": psutil.Process().memory_info().rss / 2**20}
 
 
-def _jax_memory_monitor() -> Any:
-    """A BaseMetricsMonitor of JAX's memory, or None without jax loaded: each accelerator
-    device's memory_stats, else (CPU: memory_stats is None) the bytes of the live arrays."""
+def jax_memory_reader() -> Callable[[], dict[str, float]] | None:
+    """A reader of JAX's memory in MiB, or None without jax loaded: each accelerator device's
+    memory_stats as <platform>_<id>_memory_{usage,peak,limit}_megabytes, else (CPU: no
+    memory_stats) the bytes of the live arrays as jax_live_arrays_megabytes."""
     jax = sys.modules.get("jax")  # the run imported it; never import JAX for this
     if jax is None:
         return None
@@ -242,22 +292,18 @@ def _jax_memory_monitor() -> Any:
         devices = [d for d in jax.local_devices() if d.platform != "cpu"]
     except Exception:
         return None
-    from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
-    class JaxMemoryMonitor(BaseMetricsMonitor):
-        def collect_metrics(self) -> None:
-            if not devices:
-                self._metrics["jax_live_arrays_megabytes"].append(
-                    sum(a.nbytes for a in jax.live_arrays()) / 2**20)
-            for d in devices:
-                stats = d.memory_stats() or {}
-                for key, name in (("bytes_in_use", "memory_usage_megabytes"),
-                                  ("peak_bytes_in_use", "memory_peak_megabytes"),
-                                  ("bytes_limit", "memory_limit_megabytes")):
-                    if key in stats:
-                        self._metrics[f"{d.platform}_{d.id}_{name}"].append(stats[key] / 2**20)
+    def read() -> dict[str, float]:
+        if not devices:
+            return {"jax_live_arrays_megabytes": sum(a.nbytes for a in jax.live_arrays()) / 2**20}
+        out = {}
+        for d in devices:
+            stats = d.memory_stats() or {}
+            for key, name in (("bytes_in_use", "memory_usage_megabytes"),
+                              ("peak_bytes_in_use", "memory_peak_megabytes"),
+                              ("bytes_limit", "memory_limit_megabytes")):
+                if key in stats:
+                    out[f"{d.platform}_{d.id}_{name}"] = stats[key] / 2**20
+        return out
 
-        def aggregate_metrics(self) -> dict:
-            return {k: round(sum(v) / len(v), 1) for k, v in self._metrics.items() if v}
-
-    return JaxMemoryMonitor()
+    return read
