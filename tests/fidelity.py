@@ -200,6 +200,7 @@ SEED_004 = Seed(
     f"{EASYDEL} @ e2e6dccc: tutorials/post-training/group_relative_policy_optimization/"
     "README.md and launch.py",
     (
+        Row("model.path", "cohereLabs/aya-expanse-8b", f"{_LAUNCH}:25 MODEL_ID"),
         Row("hardware.name", "v4-64", f"{_LAUNCH}:53 TpuAcceleratorConfig(\"v4-64\")"),
         Row("dataset.hub", "AI-MO/NuminaMath-TIR", f"{_LAUNCH}:26 DATASET_ID"),
         Row("dataset.split", "train", f"{_LAUNCH}:192 split=[\"train[:100%]\", ...]"),

@@ -70,9 +70,9 @@ def test_every_family_module_is_a_choice_and_names_its_tunix_code():
     modules = sorted(p.stem for p in FAMILY_DIR.glob("*.py") if p.stem not in ("__init__", "family"))
     assert sorted(families()) == modules
     assert set(CHOICES["model.family"].values) == set(modules)
-    assert {"llama3", "qwen3", "qwen2", "gemma3", "gemma2"} <= set(modules)
+    assert {"llama3", "qwen3", "qwen2", "gemma3", "gemma2", "cohere"} <= set(modules)
     with pytest.raises(KeyError):  # validate's CHOICES refuses it first, in one line
-        get("cohere")
+        get("mamba")
 
 # --------------------------------------------------------- export = Tunix's loader, inverted
 
@@ -89,9 +89,8 @@ def _hf_names(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     out = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
     if not m.tie_embeddings:
         out["lm_head.weight"] = (V, D)
-    norms = (["input_layernorm", "post_attention_layernorm"] if fam.norms_per_layer == 2 else
-             ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-              "post_feedforward_layernorm"])
+    norms = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+             "post_feedforward_layernorm"][:fam.norms_per_layer]
     for i in range(m.num_layers):
         p = f"model.layers.{i}."
         out.update({p + "self_attn.q_proj.weight": (H * hd, D),
@@ -103,6 +102,9 @@ def _hf_names(m: ModelConfig) -> dict[str, tuple[int, ...]]:
         out.update({p + f"{n}.weight": (D,) for n in norms})
         if fam.qk_norm:
             out.update({p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)})
+        if m.qk_norm:  # Cohere's per-head q/k LayerNorms
+            out.update({p + "self_attn.q_norm.weight": (H, hd),
+                        p + "self_attn.k_norm.weight": (K, hd)})
         if fam.qkv_bias:
             out.update({p + "self_attn.q_proj.bias": (H * hd,), p + "self_attn.k_proj.bias": (K * hd,),
                         p + "self_attn.v_proj.bias": (K * hd,)})
@@ -151,14 +153,17 @@ def _model_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 CASES = [("llama3", False, 2), ("llama3", True, 2), ("qwen3", True, 2), ("qwen3", False, 2),
          ("qwen2", False, 2), ("qwen2", True, 2), ("gemma3", True, 2), ("gemma3", True, 1),
-         ("gemma3", True, 4), ("gemma2", True, 2), ("gemma2", True, 4)]
-# (family, tied, kv heads): 4 = heads (Tunix's Gemma fuses q, k, v)
+         ("gemma3", True, 4), ("gemma2", True, 2), ("gemma2", True, 4), ("cohere", True, 2),
+         ("cohere", False, 2), ("cohere+qk_norm", True, 2)]
+# (family, tied, kv heads): 4 = heads (Tunix's Gemma fuses q, k, v); +qk_norm: model.qk_norm
 
 
 @pytest.mark.parametrize("family,tied,kv", CASES)
 def test_export_inverts_tunix_loader_onto_the_model_parameters(family, tied, kv):
+    family, _, extra = family.partition("+")
     m = ModelConfig(**{**SMALL, "num_kv_heads": kv}, family=family, tie_embeddings=tied,
-                    sliding_window=4 if family.startswith("gemma") else None)
+                    sliding_window=4 if family.startswith("gemma") else None,
+                    qk_norm=extra == "qk_norm")
     rng = np.random.default_rng(0)
     hf = {k: rng.normal(size=s).astype(np.float32) for k, s in _hf_names(m).items()}
     tunix = tunix_params_from_hf(hf, m)

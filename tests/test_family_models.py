@@ -28,7 +28,8 @@ _BASE = dict(num_layers=2, embed_dim=32, num_heads=4, num_kv_heads=2, head_dim=8
 # other than Tunix's default (llama3's patch), untied heads, q/k/v biases (qwen2), Gemma 3's
 # sliding window shorter than the sequence over 6 layers (5 local + 1 global), one kv head (the
 # 1B's shape) and grouped heads with linearly scaled global RoPE (the 4B's); Gemma 2's
-# alternating windows with its logit soft-capping.
+# alternating windows with its logit soft-capping; Cohere's parallel block, LayerNorm, paired
+# RoPE and logit scale (aya-expanse-8b's shape), then with per-head q/k norms, untied.
 CASES = {
     "llama3": dict(_BASE, family="llama3", rope_theta=10_000.0, tie_embeddings=False),
     "qwen3": dict(_BASE, family="qwen3", rope_theta=1_000_000.0, tie_embeddings=True),
@@ -39,6 +40,10 @@ CASES = {
                        rope_scale=8.0, sliding_window=3, tie_embeddings=True),
     "gemma2": dict(_BASE, family="gemma2", num_layers=4, rope_theta=10_000.0, sliding_window=4,
                    tie_embeddings=True),
+    "cohere": dict(_BASE, family="cohere", rope_theta=10_000.0, norm_eps=1e-5, logit_scale=0.125,
+                   tie_embeddings=True),
+    "cohere-qk-norm": dict(_BASE, family="cohere", rope_theta=500_000.0, logit_scale=0.5,
+                           qk_norm=True, tie_embeddings=False),
 }
 TOKENS = np.array([BOS, 40, 41, 17, 20, 90, 33, 5, 60, 61], dtype=np.int32)
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -120,3 +125,28 @@ def test_the_memory_plan_counts_transformers_parameters(runs, case):
 @pytest.mark.parametrize("case", CASES)
 def test_training_remat_keeps_the_forward(runs, case):
     np.testing.assert_allclose(runs[case]["remat"], runs[case]["rlexp"], rtol=1e-6, atol=1e-6)
+
+
+def test_cohere_decoding_with_the_kv_cache_gives_the_full_forwards_logits():
+    """The sampler's path (no transformers needed): prefill then one token at a time through
+    init_cache's cache gives the logits of one full forward pass."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from rlexp.engine.tunix_models import tunix_config, tunix_module
+
+    m = ModelConfig(name="tiny-cohere", **CASES["cohere-qk-norm"])
+    module = tunix_module(get("cohere"))
+    model = module.Cohere(tunix_config(m), rngs=nnx.Rngs(0))
+    full = _rlexp_logits(model)
+    T, S, prefill = len(TOKENS), 16, 6
+    cache = model.init_cache(1, S, jnp.float32)
+    causal = jnp.tril(jnp.ones((T, S), bool))
+    logits, cache = model(jnp.asarray(TOKENS[None, :prefill]), jnp.arange(prefill)[None], cache,
+                          causal[None, :prefill])
+    steps = [np.asarray(logits[0])]
+    for t in range(prefill, T):
+        logits, cache = model(jnp.asarray(TOKENS[None, t:t + 1]), jnp.array([[t]]), cache,
+                              causal[None, t:t + 1])
+        steps.append(np.asarray(logits[0]))
+    np.testing.assert_allclose(np.concatenate(steps), full, rtol=1e-5, atol=1e-5)

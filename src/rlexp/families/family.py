@@ -90,6 +90,9 @@ class ModelFamily:
     norms_per_layer: int = 2
     # Memory formula: head_dim-sized q and k norms per layer (Qwen3, Gemma 3).
     qk_norm: bool = False
+    # Memory formula: fn(model) -> norm weights per layer, where the model section decides
+    # (Cohere's optional per-head q/k norms); None = the two fields above.
+    layer_norm_params: Callable[[Model], int] | None = None
     # Memory formula: biases on the q, k and v projections (Qwen2).
     qkv_bias: bool = False
     # fn(model) -> {model field: value} Tunix shards over tp (tp must divide each).
@@ -104,6 +107,12 @@ class ModelFamily:
     def __post_init__(self) -> None:
         unknown = [p for p in self.patches if p not in PATCHES]
         assert not unknown, f"family {self.name}: unknown patches {unknown}"
+
+    def norm_params(self, m: Model) -> int:
+        """Norm weights per decoder layer (the memory formula's count)."""
+        if self.layer_norm_params is not None:
+            return self.layer_norm_params(m)
+        return self.norms_per_layer * m.embed_dim + (2 * m.head_dim if self.qk_norm else 0)
 
     def hf_config(self, m: Model, dtype: str, base: dict[str, Any] | None) -> dict[str, Any]:
         """config.json of an export: the source's own (architecture unchanged by training) with
