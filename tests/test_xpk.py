@@ -138,6 +138,10 @@ def test_secrets_are_named_in_an_env_file_never_given_by_value():
                                (["GH_TOKEN"], {}, "GH_TOKEN is not set in this environment")):
         with pytest.raises(ValueError, match=f"hydra.launcher.secrets: .*{needle}"):
             xc.forwarded_secrets(names, environ, env)
+    # secrets_if_set (default [HF_TOKEN]): forwarded when set here, and not in the jobs' env
+    assert xc.launcher_secrets([], ["HF_TOKEN"], environ, {}) == ["HF_TOKEN"]
+    assert xc.launcher_secrets([], ["HF_TOKEN"], {"HOME": "/root"}, {}) == []
+    assert xc.launcher_secrets([], ["HF_TOKEN"], environ, {"HF_TOKEN": "x"}) == []
     text = xc.env_file_text({"A": "1", "URI": "http://h:5000/x?y=1"}, ["HF_TOKEN"])
     assert text == "A=1\nURI=http://h:5000/x?y=1\nHF_TOKEN\n"
     assert "hf_abcdef" not in text

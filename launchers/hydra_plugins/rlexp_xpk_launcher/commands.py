@@ -195,11 +195,18 @@ def forwarded_secrets(names: Sequence[str], environ: Mapping[str, str],
     """hydra.launcher.secrets, checked (rlexp.base.secret_env.forwarded_secrets, as pre-flight
     does): ValueError names the first that is not an environment variable of this process
     named like a secret, or that the workloads' `env` also sets."""
+    return launcher_secrets(names, (), environ, env)
+
+
+def launcher_secrets(names: Sequence[str], if_set: Sequence[str], environ: Mapping[str, str],
+                     env: Mapping[str, str]) -> list[str]:
+    """hydra.launcher.secrets and the set ones of hydra.launcher.secrets_if_set, checked
+    (rlexp.base.secret_env.launcher_secrets): ValueError instead of UserError."""
     from rlexp.base.errors import UserError
-    from rlexp.base.secret_env import forwarded_secrets as checked
+    from rlexp.base.secret_env import launcher_secrets as checked
 
     try:
-        return checked(names, environ, env)
+        return checked(names, if_set, environ, env)
     except UserError as exc:
         raise ValueError(str(exc)) from None
 

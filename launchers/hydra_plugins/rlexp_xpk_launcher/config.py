@@ -46,6 +46,9 @@ class XpkLauncherConf:
     # them and takes their values from its own environment; the dry run shows HF_TOKEN=***.
     # Each must be set and named like a secret (..._TOKEN, ..._KEY, ...): rlexp masks those.
     secrets: List[str] = field(default_factory=list)
+    # The same for the ones that are set here, skipped when not: the Hugging Face token that
+    # gated weights (Llama's) need.
+    secrets_if_set: List[str] = field(default_factory=lambda: ["HF_TOKEN"])
     # Further xpk flags, appended verbatim (e.g. ["--spot"]).
     extra_args: List[str] = field(default_factory=list)
     # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.

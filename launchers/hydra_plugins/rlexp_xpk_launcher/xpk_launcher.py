@@ -26,7 +26,7 @@ from rlexp.base.files import remove_dry_run_dir
 
 from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
 from .commands import workload_name
-from .commands import env_file_text, forwarded_secrets, shown_env, workload_priority
+from .commands import env_file_text, launcher_secrets, shown_env, workload_priority
 
 ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"  # rlexp.tracking.remote_jobs's names
 
@@ -242,7 +242,8 @@ class XpkLauncher(Launcher):
         import tempfile
 
         env = self._workload_env()
-        names = forwarded_secrets(self.params.get("secrets") or [], os.environ, env)
+        names = launcher_secrets(self.params.get("secrets") or [],
+                                 self.params.get("secrets_if_set") or [], os.environ, env)
         if not names:
             return
         text = env_file_text(env, names)

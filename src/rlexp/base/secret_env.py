@@ -40,3 +40,12 @@ def forwarded_secrets(names: Iterable[Any], environ: Mapping[str, str],
         if name not in out:
             out.append(name)
     return out
+
+
+def launcher_secrets(secrets: Iterable[Any], if_set: Iterable[Any], environ: Mapping[str, str],
+                     env: Mapping[str, Any]) -> list[str]:
+    """What a launcher forwards: every name of hydra.launcher.secrets (each must be set), and
+    those of hydra.launcher.secrets_if_set that are set here and not in the jobs' `env` (by
+    default HF_TOKEN: gated weights such as Llama's need it; without it, nothing is sent)."""
+    optional = [n for n in if_set if str(n) in environ and str(n) not in env]
+    return forwarded_secrets([*secrets, *optional], environ, env)

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
 from rlexp.base.redact import redact_uri
-from rlexp.base.secret_env import forwarded_secrets
+from rlexp.base.secret_env import launcher_secrets
 from rlexp.config.schema import Config
 from rlexp.data import rewards
 from rlexp.data.loaders import dataset_file, read_rows
@@ -415,7 +415,8 @@ def check_launcher(base: Any) -> None:
             raise UserError(f"hydra/launcher=xpk needs the xpk CLI ({xpk[0]} not on PATH): "
                             "pip install xpk in its own venv and set RLEXP_XPK_BIN to it")
         launcher = OmegaConf.select(base, "hydra.launcher")
-        forwarded_secrets(launcher.get("secrets") or [], os.environ, launcher.get("env") or {})
+        launcher_secrets(launcher.get("secrets") or [], launcher.get("secrets_if_set") or [],
+                         os.environ, launcher.get("env") or {})
         if not launcher.dry_run and not launcher.docker_image and not (
                 launcher.base_docker_image and launcher.script_dir):
             # xpk would build on its default python:3.10, which has neither rlexp nor JAX:
