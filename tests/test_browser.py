@@ -317,7 +317,8 @@ def test_run_page_shows_source_params_metrics_system_metrics_and_dataset(ui):
     text = ui["browser"].page(url, "run")
     assert "Source python -m rlexp" in text and "Created by" in text
     assert "algo.beta" in text and "eval/accuracy" in text and "train/reward_mean" in text
-    assert re.search(r"System metrics \(\d+\) system/cpu_utilization_percentage", text), text
+    assert re.search(r"System metrics \(\d+\) (system/\S+ \S+ )*system/cpu_utilization_percentage",
+                     text), text
     assert "arithmetic-train" in text  # the dataset input, in "Datasets"
 
 

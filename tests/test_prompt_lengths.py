@@ -89,6 +89,9 @@ def test_gsm8k_prompts_cut_to_64_tokens_exit_2_at_start(tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     proc = cli("dataset=gsm8k", f"dataset.path={data}", "rollout.max_prompt_length=64",
+               # room for the reasoning template's shortest answer (42 char tokens), so the
+               # prompt length is the one thing wrong
+               "rollout.max_completion_length=48", "rollout.kv_cache_size=112",
                "dataset.num_eval=4", "eval.num_samples=4", "train.batch_size=8", cwd=cwd,
                timeout=300)
     line = one_line_exit_2(proc, "rollout.max_prompt_length=64 is too short",

