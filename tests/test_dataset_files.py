@@ -20,17 +20,17 @@ def test_a_byte_order_mark_keeps_the_first_row(tmp_path):
     body = "\n".join('{"question": "%s", "answer": "%s"}' % (r["question"], r["answer"])
                      for r in ROWS)
     path.write_bytes("\ufeff".encode() + body.encode())
-    assert read_rows(path) == (ROWS, 0)
+    assert read_rows(path) == (ROWS, ())
     csv_path = tmp_path / "bom.csv"
     csv_path.write_bytes("\ufeffquestion,answer\n".encode() + b"q,1\n")
-    assert read_rows(csv_path) == ([{"question": "q", "answer": "1"}], 0)
+    assert read_rows(csv_path) == ([{"question": "q", "answer": "1"}], ())
 
 
 def test_a_csv_field_over_the_default_limit_is_read(tmp_path):
     path = tmp_path / "long.csv"
     path.write_text("question,answer\n" + "x" * 200_000 + ",1\nq,2\n")
     rows, bad = read_rows(path)
-    assert bad == 0 and [len(r["question"]) for r in rows] == [200_000, 1]
+    assert bad == () and [len(r["question"]) for r in rows] == [200_000, 1]
 
 
 @pytest.mark.parametrize("name,data,needle", [
@@ -51,3 +51,22 @@ def test_a_text_file_named_parquet_ends_the_command_in_one_line_and_leaves_no_ru
     proc = cli("dataset=gsm8k", f"dataset.path={data}", "train.steps=1", cwd=tmp_path)
     one_line_exit_2(proc, f"dataset.path={data}: not a readable parquet file")
     assert not (tmp_path / "outputs" / "runs").exists()
+
+
+def test_a_malformed_jsonl_line_is_named_before_any_other_check(tmp_path):
+    """A torn line is skipped, and pre-flight names it (line and JSON error) before the prompt
+    lengths are judged, which would otherwise be the only line the user sees."""
+    path = tmp_path / "torn.jsonl"
+    lines = ['{"question": "what is %d + 1? %s", "answer": "%d"}' % (i, "x" * 200, i + 1)
+             for i in range(40)]
+    lines.insert(2, '{"question": "broken", "answer": ')
+    path.write_text("\n".join(lines) + "\n")
+    rows, bad = read_rows(path)
+    assert len(rows) == 40 and bad == ("line 3: Expecting value at column 34",)
+    proc = cli("dataset=gsm8k", f"dataset.path={path}", "rollout.max_prompt_length=64",
+               "run.dry_run=false", "train.steps=1", cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert f"dataset.path={path}: 1 line(s) are not valid JSON and are skipped (first: line 3: " \
+        "Expecting value at column 34)" in out, out
+    assert proc.returncode == 2 and "Traceback" not in out
+    assert out.index("not valid JSON") < out.index("rlexp: error:"), out

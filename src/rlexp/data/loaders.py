@@ -186,8 +186,8 @@ def gsm_symbolic(d: DatasetConfig) -> RawSplits:
 def generic(d: DatasetConfig) -> RawSplits:
     """Rows of dataset.path (a file) or dataset.hub (a `datasets` name), mapped and split."""
     if d.path is not None:
-        rows, bad_rows = read_rows(dataset_file(d))
-        return splits_from_rows(rows, None, d, bad_rows)
+        rows, bad_lines = read_rows(dataset_file(d))
+        return splits_from_rows(rows, None, d, len(bad_lines))
     if d.hub is None:
         raise UserError("dataset.path=null and dataset.hub=null: the generic dataset needs a "
                         "local file (dataset.path=<jsonl/json/parquet/csv>) or a hub name")
@@ -275,12 +275,13 @@ def _disjoint(train: list[Problem], held: list[Problem], d: DatasetConfig, skipp
 
 
 @functools.lru_cache(maxsize=4)
-def _rows_of(path: Path, mtime_ns: int, size: int) -> tuple[list[Any], int]:
+def _rows_of(path: Path, mtime_ns: int, size: int) -> tuple[list[Any], tuple[str, ...]]:
     return _parse_rows(path)
 
 
-def read_rows(path: Path) -> tuple[list[Any], int]:
-    """Rows of a jsonl/json/parquet/csv file, plus how many lines could not be parsed (jsonl).
+def read_rows(path: Path) -> tuple[list[Any], tuple[str, ...]]:
+    """Rows of a jsonl/json/parquet/csv file, plus the lines that could not be parsed (jsonl:
+    "line N: the JSON error"; they are skipped, and pre-flight names the first).
     Pre-flight reads the file (its errors end the command before a run dir exists) and the
     job reads it again: one parse per file version and process."""
     stat = path.stat()
@@ -288,14 +289,14 @@ def read_rows(path: Path) -> tuple[list[Any], int]:
     return list(rows), bad
 
 
-def _parse_rows(path: Path) -> tuple[list[Any], int]:
+def _parse_rows(path: Path) -> tuple[list[Any], tuple[str, ...]]:
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist(), 0
+            return pq.read_table(path).to_pylist(), ()
         except (pyarrow.ArrowException, OSError) as exc:  # e.g. a text file named .parquet
             raise UserError(f"dataset.path={path}: not a readable parquet file "
                             f"({first_line(exc) or type(exc).__name__})") from None
@@ -311,17 +312,17 @@ def _parse_rows(path: Path) -> tuple[list[Any], int]:
             raise UserError(f"dataset.path={path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
         if isinstance(data, dict):  # {"data": [...]} or {"train": [...]} layouts
             data = next((v for v in data.values() if isinstance(v, list)), [])
-        return (data if isinstance(data, list) else []), 0
+        return (data if isinstance(data, list) else []), ()
     if suffix in (".jsonl", ".ndjson"):
-        rows, bad = [], 0
-        for line in text.splitlines():
+        rows, bad = [], []
+        for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                bad += 1
-        return rows, bad
+            except json.JSONDecodeError as exc:
+                bad.append(f"line {number}: {exc.msg} at column {exc.colno}")
+        return rows, tuple(bad)
     if suffix in (".csv", ".tsv"):
         # The csv module refuses fields over 128 KiB by default; a long solution is a row like
         # any other (the prompt-length check then judges it). The limit is process-wide.
@@ -329,7 +330,7 @@ def _parse_rows(path: Path) -> tuple[list[Any], int]:
         reader = csv.DictReader(io.StringIO(text, newline=""),
                                 delimiter="\t" if suffix == ".tsv" else ",")
         try:
-            return list(reader), 0
+            return list(reader), ()
         except csv.Error as exc:
             raise UserError(f"dataset.path={path}: not a readable {suffix[1:]} file "
                             f"(line {reader.line_num}: {exc})") from None
