@@ -130,14 +130,14 @@ def test_the_priorities_are_xpks_and_the_schemas(xpk_bin):
 
 def test_secrets_are_named_in_an_env_file_never_given_by_value():
     environ = {"HF_TOKEN": "hf_abcdef123456", "WANDB_API_KEY": "k" * 12, "HOME": "/root"}
-    assert xc.forwarded_secrets(["HF_TOKEN", "WANDB_API_KEY", "HF_TOKEN"], environ, {"A": "1"}) \
-        == ["HF_TOKEN", "WANDB_API_KEY"]
+    assert xc.launcher_secrets(["HF_TOKEN", "WANDB_API_KEY", "HF_TOKEN"], [], environ,
+                               {"A": "1"}) == ["HF_TOKEN", "WANDB_API_KEY"]
     for names, env, needle in ((["HF-TOKEN"], {}, "not an environment variable name"),
                                (["HOME"], {}, "HOME is not named like a secret"),
                                (["HF_TOKEN"], {"HF_TOKEN": "x"}, "also in the jobs' environment"),
                                (["GH_TOKEN"], {}, "GH_TOKEN is not set in this environment")):
         with pytest.raises(ValueError, match=f"hydra.launcher.secrets: .*{needle}"):
-            xc.forwarded_secrets(names, environ, env)
+            xc.launcher_secrets(names, [], environ, env)
     # secrets_if_set (default [HF_TOKEN]): forwarded when set here, and not in the jobs' env
     assert xc.launcher_secrets([], ["HF_TOKEN"], environ, {}) == ["HF_TOKEN"]
     assert xc.launcher_secrets([], ["HF_TOKEN"], {"HOME": "/root"}, {}) == []

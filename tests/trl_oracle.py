@@ -53,19 +53,11 @@ def trl_losses(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[st
     gradient of the loss w.r.t. the per-token log-probs (and w.r.t. the per-token entropies
     `arrays["entropy"]`, when given) and the advantages it used."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        src = Path(tmp) / "in.npz"
         np.savez(src, cases=np.array(json.dumps(cases)), **arrays)
-        proc = subprocess.run([sys.executable, __file__, str(src), str(out)],
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "TRANSFORMERS_VERBOSITY": "error",
-                                   "CUDA_VISIBLE_DEVICES": "",
-                                   # trl's profiling imports mlflow when it can (2-3 s)
-                                   "DISABLE_MLFLOW_INTEGRATION": "TRUE"})
-        if proc.returncode != 0:
-            raise AssertionError(f"TRL's loss failed:\n{proc.stderr[-3000:]}")
-        got = np.load(out)
-        return [{k: got[f"{i}/{k}"] for k in ("loss", "grad", "grad_entropy", "advantages")}
-                for i in range(len(cases))]
+        got = _run([str(src)], "loss")
+    return [{k: got[f"{i}/{k}"] for k in ("loss", "grad", "grad_entropy", "advantages")}
+            for i in range(len(cases))]
 
 
 # The anchors of the two TRL blocks the rollout-correction oracle runs (1.16.0 source).
@@ -89,6 +81,7 @@ def _run(args: list[str], what: str) -> dict[str, np.ndarray]:
                               capture_output=True, text=True, timeout=600,
                               env={**os.environ, "TRANSFORMERS_VERBOSITY": "error",
                                    "CUDA_VISIBLE_DEVICES": "",
+                                   # trl's profiling imports mlflow when it can (2-3 s)
                                    "DISABLE_MLFLOW_INTEGRATION": "TRUE"})
         if proc.returncode != 0:
             raise AssertionError(f"TRL's {what} failed:\n{proc.stderr[-3000:]}")

@@ -190,14 +190,6 @@ def workload_priority(launcher: Optional[str], recipe: Optional[str]) -> str:
     return DEFAULT_PRIORITY
 
 
-def forwarded_secrets(names: Sequence[str], environ: Mapping[str, str],
-                      env: Mapping[str, str]) -> list[str]:
-    """hydra.launcher.secrets, checked (rlexp.base.secret_env.forwarded_secrets, as pre-flight
-    does): ValueError names the first that is not an environment variable of this process
-    named like a secret, or that the workloads' `env` also sets."""
-    return launcher_secrets(names, (), environ, env)
-
-
 def launcher_secrets(names: Sequence[str], if_set: Sequence[str], environ: Mapping[str, str],
                      env: Mapping[str, str]) -> list[str]:
     """hydra.launcher.secrets and the set ones of hydra.launcher.secrets_if_set, checked

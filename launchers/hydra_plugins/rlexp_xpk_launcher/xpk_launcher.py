@@ -22,7 +22,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.base.files import remove_dry_run_dir
+from rlexp.base.files import read_json_object, remove_dry_run_dir
 
 from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
 from .commands import workload_name
@@ -355,10 +355,7 @@ def _dry_run_commands(log_path: Path) -> list[str]:
 def _record_workloads(sweep_dir: Path, records: list[dict]) -> None:
     """<sweep dir>/workloads.json: one entry per workload name, the latest submission wins."""
     path = sweep_dir / WORKLOADS_FILE
-    try:
-        previous = json.loads(path.read_text()).get("workloads", [])
-    except (OSError, ValueError, AttributeError):
-        previous = []
+    previous = (read_json_object(path) or {}).get("workloads", [])
     by_name = {r["workload"]: r for r in previous if isinstance(r, dict) and "workload" in r}
     for r in records:
         by_name[r["workload"]] = r

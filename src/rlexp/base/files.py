@@ -44,6 +44,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
 
 
+def read_json_object(path: Path) -> dict | None:
+    """The JSON object in `path`; None when it is missing, unreadable, torn or not an object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def remove_dry_run_dir(sweep_dir: Path) -> None:
     """Hydra's sweeper made the sweep dir (multirun.yaml) before the launcher ran: a dry run
     leaves nothing, so remove it and the empty parents it made (up to the working dir)."""

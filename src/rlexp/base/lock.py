@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from rlexp.base.errors import UserError
+from rlexp.base.files import read_json_object
 
 LOCK_FILE = "rlexp.lock"
 # The winner writes its details right after taking the lock; a loser that reads the file in
@@ -129,12 +130,9 @@ def holder() -> dict:
 def read_holder(path: Path) -> dict | None:
     deadline = time.monotonic() + READ_HOLDER_S
     while True:
-        try:
-            data = json.loads(Path(path).read_text())
-            if isinstance(data, dict) and "pid" in data:
-                return data
-        except (OSError, ValueError):
-            pass
+        data = read_json_object(path)
+        if data is not None and "pid" in data:
+            return data
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)

@@ -32,6 +32,7 @@ from urllib.parse import unquote
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
 MASK = "***"
@@ -415,19 +416,13 @@ def scrub_sweep_dir(sweep_dir: Path) -> None:
     """The sweep's multirun.yaml (it keeps `+hydra.job.env_set.HF_TOKEN=...` in clear)."""
     scrub_files([Path(sweep_dir) / MULTIRUN_FILE])
 
-try:  # a Hydra callback, listed in conf/config.yaml; hydra is always installed with rlexp
-    from hydra.experimental.callback import Callback as _HydraCallback
-except ImportError:  # pragma: no cover
-    _HydraCallback = object  # type: ignore[assignment,misc]
 
-
-class ScrubCallback(_HydraCallback):  # type: ignore[misc,valid-type]
+class ScrubCallback(Callback):  # listed in conf/config.yaml
     """Masks secrets in the files Hydra writes, right after it writes them: a job's .hydra/
     (saved just before on_job_start) and the sweep's multirun.yaml (saved by the sweeper
     before any job starts; rewritten again when the sweep ends)."""
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
-
         hc = HydraConfig.get()
         # A launcher's worker gets the job's overrides (tracker.uri=http://u:PW@...) pickled,
         # not in its argv: its lines are masked of them all the same (env_set secrets too).

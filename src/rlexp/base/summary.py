@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from rlexp.base import runtime
+from rlexp.base.files import read_json_object
 from rlexp.base.redact import redact_obj
 
 SUMMARY_FILE = "summary.json"
@@ -17,11 +18,7 @@ SUMMARY_FILE = "summary.json"
 
 def read_summary(run_dir: Path) -> dict | None:
     """The run's summary, None when missing, unreadable or not a JSON object."""
-    try:
-        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
+    return read_json_object(Path(run_dir) / SUMMARY_FILE)
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:

@@ -21,7 +21,6 @@ drops exactly those, since the save's own exception says it all.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import re
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from rlexp.base.files import read_json_object
 
 if TYPE_CHECKING:
     from rlexp.engine import TunixEngine
@@ -161,11 +162,8 @@ def committed_steps(directory: str | Path) -> list[int]:
 def read_metadata(directory: str | Path, step: int) -> dict[str, Any] | None:
     """rlexp's metadata of a committed local checkpoint (orbax's custom metadata), None when
     it cannot be read."""
-    try:
-        data = json.loads((Path(directory) / str(step) / METADATA_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    meta = data.get("custom_metadata") if isinstance(data, dict) else None
+    meta = (read_json_object(Path(directory) / str(step) / METADATA_FILE) or {}).get(
+        "custom_metadata")
     return meta if isinstance(meta, dict) else None
 
 

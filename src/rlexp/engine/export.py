@@ -34,7 +34,7 @@ from rlexp.config.convert import one_line_omegaconf_error
 from rlexp.config.schema import Config, ModelConfig
 from rlexp.config.validate import choice_refusal
 from rlexp.engine import lora
-from rlexp.engine.weights import assign, params
+from rlexp.engine.weights import assign, flatten, params
 from rlexp.families import get
 from rlexp.families.family import tunix_key
 from rlexp.inputs import storage
@@ -181,7 +181,6 @@ def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
 
 def _remote_checkpoints(run_dir: Path) -> list[Any]:
     """A run made with run.output_uri keeps its checkpoints at <uri>/<run name>/checkpoints."""
-
     try:
         saved = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     except (OSError, ValueError):
@@ -191,7 +190,6 @@ def _remote_checkpoints(run_dir: Path) -> list[Any]:
 
 
 def _run_dir_of(run_id: str, uri: str | None) -> Path:
-
     try:
         run = client(resolve_uri(uri)).get_run(run_id)
     except Exception as exc:
@@ -211,7 +209,6 @@ def run_dir_of(checkpoint: Path) -> Path:
 def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
     """The policy parameters of an orbax checkpoint step dir, as dotted-name numpy arrays
     (read on the host: no model, no mesh)."""
-
     import orbax.checkpoint as ocp
 
     with warnings.catch_warnings():  # "sharding info not provided": host arrays are wanted
@@ -219,23 +216,12 @@ def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
         where = checkpoint / "model_params"  # a bucket path (run.output_uri) as it is
         tree = ocp.PyTreeCheckpointer().restore(str(where if "://" in str(where)
                                                     else Path(where).absolute()))
-    flat: dict[str, np.ndarray] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, f"{prefix}{k}/")
-        else:
-            flat[tunix_key(prefix)] = np.asarray(node)
-
-    walk(tree, "")
-    return flat
+    return {tunix_key(k): np.asarray(v) for k, v in flatten(tree).items()}
 
 
 def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
     """The model section and run.cache_dir a run dir was made with (.hydra/config.yaml).
     Only these two are read, so a run made by an older rlexp still exports."""
-
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         raise UserError(f"{run_dir}: no .hydra/config.yaml (not an rlexp run dir)")
@@ -254,7 +240,6 @@ def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
 
 def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
     """Set an nnx model's parameters from a checkpoint's (same names and shapes)."""
-
     for key, value in params(model, sep=".").items():
         theirs = flat.get(key)
         if theirs is None or tuple(theirs.shape) != tuple(value.shape):
@@ -266,7 +251,6 @@ def init_model(model: Any, flat: dict[str, np.ndarray], origin: str) -> None:
 
 def init_from(cfg: Any, model: Any) -> dict[str, str]:
     """run.init_from: load the origin's newest checkpoint into `model` (origin only read)."""
-
     checkpoint = find_checkpoint(cfg.run.init_from, default_uri(cfg))
     init_model(model, load_checkpoint(checkpoint), cfg.run.init_from)
     log.info("run.init_from=%s: starting from %s", cfg.run.init_from, checkpoint)
@@ -278,7 +262,6 @@ def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = No
                adapters_only: bool = False) -> Path:
     """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir (a LoRA
     run's: its adapters, with `adapters_only`)."""
-
     checkpoint = find_checkpoint(spec, tracking_uri)
     given = Path(spec).expanduser()
     # the run dir itself when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>
@@ -300,7 +283,6 @@ def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = No
 
 def _log_to_mlflow(run_dir: Path, out: Path) -> None:
     """The export as artifact `model` of the run's MLflow run (tracking.json), if it has one."""
-
     link = Link.load(run_dir)
     if link is None or link.run_id is None:
         return
@@ -315,7 +297,6 @@ def _log_to_mlflow(run_dir: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-
     parser = argparse.ArgumentParser(prog="python -m rlexp.export", description=__doc__.split(
         "\n\n")[0])
     parser.add_argument("run", help="run dir, checkpoint dir (<run>/checkpoints/<step>) or "

@@ -105,15 +105,6 @@ class BaseLink:
         nnx.update(self.policy, self.state)
 
 
-def base_arrays(model: Any) -> list[Any]:
-    """The base weights' arrays (every nnx.Param that is not an adapter), in tree order."""
-    import jax
-    from flax import nnx
-
-    return jax.tree_util.tree_leaves(nnx.state(model, nnx.All(nnx.Param,
-                                                              nnx.Not(nnx.LoRAParam))))
-
-
 def counts(model: Any) -> dict[str, int]:
     """params/total (base + adapters) and params/trainable (what the optimizer updates)."""
     sizes = {k: int(np.prod(v.shape)) for k, v in _flat(model).items()}

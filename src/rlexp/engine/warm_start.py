@@ -163,7 +163,6 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
 
 
 def save_params(model: Any, path: Path) -> None:
-
     flat = params(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     # per-process temporary name + atomic rename: concurrent sweep jobs that all trained the
@@ -177,7 +176,6 @@ def save_params(model: Any, path: Path) -> None:
 
 
 def load_params(model: Any, path: Path) -> None:
-
     with np.load(path) as data:
         assign(model, {k: data[k] for k in data.files})
 

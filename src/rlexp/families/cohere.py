@@ -69,7 +69,7 @@ def norm_params(m: Any) -> int:
 
 
 FAMILY = ModelFamily(
-    name="cohere", model_types=("cohere",), architecture="CohereForCausalLM",
+    name="cohere", model_types=("cohere",),
     tunix_package="rlexp.engine.cohere", model_class="Cohere", tunix_config=tunix_config,
     read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights, unsupported=unsupported,
     norms_per_layer=1, layer_norm_params=norm_params)

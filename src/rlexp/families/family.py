@@ -62,8 +62,6 @@ class ModelFamily:
     name: str
     # config.json model_type values this family loads; an export writes the first.
     model_types: tuple[str, ...]
-    # The Hugging Face class an export names in config.json "architectures".
-    architecture: str
     # Tunix's package of this architecture (<package>.model holds the model class, its
     # ModelConfig, RematConfig and DecoderLayer).
     tunix_package: str

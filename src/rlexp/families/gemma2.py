@@ -88,7 +88,7 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="gemma2", model_types=("gemma2",), architecture="Gemma2ForCausalLM",
+    name="gemma2", model_types=("gemma2",),
     tunix_package="tunix.models.gemma", model_class="Gemma",
     loader_module="params_safetensors", tunix_config=tunix_config, read_hf=read_hf,
     write_hf=write_hf, to_hf_weights=gemma_weights, unsupported=unsupported,

@@ -153,7 +153,7 @@ def tp_dims(m: Any) -> dict[str, int]:
 
 
 FAMILY = ModelFamily(
-    name="gemma3", model_types=("gemma3_text", "gemma3"), architecture="Gemma3ForCausalLM",
+    name="gemma3", model_types=("gemma3_text", "gemma3"),
     tunix_package="tunix.models.gemma3", model_class="Gemma3",
     loader_module="params_safetensors", tunix_config=tunix_config, read_hf=read_hf,
     write_hf=write_hf, to_hf_weights=gemma_weights, unsupported=unsupported,

@@ -26,7 +26,7 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="llama3", model_types=("llama",), architecture="LlamaForCausalLM",
+    name="llama3", model_types=("llama",),
     tunix_package="tunix.models.llama3", model_class="Llama3", tunix_config=tunix_config,
     read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights, vllm_untied_head=True,
     patches=("rope_theta", "compute_dtype"))

@@ -11,15 +11,7 @@ from typing import Any
 
 from rlexp.families.family import (ModelFamily, base_hf_config, common_fields, decoder_weights,
                                    rope)
-
-
-def tunix_config(module: Any, m: Any, remat: str, dtype: Any, param_dtype: Any) -> Any:
-    return module.ModelConfig(
-        num_layers=m.num_layers, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
-        hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
-        num_kv_heads=m.num_kv_heads, rope_theta=int(m.rope_theta), norm_eps=m.norm_eps,
-        use_tied_embedding=m.tie_embeddings, remat_config=getattr(module.RematConfig, remat),
-        dtype=dtype, param_dtype=param_dtype)
+from rlexp.families.qwen3 import tunix_config  # Tunix's qwen2 ModelConfig has qwen3's fields
 
 
 def read_hf(hf: dict) -> dict:
@@ -44,7 +36,7 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="qwen2", model_types=("qwen2",), architecture="Qwen2ForCausalLM",
+    name="qwen2", model_types=("qwen2",),
     tunix_package="tunix.models.qwen2", model_class="Qwen2", tunix_config=tunix_config,
     read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights, vllm_untied_head=True, unsupported=unsupported,
     qkv_bias=True)

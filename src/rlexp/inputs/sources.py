@@ -197,7 +197,6 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
 
 
 def _wanted(path: str) -> bool:
-
     name = path.rsplit("/", 1)[-1]
     return any(fnmatch(name, pat) for pat in WEIGHT_PATTERNS)
 

@@ -27,10 +27,6 @@ log = logging.getLogger("rlexp")
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 
 
-def is_url(path: Any) -> bool:
-    return bool(_URL.match(str(path)))
-
-
 def run_root(output_uri: str | None, run_name: str) -> str | None:
     """<output_uri>/<run name>, or None when outputs stay local."""
     if not output_uri:
@@ -66,7 +62,6 @@ def check_backend(output_uri: str | None) -> None:
 
 
 def _filesystem(url: str) -> Any:
-
     try:
         return source_fs(Source("url", url, url))
     except UserError as exc:  # same message, named after this key

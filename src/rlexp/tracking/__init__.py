@@ -21,10 +21,10 @@ rlexp.base. Nothing in the training path (engine, data, algo) imports mlflow its
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlexp.base.files import read_json_object
 from rlexp.tracking.conventions import constant_metrics
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import Link
@@ -46,8 +46,6 @@ def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
     uri = default_uri(cfg)
     if uri is None:
         return None
-
-
     t = cfg.train
     return MlflowListener(uri=uri, experiment=cfg.tracker.experiment, run_dir=Path(run_dir),
                           gated=t.checkpoint_every > 0,
@@ -62,28 +60,19 @@ def warm_up(cfg: "Config") -> None:
     built (store.prepare_in_background); the listener waits for it at run start."""
     uri = default_uri(cfg)
     if uri is not None:
-
         prepare_in_background(uri)
 
 
 def parent_run_id(sweep_dir: Path) -> str | None:
     """The sweep's MLflow parent run id from <sweep dir>/parent_run.json, if there is one."""
-    try:
-        data = json.loads((Path(sweep_dir) / PARENT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data.get("run_id") if isinstance(data, dict) else None
+    return (read_json_object(Path(sweep_dir) / PARENT_FILE) or {}).get("run_id")
 
 
 def swept_keys(sweep_dir: Path | None) -> list[str] | None:
     """The keys the sweep in `sweep_dir` varies; None outside a sweep or when unknown."""
     if sweep_dir is None:
         return None
-    try:
-        data = json.loads((Path(sweep_dir) / SWEPT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    keys = data.get("keys") if isinstance(data, dict) else None
+    keys = (read_json_object(Path(sweep_dir) / SWEPT_FILE) or {}).get("keys")
     return [str(k) for k in keys] if isinstance(keys, list) else None
 
 

@@ -22,7 +22,6 @@ Import-light: Hydra loads this module for every run; mlflow is imported when use
 from __future__ import annotations
 
 import atexit
-import json
 import re
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlexp.base.errors import fail
 from rlexp.base.events import Listener
-from rlexp.base.files import write_json_atomic
+from rlexp.base.files import read_json_object, write_json_atomic
 from rlexp.base.lock import Busy, DirLock
 from rlexp.base.redact import placeholders, redact_text, redact_uri
 from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
@@ -226,12 +225,8 @@ class SweepCallback(Callback):
 
         assert self.sweep_dir is not None
         client = store.client(uri)
-        try:
-            previous = json.loads((self.sweep_dir / PARENT_FILE).read_text())
-        except (OSError, ValueError):
-            previous = None
-
-        if isinstance(previous, dict) and previous.get("uri") in (uri, redact_uri(uri),
+        previous = read_json_object(self.sweep_dir / PARENT_FILE)
+        if previous is not None and previous.get("uri") in (uri, redact_uri(uri),
                                                                   placeholders(uri)):
             previous["uri"] = uri  # parent_run.json keeps it with credentials masked
             try:  # the same sweep again: its jobs resume their runs under the same parent

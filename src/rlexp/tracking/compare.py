@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlexp.base.files import read_json_object
 from rlexp.config import naming
 from rlexp.tracking import seed_stats
 from rlexp.tracking.plots import plot_bands, plot_compare
@@ -138,10 +138,6 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
 # ------------------------------------------------------------------------------ from run dirs
 
 
-def _overrides(items: list[str]) -> dict[str, str]:
-    return naming.override_values(items)
-
-
 def _accuracy(evaluation: Any) -> float | None:
     if not isinstance(evaluation, dict):
         return None
@@ -150,11 +146,8 @@ def _accuracy(evaluation: Any) -> float | None:
 
 
 def row_from_summary(path: Path) -> Row | None:
-    try:
-        s = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(s, dict):
+    s = read_json_object(path)
+    if s is None:
         return None
     # eval_before is the step-0 model: never the best accuracy of training
     after = _accuracy(s.get("eval_after"))
@@ -163,7 +156,8 @@ def row_from_summary(path: Path) -> Row | None:
     reward = final.get(REWARD)
     return Row(
         name=str(s.get("name") or path.parent.name), run_id=s.get("mlflow_run_id"),
-        status=str(s.get("status") or "RUNNING"), values=_overrides(s.get("overrides") or []),
+        status=str(s.get("status") or "RUNNING"),
+        values=naming.override_values(s.get("overrides") or []),
         final_reward=float(reward) if isinstance(reward, (int, float)) else None,
         final_accuracy=after, best_accuracy=after,
         steps=s.get("steps_done"), wall_s=s.get("wall_s"), run_dir=str(path.parent),

@@ -35,11 +35,6 @@ def _leaf(key: str) -> str:
     return key.lstrip("+~").rsplit(".", 1)[-1]
 
 
-def short_label(key: str, value: str, keys: Iterable[str] = ()) -> str:
-    """'algo.beta', '0.04' -> 'β=0.04' (rlexp.config.naming.label_item)."""
-    return naming.label_item(key, value, keys)
-
-
 def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[str, str]:
     """{'sweep.algo.beta': '0.04'}: a sweep job's swept values in full (its run name has
     them abbreviated)."""

@@ -41,6 +41,7 @@ import yaml
 from rlexp.base.events import Listener, RunInfo
 from rlexp.base.lock import try_flock
 from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri
+from rlexp.base.summary import read_summary
 from rlexp.tracking import store
 from rlexp.tracking.conventions import SystemMetrics, dataset_input, rows_of, standard_tags
 from rlexp.tracking.environment import environment, git_diff, requirements
@@ -445,11 +446,7 @@ class MlflowListener(Listener):
         """tracking.json is damaged: find the run again (summary.json's mlflow_run_id, else the
         store's run tagged with this dir) rather than silently start a second one."""
         aside = Link.set_aside(self.run_dir)
-        try:
-            summary = json.loads((self.run_dir / "summary.json").read_bytes().decode("utf-8"))
-            hint = summary.get("mlflow_run_id") if isinstance(summary, dict) else None
-        except (OSError, ValueError):
-            hint = None
+        hint = (read_summary(self.run_dir) or {}).get("mlflow_run_id")
         hint = hint if isinstance(hint, str) else None
         try:
             store.ensure_store(self.uri)
@@ -560,8 +557,6 @@ class MlflowListener(Listener):
             self._lock = None
 
 
-REFUSALS = store.REFUSALS
-
 # MLflow's system-metrics monitor warns on the console when a sample races the run's end
 # ("Failed to log system metrics: ... expected if the experiment/run is already terminated"):
 # nothing to act on; its lines go to the job's log file only.
@@ -578,10 +573,6 @@ def log_file_only(name: str) -> None:
     logger.handlers = [h for h in logger.handlers if isinstance(h, logging.FileHandler)] + \
         [h for h in files if h not in logger.handlers]
     logger.propagate = False
-
-
-def refused(exc: BaseException) -> bool:
-    return getattr(exc, "error_code", None) in REFUSALS
 
 
 # MLflow's switch for the progress bar of artifact downloads.

@@ -85,24 +85,26 @@ def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, floa
             if not any(math.isnan(v) for v in low + high):
                 ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
             handles.setdefault(label, line)
-        ax.set_title(metric)
+    return _finish(fig, dict(zip(shown, axes)), handles, 8, title, path)
+
+
+def _finish(fig, axes: dict, handles: dict, size: int, title: str, path: Path) -> bool:
+    """Titles the panels ({title: axes}), draws the legend and saves the figure."""
+    for panel, ax in axes.items():
+        ax.set_title(panel)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    _legend(fig, handles, len(shown), 8)
+    # As many columns as fit the figure's width (~6 px a character at these sizes, + handle).
+    longest = max(len(label) for label in handles)
+    ncol = max(1, min(len(handles), int(550 * len(axes) / (0.9 * size * longest + 50))))
+    fig.set_figheight(4.0 + 0.22 * -(-len(handles) // ncol))  # room for the legend's rows
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+               fontsize=size, ncol=ncol, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     return True
-
-
-def _legend(fig, handles: dict, panels: int, size: int) -> None:
-    # As many columns as fit the figure's width (~6 px a character at these sizes, + handle).
-    longest = max(len(label) for label in handles)
-    ncol = max(1, min(len(handles), int(550 * panels / (0.9 * size * longest + 50))))
-    fig.set_figheight(4.0 + 0.22 * -(-len(handles) // ncol))  # room for the legend's rows
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-               fontsize=size, ncol=ncol, frameon=False)
 
 
 def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
@@ -117,19 +119,11 @@ def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
     labels = list(dict.fromkeys(label for lines in shown.values() for label, _ in lines))
     style = style or {label: (c, "-") for label, c in zip(labels, palette(len(labels)))}
     handles = {}
-    for ax, (panel, lines) in zip(axes, shown.items()):
+    for ax, lines in zip(axes, shown.values()):
         for label, points in lines:
             steps, values = zip(*points)
             color, dashes = style[label]
             (line,) = ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3,
                               label=label, color=color, linestyle=dashes)
             handles.setdefault(label, line)
-        ax.set_title(panel)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    _legend(fig, handles, len(shown), legend_size)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return True
+    return _finish(fig, dict(zip(shown, axes)), handles, legend_size, title, path)

@@ -18,13 +18,13 @@ Import-light: no mlflow here.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from rlexp.base.errors import UserError
+from rlexp.base.files import read_json_object
 from rlexp.base.redact import unmask
 from rlexp.tracking.store import resolve_uri, sqlite_path
 
@@ -75,11 +75,8 @@ def _device(path: Path) -> int:
 def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
     """What each job of a sweep is given: the store and parent from <sweep dir>/parent_run.json
     (made by the sweep callback), and the job count. Empty when tracking is off."""
-    try:
-        parent = json.loads((Path(sweep_dir) / PARENT_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(parent, dict) or not parent.get("run_id"):
+    parent = read_json_object(Path(sweep_dir) / PARENT_FILE)
+    if parent is None or not parent.get("run_id"):
         return {}
     # the file holds the URI's credentials as mask_argv's placeholders: the jobs get them back
     return {ENV_URI: unmask(str(parent["uri"])), ENV_PARENT: str(parent["run_id"]),

@@ -15,11 +15,11 @@ summary.json files, so jobs that were not tracked still show up.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
 from rlexp.base.errors import UserError, fail
+from rlexp.base.files import read_json_object
 from rlexp.tracking import PARENT_FILE, compare, parent_run_id, store, swept_keys
 from rlexp.tracking.compare import Row
 
@@ -32,11 +32,9 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 def _sweep_uri(sweep_dir: Path, uri: str | None) -> str:
     if uri:
         return store.resolve_uri(uri)
-
-    try:  # the store the sweep's parent run lives in
-        return json.loads((sweep_dir / PARENT_FILE).read_text())["uri"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return store.resolve_uri(None)
+    # the store the sweep's parent run lives in
+    saved = (read_json_object(sweep_dir / PARENT_FILE) or {}).get("uri")
+    return saved if saved is not None else store.resolve_uri(None)
 
 
 def _client(uri: str, required: bool):

@@ -95,10 +95,6 @@ class TrackedRun:
                 self.spool.rewrite(kept)
         return dropped
 
-    def has_ready(self, gate: float) -> bool:
-        with self._lock:
-            return any(is_ready(r, gate) for r in self.records)
-
     def waiting(self, kind: str) -> int:
         with self._lock:
             return sum(r["kind"] == kind for r in self.records)
@@ -276,7 +272,6 @@ class TrackedRun:
             print(f"rlexp: warning: artifact {path} is gone; not logged", flush=True)
 
     def _log_curves(self, run_id: str) -> None:
-
         history = fetch_history(self.client, run_id,
                                 [m for names in CURVE_PANELS.values() for m in names])
         path = self.run_dir / CURVES_FILE

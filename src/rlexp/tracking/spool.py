@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rlexp.base.files import write_atomic, write_json_atomic
+from rlexp.base.files import read_json_object, write_atomic, write_json_atomic
 from rlexp.base.redact import redact_uri
 
 LINK_FILE = "tracking.json"
@@ -61,11 +61,8 @@ class Link:
     @classmethod
     def load(cls, run_dir: Path) -> "Link | None":
         """The link, or None when tracking.json is missing or damaged (see `damaged`)."""
-        try:
-            data = json.loads((Path(run_dir) / LINK_FILE).read_bytes().decode("utf-8"))
-        except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict):
+        data = read_json_object(Path(run_dir) / LINK_FILE)
+        if data is None:
             return None
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}

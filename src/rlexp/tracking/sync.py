@@ -22,7 +22,6 @@ resolve, not MLflow, 401/403: pass the right one with --uri); the spool keeps ev
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from pathlib import Path
@@ -33,7 +32,7 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import UserError, fail
 from rlexp.base.lock import Busy, DirLock, try_flock
 from rlexp.base.redact import MASK, install_log_redaction, redact_uri, remember
-from rlexp.base.summary import SUMMARY_FILE, write_summary
+from rlexp.base.summary import SUMMARY_FILE, read_summary, write_summary
 from rlexp.config.naming import flatten
 from rlexp.tracking import store
 from rlexp.tracking.listener import clean_params, clean_tags, now_ms
@@ -176,13 +175,6 @@ def _status(run: TrackedRun, run_id: str) -> str | None:
         raise
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def latest_checkpoint(run_dir: Path) -> int:
     """Newest committed checkpoint step under run_dir/checkpoints (-1 when none)."""
     folder = run_dir / "checkpoints"
@@ -204,8 +196,7 @@ def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_ru
     link = Link(uri=store.resolve_uri(uri), experiment=experiment or DEFAULT_EXPERIMENT,
                 gated=checkpoint >= 0, checkpoint_step=checkpoint)
     if not new_run:
-        summary = _read_json(run_dir / SUMMARY_FILE)
-        hint = summary.get("mlflow_run_id") if isinstance(summary, dict) else None
+        hint = (read_summary(run_dir) or {}).get("mlflow_run_id")
         _check_store(link.uri)
         try:
             store.ensure_store(link.uri)
@@ -227,8 +218,7 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     """A new run needs a start record and the params, which the spool may no longer hold
     (sent to the lost run): rebuild them from summary.json and Hydra's saved config."""
 
-    summary = _read_json(run_dir / SUMMARY_FILE)
-    summary = summary if isinstance(summary, dict) else {}
+    summary = read_summary(run_dir) or {}
     if not any(r["kind"] == "start" for r in run.records):
         tags = {**{k: v for k, v in (summary.get("choices") or {}).items()},
                 store.RUN_DIR_TAG: str(run_dir.resolve()),
@@ -256,9 +246,9 @@ def _hydra_params(run_dir: Path) -> dict[str, Any]:
 def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
     """summary.json names the MLflow run once a sync created or found it (local file and the
     run's artifact). Only a summary whose status is final is uploaded again."""
-    summary = _read_json(run_dir / SUMMARY_FILE)
+    summary = read_summary(run_dir)
     rid = run.link.run_id
-    if not isinstance(summary, dict) or rid is None or summary.get("mlflow_run_id") == rid:
+    if summary is None or rid is None or summary.get("mlflow_run_id") == rid:
         return False
     summary["mlflow_run_id"] = rid
     write_summary(run_dir, summary)

@@ -4,41 +4,24 @@ Laid out as Tunix 0.1.7's llama3 and qwen3 (tunix/models/{llama3,qwen3}/model.py
 sampler, log-prob code, rlexp's remat wrapper, LoRA (qwix) and export see the same names:
 Einsum q/k/v/o projections ([embed, heads, head_dim] and [heads, head_dim, embed]), nnx.Linear
 MLP projections, `__call__(input_tokens, positions, cache, attention_mask)` -> (float32
-logits, cache), `init_cache`, and DecoderLayer.block taking __call__'s parameters. As Tunix's
-qwen3, weights are kept in ModelConfig.param_dtype and the forward computes in
-ModelConfig.dtype (no compute_dtype patch), and the RoPE base is the config's (no rope_theta
-patch).
+logits, cache), `init_cache`, and DecoderLayer.block taking __call__'s parameters. Einsum,
+Embedder, shard, RematConfig and the cache layout are Tunix's qwen3's own, imported: weights are
+kept in ModelConfig.param_dtype and the forward computes in ModelConfig.dtype (no compute_dtype
+patch), and the RoPE base is the config's (no rope_theta patch).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from typing import Tuple
 
-import flax
 import jax
-import jax.sharding as shd
 import jaxtyping
 from flax import nnx
 from jax import numpy as jnp
-from jax.interpreters import pxla
-from tunix.utils import compat, env_utils
-
-K_MASK = -2.3819763e38  # Tunix's masked attention logit (llama3/qwen3 model.py)
-
-LayerCache = dict[str, jaxtyping.Array]
-Cache = dict[str, LayerCache]
-
-# As every Tunix model module does on import: parameters carry sharding names without an
-# active mesh (Flax's eager variable sharding off).
-env_utils.setup_sharding_environment()
-
-
-class RematConfig(enum.Enum):
-    NONE = enum.auto()  # every activation kept
-    BLOCK = enum.auto()  # attention and MLP blocks rematerialized
-    DECODER = enum.auto()  # the whole decoder layer rematerialized
+from tunix.models.qwen3.model import (  # importing it also sets up Tunix's sharding environment
+    K_MASK, Cache, Einsum, Embedder, LayerCache, RematConfig, shard)
+from tunix.utils import compat
 
 
 @dataclasses.dataclass(slots=True, frozen=True)
@@ -91,56 +74,6 @@ class ModelConfig:
     remat_config: RematConfig = RematConfig.NONE
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
-
-    @classmethod
-    def aya_expanse_8b(cls) -> "ModelConfig":
-        # CohereLabs/aya-expanse-8b config.json.
-        return cls(num_layers=32, vocab_size=256_000, embed_dim=4096, hidden_dim=14_336,
-                   num_heads=32, head_dim=128, num_kv_heads=8, rope_theta=10_000.0,
-                   norm_eps=1e-5, logit_scale=0.125, dtype=jnp.bfloat16,
-                   param_dtype=jnp.bfloat16)
-
-
-def shard(x: jnp.ndarray, s: Tuple[str | None, ...]) -> jnp.ndarray:
-    mesh = pxla.thread_resources.env.physical_mesh
-    if mesh.empty or jax.devices()[0].platform == "cpu":
-        return x
-    return jax.lax.with_sharding_constraint(x, shd.NamedSharding(mesh, shd.PartitionSpec(*s)))
-
-
-class Einsum(nnx.Module):
-    """A parameterized tensor product (Tunix's Einsum, computing in `dtype`)."""
-
-    def __init__(self, einsum_str: str, shape: flax.typing.Shape, *, rngs: nnx.Rngs,
-                 sharding: Tuple[str | None, ...], dtype: jnp.dtype, param_dtype: jnp.dtype):
-        self.einsum_str = einsum_str
-        self.shape = shape
-        self.dtype = dtype
-        self.w = nnx.Param(nnx.initializers.normal()(rngs.params(), shape, param_dtype),
-                           sharding=sharding)
-
-    @jax.named_scope("einsum")
-    def __call__(self, x: jaxtyping.ArrayLike) -> jaxtyping.Array:
-        return jnp.einsum(self.einsum_str, x.astype(self.dtype), self.w[...].astype(self.dtype))
-
-
-class Embedder(nnx.Module):
-    def __init__(self, vocab_size: int, embed_dim: int, *, rngs: nnx.Rngs,
-                 shd_config: ShardingConfig, dtype: jnp.dtype, param_dtype: jnp.dtype):
-        self.input_embedding = nnx.Param(
-            nnx.initializers.normal()(rngs.params(), (vocab_size, embed_dim), param_dtype),
-            sharding=shd_config.emb_vd)
-        self.shd_config = shd_config
-        self.dtype = dtype
-
-    @jax.named_scope("embedder_encode")
-    def encode(self, x: jaxtyping.ArrayLike) -> jaxtyping.Array:
-        x = self.input_embedding[(x,)].astype(self.dtype)
-        return shard(x, self.shd_config.act_btd)
-
-    @jax.named_scope("embedder_decode")
-    def decode(self, x: jaxtyping.ArrayLike) -> jaxtyping.Array:
-        return jnp.dot(x, self.input_embedding[...].astype(self.dtype).T)
 
 
 def apply_rope(inputs: jaxtyping.Array, positions: jaxtyping.Array, head_dim: int,
