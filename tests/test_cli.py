@@ -62,11 +62,12 @@ def test_tracking_uri_from_the_environment_is_checked(monkeypatch):
     assert "MLFLOW_TRACKING_URI=bogus://x" in _refused(["run.dry_run=true"])
 
 
-def test_rollout_vllm_needs_vllm():
+def test_rollout_vllm_needs_vllm(monkeypatch, tmp_path):
     import importlib.util
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here: the refusal cannot show")
+    monkeypatch.setenv("RLEXP_VLLM_VENV", str(tmp_path))  # no vLLM venv to re-run in either
     assert "pip install 'rlexp[vllm]'" in _refused(["rollout=vllm"])
 
 

@@ -146,9 +146,9 @@ def test_engine_per_platform(vllm_config):
 
 
 def test_cpu_head_size_is_one_line(vllm_config):
-    """vLLM's CPU attention has no kernel for the tiny model's 16."""
+    """vLLM's CPU attention has no kernel for head size 16 (tiny's own, outside rollout=vllm)."""
     with pytest.raises(UserError) as err:
-        vllm_rollout.vllm_rollout_config(vllm_config())
+        vllm_rollout.vllm_rollout_config(vllm_config("model.head_dim=16"))
     assert str(err.value) == (
         "model.head_dim=16 is invalid with rollout=vllm on the CPU: vLLM's CPU attention takes "
         "32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512 (model=tiny; e.g. model.head_dim=32, "
@@ -158,7 +158,7 @@ def test_cpu_head_size_is_one_line(vllm_config):
 def test_cpu_head_size_is_checked_before_the_run(monkeypatch, vllm_config):
     _pretend_installed(monkeypatch, "vllm")
     with pytest.raises(UserError, match=r"^model.head_dim=16 is invalid with rollout=vllm"):
-        vllm_rollout.check_vllm_available(vllm_config())  # what pre-flight calls
+        vllm_rollout.check_vllm_available(vllm_config("model.head_dim=16"))  # pre-flight's
     vllm_rollout.check_vllm_available(vllm_config("model.head_dim=32"))
     vllm_rollout.check_vllm_available(vllm_config("hardware=gpu", "model=qwen3-0.6b"))
 

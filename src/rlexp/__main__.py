@@ -8,11 +8,6 @@ import sys
 import time
 
 
-# This process's index in a multi-process launch, as its launcher sets it (mpirun, srun,
-# JAX_PROCESS_ID, Cloud TPU); read before any import (planning.hardware.detect_launch later).
-_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "JAX_PROCESS_ID", "TPU_WORKER_ID")
-
-
 def _say_starting() -> None:
     """The command's first line, before the imports below (2+ s on a busy machine): a piped
     run or sweep is otherwise silent until its config is composed. Not for --help, --cfg and
@@ -22,9 +17,12 @@ def _say_starting() -> None:
              "-sc", "--shell-completion", "-p", "--package"}
     ours = os.path.basename(sys.argv[0]) == "rlexp" or sys.argv[0].endswith(
         os.path.join("rlexp", "__main__.py"))
-    if not ours or quiet & set(argv) or os.environ.get("RLEXP_SUPERVISED"):
+    if not ours or quiet & set(argv) or os.environ.get("RLEXP_SUPERVISED") \
+            or os.environ.get("RLEXP_VLLM_RERUN"):  # re-run in the vLLM venv: said already
         return
-    if any(os.environ.get(v, "").isdigit() and int(os.environ[v]) > 0 for v in _RANK_ENV):
+    from rlexp.base.runtime import detect_launch  # standard library only: no delay
+
+    if detect_launch(os.environ).index:
         return  # a multi-process launch (mpirun -n 2): process 0 says it
     sweep = {"-m", "--multirun"} & set(argv) or any(a.lstrip("+").startswith("sweep=")
                                                      for a in argv)
@@ -46,11 +44,12 @@ from rlexp.base.errors import UserError, fail
 from rlexp.base.redact import RedactedStream, install_log_redaction, mask_argv, unmask_config
 from rlexp.config.convert import to_config
 from rlexp.config.paths import conf_dir
+from rlexp.engine.vllm_rollout import rerun_in_vllm_venv
 from rlexp.job import experiment
 from rlexp.job import sweep_messages
 from rlexp.job.console import quiet_third_party
 from rlexp.launch import args, dry_run, preflight
-from rlexp.planning.hardware import detect_launch, setup_platform, vllm_gpu_share
+from rlexp.planning.hardware import setup_platform, vllm_gpu_share
 
 log = logging.getLogger("rlexp")
 
@@ -90,7 +89,7 @@ def _refuse(message: str, index: int | None) -> None:
 def main() -> None:
 
     argv = sys.argv[1:]
-    launch = detect_launch(os.environ)
+    launch = runtime.detect_launch(os.environ)
     try:  # once, first: a misplaced -m is one line naming the fix; --version ends here
         args.parse_args(argv)
     except UserError as exc:
@@ -112,6 +111,8 @@ def main() -> None:
         except UserError as exc:
             _refuse(str(exc), launch.index)
         return
+    if pre is not None and not pre.print_only and not pre.context.jobs_run_elsewhere:
+        rerun_in_vllm_venv(pre.jobs, argv)  # rollout=vllm, vLLM only in its venv: no return
     if pre is not None:
         try:
             preflight.before_launch(pre)  # setup_platform: the processes fit hardware.runtime

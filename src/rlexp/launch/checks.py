@@ -62,11 +62,11 @@ class CheckContext:
     said: set = dataclasses.field(default_factory=set, compare=False, hash=False)
 
     def warn(self, line: str) -> None:
-        """One `rlexp: warning:` line, once per command."""
-        if line not in self.said:
+        """One `rlexp: warning:` line, once per command (a command re-run in the vLLM venv
+        said it before the re-run)."""
+        if line not in self.said and not os.environ.get("RLEXP_VLLM_RERUN"):
             self.said.add(line)
             print(f"rlexp: warning: {line}", file=sys.stderr, flush=True)
-
 
 
 def check_writable(path: Path) -> None:

@@ -156,47 +156,10 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 
 
 # JAX's config option for cross-process CPU collectives, as its environment variable.
 _CPU_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
-# The explicit route: JAX_COORDINATOR_ADDRESS is JAX's own; the count and id are rlexp's
-# (jax.distributed.initialize takes them as arguments only).
-COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
-                                         "JAX_PROCESS_ID")
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Which launcher started this process, as which of how many (None: not known before
-    jax.distributed asks the cluster, e.g. a Cloud TPU VM's metadata server)."""
-
-    # "mpirun" | "srun" | "Cloud TPU" | "JAX_COORDINATOR_ADDRESS" | None (one plain process)
-    launcher: str | None = None
-    count: int | None = None
-    index: int | None = None
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def detect_launch(environ: Mapping[str, str]) -> Launch:
-    """The launcher of this process, from the variables it sets (pure): the clusters
-    jax.distributed detects by itself (jax/_src/clusters: OmpiCluster, SlurmCluster,
-    GkeTpuCluster), and JAX's JAX_COORDINATOR_ADDRESS with rlexp's count and id."""
-    if environ.get(COORDINATOR_ENV):
-        return Launch(COORDINATOR_ENV, _int(environ.get(COUNT_ENV)),
-                      _int(environ.get(INDEX_ENV)))
-    if "OMPI_COMM_WORLD_SIZE" in environ:  # Open MPI's mpirun
-        return Launch("mpirun", _int(environ.get("OMPI_COMM_WORLD_SIZE")),
-                      _int(environ.get("OMPI_COMM_WORLD_RANK")))
-    if "SLURM_JOB_ID" in environ and "SLURM_STEP_NUM_TASKS" in environ:  # srun's job step
-        return Launch("srun", _int(environ.get("SLURM_STEP_NUM_TASKS")),
-                      _int(environ.get("SLURM_PROCID")))
-    if environ.get("TPU_WORKER_HOSTNAMES") and "TPU_WORKER_ID" in environ:  # GKE / TPU VM
-        return Launch("Cloud TPU", len(environ["TPU_WORKER_HOSTNAMES"].split(",")),
-                      _int(environ.get("TPU_WORKER_ID")))
-    return Launch()
+# Which process this is, from its launcher's variables (rlexp.base.runtime, read before any
+# heavy import by `python -m rlexp`'s first line).
+COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = runtime.COORDINATOR_ENV, runtime.COUNT_ENV, runtime.INDEX_ENV
+Launch, detect_launch = runtime.Launch, runtime.detect_launch
 
 
 def check_launch(hw: HardwareConfig, launch: Launch) -> None:
