@@ -256,3 +256,53 @@ def test_private_names_outside_tunix_stay_within_the_budget():
     labels = [entry.label() for entry in private_apis.NAMES]
     assert len(labels) <= BUDGET, f"{len(labels)} private names, at most {BUDGET}: {labels}"
     assert len(set(labels)) == len(labels), labels
+
+
+def test_a_private_attribute_no_entry_names_fails_the_scan():
+    """The scan's negative control on a value: `cluster.rollout._sampler.llm` (how rlexp once
+    reached vLLM's engine through Tunix's VllmRollout) is flagged, and only an entry of that
+    name covers it. A value's type is unknown to the scan, so the vanilla rollout's entry
+    would cover it: the next test keeps the reads of `_sampler` on the vanilla path."""
+    uses = private_uses("def f(cluster):\n    return cluster.rollout._sampler.llm\n", set())
+    assert uses == [(2, "value:cluster.rollout", "_sampler")]
+    without = [e for e in _all_entries() if e.name != "_sampler"]
+    assert not _listed("value:cluster.rollout", "_sampler", without)
+    if importlib.util.find_spec("tunix") is not None:
+        assert _listed("value:cluster.rollout", "_sampler", _all_entries())
+
+
+def _reads_of(attr: str, tree: ast.AST) -> set[str]:
+    """Top-level functions of `tree` that read `<value>.<attr>` of a value other than self."""
+    found = set()
+    for top in tree.body:
+        if isinstance(top, (ast.FunctionDef, ast.ClassDef)):
+            for node in ast.walk(top):
+                if (isinstance(node, ast.Attribute) and node.attr == attr
+                        and not (isinstance(node.value, ast.Name)
+                                 and node.value.id in ("self", "cls"))):
+                    found.add(top.name)
+    return found
+
+
+def test_the_rollouts_private_sampler_is_read_on_the_vanilla_path_only():
+    """tunix_names lists `_sampler` for tunix.rl.rollout.vanilla_rollout.VanillaRollout only
+    (Tunix's VllmRollout, which has one too, imports vllm: its entry could not be checked
+    here). So the functions of src/ that read `rollout._sampler` are the two that
+    make_cluster calls in its rollout=vanilla branch, and nothing else calls them; a vLLM
+    rollout's engine is reached through rlexp's public TorchVllmRollout.sampler."""
+    readers = {path.relative_to(SRC).as_posix(): found for path in sorted(SRC.rglob("*.py"))
+               if (found := _reads_of("_sampler", ast.parse(path.read_text())))}
+    assert readers == {"engine/tunix_adapter.py": {"memoize_prompt_encoding",
+                                                   "_old_logps_at_temperature"}}, readers
+    tree = ast.parse((SRC / "engine" / "tunix_adapter.py").read_text())
+    make = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "make_cluster")
+    [vanilla] = [n for n in ast.walk(make) if isinstance(n, ast.If)
+                 and ast.unparse(n.test) == "cfg.rollout.name == 'vanilla'"]
+    inside = {n.func.id for stmt in vanilla.body for n in ast.walk(stmt)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert readers["engine/tunix_adapter.py"] <= inside
+    calls = [f"{path.relative_to(SRC)}:{n.lineno}" for path in sorted(SRC.rglob("*.py"))
+             for n in ast.walk(ast.parse(path.read_text()))
+             if isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1]
+             in readers["engine/tunix_adapter.py"]]
+    assert len(calls) == 2, calls  # the two calls in the vanilla branch

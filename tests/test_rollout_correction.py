@@ -284,3 +284,61 @@ def test_vanilla_sampler_and_trainer_agree_at_the_rollout_temperature(tmp_path):
     assert m["rollout/logprob_diff_max"] < 1e-3
     assert abs(m["rollout/is_weight_mean"] - 1) < 1e-3
     assert m["rollout/is_weight_min"] <= 1 <= m["rollout/is_weight_max"] <= 3.0
+
+
+def test_whitened_advantages_are_whitened_over_the_completion_tokens():
+    """after_scoring's first step (REINFORCE++): per-row scores -> [B, T] advantages with mean
+    0 and unbiased variance 1 over the completion tokens, 0 elsewhere."""
+    data = inputs()
+    mask = data["ragged"]
+    ex = TrainExample(prompt_ids=None, prompt_mask=None,
+                      completion_ids=jnp.ones((B, T), jnp.int32), completion_mask=jnp.asarray(mask),
+                      advantages=jnp.asarray(np.arange(B, dtype=np.float32)),
+                      ref_per_token_logps=None, old_per_token_logps=None)
+    got = np.asarray(registry.whitened(ex).advantages)
+    kept = got[mask > 0]
+    assert got.shape == (B, T) and abs(kept.mean()) < 1e-5 and abs(kept.std(ddof=1) - 1) < 1e-5
+    assert (got[mask == 0] == 0).all()
+    assert registry.whiten_over_tokens(type("L", (), {"algo_config": registry.algo_settings(
+        AlgoConfig(name="grpo"))})) is None  # the group estimator: no whitening step
+
+
+@pytest.mark.slow
+def test_one_hook_whitens_then_hands_the_sampler_log_probs(tmp_path):
+    """The real learner, REINFORCE++ with a correction: Tunix's method carries one rlexp hook
+    (after_scoring, under the probe's timer), and the batch it returns is whitened over the
+    completion tokens and carries the sampler's log-probs (both steps ran, in order)."""
+    from test_engine import tiny_config
+
+    from rlexp import engine as engine_lib
+    from rlexp.config.validate import validate
+    from rlexp.planning.plan import make_plan
+
+    cfg = tiny_config("grpo", tmp_path / "cache")
+    cfg.algo.advantage, cfg.algo.rollout_correction = "reinforce_pp", "token_truncate"
+    cfg = validate(cfg)
+    eng = engine_lib.build(cfg, make_plan(cfg), tmp_path / "run")
+    from tunix.rl.grpo.grpo_learner import GRPOLearner
+
+    def cell(fn, name):  # what a wrapper closes over
+        return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+
+    timed = eng.learner._generate_and_compute_advantage  # the probe's, around the hook
+    hook = cell(timed, "prepare")
+    assert hook.__name__ == "prepare_then_steps"
+    assert cell(hook, "prepare").__func__ is GRPOLearner._generate_and_compute_advantage
+    assert [s.__name__ for s in cell(hook, "steps")] == ["whitened", "with_rollout_logps"]
+    seen = []
+
+    def keep(*args, **kw):
+        seen.append(timed(*args, **kw))
+        return seen[-1]
+
+    eng.learner._generate_and_compute_advantage = keep
+    eng.train_step(eng.splits.train_batch(0, cfg.train.batch_size, cfg.train.seed),
+                   engine_lib.rollout_key(cfg.train.seed, 1))
+    out = seen[0]
+    assert isinstance(out, registry.RolloutExample) and out.sampler_logps is not None
+    mask = np.asarray(out.completion_mask) > 0
+    kept = np.asarray(out.advantages)[mask]
+    assert abs(kept.mean()) < 1e-4 and abs(kept.std(ddof=1) - 1) < 1e-3

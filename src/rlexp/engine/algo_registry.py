@@ -4,6 +4,9 @@
   advantage   "rlexp_group"    -> rlexp.algo.advantages.group_advantages
   advantage   "rlexp_<name>"   -> rlexp.algo.advantages.advantages_by_name (algo.advantage)
 
+What rlexp changes in each batch Tunix generated and scored is one hook, `after_scoring`,
+running an ordered list of steps (whitening, then the rollout log-probs):
+
 REINFORCE++ whitens its advantages over the batch's completion tokens, which Tunix's
 estimator signature (rewards, num_generations) cannot see: `whiten_over_tokens` finishes
 them where the completion mask is made (the [B, T] result flows through Tunix as is).
@@ -153,21 +156,48 @@ def truncated(train_example: Any, algo_config: AlgoSettings, eos_id: int) -> Any
                           algo_config.budget)
 
 
-def whiten_over_tokens(learner: Any) -> None:
-    """REINFORCE++(-baseline): turn the estimator's per-row scores into [B, T] advantages
-    whitened over the completion tokens of each scored batch (wraps the learner's
-    _generate_and_compute_advantage on the instance). No-op for the other estimators."""
-    if learner.algo_config.advantage not in TOKEN_LEVEL_ADVANTAGES:
+# What rlexp changes in a batch Tunix generated and scored: (TrainExample, mode) -> example.
+ScoredStep = Callable[[Any, Any], Any]
+
+
+def after_scoring(learner: Any) -> None:
+    """The one hook rlexp puts on GRPOLearner._generate_and_compute_advantage (on the
+    instance): once Tunix has generated a batch, scored it and computed its advantages, these
+    steps run on its TrainExample, in this order:
+
+      1. whiten_over_tokens  REINFORCE++: [B, T] advantages whitened over the completion tokens
+      2. correct_rollouts    TRAIN: the sampler's per-token log-probs handed to the loss
+
+    A step that does not apply to the run is left out."""
+    steps = [step for step in (whiten_over_tokens(learner), correct_rollouts(learner))
+             if step is not None]
+    if not steps:
         return
     prepare = learner._generate_and_compute_advantage
 
-    def prepare_whitened(*args: Any, **kw: Any) -> Any:
+    def prepare_then_steps(*args: Any, **kw: Any) -> Any:
         out = prepare(*args, **kw)
-        mask = np.asarray(out.completion_mask)
-        adv = masked_whiten(np.asarray(out.advantages), mask)
-        return out.replace(advantages=jax.device_put(adv))
+        mode = args[1] if len(args) > 1 else kw.get("mode", rl_cluster_lib.Mode.TRAIN)
+        for step in steps:
+            out = step(out, mode)
+        return out
 
-    learner._generate_and_compute_advantage = prepare_whitened
+    learner._generate_and_compute_advantage = prepare_then_steps
+
+
+def whiten_over_tokens(learner: Any) -> ScoredStep | None:
+    """REINFORCE++(-baseline): `whitened`; None for the other estimators."""
+    if learner.algo_config.advantage not in TOKEN_LEVEL_ADVANTAGES:
+        return None
+    return whitened
+
+
+def whitened(example: Any, mode: Any = None) -> Any:
+    """The estimator's per-row scores as [B, T] advantages whitened over the completion
+    tokens of the scored batch (any mode)."""
+    mask = np.asarray(example.completion_mask)
+    adv = masked_whiten(np.asarray(example.advantages), mask)
+    return example.replace(advantages=jax.device_put(adv))
 
 
 def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings,
@@ -321,16 +351,16 @@ def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None) -> Rollo
     return RolloutExample(**fields)
 
 
-def correct_rollouts(learner: Any) -> None:
-    """Hand every training rollout's sampler log-probs to the loss, which measures (and with
-    algo.rollout_correction, corrects) the trainer/sampler mismatch: wraps RLCluster.generate
-    (to keep the TRAIN output's log-probs) and _generate_and_compute_advantage on the
-    instances. A sampler that returns no log-probs leaves the examples as they are, unless a
-    correction needs them."""
+def correct_rollouts(learner: Any) -> ScoredStep:
+    """The step that hands every training rollout's sampler log-probs to the loss, which
+    measures (and with algo.rollout_correction, corrects) the trainer/sampler mismatch; wraps
+    RLCluster.generate (on the instance) to keep the TRAIN output's log-probs for it. A
+    sampler that returns no log-probs leaves the examples as they are, unless a correction
+    needs them."""
     from tunix.rl.rollout.vanilla_rollout import VanillaRollout
 
     cluster = learner.rl_cluster
-    generate, prepare = cluster.generate, learner._generate_and_compute_advantage
+    generate = cluster.generate
     # The vanilla rollout's old log-probs are the loss's forward (at the rollout temperature:
     # tunix_adapter) on the sampler's weights, the trainer's own when colocated; another
     # engine's would be its own log-probs.
@@ -343,31 +373,36 @@ def correct_rollouts(learner: Any) -> None:
             kept.append(out.logprobs)
         return out
 
-    def prepare_corrected(*args: Any, **kw: Any) -> Any:
+    def with_rollout_logps(out: Any, mode: Any) -> Any:
+        # the batch's own TRAIN generate call is the latest one kept
+        rows = kept[-1] if kept else None
         kept.clear()
-        out = prepare(*args, **kw)
-        mode = args[1] if len(args) > 1 else kw.get("mode", rl_cluster_lib.Mode.TRAIN)
-        rows = kept.pop() if kept else None
-        c = learner.algo_config.correction
         if mode != rl_cluster_lib.Mode.TRAIN:
             return out
-        if rows is None:
-            if c.enabled:
-                raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
-                                   "per-token log-probs, and this rollout engine returned none")
-            return out
-        [sampler] = on_trainer_mesh(cluster, rc.sampler_logps(rows, out.completion_ids.shape[1]))
-        trainer = None
-        if out.old_per_token_logps is not None and not vanilla:
-            micro = (learner._compute_logps_micro_batch_size or 0) * \
-                learner.algo_config.num_generations
-            trainer = trainer_logps(cluster, out.prompt_ids, out.completion_ids,
-                                    cluster.rollout.pad_id(), cluster.rollout.eos_id(),
-                                    learner.algo_config.temperature, micro)
-        return with_sampler_logps(out, sampler, trainer)
+        return _with_rollout_logps(learner, out, rows, vanilla)
 
     cluster.generate = keeping_generate
-    learner._generate_and_compute_advantage = prepare_corrected
+    return with_rollout_logps
+
+
+def _with_rollout_logps(learner: Any, out: Any, rows: Any, vanilla: bool) -> Any:
+    """`out` carrying the sampler's log-probs `rows` (and, off the vanilla sampler, the
+    trainer's old log-probs in place of the engine's)."""
+    c, cluster = learner.algo_config.correction, learner.rl_cluster
+    if rows is None:
+        if c.enabled:
+            raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
+                               "per-token log-probs, and this rollout engine returned none")
+        return out
+    [sampler] = on_trainer_mesh(cluster, rc.sampler_logps(rows, out.completion_ids.shape[1]))
+    trainer = None
+    if out.old_per_token_logps is not None and not vanilla:
+        micro = (learner._compute_logps_micro_batch_size or 0) * \
+            learner.algo_config.num_generations
+        trainer = trainer_logps(cluster, out.prompt_ids, out.completion_ids,
+                                cluster.rollout.pad_id(), cluster.rollout.eos_id(),
+                                learner.algo_config.temperature, micro)
+    return with_sampler_logps(out, sampler, trainer)
 
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS)

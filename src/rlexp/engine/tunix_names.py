@@ -71,13 +71,16 @@ NAMES: tuple[PrivateApi, ...] = (
     Name("tunix.rl.trainer:Trainer", "with_rl_metrics_to_log", "method", ("rl_metrics_to_log",),
          why="probe turns off Tunix's aux logging"),
     Name(_GRPO, "_generate_and_compute_advantage", "method", ("training_input", "mode"),
-         why="probe times it and reads the completion mask; algo_registry."
-             "whiten_over_tokens whitens REINFORCE++ advantages over that mask"),
+         why="probe times it and reads the completion mask; algo_registry.after_scoring "
+             "runs rlexp's steps on its output (whitening, the sampler's log-probs)"),
     Name(_CLUSTER, "generate", "method", ("prompts", "mode", "micro_batch_size"),
          why="probe wraps it; evaluation calls it"),
     # engine/tunix_adapter.py SamplingKeys and trap 5 of its docstring (old log-probs at temperature).
     Name(_CLUSTER, "rollout", "property", why="SamplingKeys patches rollout.generate"),
-    Name(_VANILLA, "_sampler", "attribute", why="old log-probs at the sampling temperature"),
+    # VanillaRollout's only: rlexp reads no VllmRollout._sampler (its module imports vllm, so
+    # that entry could not be checked here; tests/test_private_apis.py keeps the reads vanilla).
+    Name(_VANILLA, "_sampler", "attribute",
+         why="old log-probs at the sampling temperature; prompt ids memoized"),
     Name(_VANILLA, "generate", "method", ("prompts", "rollout_config"), True,
          why="SamplingKeys wraps it with a fresh seed"),
     Name(_VANILLA, "get_per_token_logps", "method", ("prompt_tokens", "completion_tokens"),
@@ -121,7 +124,8 @@ NAMES: tuple[PrivateApi, ...] = (
                 "ref_per_token_logps", "old_per_token_logps")),
     *(Name("tunix.rl.rollout.base_rollout:RolloutOutput", f, "field", why="probe, evaluation")
       for f in ("text", "tokens", "left_padded_prompt_tokens")),
-    # engine/algo_registry.py correct_rollouts: the sampler's log-probs, the trainer's forward.
+    # engine/algo_registry.py correct_rollouts (a step of after_scoring): the sampler's
+    # log-probs, the trainer's forward.
     Name("tunix.rl.rollout.base_rollout:RolloutOutput", "logprobs", "field",
          why="the sampler's per-token log-probs (trainer/sampler gap, rollout correction)"),
     Name("tunix.rl.rollout.base_rollout:RolloutConfig", "return_logprobs", "field",

@@ -1,8 +1,8 @@
 """The training loop: a flat sequence of named, timed phases.
 
-    evaluate (before) -> for each step: data, step (rollout, reward, advantage and update
-    inside Tunix's learner), check, log, [evaluate], [checkpoint], [stop?] -> evaluate (after),
-    checkpoint
+    begin: evaluate (before), checkpoint -> for each step: train_step: data, step (rollout,
+    reward, advantage and update inside Tunix's learner), check; log_step; check_stops:
+    [evaluate], [stop?]; save_or_preempt: [checkpoint] -> end: evaluate (after), checkpoint
 
 All state lives in `LoopState`: the global step. The data order and every sampling key are
 pure functions of (seed, step), so a checkpoint needs the step, the weights and the
@@ -127,8 +127,11 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
     try:
-        return _run(cfg, engine, listeners, run_dir, state, phase, checkpointer, stop, resumed,
-                    stops)
+        return _run(Training(
+            cfg, engine, listeners, state, phase, checkpointer, stop, resumed, stops,
+            flops=step_flops(cfg, engine.rollout_batch), peak=peak_tflops(cfg),
+            profiler=StepProfiler(cfg.run.profile_steps, run_dir),
+            rollouts_every=_rollouts_every(cfg)))
     except (NonFinite, Preempted):
         raise
     except Exception as exc:  # the error line names the step (and the phase) it broke in
@@ -136,98 +139,169 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
         raise
 
 
-def _run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, state: LoopState,
-         phase: PhaseTimer, checkpointer: "Checkpointer | None", stop: "StopFlag | None",
-         resumed: dict[str, Any] | None, stops: "Stops | None") -> dict[str, Any]:
-    every_ckpt = cfg.train.checkpoint_every
-    flops = step_flops(cfg, engine.rollout_batch)
-    peak = peak_tflops(cfg)
-    profiler = StepProfiler(cfg.run.profile_steps, run_dir)
-    # training-rollout tables: every tracker.log_completions_every steps, else at each eval
-    rollouts_every = 0 if cfg.tracker.name == "none" else (
-        cfg.eval.every if cfg.tracker.log_completions_every is None
-        else cfg.tracker.log_completions_every)
+@dataclass
+class Training:
+    """One call of run(): what its phases share."""
+
+    cfg: Config
+    engine: "Engine"
+    listeners: Listeners
+    state: LoopState
+    phase: PhaseTimer
+    checkpointer: "Checkpointer | None"
+    # SIGTERM: checkpoint and stop (Preempted).
+    stop: "StopFlag | None"
+    # Metadata of the checkpoint the engine was restored from (None: from step 0).
+    resumed: dict[str, Any] | None
+    # Early stopping and sweep pruning.
+    stops: "Stops | None"
+    # run.profile_steps: a trace of those steps, handed to the listeners as an artifact.
+    profiler: StepProfiler
+    # Model FLOPs of one step and the devices' peak TFLOP/s: perf/tflops and perf/mfu.
+    flops: float
+    peak: float | None
+    # Training-rollout tables every this many steps (0: none).
+    rollouts_every: int
+
+
+def _rollouts_every(cfg: Config) -> int:
+    """tracker.log_completions_every, else at each evaluation (0 without a tracker)."""
+    if cfg.tracker.name == "none":
+        return 0
+    if cfg.tracker.log_completions_every is None:
+        return cfg.eval.every
+    return cfg.tracker.log_completions_every
+
+
+def _run(t: Training) -> dict[str, Any]:
+    """The phases: begin -> for each step: train_step, log_step, check_stops (and the
+    evaluation every eval.every steps), save_or_preempt -> end."""
+    begin(t)
     stopped: str | None = None
-
-    def run_eval() -> dict[str, float]:
-        with phase("evaluate"):
-            metrics, samples = evaluate(engine, eval_key(state.seed))
-        with phase("log"):
-            listeners.on_eval(state.step, metrics, samples)
-        state.eval_last = metrics
-        return metrics
-
-    def checkpoint(**extra: Any) -> None:
-        if checkpointer is None:
-            return
-        with phase("checkpoint"):
-            path = checkpointer.save(state.step, state.seed,
-                                     {"eval_before": state.eval_before, **extra})
-        listeners.on_checkpoint(state.step, path)
-
-    if resumed is None:
-        state.eval_before = run_eval()
-        if every_ckpt:  # step 0 is durable too: a crash before the first save resumes here
-            checkpoint()
-    else:
-        state.eval_before = resumed.get("eval_before", {})
-    while state.step < cfg.train.steps and stopped is None:
-        profiler.before(state.step + 1)
-        with phase("data"):
-            batch = engine.splits.train_batch(state.step, cfg.train.batch_size, state.seed)
-        lr = float(engine.schedule(state.step * engine.updates_per_step))
-        with phase("step"):
-            metrics = engine.train_step(batch, rollout_key(state.seed, state.step + 1))
-        state.step += 1
-        step_s = phase.last["step"]
-        tokens = metrics.get("train/completion_length", 0.0) * engine.rollout_batch
-        metrics.update({"train/learning_rate": lr, "time/step_s": step_s,
-                        "time/train_s": max(step_s - metrics.get("time/prepare_s", 0.0), 0.0),
-                        "time/data_s": phase.last["data"],
-                        "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
-                        **utilization(flops, step_s, peak)})
-        # checkpoint and log since the previous step: time/<phase>_s. An evaluation's seconds
-        # are its own time/eval_s, logged with it at its step (job/evaluate.py), not here.
-        metrics.update({f"time/{k}_s": v for k, v in phase.take().items()
-                        if k not in ("step", "data", "evaluate")})
-        check_finite(state.step, metrics)
-        state.train_last = metrics
-        with phase("log"):
-            listeners.on_metrics(state.step, metrics)
-            if rollouts_every and (state.step % rollouts_every == 0
-                                   or state.step == cfg.train.steps):  # and the last step
-                listeners.on_rollouts(state.step, engine.rollouts())
-        traced = profiler.after(state.step)
-        if traced is not None:
-            listeners.on_artifact(traced, traced.name)
-        if stops is not None:
-            stopped = stops.check(state.step, metrics)
-        if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps \
-                and stopped is None:
-            evaluated = run_eval()
-            if stops is not None:
-                stopped = stops.check(state.step, evaluated)
+    while t.state.step < t.cfg.train.steps:
+        t.profiler.before(t.state.step + 1)
+        metrics = train_step(t)
+        log_step(t, metrics)
+        _artifact(t, t.profiler.after(t.state.step))
+        stopped = check_stops(t, metrics)
         if stopped is not None:
-            log.info("rlexp: stopping at step %d: %s", state.step, stopped)
+            log.info("rlexp: stopping at step %d: %s", t.state.step, stopped)
             break
-        saved = bool(every_ckpt) and state.step % every_ckpt == 0 and state.step < cfg.train.steps
-        if saved:
-            checkpoint()
-        if stop is not None and any_process(stop.requested) and state.step < cfg.train.steps:
-            if not saved:
-                checkpoint()
-            raise Preempted(f"step {state.step}")
-    if resumed is not None and resumed.get("eval_after") and resumed["step"] == cfg.train.steps:
+        save_or_preempt(t)
+    return end(t, stopped)
+
+
+def evaluate_now(t: Training) -> dict[str, float]:
+    with t.phase("evaluate"):
+        metrics, samples = evaluate(t.engine, eval_key(t.state.seed))
+    with t.phase("log"):
+        t.listeners.on_eval(t.state.step, metrics, samples)
+    t.state.eval_last = metrics
+    return metrics
+
+
+def save(t: Training, **extra: Any) -> None:
+    """A checkpoint of this step (none without a checkpointer)."""
+    if t.checkpointer is None:
+        return
+    with t.phase("checkpoint"):
+        path = t.checkpointer.save(t.state.step, t.state.seed,
+                                   {"eval_before": t.state.eval_before, **extra})
+    t.listeners.on_checkpoint(t.state.step, path)
+
+
+def begin(t: Training) -> None:
+    """The evaluation before training, and step 0's checkpoint; a resume takes the first
+    attempt's evaluation from its checkpoint instead."""
+    if t.resumed is not None:
+        t.state.eval_before = t.resumed.get("eval_before", {})
+        return
+    t.state.eval_before = evaluate_now(t)
+    if t.cfg.train.checkpoint_every:  # step 0 is durable too: a crash before the first save
+        save(t)  # resumes here
+
+
+def train_step(t: Training) -> dict[str, float]:
+    """One global step (data, then rollout, reward, advantage and update inside Tunix's
+    learner) and its metrics with the step's timings; NonFinite when a value is NaN/Inf."""
+    state, engine = t.state, t.engine
+    with t.phase("data"):
+        batch = engine.splits.train_batch(state.step, t.cfg.train.batch_size, state.seed)
+    lr = float(engine.schedule(state.step * engine.updates_per_step))
+    with t.phase("step"):
+        metrics = engine.train_step(batch, rollout_key(state.seed, state.step + 1))
+    state.step += 1
+    step_s = t.phase.last["step"]
+    tokens = metrics.get("train/completion_length", 0.0) * engine.rollout_batch
+    metrics.update({"train/learning_rate": lr, "time/step_s": step_s,
+                    "time/train_s": max(step_s - metrics.get("time/prepare_s", 0.0), 0.0),
+                    "time/data_s": t.phase.last["data"],
+                    "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
+                    **utilization(t.flops, step_s, t.peak)})
+    # checkpoint and log since the previous step: time/<phase>_s. An evaluation's seconds
+    # are its own time/eval_s, logged with it at its step (job/evaluate.py), not here.
+    metrics.update({f"time/{k}_s": v for k, v in t.phase.take().items()
+                    if k not in ("step", "data", "evaluate")})
+    check_finite(state.step, metrics)
+    state.train_last = metrics
+    return metrics
+
+
+def log_step(t: Training, metrics: dict[str, float]) -> None:
+    """The step's metrics, and its rollouts every `rollouts_every` steps and at the last."""
+    step = t.state.step
+    with t.phase("log"):
+        t.listeners.on_metrics(step, metrics)
+        if t.rollouts_every and (step % t.rollouts_every == 0
+                                 or step == t.cfg.train.steps):  # and the last step
+            t.listeners.on_rollouts(step, t.engine.rollouts())
+
+
+def check_stops(t: Training, metrics: dict[str, float]) -> str | None:
+    """Why training stops now (early stopping, pruning; None: it goes on), asked after the
+    step's metrics and again after the evaluation every eval.every steps (not at the last:
+    end evaluates)."""
+    step, every = t.state.step, t.cfg.eval.every
+    stopped = t.stops.check(step, metrics) if t.stops is not None else None
+    if every and step % every == 0 and step < t.cfg.train.steps and stopped is None:
+        evaluated = evaluate_now(t)
+        if t.stops is not None:
+            stopped = t.stops.check(step, evaluated)
+    return stopped
+
+
+def save_or_preempt(t: Training) -> None:
+    """A checkpoint every train.checkpoint_every steps; on SIGTERM (any process's), one now
+    (unless just saved), then Preempted. Neither at the last step: end saves it."""
+    step, every, last = t.state.step, t.cfg.train.checkpoint_every, t.cfg.train.steps
+    saved = bool(every) and step % every == 0 and step < last
+    if saved:
+        save(t)
+    # any_process is a collective: every process calls it at every step, the last included
+    if t.stop is not None and any_process(t.stop.requested) and step < last:
+        if not saved:
+            save(t)
+        raise Preempted(f"step {step}")
+
+
+def end(t: Training, stopped: str | None) -> dict[str, Any]:
+    """The evaluation after training and the last checkpoint (a rerun of a run that finished
+    does neither twice), the profiler's trace, and the summary fields."""
+    resumed = t.resumed
+    if resumed is not None and resumed.get("eval_after") and resumed["step"] == t.cfg.train.steps:
         eval_after = resumed["eval_after"]  # finished before: do not evaluate (or log) twice
     else:
-        eval_after = run_eval()
-        checkpoint(eval_after=eval_after)
-    traced = profiler.close()  # the run ended inside the traced steps
-    if traced is not None:
-        listeners.on_artifact(traced, traced.name)
+        eval_after = evaluate_now(t)
+        save(t, eval_after=eval_after)
+    _artifact(t, t.profiler.close())  # the run ended inside the traced steps
     stop_fields = {"stop_reason": stopped} if stopped else {}
-    return {"steps_done": state.step, **stop_fields,
-            "eval_before": state.eval_before, "eval_after": eval_after,
-            "train_final": state.train_last,
-            "phase_seconds": {k: round(v, 3) for k, v in phase.total.items()},
-            "engine": engine.info}
+    return {"steps_done": t.state.step, **stop_fields,
+            "eval_before": t.state.eval_before, "eval_after": eval_after,
+            "train_final": t.state.train_last,
+            "phase_seconds": {k: round(v, 3) for k, v in t.phase.total.items()},
+            "engine": t.engine.info}
+
+
+def _artifact(t: Training, traced: Path | None) -> None:
+    if traced is not None:
+        t.listeners.on_artifact(traced, traced.name)

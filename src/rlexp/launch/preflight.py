@@ -29,7 +29,8 @@ from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, OmegaConfBas
                               ValidationError)
 
 from rlexp.base.errors import UserError
-from rlexp.config.convert import one_line_omegaconf_error, to_config, unknown_key_message
+from rlexp.config.convert import (VETTED_ENV, config_digest, one_line_omegaconf_error, to_config,
+                                  unknown_key_message)
 from rlexp.config.naming import sweep_name
 from rlexp.config.paths import conf_dir
 from rlexp.config.schema import Config, RewardFunctionConfig
@@ -345,23 +346,12 @@ def preflight(argv: list[str]) -> Preflight | None:
         return None
     overrides: list[str] = list(args.overrides)
     config_name = args.config_name or "config"
+    os.environ.pop(VETTED_ENV, None)  # another launch's: this pre-flight validates every job
     GlobalHydra.instance().clear()
     try:
         with search_path_context(args, config_name) as searchpath:
-
-            parsed = OverridesParser.create().parse_overrides(overrides)
-            # One compose with the first value of each sweep: checks groups and hydra/* too.
-            firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
-                      if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
-                      for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
-            base = compose(config_name, overrides=searchpath(firsts), return_hydra_config=True)
-            multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
-                or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
-            params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
-            sweeper_params = OmegaConf.to_container(params_node) if multirun and params_node else {}
-            if not multirun and any(o.is_sweep_override() for o in parsed):
-                sweep = next(o.input_line for o in parsed if o.is_sweep_override())
-                raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
+            base, multirun, sweeper_params = _compose_first(args, config_name, overrides,
+                                                            searchpath)
             out = None
             launcher = None
             context = CheckContext()
@@ -377,16 +367,8 @@ def preflight(argv: list[str]) -> Preflight | None:
                                         {str(k): str(v) for k, v in sweeper_params.items()})
             trials = OmegaConf.select(base, "hydra.sweeper.n_trials", default=None) \
                 if multirun else None
-            configs, plans = [], []
-            composer = JobComposer(config_name)
-            for job in jobs:
-                # hydra.searchpath decides which options exist, so it stays in every compose.
-                job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
-                                 or o.lstrip("+~").startswith("hydra.searchpath")]
-                cfg = to_config(composer.compose(searchpath(job_overrides)))
-                if not args.cfg:
-                    plans.append(check_job(cfg, context))  # launch.checks.CHECKS, in order
-                configs.append(cfg)
+            configs, plans = _check_jobs(jobs, config_name, searchpath,
+                                         None if args.cfg else context)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None
     finally:
@@ -395,6 +377,44 @@ def preflight(argv: list[str]) -> Preflight | None:
                      job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
                      launcher=launcher, size=int(trials) if trials is not None else size,
                      trials=trials is not None, plans=plans, context=context)
+
+
+def _compose_first(args: Any, config_name: str, overrides: list[str],
+                   searchpath: Callable[[list[str]], list[str]]) -> tuple[Any, bool, dict]:
+    """One compose with the first value of each sweep (it checks the groups and hydra/* too):
+    that config with its hydra node, whether the command is a multirun, and its sweeper's
+    params (a sweep file's)."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
+              if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
+              for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
+    base = compose(config_name, overrides=searchpath(firsts), return_hydra_config=True)
+    multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
+        or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
+    params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
+    sweeper_params = OmegaConf.to_container(params_node) if multirun and params_node else {}
+    if not multirun and any(o.is_sweep_override() for o in parsed):
+        sweep = next(o.input_line for o in parsed if o.is_sweep_override())
+        raise UserError(f"{sweep} sweeps several values: add -m (multirun) to run them all")
+    return base, multirun, sweeper_params
+
+
+def _check_jobs(jobs: list[list[str]], config_name: str,
+                searchpath: Callable[[list[str]], list[str]],
+                context: CheckContext | None) -> tuple[list[Config], list[Plan | None]]:
+    """Each job composed, converted (validate: the config-only rules) and, unless `context`
+    is None (--cfg), checked (launch.checks.CHECKS, in order): its config and its plan."""
+    configs, plans = [], []
+    composer = JobComposer(config_name)
+    for job in jobs:
+        # hydra.searchpath decides which options exist, so it stays in every compose.
+        job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
+                         or o.lstrip("+~").startswith("hydra.searchpath")]
+        cfg = to_config(composer.compose(searchpath(job_overrides)))
+        if context is not None:
+            plans.append(check_job(cfg, context))
+        configs.append(cfg)
+    return configs, plans
 
 
 def warn_noop(pre: Preflight) -> None:
@@ -409,6 +429,10 @@ def before_launch(pre: Preflight) -> None:
     """What must happen in the launching process, once, before any job starts."""
     if pre.print_only:
         return
+    # The jobs validated here are not validated again in the job (config.convert.to_config):
+    # each config-only rule runs once per job. The jobs inherit this environment: those of
+    # the basic launcher run in this process, joblib's, Ray's and SLURM's workers start from it.
+    os.environ[VETTED_ENV] = " ".join(config_digest(cfg) for cfg in pre.jobs)
     for cfg, plan in zip(pre.jobs, pre.plans):
         if cfg.run.dry_run and plan is not None:  # a dry-run job of a sweep that launches
             refuse_unfit(plan)  # others: it prints its plan in the job, refused here
