@@ -65,6 +65,9 @@ SEED_000 = Seed(
         Row("rollout.max_prompt_length", 256, f"{_RL}:134 max_prefill_predict_length"),
         Row("rollout.max_completion_length", 768, f"{_RL}:135 max_target_length 1024 - 256"),
         Row("rollout.hbm_utilization", 0.72, f"{_RL}:137 hbm_utilization_vllm"),
+        Row("rollout.tensor_parallel_size", 4, f"{_RL}:28-29 rollout_data/tensor_parallelism "
+            "-1: train_rl.py:212-215 passes neither, Tunix's -1/-1 is TP = the 4 sampler chips"),
+        Row("rollout.data_parallel_size", 1, f"{_RL}:28-29 (-1/-1: Tunix's DP 1)"),
         Row("rollout.temperature", 0.9, f"{_RL}:142 decode_sampling_temperature"),
         Row("rollout.top_k", 50, f"{_RL}:143 decode_sampling_top_k"),
         Row("rollout.top_p", 1.0, f"{_RL}:144 decode_sampling_nucleus_p"),
@@ -115,6 +118,9 @@ SEED_001 = Seed(
         Row("rollout.top_p", 1.0, f"{_PW}:174 TOP_P"),
         Row("rollout.top_k", 50, f"{_PW}:175 TOP_K"),
         Row("rollout.hbm_utilization", 0.72, f"{_PW}:234 HBM_UTILIZATION_VLLM"),
+        Row("rollout.tensor_parallel_size", 16, f"{_PW}:942 RolloutConfig without parallel "
+            "sizes: Tunix's -1/-1 is TP = the 16 sampler chips"),
+        Row("rollout.data_parallel_size", 1, f"{_PW}:942 (-1/-1: Tunix's DP 1)"),
         Row("train.batch_size", 1, f"{_PW}:193 BATCH_SIZE"),
         Row("train.steps", 4, f"{_PW}:205 MAX_STEPS = 4 batches x 1 x 1.0 x 1"),
         Row("train.learning_rate", 3e-6, f"{_PW}:208 LEARNING_RATE"),
@@ -156,6 +162,8 @@ SEED_002 = Seed(
         Row("rollout.max_prompt_length", 256, f"{_README}: --max_prefill_predict_length 256"),
         Row("rollout.max_completion_length", 512, f"{_README}: --max_target_length 768 - 256"),
         Row("train.checkpoint_every", 50, f"{_README}: --checkpoint_period (default: 50)"),
+        Row("run.profile_steps", [6, 8], "grpo.yml:83-85 profiler: xplane, skip_first_n_steps_for_"
+            "profiler: 5, profiler_steps: 3"),
     ),
     (
         Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),
@@ -178,18 +186,81 @@ SEED_002_CUSTOM = Seed(
     SEED_002.substitutes,
 )
 
+_DEMO = "grpo_demo.py"  # src/MaxText/examples/ at a703dfd6a
+_TRAINER = "grpo_trainer.py"  # src/MaxText/experimental/rl/ at a703dfd6a and 28e5097ac
+SEED_002_70B = Seed(
+    ("maxtext_grpo_demo_llama3.1-70b_pathways",),
+    "MaxText: GRPO Demo - Unified Training Interface, \"Llama3.1-70B with Pathways "
+    "(Multi-Host)\"",
+    f"{MAXTEXT} @ a703dfd6a: src/MaxText/examples/{_README}, {_DEMO}, "
+    f"src/MaxText/experimental/rl/{_TRAINER}",
+    (
+        Row("model.name", "llama3.1-70b", f"{_README}: --model_name=llama3.1-70b"),
+        Row("model.path", "meta-llama/Llama-3.1-70B-Instruct", f"{_README}: --tokenizer_path"),
+        Row("hardware.name", "v5p-64", f"{_TRAINER}:548-554: 4 x 4 inference devices, the rest "
+            "train at --ici_fsdp_parallelism=16: 32 chips"),
+        Row("hardware.split", "split", f"{_README}: --use_pathways ({_TRAINER}:548-554 "
+            "disjoint device lists)"),
+        Row("hardware.trainer_mesh.fsdp", 16, f"{_README}: --ici_fsdp_parallelism=16"),
+        Row("hardware.rollout_mesh.fsdp", 16, f"{_README}: --inference_replicas=4 x "
+            "--inference_devices_per_replica=4 devices"),
+        Row("rollout.replicas", 1, f"{_DEMO}:299 copies --ici_fsdp_parallelism=16 into the "
+            f"inference config: one inference model over the 16 ({_TRAINER}:553-554); the "
+            "replica flags only count devices"),
+        Row("rollout.per_device_batch_size", 2, f"{_DEMO}:304 per_device_batch_size 1 x "
+            "num_generations 2"),
+        Row("rollout.sync_every", 1, "grpo.yml:48 inference_rollouts"),
+        Row("train.batch_size", 16, f"{_README}: --per_device_batch_size (default: 1) x 16 "
+            "trainer chips"),
+        Row("train.steps", 100, f"{_README}: --steps=100"),
+        Row("train.learning_rate", 3e-6, f"{_README}: --learning_rate (default: 3e-6)"),
+        Row("algo.num_generations", 2, f"{_README}: --num_generations (default: 2)"),
+        Row("algo.beta", 0.08, f"{_README}: --grpo_beta (default: 0.08)"),
+        Row("algo.epsilon", 0.2, f"{_README}: --grpo_epsilon (default: 0.2)"),
+        Row("rollout.max_prompt_length", 256, f"{_README}: --max_prefill_predict_length 256"),
+        Row("rollout.max_completion_length", 512, f"{_README}: --max_target_length 768 - 256"),
+        Row("train.checkpoint_every", 50, f"{_README}: --checkpoint_period (default: 50)"),
+    ),
+    (
+        Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),
+        Substitute("rollout.micro_batch_size", None, "32 prompts a sampler call (2 x 16 "
+                   "devices), the surplus buffered for the next step", "rlexp samples each "
+                   "step's own 16 prompts: a call holds at most one mini-batch"),
+    ),
+)
+
 _GRPO = "src/MaxText/experimental/rl/README.md"
+_E2E = "end_to_end/tpu/test_grpo.sh"
 SEED_003 = Seed(
     ("maxtext_llama3.3-70b_grpo_v5p-256",),
     "MaxText: Group Relative Policy Optimization (GRPO) in MaxText (Llama3.3-70B, v5p-256)",
-    f"{MAXTEXT} @ 28e5097ac: {_GRPO}, end_to_end/tpu/test_grpo.sh",
+    f"{MAXTEXT} @ 28e5097ac: {_GRPO}, {_E2E}, src/MaxText/experimental/rl/{_TRAINER}",
     (
         Row("model.path", "meta-llama/Llama-3.3-70B-Instruct", "README: TOKENIZER="),
         Row("hardware.name", "v5p-256", "README: \"targets a v5p-256 cluster\""),
+        Row("hardware.split", "split", "README: 64 devices train, \"the other 64\" sample"),
+        Row("hardware.trainer_mesh.fsdp", 64, "README: \"sharded using FSDP across these "
+            "devices\""),
+        Row("hardware.rollout_mesh.fsdp", 8, f"README: NUM_SAMPLERS=8; {_E2E}:48 "
+            "ici_data_parallelism"),
+        Row("hardware.rollout_mesh.tp", 8, f"README: DEVICES_PER_SAMPLER=8; {_E2E}:48 "
+            "ici_tensor_parallelism"),
+        Row("rollout.replicas", 8, f"README: NUM_SAMPLERS=8 ({_E2E}:42 inference_replicas): "
+            "DP across samplers, TP within"),
+        Row("rollout.per_device_batch_size", 8, "README: INFERENCE_PER_DEVICE_BATCH_SIZE=8"),
+        Row("rollout.sync_every", 5, f"{_E2E}:43 inference_rollouts=5"),
+        Row("train.batch_size", 64, "README: TRAINING_PER_DEVICE_BATCH_SIZE=1 x 64 trainer "
+            "chips"),
+        Row("algo.num_generations", 2, f"{_E2E}:28 NUM_GENERATIONS"),
+        Row("rollout.max_prompt_length", 128, f"{_E2E}:26 MAX_PREFILL_LENGTH"),
+        Row("rollout.max_completion_length", 128, f"{_E2E}:27 MAX_TARGET_LENGTH 256 - 128"),
         Row("train.steps", 20, "README: STEPS=20"),
     ),
     (
         Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),
+        Substitute("rollout.micro_batch_size", None, "512 prompts a sampler call (8 x 64 "
+                   "devices), the surplus buffered for later steps", "rlexp samples each "
+                   "step's own 64 prompts: a call holds at most one mini-batch"),
     ),
 )
 
@@ -237,7 +308,7 @@ SEED_004 = Seed(
     ),
 )
 
-SEEDS = (SEED_000, SEED_001, SEED_002, SEED_002_CUSTOM, SEED_003, SEED_004)
+SEEDS = (SEED_000, SEED_001, SEED_002, SEED_002_CUSTOM, SEED_002_70B, SEED_003, SEED_004)
 
 
 def _show(v: object) -> str:

@@ -25,7 +25,7 @@ SEED_DOCUMENTS = {
         "maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo",
         "maxtext_llama3.1-70b_grpo_pathways", "maxtext_llama3.1-70b_grpo_v5p-128"),
     "MaxText GRPO_README.md / grpo_demo.py (defaults, custom run)": (
-        "maxtext_grpo_demo", "maxtext_grpo_demo_custom"),
+        "maxtext_grpo_demo", "maxtext_grpo_demo_custom", "maxtext_grpo_demo_llama3.1-70b_pathways"),
     "MaxText experimental/rl README (Llama3.3-70B, v5p-256)": (
         "maxtext_llama3.3-70b_grpo_v5p-256",),
     "EasyDeL GRPO tutorial (NuminaMath-TIR, v4-64, Ray)": ("easydel_grpo_numina_tir",),
@@ -149,7 +149,7 @@ def test_70b_on_v5p_256_splits_64_trainer_chips_and_8_samplers_of_8(compose_conf
     assert (h.trainer_mesh.fsdp, h.trainer_mesh.tp) == (64, 1)
     assert (h.rollout_mesh.fsdp, h.rollout_mesh.tp) == (8, 8)
     assert (cfg.train.steps, cfg.rollout.sync_every, cfg.model.path) == \
-        (20, 1, "meta-llama/Llama-3.3-70B-Instruct")
+        (20, 5, "meta-llama/Llama-3.3-70B-Instruct")
     plan = make_plan(cfg)
     assert plan.fits, plan.why
     assert "trainer devices 0-63 (fsdp=64, tp=1), rollout devices 64-127 (fsdp=8, tp=8)" in \

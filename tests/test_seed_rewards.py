@@ -1,5 +1,5 @@
 """Oracle: the seeds' own reward and evaluation functions, run on the same completions as
-rlexp's reward sets (reward=maxtext, reward=easydel_numina), give the same scores.
+rlexp's reward sets (reward=maxtext, maxtext_current, easydel_numina), give the same scores.
 
 The sources are vendored verbatim under tests/data/oracles/ (license headers kept):
   maxtext_a4de80cc5_utils_rl.py.txt     github.com/AI-Hypercomputer/maxtext @ a4de80cc5
@@ -7,8 +7,12 @@ The sources are vendored verbatim under tests/data/oracles/ (license headers kep
   maxtext_a4de80cc5_evaluate_rl.py.txt  same commit, src/MaxText/rl/evaluate_rl.py
   easydel_e2e6dccc_launch.py.txt        github.com/erfanzar/EasyDeL @ e2e6dccc tutorials/
                                         post-training/group_relative_policy_optimization/launch.py
+  maxtext_e591f30cb_*.txt               MaxText's newest stored commit (reward=maxtext_current):
+                                        src/maxtext/trainers/post_train/rl/{utils_rl,evaluate_rl,
+                                        math_verify_pool}.py, src/maxtext/configs/post_train/rl.yml
 The files import jax/tunix/MaxText; only the reward functions' definitions are taken out
-(ast) and executed with the stdlib `re` (and math_verify for EasyDeL's accuracy).
+(ast) and executed with the stdlib `re` (and math_verify for EasyDeL's accuracy and MaxText's
+newest grading, whose pool of spawned graders runs for real).
 """
 
 from __future__ import annotations
@@ -296,3 +300,194 @@ def test_easydel_eval_metrics():
     assert m["eval/format_accuracy"] == pytest.approx(1 / 3)
     assert m["eval/pass_at_k"] == pytest.approx(2 / 3)
     assert m["eval/mean_reward"] == pytest.approx((2 + 0 + 1) / 3)
+
+
+# ------------------------------------------------------- MaxText at its newest commit
+
+# github.com/AI-Hypercomputer/maxtext @ e591f30cb (2026-08-22), vendored under
+# tests/data/oracles/: src/maxtext/trainers/post_train/rl/{utils_rl,evaluate_rl,
+# math_verify_pool}.py and src/maxtext/configs/post_train/rl.yml (reward=maxtext_current).
+CURRENT = "maxtext_e591f30cb"
+CURRENT_NAMES = {"EPSILON", "FALLBACK_ANSWER", "SUBSTITUTIONS", "UNITS", "REMOVED_EXPRESSIONS",
+                 "math_verify_func", "boxed", "get_match_format_regex",
+                 "get_answer_fallback_regex", "match_format_exactly",
+                 "match_format_approximately", "normalize_final_answer",
+                 "preprocess_math_string", "fix_latex_escaping", "check_numbers",
+                 "extract_answer", "check_correctness"}
+# More completions for the newest grading (normalisation, \boxed, math_verify equivalence).
+CURRENT_CASES = GSM8K_CASES + [
+    (f"{R}<answer>7 3/4</answer>", "7.75"),                              # mixed number
+    (f"{R}<answer>\\frac{{1}}{{2}}</answer>", "0.5"),                      # fraction = decimal
+    (f"{R}<answer>\\dfrac{{3}}{{4}}</answer>", "0.75"),                    # dfrac
+    (f"{R}<answer>\\boxed{{\\frac{{1}}{{2}}}}</answer>", "0.5"),            # nested braces
+    (f"{R}<answer>$1,234</answer>", "1234"),                             # currency and comma
+    (f"{R}<answer>42 dollars</answer>", "42"),                           # unit word
+    (f"{R}<answer>18 cm</answer>", "18"),                                # unit
+    (f"{R}<answer>x = 5</answer>", "5"),                                 # after '='
+    (f"{R}<answer>5 million</answer>", "5000000"),                       # scale word
+    (f"{R}<answer>41</answer>", "42"),                                   # within 10%: partial
+    (f"{R}<answer>1</answer> then <answer>42</answer>", "42"),          # last block counts
+    (f"{R} so \\boxed{{42}}", "42"),                                      # boxed, no block
+    (f"{R}<answer>\\boxed{{41}} or \\boxed{{42}}</answer>", "42"),         # last boxed counts
+    (f"{R}<answer>.5</answer>", "0.5"),                                  # leading dot
+    (f"{R}<answer>2^{{10}}</answer>", "1024"),                           # power
+]
+# Constants other than rl.yml's, so that every branch of a reward shows in its score.
+DISTINCT = {"reward_exact_answer": 3.0, "reward_white_space_format_match": 1.5,
+            "reward_exact_format_match": 0.7, "reward_partial_format_match": 0.5,
+            "penalty_incorrect_format": -0.5, "penalty_incorrect_answer": -1.0}
+
+
+def _top_level(file: str, names: set[str], namespace: dict) -> SimpleNamespace:
+    """The named top-level functions and assignments of a source file, run in `namespace`."""
+    tree = ast.parse((ORACLES / file).read_text(encoding="utf-8"))
+    nodes = [n for n in tree.body
+             if isinstance(n, ast.FunctionDef) and n.name in names
+             or isinstance(n, ast.Assign) and {getattr(t, "id", None) for t in n.targets} & names]
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), file, "exec"), namespace)  # noqa: S102
+    missing = names - set(namespace)
+    assert not missing, f"{file} lacks {missing}"
+    return SimpleNamespace(**{n: namespace[n] for n in names})
+
+
+def _rl_yml(**overrides) -> SimpleNamespace:
+    import yaml
+
+    cfg = yaml.safe_load((ORACLES / f"{CURRENT}_rl.yml.txt").read_text(encoding="utf-8"))
+    return SimpleNamespace(**{**cfg, **overrides})
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory):
+    """MaxText's own utils_rl and evaluate_rl functions at e591f30cb. Its math_verify pool
+    runs for real: spawned workers import the vendored module by name, so it is written out
+    as a module file on sys.path (stdlib imports only)."""
+    require(__import__("importlib").util.find_spec("math_verify") is not None,
+            "math-verify is not installed", "bash scripts/setup")
+    import importlib
+    import itertools
+    import json
+    import multiprocessing.pool  # noqa: F401  named by the pool module's annotations
+    import sys
+    import typing
+
+    from math_verify import parse
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+
+    where = tmp_path_factory.mktemp("maxtext_pool")
+    (where / f"{CURRENT}_math_verify_pool.py").write_text(
+        (ORACLES / f"{CURRENT}_math_verify_pool.py.txt").read_text(encoding="utf-8"))
+    sys.path.insert(0, str(where))
+    pool = importlib.import_module(f"{CURRENT}_math_verify_pool")
+    log = SimpleNamespace(log=lambda *a, **k: None, warning=lambda *a, **k: None)
+    utils = _top_level(f"{CURRENT}_utils_rl.py.txt", CURRENT_NAMES, {
+        "re": re, "json": json, "itertools": itertools, "parse": parse,
+        "ExprExtractionConfig": ExprExtractionConfig,
+        "LatexExtractionConfig": LatexExtractionConfig, "math_verify_pool": pool.math_verify_pool,
+        "verify_math_worker": pool.verify_math_worker, "max_logging": log,
+        "Any": typing.Any, "Optional": typing.Optional, "Callable": typing.Callable})
+    ev = _top_level(f"{CURRENT}_evaluate_rl.py.txt", {"_score_single", "score_responses"}, {
+        "utils_rl": utils, "max_logging": log, "collections": __import__("collections"),
+        "re": re, "Any": typing.Any})
+    yield SimpleNamespace(utils=utils, eval=ev, json=json)
+    pool._shutdown_pool()
+    sys.path.remove(str(where))
+
+
+def _theirs_current(current, tmvp) -> list[list[float]]:
+    """MaxText's three rewards on every case, as train_rl calls them: one batch, the answer
+    a JSON list of acceptable answers ([a, a] for GSM8K, utils_rl.process_data)."""
+    kw = {"prompts": ["q"] * len(CURRENT_CASES), "completions": [c for c, _ in CURRENT_CASES],
+          "answer": [current.json.dumps([a, a]) for _, a in CURRENT_CASES],
+          "question": ["q"] * len(CURRENT_CASES), "tmvp_config": tmvp}
+    u = current.utils
+    return [u.match_format_exactly(**kw), u.match_format_approximately(**kw),
+            u.check_numbers(**kw)]
+
+
+def _ours_current(**kwargs) -> list[list[float]]:
+    cs, refs = [c for c, _ in CURRENT_CASES], [a for _, a in CURRENT_CASES]
+    return [f(["q"] * len(cs), cs, refs, template="reasoning", reasoning_tag="reasoning", **kwargs)
+            for f in (reward_sets.maxtext_current_format_exact,
+                      reward_sets.maxtext_current_format_approx,
+                      reward_sets.maxtext_current_check_numbers)]
+
+
+@pytest.mark.parametrize("constants", ["rl.yml", "distinct", "start tag in prompt"])
+def test_maxtext_current_rewards_equal_maxtexts_own(current, constants):
+    overrides = {"rl.yml": {}, "distinct": DISTINCT,
+                 "start tag in prompt": {**DISTINCT, "reasoning_start_token_in_prompt": True}}
+    tmvp = _rl_yml(**overrides[constants])
+    theirs = _theirs_current(current, tmvp)
+    ours = _ours_current(**{k: v for k, v in overrides[constants].items() if k in DISTINCT},
+                         reasoning_start_in_prompt=tmvp.reasoning_start_token_in_prompt)
+    for name, t, o in zip(("match_format_exactly", "match_format_approximately",
+                           "check_numbers"), theirs, ours):
+        diff = [(CURRENT_CASES[i], a, b) for i, (a, b) in enumerate(zip(t, o)) if a != b]
+        assert not diff, f"{name}: (case, MaxText, rlexp) {diff}"
+
+
+def test_maxtext_current_constants_are_rl_ymls():
+    cfg = vars(_rl_yml())
+    assert reward_sets.MAXTEXT_CURRENT_CONSTANTS == {k: cfg[k] for k in
+                                                     reward_sets.MAXTEXT_CURRENT_CONSTANTS}
+    assert (cfg["reasoning_start_token"], cfg["solution_start_token"]) == ("<reasoning>",
+                                                                          "<answer>")
+
+
+def test_maxtext_current_differs_from_the_seeds():
+    """What moved between the seeds' commit and e591f30cb (why reward=maxtext_current exists):
+    check_answer is gone, numbers are graded by math_verify, the format is no longer anchored."""
+    require(__import__("importlib").util.find_spec("math_verify") is not None,
+            "math-verify is not installed", "bash scripts/setup")
+    src = (ORACLES / f"{CURRENT}_utils_rl.py.txt").read_text(encoding="utf-8")
+    assert "def check_answer(" not in src and "def check_answer(" in \
+        (ORACLES / "maxtext_a4de80cc5_utils_rl.py.txt").read_text(encoding="utf-8")
+    comma = f"{R}<answer>1,234</answer>"  # the seeds' first number is 1
+    assert reward_sets.maxtext_check_numbers(["q"], [comma], ["1234"]) == [0.0]
+    assert reward_sets.maxtext_current_check_numbers(["q"], [comma], ["1234"]) == [1.0]
+    lead = f"intro {R}<answer>42</answer>"
+    assert reward_sets.maxtext_format_exact(["q"], [lead], ["42"]) == [0.0]
+    assert reward_sets.maxtext_current_format_exact(["q"], [lead], ["42"]) == [0.1]
+
+
+@pytest.mark.parametrize("i", range(len(CURRENT_CASES)))
+def test_maxtext_current_evaluation_equals_evaluate_rl(current, i):
+    c, a = CURRENT_CASES[i]
+    theirs = current.eval.score_responses(_rl_yml(), "q", [c], [a])
+    assert evaluate.maxtext_current_score_responses([c], a) == theirs
+
+
+@pytest.mark.parametrize("mode", ["pass", "maj", "pass_at_1"])
+def test_maxtext_current_evaluation_over_several_passes(current, mode):
+    """Several passes per question in each eval_mode, ties and early exits included."""
+    groups = [[GSM8K_CASES[i][0] for i in idx] for idx in
+              ([0, 2], [2, 0], [6, 1, 8], [1, 1], [13, 0], [40, 6], [16, 2, 2], [2, 16])]
+    for g in groups:
+        theirs = current.eval.score_responses(_rl_yml(eval_mode=mode), "q", g, ["42"])
+        assert evaluate.maxtext_current_score_responses(g, "42", eval_mode=mode) \
+            == pytest.approx(theirs)
+
+
+def test_maxtext_current_eval_metrics_by_hand():
+    """reward=maxtext_current: MaxText's newest metrics, with maj@k; by hand."""
+    require(__import__("importlib").util.find_spec("math_verify") is not None,
+            "math-verify is not installed", "bash scripts/setup")
+    terms = rewards.terms(_reward_cfg("maxtext_current"), "reasoning")
+    greedy = [f"{R}<answer>\\boxed{{42}}</answer>", "Final: <answer>47</answer>",
+              f"{R}<answer>1 2</answer>"]
+    sampled = [[f"{R}<answer>7</answer>", f"{R}<answer>42</answer>"],
+               ["<answer>5</answer>", "<answer>5</answer>", "<answer>6</answer>"],
+               ["<answer>2</answer>", "<answer>3</answer>", "<answer>3</answer>"]]
+    m = evaluate.eval_metrics(greedy, sampled, ["42", "5", "3"], terms, "reasoning")
+    assert m["eval/accuracy"] == pytest.approx(2 / 3)  # "1 2" reads as the mixed number 1+2
+    assert m["eval/partial_accuracy"] == pytest.approx(2 / 3)  # 47/5 is far off
+    assert m["eval/format_accuracy"] == pytest.approx(2 / 3)
+    assert m["eval/pass_at_k"] == pytest.approx(1.0)
+    assert m["eval/maj_at_k"] == pytest.approx(2 / 3)          # 7|42 tie -> 7; 5; 3
+    assert m["eval/sampled_accuracy"] == pytest.approx((1 / 2 + 2 / 3 + 2 / 3) / 3)
+    assert m["eval/mean_reward"] == pytest.approx((1.1 + 0 + 1.1) / 3)
+    scored = rewards.score_all(terms, [f"{R}<answer>42</answer>", "The answer is 42"],
+                               ["42", "42"])
+    assert {k: sum(v) for k, v in scored.items()} == pytest.approx(
+        {"match_format_exactly": 0.1, "match_format_approximately": 0.0, "check_numbers": 1.0})

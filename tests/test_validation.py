@@ -84,6 +84,10 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
     "micro_batch_divides_mini_batch": (
         _set(train__batch_size=8, train__mini_batch_size=4, train__micro_batch_size=3),
         "train.micro_batch_size=3 is invalid: must divide the mini-batch size (4)"),
+    "rollout_batch_set_once": (
+        _set(rollout__micro_batch_size=8, rollout__per_device_batch_size=1),
+        "rollout.per_device_batch_size=1 is invalid: sizes the sampler call as "
+        "rollout.micro_batch_size=8 does: set one of them (the other null)"),
     "rollout_micro_batch_fits_train_batches": (
         _set(train__batch_size=8, train__micro_batch_size=4, rollout__micro_batch_size=3),
         "rollout.micro_batch_size=3 is invalid: must divide or be a multiple of both the train "
@@ -132,6 +136,17 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
              hardware__sampler_fraction=0.6),
         "hardware.sampler_fraction=0.6 is invalid: trainer_fraction + sampler_fraction must be "
         "<= 1"),
+    "replicas_split_the_rollout_mesh": (
+        _set(rollout__replicas=2, hardware__platform="tpu"),
+        "rollout.replicas=2 is invalid: must divide hardware.rollout_mesh.fsdp=1 (each replica "
+        "takes fsdp/replicas x tp=1 of the 1 rollout devices): one of 1"),
+    "replicas_need_an_accelerator": (
+        _set(hardware__devices=2, rollout__replicas=2,
+             hardware__trainer_mesh=dataclasses.replace(Config().hardware.trainer_mesh, fsdp=2),
+             hardware__rollout_mesh=dataclasses.replace(Config().hardware.rollout_mesh, fsdp=2)),
+        "rollout.replicas=2 is invalid: needs a TPU or GPU: on the CPU (hardware=cpu or "
+        "hardware.emulate=true) Tunix's weight sync refuses the host-staged copy into "
+        "replicated samplers; use 1 there"),
     "epochs_steps_in_range": (
         _set(train__epochs=1000, dataset__num_train=16000, train__batch_size=8),
         "train.epochs=1000 is invalid: makes 2000000 steps (1000 x dataset.num_train=16000 / "
@@ -140,6 +155,10 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
         _set(rollout__sync_every=2),
         "rollout.sync_every=2 is invalid: has no effect: the sampler shares the trainer's weights "
         "(rollout=vanilla on the trainer's mesh); use 1, or hardware.split=split / rollout=vllm"),
+    "sync_every_within_steps": (
+        _set(rollout__name="vllm", rollout__sync_every=101),
+        "rollout.sync_every=101 is invalid: must be in [1, train.steps=100]: the sampler would "
+        "never get trained weights"),
     "lora_targets_match_a_projection": (
         _set(model__lora__rank=8, model__lora__targets=".*embedder"),
         "model.lora.targets='.*embedder' is invalid: matches no projection of "

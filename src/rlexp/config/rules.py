@@ -75,6 +75,9 @@ def _rollout_correction(cfg: Config) -> Optional[Refusal]:
 
 def _profile_steps(cfg: Config) -> Optional[Refusal]:
     ps = cfg.run.profile_steps
+    if len(ps) == 2 and ps[0] > cfg.train.steps:  # no trace at all (MaxText's profiler refuses too)
+        return Refusal("run.profile_steps", list(ps), f"first step {ps[0]} is past train.steps="
+                       f"{cfg.train.steps}: pick first in [1, {cfg.train.steps}]")
     if len(ps) == 0 or len(ps) == 2 and ps[0] <= ps[1]:
         return None
     return Refusal("run.profile_steps", list(ps),
@@ -105,15 +108,48 @@ def _micro_divides_mini(cfg: Config) -> Optional[Refusal]:
                    f"must divide the mini-batch size ({mini})")
 
 
+def rollout_devices(cfg: Config) -> int:
+    """Devices of the rollout mesh (all replicas together)."""
+    mesh = cfg.hardware.rollout_mesh
+    return mesh.fsdp * mesh.tp
+
+
+def sampler_call_prompts(cfg: Config) -> Optional[int]:
+    """Prompts per sampler call that the config fixes: rollout.micro_batch_size, else
+    rollout.per_device_batch_size x the rollout devices, at most one mini-batch (a step samples
+    its own prompts: MaxText's grpo_trainer buffers a larger call's rows for later steps,
+    rlexp does not). None when neither is set (the plan sizes it)."""
+    r = cfg.rollout
+    if r.per_device_batch_size is None:
+        return r.micro_batch_size
+    mini, _ = _batch_sizes(cfg)
+    return min(r.per_device_batch_size * rollout_devices(cfg), mini)
+
+
+def _rollout_batch_set_once(cfg: Config) -> Optional[Refusal]:
+    r = cfg.rollout
+    if r.per_device_batch_size is None or r.micro_batch_size is None:
+        return None
+    return Refusal("rollout.per_device_batch_size", r.per_device_batch_size,
+                   f"sizes the sampler call as rollout.micro_batch_size={r.micro_batch_size} "
+                   "does: set one of them (the other null)")
+
+
 def _rollout_micro_batch(cfg: Config) -> Optional[Refusal]:
     # Tunix merges (or splits) train micro-batches into sampler calls of this many prompts,
     # within one mini-batch: other sizes leave a ragged last call (another compile).
-    rm = cfg.rollout.micro_batch_size
+    rm = sampler_call_prompts(cfg)
     mini, micro = _batch_sizes(cfg)
     if rm is None or ((rm % micro == 0 or micro % rm == 0) and (mini % rm == 0 or rm % mini == 0)):
         return None
-    return Refusal("rollout.micro_batch_size", rm, f"must divide or be a multiple of both the "
-                   f"train micro batch ({micro}) and the mini-batch ({mini})")
+    r = cfg.rollout
+    if r.per_device_batch_size is None:
+        return Refusal("rollout.micro_batch_size", rm, f"must divide or be a multiple of both "
+                       f"the train micro batch ({micro}) and the mini-batch ({mini})")
+    return Refusal("rollout.per_device_batch_size", r.per_device_batch_size,
+                   f"x {rollout_devices(cfg)} rollout devices = {rm} prompts a sampler call, "
+                   f"which must divide or be a multiple of both the train micro batch ({micro}) "
+                   f"and the mini-batch ({mini})")
 
 
 def _kv_cache(cfg: Config) -> Optional[Refusal]:
@@ -246,16 +282,66 @@ def _epochs_steps_in_range(cfg: Config) -> Optional[Refusal]:
                    f" / train.batch_size={t.batch_size}), more than train.steps' {MAX_STEPS}")
 
 
-def _sync_every_needs_a_sampler_copy(cfg: Config) -> Optional[Refusal]:
-    # The vanilla sampler on the trainer's own mesh shares its weights (Tunix then never
-    # syncs): spacing syncs out would silently change nothing.
+def shares_trainer_weights(cfg: Config) -> bool:
+    """The vanilla sampler on the trainer's very mesh (colocated, same shape, one replica):
+    Tunix then shares one copy of the weights between them and never syncs."""
     r, h = cfg.rollout, cfg.hardware
-    shared = r.name == "vanilla" and h.split == "colocated" and h.trainer_mesh == h.rollout_mesh
-    if r.sync_every == 1 or not shared:
+    return (r.name == "vanilla" and h.split == "colocated" and h.trainer_mesh == h.rollout_mesh
+            and r.replicas == 1)
+
+
+def _sync_every_needs_a_sampler_copy(cfg: Config) -> Optional[Refusal]:
+    # A shared copy is always current: spacing syncs out would silently change nothing.
+    r = cfg.rollout
+    if r.sync_every == 1 or not shares_trainer_weights(cfg):
         return None
     return Refusal("rollout.sync_every", r.sync_every,
                    "has no effect: the sampler shares the trainer's weights (rollout=vanilla on "
                    "the trainer's mesh); use 1, or hardware.split=split / rollout=vllm")
+
+
+def _sync_every_within_steps(cfg: Config) -> Optional[Refusal]:
+    # MaxText's grpo_trainer refuses inference_rollouts outside [1, steps]: past the run's
+    # last step the sampler would decode with the initial weights throughout.
+    r, steps = cfg.rollout, cfg.train.steps
+    if r.sync_every <= steps:
+        return None
+    return Refusal("rollout.sync_every", r.sync_every,
+                   f"must be in [1, train.steps={steps}]: the sampler would never get trained "
+                   "weights")
+
+
+def _replicas_split_the_rollout_mesh(cfg: Config) -> Optional[Refusal]:
+    # Each replica is a block of fsdp/replicas x tp devices holding a whole copy
+    # (rlexp.planning.hardware.make_mesh): the fsdp axis is what they split.
+    r, mesh = cfg.rollout, cfg.hardware.rollout_mesh
+    if r.replicas == 1:
+        return None
+    if r.name != "vanilla":
+        return Refusal("rollout.replicas", r.replicas,
+                       f"rollout={r.name} runs its replicas as rollout.data_parallel_size "
+                       "(vLLM's data parallelism): use rollout.replicas=1")
+    if mesh.fsdp % r.replicas == 0:
+        return None
+    valid = ", ".join(str(d) for d in range(1, mesh.fsdp + 1) if mesh.fsdp % d == 0)
+    return Refusal("rollout.replicas", r.replicas,
+                   f"must divide hardware.rollout_mesh.fsdp={mesh.fsdp} (each replica takes "
+                   f"fsdp/replicas x tp={mesh.tp} of the {mesh.fsdp * mesh.tp} rollout "
+                   f"devices): one of {valid}")
+
+
+def _replicas_need_an_accelerator(cfg: Config) -> Optional[Refusal]:
+    # JAX stages a copy into a layout replicated across devices through the host, and on the
+    # CPU Tunix's RLCluster.sync_weights forbids host transfers (transfer_guard
+    # disallow_explicit; none on TPUs and GPUs, and Pathways reshards device to device):
+    # measured, the first weight sync into 2 emulated replicas fails after the first step.
+    r, h = cfg.rollout, cfg.hardware
+    if r.replicas == 1 or (h.platform != "cpu" and not h.emulate):
+        return None
+    return Refusal("rollout.replicas", r.replicas,
+                   "needs a TPU or GPU: on the CPU (hardware=cpu or hardware.emulate=true) "
+                   "Tunix's weight sync refuses the host-staged copy into replicated samplers; "
+                   "use 1 there")
 
 
 def _split_fractions(cfg: Config) -> Optional[Refusal]:
@@ -305,6 +391,7 @@ RULES: tuple[Rule, ...] = (
     Rule("profile_steps_pair", _profile_steps),
     Rule("mini_batch_divides_batch", _mini_divides_batch),
     Rule("micro_batch_divides_mini_batch", _micro_divides_mini),
+    Rule("rollout_batch_set_once", _rollout_batch_set_once),
     Rule("rollout_micro_batch_fits_train_batches", _rollout_micro_batch),
     Rule("kv_cache_holds_prompt_and_completion", _kv_cache),
     Rule("eval_samples_within_eval_set", _eval_samples),
@@ -318,8 +405,11 @@ RULES: tuple[Rule, ...] = (
     Rule("digits_ordered", _ordered_from_one("digits")),
     Rule("meshes_fill_devices", _meshes_fill_devices),
     Rule("split_fractions_fit", _split_fractions),
+    Rule("replicas_split_the_rollout_mesh", _replicas_split_the_rollout_mesh),
+    Rule("replicas_need_an_accelerator", _replicas_need_an_accelerator),
     Rule("epochs_steps_in_range", _epochs_steps_in_range),
     Rule("sync_every_needs_a_sampler_copy", _sync_every_needs_a_sampler_copy),
+    Rule("sync_every_within_steps", _sync_every_within_steps),
     Rule("lora_targets_match_a_projection", _lora_targets),
     Rule("lora_samples_with_vanilla_rollout", _lora_rollout),
 )

@@ -221,7 +221,7 @@ class HardwareConfig:
     gpu_specs: dict[str, Any] = field(default_factory=dict)
     # Mesh of the trainer (policy + reference).
     trainer_mesh: MeshConfig = field(default_factory=MeshConfig)
-    # Mesh of the rollout (sampler).
+    # Mesh of the rollout (sampler): every rollout device, all rollout.replicas together.
     rollout_mesh: MeshConfig = field(default_factory=MeshConfig)
     # colocated: trainer and sampler share all devices | split: disjoint device fractions.
     split: str = "colocated"
@@ -339,13 +339,25 @@ class RolloutConfig:
     tensor_parallel_size: int = 1
     # vllm: data-parallel size.
     data_parallel_size: int = 1
+    # rollout=vanilla: samplers (MaxText's inference_replicas), data-parallel. The rollout
+    # mesh's devices split into this many replicas along its fsdp axis; each holds a whole
+    # copy of the weights, sharded over its own fsdp/replicas x tp chips, and decodes its
+    # share of a sampler call's rows. Must divide hardware.rollout_mesh.fsdp; > 1 needs a TPU
+    # or GPU. rollout=vllm: 1 (vLLM's replicas are rollout.data_parallel_size).
+    replicas: int = 1
+    # Prompts per rollout device in one sampler call (MaxText's per_device_batch_size of the
+    # inference config): a call takes this x the rollout mesh's devices prompts, at most one
+    # mini-batch (rlexp samples each step's own prompts). None = rollout.micro_batch_size
+    # decides; set one of the two.
+    per_device_batch_size: Optional[int] = None
     # vllm: fraction of HBM vLLM may take.
     hbm_utilization: float = 0.4
     # Copy the trainer's weights to the sampler every N global steps (MaxText's
     # inference_rollouts); 1 = every step. Only when the sampler holds its own copy (split
     # hardware, another mesh or vLLM): a shared copy is always current. Between copies the
     # rollouts come from weights up to N-1 steps old, and nothing corrects for it (the old
-    # log-probs are the trainer's).
+    # log-probs are the trainer's). At most train.steps (MaxText refuses more: the sampler
+    # would never see a trained weight).
     sync_every: int = 1
 
 

@@ -156,6 +156,8 @@ RANGES: dict[str, str] = {
     "rollout.kv_cache_size": "[2, 262144]",
     "rollout.tensor_parallel_size": "[1, inf)",
     "rollout.data_parallel_size": "[1, inf)",
+    "rollout.replicas": "[1, inf)",  # rules: divides hardware.rollout_mesh.fsdp
+    "rollout.per_device_batch_size": "[1, 65536]",  # as rollout.micro_batch_size
     "rollout.hbm_utilization": "(0, 1]",
     "rollout.sync_every": "[1, 1000000]",  # as train.steps
     "tracker.flush_every_s": "[0, inf)",

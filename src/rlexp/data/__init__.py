@@ -3,8 +3,9 @@
 The order of training batches is a pure function of (seed, step): resuming at step k needs
 no iterator state, only k. Modules: loaders (dataset builders), templates (prompts),
 extract (answers from text), rewards (the reward plug-ins and their built-ins), reward_sets
-(`reward=NAME`: the seed workloads' own rewards, MaxText's and EasyDeL's), lengths (prompts
-over rollout.max_prompt_length, counted at start).
+(`reward=NAME`: the seed workloads' own rewards, MaxText's and EasyDeL's), maxtext_grading
+(MaxText's current answer normalisation and math_verify correctness), verify_timeout
+(math-verify's timeouts), lengths (prompts over rollout.max_prompt_length, counted at start).
 
 Layer: data (problems, prompts, rewards). May import rlexp.config, rlexp.algo, rlexp.base.
 """

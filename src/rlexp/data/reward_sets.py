@@ -4,6 +4,10 @@
 (src/MaxText/rl/utils_rl.py at a4de80cc5; the same functions and constants are in
 src/MaxText/examples/grpo_llama3_1_*_demo*.py at fa273e9e1 and grpo_llama3_demo.py at
 28e5097ac). Their constants are keyword arguments, defaulting to those commits' rl.yml.
+`maxtext_current_*`: MaxText's rewards at its newest stored commit (e591f30cb, 2026-08-22;
+src/maxtext/trainers/post_train/rl/utils_rl.py, configs/post_train/rl.yml): three functions,
+no check_answer, check_numbers graded by math_verify (rlexp.data.maxtext_grading), and
+other constants (format 0.1, answer 1.0, no penalties).
 `easydel_*`: the two rewards of EasyDeL's GRPO tutorial (tutorials/post-training/
 group_relative_policy_optimization/launch.py at e2e6dccc), run on NuminaMath-TIR.
 tests/test_seed_rewards.py runs the sources' own functions on the same completions.
@@ -13,10 +17,10 @@ Every function has the plug-in signature fn(prompts, completions, answers, **kwa
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 from typing import Any, Sequence
+
+from rlexp.data.verify_timeout import math_verify_timeout
 
 # MaxText rl.yml (a4de80cc5) "Reward" block.
 MAXTEXT_CONSTANTS = {
@@ -133,6 +137,90 @@ def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
     return scores
 
 
+# ------------------------------------------------------------- MaxText at e591f30cb
+
+# rl.yml (src/maxtext/configs/post_train/rl.yml at e591f30cb, lines 190-198) "Reward" block.
+# The ratio rewards are still in rl.yml but no function reads them any more.
+MAXTEXT_CURRENT_CONSTANTS = {
+    "reward_exact_answer": 1.0,
+    "reward_white_space_format_match": 1.0,
+    "reward_exact_format_match": 0.1,
+    "reward_partial_format_match": 0.0,
+    "penalty_incorrect_format": 0.0,
+    "penalty_incorrect_answer": 0.0,
+}
+
+
+def _current(kwargs: dict[str, Any], name: str) -> float:
+    return float(kwargs.get(name, MAXTEXT_CURRENT_CONSTANTS[name]))
+
+
+def maxtext_current_format_regex(reasoning_tag: str = "reasoning",
+                                 reasoning_start_in_prompt: bool = False) -> re.Pattern:
+    """utils_rl.get_match_format_regex (e591f30cb): reasoning block, anything, answer block,
+    found anywhere (no ^...$ anchors any more); without the opening tag when the chat template
+    puts it in the prompt (rl.yml reasoning_start_token_in_prompt)."""
+    rs, re_, ss, se = (re.escape(t) for t in _tags(reasoning_tag))
+    rs = "" if reasoning_start_in_prompt else rs
+    return re.compile(rf"{rs}.*?{re_}.*?{ss}(.+?){se}", flags=re.MULTILINE | re.DOTALL)
+
+
+def maxtext_current_format_exact(prompts: Sequence[str], completions: Sequence[str],
+                                 answers: Sequence[str], reasoning_tag: str = "reasoning",
+                                 reasoning_start_in_prompt: bool = False,
+                                 **kwargs: Any) -> list[float]:
+    """utils_rl.match_format_exactly (e591f30cb): reward_exact_format_match when the format
+    regex is found."""
+    pattern = maxtext_current_format_regex(reasoning_tag, reasoning_start_in_prompt)
+    hit = _current(kwargs, "reward_exact_format_match")
+    return [hit if pattern.search(c) is not None else 0.0 for c in completions]
+
+
+def maxtext_current_format_approx(prompts: Sequence[str], completions: Sequence[str],
+                                  answers: Sequence[str], reasoning_tag: str = "reasoning",
+                                  reasoning_start_in_prompt: bool = False,
+                                  **kwargs: Any) -> list[float]:
+    """utils_rl.match_format_approximately (e591f30cb): per tag, reward_partial_format_match
+    when it occurs exactly once, else penalty_incorrect_format (the opening reasoning tag
+    always counts as once when the prompt holds it). 0 with rl.yml's constants."""
+    good = _current(kwargs, "reward_partial_format_match")
+    bad = _current(kwargs, "penalty_incorrect_format")
+    rs, *rest = _tags(reasoning_tag)
+    return [(good if reasoning_start_in_prompt or c.count(rs) == 1 else bad)
+            + sum(good if c.count(t) == 1 else bad for t in rest) for c in completions]
+
+
+def maxtext_current_check_numbers(prompts: Sequence[str], completions: Sequence[str],
+                                  answers: Sequence[str], **kwargs: Any) -> list[float]:
+    """utils_rl.check_numbers (e591f30cb): the answer of `maxtext_grading.extract_answer`
+    (last \\boxed{} of the last answer block, else that block): reward_exact_answer when equal
+    to the reference, reward_white_space_format_match when equal after strip, else
+    reward_exact_answer when math_verify finds the normalised forms equal; no answer block
+    and no \\boxed{}: penalty_incorrect_answer; otherwise penalty_incorrect_format. The
+    reference is one GSM8K answer (MaxText's list of acceptable answers, [a, a] for GSM8K,
+    deduplicated to [a])."""
+    from rlexp.data import maxtext_grading as g
+
+    exact = _current(kwargs, "reward_exact_answer")
+    scores = []
+    for c, ref in zip(completions, answers):
+        guess = g.extract_answer(c)
+        if guess == g.FALLBACK_ANSWER:
+            scores.append(_current(kwargs, "penalty_incorrect_answer"))
+        elif guess == ref:
+            scores.append(max(_current(kwargs, "penalty_incorrect_format"), exact))
+        elif guess.strip() == ref.strip():
+            scores.append(max(_current(kwargs, "penalty_incorrect_format"),
+                              _current(kwargs, "reward_white_space_format_match")))
+        else:
+            score = _current(kwargs, "penalty_incorrect_format")
+            if g.verify([g.boxed(g.preprocess_math_string(ref))],
+                        [g.boxed(g.preprocess_math_string(guess))]) > 0.0:
+                score = max(score, exact)
+            scores.append(score)
+    return scores
+
+
 # ----------------------------------------------------------------------------- EasyDeL
 
 _THINK_FIRST = re.compile(r"^<think>.*?</think>", re.DOTALL)
@@ -143,30 +231,6 @@ def easydel_format(prompts: Sequence[str], completions: Sequence[str], answers: 
     """launch.py format_reward: 1 when the completion starts with a <think>...</think> block
     (re.match; whatever follows is not checked), else 0."""
     return [1.0 if _THINK_FIRST.match(c) else 0.0 for c in completions]
-
-
-class _NoTimeoutNotice(logging.Filter):
-    """Drops math-verify's notice that its timeout is off (said on every call off the main
-    thread, where the off timeout is deliberate)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Timeout is disabled" not in record.getMessage()
-
-
-_NOTICE = _NoTimeoutNotice()
-
-
-def math_verify_timeout() -> int | None:
-    """Seconds for math-verify's parse/verify timeouts: 5 on the main thread; None (off)
-    elsewhere, since its timeout is a SIGALRM, which only the main thread may set (the
-    learner may call rewards from a worker thread)."""
-    if threading.current_thread() is threading.main_thread():
-        return 5
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logger = logging.getLogger(name)
-        if _NOTICE not in logger.filters:
-            logger.addFilter(_NOTICE)
-    return None
 
 
 def easydel_accuracy(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],

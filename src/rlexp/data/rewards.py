@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import first_line as _first_line, resolve
 from rlexp.config.schema import RewardConfig
-from rlexp.data.extract import extract_answer, parse_number, plain_number
-from rlexp.data.reward_sets import math_verify_timeout
+from rlexp.data.extract import extract_answer, plain_number
+from rlexp.data.verify_timeout import math_verify_timeout
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
@@ -171,7 +171,8 @@ def overlong_penalty(prompts: Sequence[str], completions: Sequence[str], answers
 
 # Targets that cannot run without math-verify (checked before anything runs).
 NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward",
-                     "rlexp.data.reward_sets.easydel_accuracy")
+                     "rlexp.data.reward_sets.easydel_accuracy",
+                     "rlexp.data.reward_sets.maxtext_current_check_numbers")
 
 
 class RewardFailed(Exception):

@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.config.schema import Config
@@ -238,7 +236,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     if splits.skipped:
         log.warning("dataset: skipped %d malformed rows or rows without an answer", splits.skipped)
 
-    meshes = role_meshes(cfg.hardware)
+    meshes = role_meshes(cfg.hardware, replicas=cfg.rollout.replicas)
     # Process-wide patches: set before anything traces the model (the warm start does), and
     # reset by every build so a sweep's previous job in this process leaves nothing behind.
     use_training_remat(cfg.model.family, cfg.train.remat)

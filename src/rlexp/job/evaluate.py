@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from rlexp.data import reward_sets, rewards
+from rlexp.data import maxtext_grading, reward_sets, rewards
 
 if TYPE_CHECKING:
     from rlexp.engine import Engine
@@ -87,6 +87,88 @@ def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]]
     }
 
 
+# ---------------------------------------------- MaxText's evaluation at e591f30cb
+
+_MAXTEXT_CURRENT_FNS = (reward_sets.maxtext_current_format_exact,
+                        reward_sets.maxtext_current_format_approx,
+                        reward_sets.maxtext_current_check_numbers)
+
+
+def maxtext_current_score_responses(responses: Sequence[str], answer: str,
+                                    reasoning_tag: str = "reasoning", eval_mode: str = "pass",
+                                    reasoning_start_in_prompt: bool = False
+                                    ) -> tuple[Any, Any, Any]:
+    """evaluate_rl.score_responses at e591f30cb: (correct, partially correct, format) of one
+    question's responses. Each response's answer is `maxtext_grading.extract_answer`'s,
+    judged by `check_correctness` (math_verify; partial = within 10%), format = the unanchored
+    format regex found. eval_mode pass (rl.yml's): the first response right on all three, else
+    the last one's verdicts; maj: the verdict of the most frequent answer (first seen wins a
+    tie), format if any response giving it is well formatted; pass_at_1: the fractions."""
+    match_format = reward_sets.maxtext_current_format_regex(reasoning_tag,
+                                                            reasoning_start_in_prompt)
+    extracted = [maxtext_grading.extract_answer(r) for r in responses]
+    if not extracted:
+        return False, False, False
+
+    def single(got: str, raw: str) -> tuple[bool, bool, bool]:
+        fmt = match_format.search(raw) is not None
+        try:
+            return (*maxtext_grading.check_correctness(got, [answer]), fmt)
+        except Exception:  # as the source: a failed grading is wrong, not a crash
+            return False, False, fmt
+
+    if eval_mode == "maj":
+        majority = Counter(extracted).most_common(1)[0][0]
+        fmt = any(match_format.search(responses[i]) is not None
+                  for i, got in enumerate(extracted) if got == majority)
+        correct, partial, _ = single(majority, responses[0])
+        return correct, partial, fmt
+    if eval_mode == "pass":
+        result = (False, False, False)
+        for got, raw in zip(extracted, responses):
+            result = single(got, raw)
+            if all(result):
+                return result
+        return result
+    if eval_mode == "pass_at_1":
+        scores = [single(got, raw) for got, raw in zip(extracted, responses)]
+        return tuple(sum(s[j] for s in scores) / len(scores) for j in range(3))
+    raise ValueError(f"Unknown eval_mode: {eval_mode!r}")
+
+
+def uses_maxtext_current_rewards(terms: Sequence[rewards.Term]) -> bool:
+    """The run's reward set is MaxText's newest (reward=maxtext_current)."""
+    return any(t.fn in _MAXTEXT_CURRENT_FNS for t in terms)
+
+
+def _start_in_prompt(terms: Sequence[rewards.Term]) -> bool:
+    """reasoning_start_in_prompt as the run's format reward takes it (kwargs), False if unset."""
+    return any(bool(t.kwargs.get("reasoning_start_in_prompt", False)) for t in terms
+               if t.fn in _MAXTEXT_CURRENT_FNS)
+
+
+def maxtext_current_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
+                                 answers: Sequence[str], reasoning_tag: str,
+                                 start_in_prompt: bool = False) -> dict[str, float]:
+    """accuracy / partial / format of the greedy completions as evaluate_rl (e591f30cb)
+    scores them by default (greedy, one pass, eval_mode=pass); pass@k and the sampled
+    accuracy (its eval_mode=pass_at_1) of the k sampled ones; maj@k (eval_mode=maj)."""
+    kw = {"reasoning_tag": reasoning_tag, "reasoning_start_in_prompt": start_in_prompt}
+    scored = [maxtext_current_score_responses([c], a, **kw) for c, a in zip(greedy, answers)]
+    each = [[maxtext_current_score_responses([c], a, **kw)[0] for c in group]
+            for group, a in zip(sampled, answers)]
+    maj = [maxtext_current_score_responses(list(g), a, eval_mode="maj", **kw)[0] if g else False
+           for g, a in zip(sampled, answers)]
+    return {
+        "eval/accuracy": float(np.mean([s[0] for s in scored])),
+        "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
+        "eval/format_accuracy": float(np.mean([s[2] for s in scored])),
+        "eval/pass_at_k": float(np.mean([any(g) for g in each])),
+        "eval/maj_at_k": float(np.mean(maj)),
+        "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
+    }
+
+
 def uses_easydel_rewards(terms: Sequence[rewards.Term]) -> bool:
     """The run's reward set is EasyDeL's tutorial's (reward=easydel_numina)."""
     return any(t.fn is reward_sets.easydel_accuracy for t in terms)
@@ -119,7 +201,8 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
     cfg.reward); mean_reward is the run's weighted reward of greedy completions;
     pass_at_k = fraction of prompts with at least one exactly right sampled answer.
     With MaxText's reward set (reward=maxtext) the answer metrics are MaxText's own
-    (`maxtext_eval_metrics`), plus eval/maj_at_k; with EasyDeL's (reward=easydel_numina) they
+    (`maxtext_eval_metrics`), plus eval/maj_at_k (reward=maxtext_current: those of its newest
+    evaluate_rl, `maxtext_current_eval_metrics`); with EasyDeL's (reward=easydel_numina) they
     are its rewards' verdicts (`easydel_eval_metrics`, no partial credit).
     """
     weighted = rewards.score_all(terms, greedy, answers, prompts)
@@ -129,6 +212,10 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
                 "eval/mean_reward": float(np.mean(total))}
     if uses_easydel_rewards(terms):
         return {**easydel_eval_metrics(greedy, sampled, answers),
+                "eval/mean_reward": float(np.mean(total))}
+    if uses_maxtext_current_rewards(terms):
+        return {**maxtext_current_eval_metrics(greedy, sampled, answers, reasoning_tag,
+                                               _start_in_prompt(terms)),
                 "eval/mean_reward": float(np.mean(total))}
     correct = [rewards.answer_exact(c, a) for c, a in zip(greedy, answers)]
     sampled_correct = [[rewards.answer_exact(c, a) for c in group]
@@ -159,6 +246,10 @@ def _correct(terms: Sequence[rewards.Term], completion: str, answer: str,
         return maxtext_score_responses([completion], answer, reasoning_tag)[0]
     if uses_easydel_rewards(terms):
         return reward_sets.easydel_accuracy([""], [completion], [answer])[0] == 1.0
+    if uses_maxtext_current_rewards(terms):
+        return bool(maxtext_current_score_responses([completion], answer, reasoning_tag,
+                                                    reasoning_start_in_prompt=
+                                                    _start_in_prompt(terms))[0])
     return bool(rewards.answer_exact(completion, answer))
 
 

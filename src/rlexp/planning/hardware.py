@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 # meshes built: plans and dry runs need none.
 
 MESH_AXES = ("fsdp", "tp")
+# The leading axis of a rollout mesh split into sampler replicas (rollout.replicas > 1).
+REPLICA_AXIS = "replica"
 
 # The XLA flag that makes the CPU client expose N virtual devices; read once, when JAX
 # creates its CPU backend, so it has to be in the environment before that.
@@ -422,15 +424,33 @@ def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     return RoleDevices(trainer=(0, n_train), rollout=(n - n_roll, n))
 
 
-def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.sharding.Mesh":
-    """A ("fsdp", "tp") mesh over exactly `devices` (len must be fsdp * tp)."""
+def replica_mesh(mesh: MeshConfig, replicas: int = 1) -> MeshConfig:
+    """One sampler replica's share of the rollout mesh: its fsdp axis split `replicas` ways
+    (rollout.replicas; the rules keep it a divisor), tp whole."""
+    return MeshConfig(fsdp=mesh.fsdp // replicas, tp=mesh.tp)
+
+
+def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
+              replicas: int = 1) -> "jax.sharding.Mesh":
+    """A ("fsdp", "tp") mesh over exactly `devices` (len must be fsdp * tp).
+
+    replicas > 1 (data-parallel samplers, MaxText's inference_replicas): a ("replica", "fsdp",
+    "tp") mesh of shape (replicas, fsdp / replicas, tp), each replica a block of consecutive
+    devices. Tunix's models name only fsdp and tp in their shardings, so every weight is whole
+    within each replica (split over its own fsdp/replicas x tp chips) and copied across
+    replicas: MaxText's inference mesh of ici_data_parallelism x ici_tensor_parallelism.
+    """
     import jax
     from jax.experimental import mesh_utils
 
-    shape = (mesh.fsdp, mesh.tp)
     if len(devices) != mesh.fsdp * mesh.tp:
         raise UserError(f"mesh fsdp={mesh.fsdp} x tp={mesh.tp} needs {mesh.fsdp * mesh.tp} "
                         f"devices, got {len(devices)}")
+    if replicas < 1 or mesh.fsdp % replicas:
+        raise UserError(f"rollout.replicas={replicas} must divide the mesh's fsdp={mesh.fsdp}")
+    one = replica_mesh(mesh, replicas)
+    shape = (mesh.fsdp, mesh.tp) if replicas == 1 else (replicas, one.fsdp, one.tp)
+    axes = MESH_AXES if replicas == 1 else (REPLICA_AXIS, *MESH_AXES)
     try:
         # Topology-aware order on TPU (tp along the fastest ICI links).
         grid = mesh_utils.create_device_mesh(shape, list(devices), allow_split_physical_axes=True)
@@ -438,17 +458,18 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"]) -> "jax.shardin
         # Sub-slices of a TPU topology (the split halves) and CPU devices have no physical
         # layout the helper knows; row-major order of the device ids is then the layout.
         grid = np.array(list(devices)).reshape(shape)
-    return jax.sharding.Mesh(grid, MESH_AXES)
+    return jax.sharding.Mesh(grid, axes)
 
 
-def role_meshes(hw: HardwareConfig,
-                devices: Sequence["jax.Device"] | None = None) -> dict[str, "jax.sharding.Mesh"]:
+def role_meshes(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None,
+                replicas: int = 1) -> dict[str, "jax.sharding.Mesh"]:
     """Meshes per Tunix role: 'trainer' (actor + reference) and 'rollout'.
 
     Joins the other hosts first, checks the devices (all of jax.devices() unless `devices`
     picks some), then builds the meshes. When the roles are colocated with the same mesh shape
-    the SAME Mesh object is returned for both, which lets Tunix share one copy of the policy
-    weights between trainer and sampler.
+    and one sampler replica, the SAME Mesh object is returned for both, which lets Tunix share
+    one copy of the policy weights between trainer and sampler. `replicas` (rollout.replicas)
+    splits the rollout devices into data-parallel samplers (`make_mesh`).
     """
     import jax
 
@@ -457,7 +478,7 @@ def role_meshes(hw: HardwareConfig,
     check_devices(hw, devices)
     ranges = role_device_ranges(hw)
     trainer = make_mesh(hw.trainer_mesh, devices[slice(*ranges.trainer)])
-    if ranges.colocated and hw.trainer_mesh == hw.rollout_mesh:
+    if ranges.colocated and hw.trainer_mesh == hw.rollout_mesh and replicas == 1:
         return {"trainer": trainer, "rollout": trainer}
     return {"trainer": trainer,
-            "rollout": make_mesh(hw.rollout_mesh, devices[slice(*ranges.rollout)])}
+            "rollout": make_mesh(hw.rollout_mesh, devices[slice(*ranges.rollout)], replicas)}

@@ -26,14 +26,20 @@ trainer devices (policy + reference, the trainer mesh)
               sharding as activations
 rollout devices (the sampler, the rollout mesh)
   rollout weights  a second copy of the policy, unless trainer and rollout use the very same
-              mesh (Tunix then shares one backbone)
-  kv cache    rollout micro batch x num_generations x kv_cache_size x layers x 2 (k, v) x
-              kv_heads x head_dim x compute bytes. NOT divided by the mesh: Tunix's sampler
-              allocates it with jnp.zeros outside jit, i.e. whole on one device, before the
-              first prefill. The rollout micro batch is rollout.micro_batch_size, else the
-              train micro batch (Tunix samples a step's prompts in micro-batches).
-  sampler logits  rollout micro batch x num_generations x prompt length x vocab x 4 bytes
-              (the prefill).
+              mesh (Tunix then shares one backbone). With rollout.replicas = R data-parallel
+              samplers every replica holds a whole copy, sharded over its own fsdp/R x tp
+              chips (planning.hardware.make_mesh): params x bytes / (fsdp/R x tp) per device.
+  kv cache    the replica's rows x kv_cache_size x layers x 2 (k, v) x kv_heads x head_dim x
+              compute bytes, the rows one sampler call's (rollout micro batch x
+              num_generations) divided among the R replicas. NOT divided by the mesh: Tunix's
+              sampler allocates it with jnp.zeros outside jit, i.e. whole on one device,
+              before the first prefill. (Rows per replica is MaxText's layout, DP across
+              samplers; Tunix 0.1.7's sampler does not itself split a call's rows among the
+              replicas: until the engine hands each replica its share, the call's whole cache,
+              rollout.replicas x this figure, sits on one device.) The rollout micro batch is
+              rollout.micro_batch_size, else rollout.per_device_batch_size x the rollout
+              devices (at most one mini-batch), else planned (`rollout_micro_prompts`).
+  sampler logits  the replica's rows x prompt length x vocab x 4 bytes (the prefill).
   vllm reserve    rollout=vllm instead of the three above: the region vLLM owns on each
               rollout device, its own weights (model.dtype, split over tensor_parallel_size)
               plus its paged KV cache (plus, on GPUs, its activations), held while the trainer
@@ -76,10 +82,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from rlexp.config.rules import lora_projections
+from rlexp.config.rules import lora_projections, sampler_call_prompts
 from rlexp.config.schema import Config, MeshConfig, ModelConfig
 from rlexp.families import get as get_family
-from rlexp.planning.hardware import expected_platform, usable_hbm_fraction
+from rlexp.planning.hardware import expected_platform, replica_mesh, usable_hbm_fraction
 
 GIB = 1024**3
 
@@ -168,15 +174,17 @@ def divisors(n: int, below: int | None = None) -> list[int]:
 
 def rollout_micro_prompts(cfg: Config) -> int:
     """Prompts per sampler call (and per reference/old log-prob pass): rollout.micro_batch_size
-    when set. Unset, on an accelerator: the largest divisor of the mini batch, a multiple of
+    when set, or rollout.per_device_batch_size x the rollout devices, at most one mini-batch
+    (rules.sampler_call_prompts). Neither set, on an accelerator: the largest divisor of the mini batch, a multiple of
     the train micro batch, at which a training slice of that size would also fit the memory
     plan (a sampler call keeps no activations for backprop, so this is conservative: the plan
     does not itemize the log-prob passes' logits). A recipe's train micro batch is sized for
     the smallest machine it runs on (SmolLM2's 4 prompts); on an H100, with one sampler call
     per step, rollout tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py),
     where 4-prompt calls had made it fall. On the CPU: the train micro batch."""
-    if cfg.rollout.micro_batch_size:
-        return cfg.rollout.micro_batch_size
+    fixed = sampler_call_prompts(cfg)
+    if fixed:
+        return fixed
     train = micro_batch_prompts(cfg)
     if expected_platform(cfg.hardware) == "cpu":
         return train
@@ -294,14 +302,16 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     ab = 4 if on_cpu else cb
     logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES
     tm, rm = h.trainer_mesh, h.rollout_mesh
-    t_shards, r_shards = tm.fsdp * tm.tp, rm.fsdp * rm.tp
+    # One sampler replica's mesh: each of rollout.replicas holds a whole copy over it.
+    one = replica_mesh(rm, r.replicas)
+    t_shards, r_shards = tm.fsdp * tm.tp, one.fsdp * one.tp
     seq = sequence_length(cfg)
     rows = micro_batch_prompts(cfg) * a.num_generations
     act_shards = _batch_shards(tm, rows)
     colocated = h.split == "colocated"
     mini = cfg.train.mini_batch_size or cfg.train.batch_size
     accumulates = micro_batch_prompts(cfg) < mini
-    shared_backbone = colocated and tm == rm
+    shared_backbone = colocated and tm == rm and r.replicas == 1
 
     trainer = {
         "policy": n * pb / t_shards,
@@ -317,6 +327,8 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     }
     capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
     roll_rows = rollout_micro_prompts(cfg) * a.num_generations
+    # The rows one replica decodes: the replicas divide a sampler call's rows among them.
+    replica_rows = -(-roll_rows // r.replicas)
     vllm = None
     if r.name == "vllm":
         # Resident on a colocated device when vLLM sizes its cache: the trainer's policy and
@@ -328,10 +340,10 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     else:
         rollout = {
             "rollout weights": 0.0 if shared_backbone else n * pb / r_shards,
-            "kv cache": roll_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
+            "kv cache": replica_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
             * m.head_dim * cb,
-            "sampler logits": roll_rows * r.max_prompt_length * m.vocab_size * 4
-            / _batch_shards(rm, roll_rows),
+            "sampler logits": replica_rows * r.max_prompt_length * m.vocab_size * 4
+            / _batch_shards(one, replica_rows),
             "vllm reserve": 0.0,
         }
     if m.lora.rank:
@@ -480,8 +492,8 @@ def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float]
     adapted = len(adapted_projections(m)) * m.num_layers
     trainer["activations"] += act_bytes_per_unit * adapted * m.lora.rank
     if not shared_backbone and rollout["rollout weights"]:
-        rm = cfg.hardware.rollout_mesh
-        rollout["rollout weights"] = (n + nl) * pb / (rm.fsdp * rm.tp)
+        one = replica_mesh(cfg.hardware.rollout_mesh, cfg.rollout.replicas)
+        rollout["rollout weights"] = (n + nl) * pb / (one.fsdp * one.tp)
 
 
 def sharding_problem(cfg: Config) -> str | None:
@@ -496,8 +508,12 @@ def sharding_problem(cfg: Config) -> str | None:
     dims = get_family(m.family).tp_dims(m)
     for role in ("trainer_mesh", "rollout_mesh"):
         mesh: MeshConfig = getattr(h, role)
-        if m.embed_dim % mesh.fsdp:
-            return (f"hardware.{role}.fsdp={mesh.fsdp} does not divide model.embed_dim="
+        replicas = cfg.rollout.replicas if role == "rollout_mesh" else 1
+        # A sampler replica shards its copy over fsdp / rollout.replicas.
+        fsdp = replica_mesh(mesh, replicas).fsdp
+        if m.embed_dim % fsdp:
+            each = f" / rollout.replicas={replicas}" if replicas > 1 else ""
+            return (f"hardware.{role}.fsdp={mesh.fsdp}{each} does not divide model.embed_dim="
                     f"{m.embed_dim} (model={m.name} hardware={h.name}); pick a divisor")
         for name, value in dims.items():
             if value % mesh.tp:

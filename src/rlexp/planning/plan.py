@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from rlexp.config.paths import conf_dir
 from rlexp.config.schema import Config, HardwareConfig
 from rlexp.families import get as get_family
-from rlexp.planning.hardware import expected_platform, role_device_ranges
+from rlexp.planning.hardware import expected_platform, replica_mesh, role_device_ranges
 from rlexp.planning.memory import (DTYPE_BYTES, GIB, OPTIMIZER_MOMENTS, ROLLOUT_ITEMS,
                                    TRAINER_ITEMS, MemoryPlan, VllmPlan, adapted_projections,
                                    compute_dtype, divisors, lora_param_count, memory_plan,
@@ -74,22 +74,26 @@ def _size(b: float) -> str:
     return f"{b / 1024:.3g} KiB"
 
 
-def mesh_lines(hw: HardwareConfig) -> list[str]:
-    """How the devices are split between roles and the mesh shape of each."""
+def mesh_lines(hw: HardwareConfig, replicas: int = 1) -> list[str]:
+    """How the devices are split between roles and the mesh shape of each (`replicas`:
+    rollout.replicas, the data-parallel samplers the rollout devices hold)."""
     ranges = role_device_ranges(hw)
     t, r = hw.trainer_mesh, hw.rollout_mesh
+    one = replica_mesh(r, replicas)
+    samplers = (f" as {replicas} sampler replicas (fsdp={one.fsdp}, tp={one.tp}, a whole copy "
+                f"of the weights each)" if replicas > 1 else "")
     where = "emulated on CPU" if hw.emulate else f"{hw.platform}"
     head = (f"hardware   {hw.name}: {hw.devices} {where} device(s) ({hw.accelerator_type}), "
             f"{hw.hosts} host(s), {hw.hbm_gib_per_device:g} GiB and "
             + (f"{hw.peak_bf16_tflops:g} bf16 TFLOP/s per device" if hw.peak_bf16_tflops
                else "no known bf16 peak"))
     if ranges.colocated:
-        share = "shared weights" if t == r else "separate rollout weights"
+        share = "shared weights" if t == r and replicas == 1 else "separate rollout weights"
         return [head, f"mesh       colocated on devices 0-{hw.devices - 1}: trainer (fsdp={t.fsdp}, "
-                      f"tp={t.tp}), rollout (fsdp={r.fsdp}, tp={r.tp}), {share}"]
+                      f"tp={t.tp}), rollout (fsdp={r.fsdp}, tp={r.tp}){samplers}, {share}"]
     (t0, t1), (r0, r1) = ranges.trainer, ranges.rollout
     return [head, f"mesh       split: trainer devices {t0}-{t1 - 1} (fsdp={t.fsdp}, tp={t.tp}), "
-                  f"rollout devices {r0}-{r1 - 1} (fsdp={r.fsdp}, tp={r.tp})"]
+                  f"rollout devices {r0}-{r1 - 1} (fsdp={r.fsdp}, tp={r.tp}){samplers}"]
 
 
 def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
@@ -303,14 +307,25 @@ def make_plan(cfg: Config) -> Plan:
     dtypes = (m.dtype if m.param_dtype == m.dtype and compute_dtype(m) == m.dtype else
               f"weights {m.param_dtype}, compute {compute_dtype(m)}")
     roll = rollout_micro_prompts(cfg)
-    planned = not cfg.rollout.micro_batch_size and roll != micro_batch_prompts(cfg)
-    every = cfg.rollout.sync_every
+    r = cfg.rollout
+    fixed = r.micro_batch_size or r.per_device_batch_size
+    planned = not fixed and roll != micro_batch_prompts(cfg)
+    if r.per_device_batch_size:
+        asked = r.per_device_batch_size * h.rollout_mesh.fsdp * h.rollout_mesh.tp
+        source = (f" ({r.per_device_batch_size} per device x "
+                  f"{h.rollout_mesh.fsdp * h.rollout_mesh.tp} devices"
+                  + (f" = {asked}, capped at the mini-batch)" if asked > roll else ")"))
+    else:
+        source = " (planned from memory)" if planned else ""
+    if r.replicas > 1:
+        source += f", {-(-roll // r.replicas)} prompts per replica"
+    every = r.sync_every
     sync = f", weights synced every {every} steps" if every > 1 else ""
     lines = [
         f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
         f"G={a.num_generations} mu={a.num_iterations} kl={a.kl_estimator}",
-        *mesh_lines(h),
+        *mesh_lines(h, cfg.rollout.replicas),
         f"train      {t.steps} steps{f' ({t.epochs} epochs)' if t.epochs else ''} x "
         f"{t.batch_size} prompts x {a.num_generations} completions, "
         f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate}"
@@ -318,7 +333,7 @@ def make_plan(cfg: Config) -> Plan:
         f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
         f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
         f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
-        f"micro batch {roll} prompts{' (planned from memory)' if planned else ''}{sync}",
+        f"micro batch {roll} prompts{source}{sync}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
         *memory_lines(mem, "cpu" if h.emulate else h.platform),
         *vllm_lines(cfg, mem.vllm),
