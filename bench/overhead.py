@@ -14,6 +14,17 @@ RSS <= 3 GB.
     python bench/overhead.py --steps 80 -- algo=gspo
     python bench/overhead.py --trace    # + host seconds per phase of a step, rlexp and bare
     python bench/overhead.py --repeats 3   # rlexp and bare alternate 3 times: medians
+    python bench/overhead.py --repeats 3 --ab algo.beta=0
+        # + a third side, rlexp with this override too, in the same alternation (A/B of a key)
+    python bench/overhead.py --repeats 3 --ab-no-sampler-logprobs
+        # + rlexp whose vanilla sampler returns no per-token log-probs (no rollout/logprob_diff)
+    python bench/overhead.py --no-warm  # without the warm-cache start-up rerun
+
+Each A/B side also prints CPU seconds per step (all of the process's threads): on a shared
+host wall time counts the other jobs' load too. Measured on the 2-core CPU (default tiny run,
+tracker=none, 16 steps, 3 alternating repeats, load ~7): CPU s/step rlexp 0.6864, without the
+sampler's log-probs 0.6787 (0.989), bare Tunix 0.6599 (rlexp/bare 1.040); wall ratios of the
+same runs swung 0.86-1.13.
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
@@ -54,15 +65,24 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
+def part_rlexp(workdir: Path, overrides: list[str], sampler_logprobs: bool = True) -> dict:
     import psutil
 
     from rlexp.job import experiment
     from rlexp.base.events import Listener
 
+    if not sampler_logprobs:  # the vanilla sampler returns no per-token log-probs
+        import dataclasses
+
+        from rlexp.engine import tunix_adapter
+
+        configs = tunix_adapter.rollout_configs
+        tunix_adapter.rollout_configs = lambda c: {
+            mode: dataclasses.replace(rc, return_logprobs=False) for mode, rc in configs(c).items()}
+
     t0 = psutil.Process().create_time()
     cfg = _compose(overrides)
-    stamps: dict = {"metrics": [], "eval0": None, "times": []}
+    stamps: dict = {"metrics": [], "cpu": [], "eval0": None, "times": []}
 
     class Stamps(Listener):
         def on_eval(self, step, metrics, samples):
@@ -71,6 +91,7 @@ def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
 
         def on_metrics(self, step, metrics):
             stamps["metrics"].append(time.time())
+            stamps["cpu"].append(time.process_time())
             stamps["times"].append({k: v for k, v in metrics.items() if k.startswith("time/")
                                     or k.startswith("train/completion_length")})
 
@@ -80,8 +101,9 @@ def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
                                 overrides=overrides)
     (workdir / "run").mkdir(parents=True, exist_ok=True)
     experiment.run(cfg, job)
-    m = stamps["metrics"]
+    m, c = stamps["metrics"], stamps["cpu"]
     return {"intervals": [b - a for a, b in zip(m, m[1:])],
+            "cpu_intervals": [b - a for a, b in zip(c, c[1:])],
             "first_step_start_s": stamps["eval0"] - t0, "first_step_done_s": m[0] - t0,
             "peak_rss_mb": _peak_rss_mb(), "times": stamps["times"]}
 
@@ -111,6 +133,7 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
     model = engine_models.build_model(cfg.model, meshes["trainer"], t.seed)
     warm_start.load_params(model, warm_start.cache_path(cfg))  # the rlexp part wrote it
     stamps: list[float] = []
+    cpu: list[float] = []
     terms = rewards.for_run(cfg)
 
     lengths: list[dict] = []
@@ -119,6 +142,7 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
         def fn(prompts, completions, answer, **_):
             if first:
                 stamps.append(time.time())
+                cpu.append(time.process_time())
                 n = [len(raw_tok.encode(c)) for c in completions]  # decode steps ~ the longest
                 lengths.append({"train/completion_length": sum(n) / len(n),
                                 "train/completion_length_max": max(n)})
@@ -154,7 +178,8 @@ def part_bare(overrides: list[str], trace: bool = False) -> dict:
     learner.train(batches)
     for entry, n in zip(times, lengths):
         entry.update(n)
-    return {"intervals": [b - a for a, b in zip(stamps, stamps[1:])], "peak_rss_mb": _peak_rss_mb(),
+    return {"intervals": [b - a for a, b in zip(stamps, stamps[1:])],
+            "cpu_intervals": [b - a for a, b in zip(cpu, cpu[1:])], "peak_rss_mb": _peak_rss_mb(),
             "times": times}
 
 
@@ -224,10 +249,18 @@ def main() -> None:
     p.add_argument("--trace", action="store_true", help="print host seconds per phase of a step")
     p.add_argument("--repeats", type=int, default=1,
                    help="alternate rlexp and bare this many times; medians of the repeats")
+    p.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
+                   help="a third side: rlexp with this override too (repeatable), alternating "
+                        "with the others")
+    p.add_argument("--ab-no-sampler-logprobs", action="store_true",
+                   help="a third side: rlexp whose vanilla sampler returns no log-probs")
+    p.add_argument("--no-sampler-logprobs", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-warm", action="store_true",
+                   help="skip the warm-cache rerun (its start-up figure)")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args()
     if a.part:
-        out = (part_rlexp(a.workdir, a.overrides) if a.part == "rlexp"
+        out = (part_rlexp(a.workdir, a.overrides, not a.no_sampler_logprobs) if a.part == "rlexp"
                else part_bare(a.overrides, a.trace))
         print("RESULT " + json.dumps(out), flush=True)
         return
@@ -236,11 +269,11 @@ def main() -> None:
                  f"tracker.uri=sqlite:///{work / 'mlflow.db'}", *a.overrides]
     results: dict = {}
 
-    def part(label: str, kind: str, extra: list[str]) -> dict:
+    def part(label: str, kind: str, extra: list[str], flags: tuple[str, ...] = ()) -> dict:
         work_part = work / label
         work_part.mkdir()
         cmd = [sys.executable, __file__, "--part", kind, "--workdir", str(work_part),
-               *(["--trace"] if a.trace else []), *overrides, *extra]
+               *(["--trace"] if a.trace else []), *flags, *overrides, *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
         line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -251,23 +284,48 @@ def main() -> None:
     # rlexp first: it writes the warm-start cache that the bare loop and the warm rerun load.
     # Then the two alternate: a process's steady s/step varies by up to ~10% from one
     # process to the next on a shared VM, so each side's figure is the median of its repeats.
-    steady: dict[str, list[float]] = {"rlexp": [], "bare": []}
+    # sides: label -> (part kind, extra overrides, flags)
+    sides: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
+        "rlexp": ("rlexp", [], ()), "bare": ("bare", [], ())}
+    if a.ab:
+        sides["rlexp B"] = ("rlexp", a.ab, ())
+    if a.ab_no_sampler_logprobs:
+        sides["rlexp no logprobs"] = ("rlexp", [], ("--no-sampler-logprobs",))
+    steady: dict[str, list[float]] = {side: [] for side in sides}
+    # CPU seconds per step (all of the process's threads): on a shared host, wall time also
+    # counts the other jobs' load; the work a step does is what an A/B compares.
+    steady_cpu: dict[str, list[float]] = {side: [] for side in sides}
     for i in range(a.repeats):
-        for kind in ("rlexp", "bare"):
-            label = kind if i == 0 else f"{kind}-{i}"
-            results[label] = part(label, kind, [])
-            steady[kind].append(median(results[label]["intervals"][SKIP:]))
-    results["rlexp-warm"] = part("rlexp-warm", "rlexp", ["train.steps=6"])
+        for side, (kind, extra, flags) in sides.items():
+            label = side.replace(" ", "-") + ("" if i == 0 else f"-{i}")
+            results[label] = part(label, kind, extra, flags)
+            steady[side].append(median(results[label]["intervals"][SKIP:]))
+            steady_cpu[side].append(median(results[label]["cpu_intervals"][SKIP:]))
+    if not a.no_warm:
+        results["rlexp-warm"] = part("rlexp-warm", "rlexp", ["train.steps=6"])
     if a.repeats > 1:
-        for kind in ("rlexp", "bare"):
-            print(f"  {kind} s/step per repeat: {' '.join(f'{x:.4f}' for x in steady[kind])}")
+        for side in sides:
+            print(f"  {side} s/step per repeat: {' '.join(f'{x:.4f}' for x in steady[side])}"
+                  f"  (CPU s/step {' '.join(f'{x:.4f}' for x in steady_cpu[side])})")
+    for side in sides:
+        if side not in ("rlexp", "bare"):
+            what = " ".join(a.ab) if side == "rlexp B" else "no sampler log-probs"
+            for unit, table in (("s/step", steady), ("CPU s/step", steady_cpu)):
+                b, r = median(table[side]), median(table["rlexp"])
+                print(f"A/B: {side} ({what}) {b:.4f} {unit} vs rlexp {r:.4f}: ratio "
+                      f"{b / r:.3f}; vs bare Tunix {b / median(table['bare']):.3f}")
     ours, bare = median(steady["rlexp"]), median(steady["bare"])
-    cold, warm = results["rlexp"], results["rlexp-warm"]
+    cold, warm = results["rlexp"], results.get("rlexp-warm")
     print(f"steady-state s/step ({a.steps} steps, median after {SKIP}"
           f"{f', median of {a.repeats} repeats' if a.repeats > 1 else ''}): rlexp {ours:.4f}  "
           f"bare Tunix {bare:.4f}  ratio {ours / bare:.3f} (target <= 1.00)")
+    ours_cpu, bare_cpu = median(steady_cpu["rlexp"]), median(steady_cpu["bare"])
+    print(f"steady-state CPU s/step (all threads): rlexp {ours_cpu:.4f}  bare Tunix "
+          f"{bare_cpu:.4f}  ratio {ours_cpu / bare_cpu:.3f}")
     for name, r, target in (("cold caches (warm start trained, JAX compiles)", cold, 40),
                             ("warm caches", warm, 30)):
+        if r is None:
+            continue
         print(f"start -> first training step, {name}: starts at {r['first_step_start_s']:.1f}s, "
               f"done at {r['first_step_done_s']:.1f}s (target <= {target} s)")
     print(f"peak RSS: rlexp run {cold['peak_rss_mb']:.0f} MB (target <= 3072 MB); "

@@ -8,10 +8,16 @@ finds (hardware=gpu on a GPU, else the CPU with a short run).
     python bench/real_model.py --steps 250       # the recipe's length anywhere
     python bench/real_model.py --bf16-weights    # add model.param_dtype=bfloat16
     python bench/real_model.py -- rollout.max_completion_length=64   # extra overrides
+    python bench/real_model.py --parallel        # the precisions at once, one process each
 
 Each run writes to a temporary dir (run dir, cache, tracker off). Reference (a lent H100,
 recipe as shipped, 250 steps of 16 x 8): float32 0.000 -> 0.750 in 366 s; bfloat16 weights
 0.000 -> 0.000.
+
+--parallel starts every precision's run at once (a process each, sharing the weights' and
+compilation cache): on an accelerator the compiles (host CPU) overlap and the steps share a
+device a 135M model leaves mostly idle, so both finish in about the time of one; s/step then
+counts that sharing, for both alike.
 """
 
 from __future__ import annotations
@@ -44,18 +50,25 @@ def device() -> str:
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 else "cpu"
 
 
-def run_once(precision: str, platform: str, extra: list[str], cache: Path) -> dict:
+def start(precision: str, platform: str, extra: list[str], cache: Path
+          ) -> tuple[subprocess.Popen, Path, float]:
     tmp = Path(tempfile.mkdtemp(prefix=f"rlexp-real-{precision}-"))
     hw = {"gpu": "hardware=gpu", "cpu": "hardware=cpu"}.get(platform, "hardware=cpu")
     cmd = [sys.executable, "-m", "rlexp", "model=smollm2-135m", hw, *PRECISIONS[precision],
            f"hydra.run.dir={tmp / 'run'}", f"run.cache_dir={cache}", "tracker=none",
            "run.progress=false", *extra]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # output to a file, not a pipe: runs at once must not block on an unread pipe
+    with open(tmp / "console.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    return proc, tmp, time.perf_counter()
+
+
+def finish(precision: str, proc: subprocess.Popen, tmp: Path, started: float) -> dict:
+    proc.wait()
     wall = time.perf_counter() - started
     path = tmp / "run" / "summary.json"
     if proc.returncode != 0 or not path.is_file():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-4:]
+        tail = (tmp / "console.log").read_text(errors="replace").strip().splitlines()[-4:]
         return {"precision": precision, "ok": False, "wall_s": wall, "error": " | ".join(tail)}
     s = json.loads(path.read_text())
     steps = max(s["steps_done"], 1)
@@ -68,6 +81,18 @@ def run_once(precision: str, platform: str, extra: list[str], cache: Path) -> di
             "loss_after": s["train_final"].get("train/loss", float("nan"))}
 
 
+def in_finishing_order(runs: dict[str, tuple[subprocess.Popen, Path, float]]):
+    """The names of `runs` as their processes end (a run cut short still shows the others)."""
+    pending = dict(runs)
+    while pending:
+        done = [name for name, (proc, _, _) in pending.items() if proc.poll() is not None]
+        for name in done:
+            del pending[name]
+            yield name
+        if pending and not done:
+            time.sleep(0.5)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,6 +100,8 @@ def main() -> None:
                    "recipe's 250, CPU a short run of 3)")
     p.add_argument("--bf16-weights", action="store_true",
                    help="also run bfloat16 weights (no float32 master)")
+    p.add_argument("--parallel", action="store_true",
+                   help="run the precisions at once (a process each); see the docstring")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     a = p.parse_args()
     platform = device()
@@ -88,9 +115,16 @@ def main() -> None:
     print(f"{'precision':>12} {'steps':>5} {'before':>7} {'after':>7} {'delta':>7} "
           f"{'format':>11} {'reward':>7} {'wall_s':>7} {'s/step':>7}")
     names = ["f32", "bf16"] + (["bf16-weights"] if a.bf16_weights else [])
+    if a.parallel:  # the weights are converted once, before the runs share them
+        from rlexp.inputs.smollm2 import ensure_converted
+
+        ensure_converted(cache)
+        runs = {name: start(name, platform, extra, cache) for name in names}
+        results = ((name, finish(name, *runs[name])) for name in in_finishing_order(runs))
+    else:
+        results = ((name, finish(name, *start(name, platform, extra, cache))) for name in names)
     rows = []
-    for name in names:
-        r = run_once(name, platform, extra, cache)
+    for name, r in results:
         rows.append(r)
         if not r["ok"]:
             print(f"{name:>12} FAILED after {r['wall_s']:.0f}s: {r['error']}")
