@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlexp.base.events import RunInfo
+from rlexp.base.lock import LOCK_FILE, try_flock
 from rlexp.base.redact import MASK, is_secret_key, redact_params, redact_text, scrub_run_dir
 from rlexp.tracking import prepare_store
 from rlexp.tracking.listener import MlflowListener
@@ -312,16 +313,42 @@ def _run_until_the_job_calls(args: list[str], cwd: Path, calls: int,
         time.sleep(0.2)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
+    # Wait for the launching process to exit and the job to let go of its run dir. joblib's
+    # worker (loky) outlives the launcher, idle for up to 300 s with the console pipe open:
+    # waiting for the pipe to close cost a full minute per test.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (proc.poll() is not None and _job_ended(cwd)):
+        time.sleep(0.2)
     try:
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        os.killpg(proc.pid, signal.SIGKILL)  # what is left: an idle worker (or a hung launch)
+    except ProcessLookupError:
+        pass
+    out, _ = proc.communicate()
     return out
+
+
+def _job_ended(cwd: Path) -> bool:
+    """The job wrote summary.json and released its run dir's flock (rlexp.lock), which it
+    holds until its last write."""
+    summaries = list(cwd.glob("outputs/**/summary.json"))
+    for summary in summaries:
+        handle = try_flock(summary.parent / LOCK_FILE)
+        if handle is None:
+            return False
+        handle.close()
+    return bool(summaries)
 
 
 def _secrets_under(root: Path) -> list[Path]:
     return [p for secret in (PLANTED_PW, PLANTED_TOK) for p in _files_containing(root, secret)]
+
+
+# A SIGTERM stops a run at its next step boundary, so the job still evaluates and takes its
+# one step (and writes its end-of-run files, which are checked too) after it reached the
+# store: the smallest evaluation and batch keep that short (not the recipe's 128 prompts x
+# pass@4 evaluation and 32-prompt step).
+SMALL_RUN = ["train.steps=1", "model.warm_start_steps=0", "train.batch_size=2",
+             "eval.num_samples=4", "dataset.num_eval=4", "eval.pass_k=1"]
 
 
 @pytest.mark.slow  # 30-100 s: the job reaches the store once its engine is built
@@ -338,7 +365,7 @@ def test_a_local_job_gets_the_real_credentials_and_no_file_holds_them(tmp_path, 
         sweep = ["-m", f"hydra/launcher={launcher}"] if launcher == "joblib" else []
         console = _run_until_the_job_calls(
             [*sweep, f"tracker.uri={uri}", f"+hydra.job.env_set.HF_TOKEN={PLANTED_TOK}",
-             "train.steps=1", "model.warm_start_steps=0"], tmp_path,
+             *SMALL_RUN], tmp_path,
             calls=2 if launcher == "joblib" else 1)
     finally:
         server.shutdown()
