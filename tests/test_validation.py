@@ -88,6 +88,11 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
         _set(rollout__micro_batch_size=8, rollout__per_device_batch_size=1),
         "rollout.per_device_batch_size=1 is invalid: sizes the sampler call as "
         "rollout.micro_batch_size=8 does: set one of them (the other null)"),
+    "vllm_parallelism_tiles_the_rollout_mesh": (
+        _set(rollout__name="vllm", rollout__tensor_parallel_size=2),
+        "rollout.tensor_parallel_size=2 is invalid: times rollout.data_parallel_size=1 it must "
+        "equal the 1 devices of hardware.rollout_mesh (hardware=cpu); -1 derives a size from the "
+        "other (both -1: TP 1, DP 1)"),
     "rollout_micro_batch_fits_train_batches": (
         _set(train__batch_size=8, train__micro_batch_size=4, rollout__micro_batch_size=3),
         "rollout.micro_batch_size=3 is invalid: must divide or be a multiple of both the train "
@@ -511,3 +516,26 @@ def test_the_job_does_not_check_the_plan_again():
         n for n in ast.parse(Path(experiment.__file__).read_text()).body
         if isinstance(n, ast.FunctionDef) and n.name == "run"))
     assert "plan.fits" not in body and "plan.why" not in body
+
+
+@pytest.mark.parametrize(("tp", "dp", "devices"), [
+    (-1, -1, 4), (-1, -1, 8), (-1, 2, 8), (4, -1, 8), (2, 4, 8), (-1, 1, 16), (8, -1, 64)])
+def test_vllm_parallel_sizes_resolve_as_tunix_resolves_them(tp, dp, devices):
+    """-1 sizes equal Tunix 0.1.7's own resolve_parallelism_sizes (the function its vLLM sampler
+    calls) on a mesh of that many devices (only its shape is read)."""
+    from types import SimpleNamespace
+
+    from tunix.generate.utils import resolve_parallelism_sizes
+
+    from rlexp.config.validate import resolve_parallel_sizes
+
+    mesh = SimpleNamespace(shape={"fsdp": devices, "tp": 1})
+    want = resolve_parallelism_sizes(mesh, tensor_parallel_size=tp, data_parallel_size=dp)[:2]
+    assert resolve_parallel_sizes(tp, dp, devices) == want
+
+
+def test_a_seed_recipe_with_minus_one_sizes_takes_every_sampler_chip(compose_config):
+    """maxtext_llama3.1-8b_grpo says -1/-1 as rl.yml does: TP 4 on v5p-8, TP 8 on v6e-8."""
+    for hardware, tp in (("v5p-8", 4), ("v6e-8", 8)):
+        r = compose_config("experiment=maxtext_llama3.1-8b_grpo", f"hardware={hardware}").rollout
+        assert (r.tensor_parallel_size, r.data_parallel_size) == (tp, 1)

@@ -87,21 +87,6 @@ def test_installed_vllm_gives_a_tunix_rollout_config(monkeypatch, vllm_config):
     assert rc.rollout_vllm_hbm_utilization == cfg.rollout.hbm_utilization
 
 
-def test_parallelism_must_tile_the_rollout_mesh(vllm_config):
-    cfg = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=v6e-8",
-                      "rollout.tensor_parallel_size=2", "rollout.data_parallel_size=2")
-    with pytest.raises(UserError, match=r"tensor_parallel_size=2 x rollout.data_parallel_size=2 "
-                                        r"must equal the 8 devices of hardware.rollout_mesh"):
-        vllm_rollout.vllm_rollout_config(cfg)
-
-
-def test_tensor_parallelism_must_split_the_heads(vllm_config):
-    cfg = vllm_config("model=smollm2-135m", "model.path=/ckpt", "hardware=v5p-8",
-                      "rollout.tensor_parallel_size=4")
-    with pytest.raises(UserError, match=r"tensor_parallel_size=4 does not divide model.num_heads=9"):
-        vllm_rollout.vllm_rollout_config(cfg)
-
-
 def test_tpu_needs_a_checkpoint_path(vllm_config):
     cfg = vllm_config("model=gemma3-1b", "hardware=v6e-8", "rollout.tensor_parallel_size=1",
                       "rollout.data_parallel_size=8", "model.path=null")

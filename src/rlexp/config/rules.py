@@ -311,6 +311,29 @@ def _sync_every_within_steps(cfg: Config) -> Optional[Refusal]:
                    "weights")
 
 
+def _vllm_parallelism(cfg: Config) -> Optional[Refusal]:
+    # vLLM's tensor x data parallel replicas tile the rollout mesh, and tensor parallelism
+    # splits the attention heads evenly (vLLM refuses otherwise, after minutes of start-up).
+    r, m, mesh = cfg.rollout, cfg.model, cfg.hardware.rollout_mesh
+    devices = mesh.fsdp * mesh.tp
+    for key, size in (("tensor_parallel_size", r.tensor_parallel_size),
+                      ("data_parallel_size", r.data_parallel_size)):
+        if size == 0:
+            return Refusal(f"rollout.{key}", 0, "must be >= 1, or -1 (derived from the rollout "
+                           "devices, as Tunix does)")
+    if r.name != "vllm":
+        return None
+    if r.tensor_parallel_size * r.data_parallel_size != devices:
+        return Refusal("rollout.tensor_parallel_size", r.tensor_parallel_size,
+                       f"times rollout.data_parallel_size={r.data_parallel_size} it must equal "
+                       f"the {devices} devices of hardware.rollout_mesh (hardware={cfg.hardware.name}"
+                       f"); -1 derives a size from the other (both -1: TP {devices}, DP 1)")
+    if m.num_heads % r.tensor_parallel_size:
+        return Refusal("rollout.tensor_parallel_size", r.tensor_parallel_size,
+                       f"does not divide model.num_heads={m.num_heads} (model={m.name})")
+    return None
+
+
 def _replicas_split_the_rollout_mesh(cfg: Config) -> Optional[Refusal]:
     # Each replica is a block of fsdp/replicas x tp devices holding a whole copy
     # (rlexp.planning.hardware.make_mesh): the fsdp axis is what they split.
@@ -392,6 +415,7 @@ RULES: tuple[Rule, ...] = (
     Rule("mini_batch_divides_batch", _mini_divides_batch),
     Rule("micro_batch_divides_mini_batch", _micro_divides_mini),
     Rule("rollout_batch_set_once", _rollout_batch_set_once),
+    Rule("vllm_parallelism_tiles_the_rollout_mesh", _vllm_parallelism),
     Rule("rollout_micro_batch_fits_train_batches", _rollout_micro_batch),
     Rule("kv_cache_holds_prompt_and_completion", _kv_cache),
     Rule("eval_samples_within_eval_set", _eval_samples),

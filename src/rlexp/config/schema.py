@@ -335,9 +335,10 @@ class RolloutConfig:
     # memory on an accelerator (rlexp.planning.memory.rollout_micro_prompts), the train micro batch on
     # the CPU. Smaller values cap the KV cache and prefill logits in the memory plan.
     micro_batch_size: Optional[int] = None
-    # vllm: tensor-parallel size.
+    # vllm: tensor-parallel size; -1 = the rollout devices over data_parallel_size (both -1:
+    # every rollout device, DP 1, as Tunix resolves them).
     tensor_parallel_size: int = 1
-    # vllm: data-parallel size.
+    # vllm: data-parallel size; -1 = the rollout devices over tensor_parallel_size.
     data_parallel_size: int = 1
     # rollout=vanilla: samplers (MaxText's inference_replicas), data-parallel. The rollout
     # mesh's devices split into this many replicas along its fsdp axis; each holds a whole

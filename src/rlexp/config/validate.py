@@ -154,8 +154,10 @@ RANGES: dict[str, str] = {
     "rollout.max_prompt_length": "[1, 131072]",
     "rollout.max_completion_length": "[1, 131072]",
     "rollout.kv_cache_size": "[2, 262144]",
-    "rollout.tensor_parallel_size": "[1, inf)",
-    "rollout.data_parallel_size": "[1, inf)",
+    # -1: derived from the rollout devices (resolve_parallel_sizes); 0: rules
+    # (vllm_parallelism_tiles_the_rollout_mesh).
+    "rollout.tensor_parallel_size": "[-1, inf)",
+    "rollout.data_parallel_size": "[-1, inf)",
     "rollout.replicas": "[1, inf)",  # rules: divides hardware.rollout_mesh.fsdp
     "rollout.per_device_batch_size": "[1, 65536]",  # as rollout.micro_batch_size
     "rollout.hbm_utilization": "(0, 1]",
@@ -266,16 +268,34 @@ def range_refusal(cfg: Config) -> Optional[Refusal]:
     return None
 
 
+def resolve_parallel_sizes(tp: int, dp: int, devices: int) -> tuple[int, int]:
+    """vLLM's tensor and data parallel sizes, a -1 derived as Tunix 0.1.7 does
+    (tunix/generate/utils.py resolve_parallelism_sizes, expert parallelism 1): both -1 is TP =
+    every rollout device and DP 1 (MaxText rl.yml's default); one -1 is the devices over the
+    other. A 0 stays for the rules to refuse."""
+    if tp == -1 and dp == -1:
+        return devices, 1
+    if tp == -1 and dp > 0:
+        return devices // dp, dp
+    if dp == -1 and tp > 0:
+        return tp, devices // tp
+    return tp, dp
+
+
 def validate(cfg: Config) -> Config:
     """The tables, then the rules, in order: UserError (one line) for the first refusal.
-    Between them, train.steps is derived from train.epochs when that is set (its inputs are
-    in range by then; the rules check the result)."""
+    Between them, train.steps is derived from train.epochs when that is set, and a vLLM
+    parallel size of -1 from the rollout devices (their inputs are in range by then; the rules
+    check the result)."""
     for check in (choice_refusal, range_refusal):
         refusal = check(cfg)
         if refusal is not None:
             raise UserError(refusal.message)
     if cfg.train.epochs is not None:
         cfg.train.steps = epoch_steps(cfg.train.epochs, cfg.dataset.num_train, cfg.train.batch_size)
+    r, mesh = cfg.rollout, cfg.hardware.rollout_mesh
+    r.tensor_parallel_size, r.data_parallel_size = resolve_parallel_sizes(
+        r.tensor_parallel_size, r.data_parallel_size, mesh.fsdp * mesh.tp)
     for rule in RULES:
         refusal = rule.check(cfg)
         if refusal is not None:

@@ -247,22 +247,6 @@ def seed_rows(llm: Any) -> None:
     llm.generate = generate_seeded_rows
 
 
-def check_parallelism(cfg: Config) -> None:
-    """vLLM's tensor x data parallel replicas must tile the rollout mesh, and tensor
-    parallelism must split the attention heads evenly."""
-    r, m = cfg.rollout, cfg.model
-    mesh = cfg.hardware.rollout_mesh
-    devices = mesh.fsdp * mesh.tp
-    if r.tensor_parallel_size * r.data_parallel_size != devices:
-        raise UserError(
-            f"rollout.tensor_parallel_size={r.tensor_parallel_size} x rollout.data_parallel_size="
-            f"{r.data_parallel_size} must equal the {devices} devices of hardware.rollout_mesh "
-            f"(hardware={cfg.hardware.name})")
-    if m.num_heads % r.tensor_parallel_size:
-        raise UserError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} does not divide "
-                        f"model.num_heads={m.num_heads} (model={m.name})")
-
-
 def vllm_rollout_config(cfg: Config, model_path: str | None = None,
                         temperature: float | None = None) -> dict[str, Any]:
     """Keyword arguments of Tunix's RolloutConfig for rollout=vllm.
@@ -281,7 +265,6 @@ def vllm_rollout_config(cfg: Config, model_path: str | None = None,
                         f"from it); model={cfg.model.name} has none")
     if not 0 < r.hbm_utilization <= 1:
         raise UserError(f"rollout.hbm_utilization={r.hbm_utilization} is invalid: must be in (0, 1]")
-    check_parallelism(cfg)
     check_cpu_head_size(cfg)
     return {
         # Sampling (the same knobs as the vanilla rollout).
