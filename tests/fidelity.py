@@ -146,6 +146,17 @@ SEED_001 = Seed(
 _README = "GRPO_README.md"  # src/MaxText/examples/ at a703dfd6a
 _DUMMY = ("grpo_trainer.py scores with grpo_utils.dummy_reward_len (-|20 - length|), a "
           "systems-test reward; rlexp trains the GSM8K task with MaxText's own GSM8K rewards")
+# grpo_demo.py's defaults as GRPO_README.md lists them (both demo recipes keep them).
+_DEMO_DEFAULTS = (
+    Row("train.steps", 100, f"{_README}: --steps=100"),
+    Row("train.learning_rate", 3e-6, f"{_README}: --learning_rate (default: 3e-6)"),
+    Row("algo.num_generations", 2, f"{_README}: --num_generations (default: 2)"),
+    Row("algo.beta", 0.08, f"{_README}: --grpo_beta (default: 0.08)"),
+    Row("algo.epsilon", 0.2, f"{_README}: --grpo_epsilon (default: 0.2)"),
+    Row("rollout.max_prompt_length", 256, f"{_README}: --max_prefill_predict_length 256"),
+    Row("rollout.max_completion_length", 512, f"{_README}: --max_target_length 768 - 256"),
+    Row("train.checkpoint_every", 50, f"{_README}: --checkpoint_period (default: 50)"),
+)
 SEED_002 = Seed(
     ("maxtext_grpo_demo",),
     "MaxText: GRPO Demo - Unified Training Interface (grpo_demo.py, Llama3.1-8B single host)",
@@ -154,14 +165,7 @@ SEED_002 = Seed(
         Row("model.name", "llama3.1-8b", f"{_README}: --model_name=llama3.1-8b"),
         Row("model.path", "meta-llama/Llama-3.1-8B-Instruct", f"{_README}: --tokenizer_path"),
         Row("dataset.name", "gsm8k", f"{_README}: --hf_path (default: gsm8k)"),
-        Row("train.steps", 100, f"{_README}: --steps=100"),
-        Row("train.learning_rate", 3e-6, f"{_README}: --learning_rate (default: 3e-6)"),
-        Row("algo.num_generations", 2, f"{_README}: --num_generations (default: 2)"),
-        Row("algo.beta", 0.08, f"{_README}: --grpo_beta (default: 0.08)"),
-        Row("algo.epsilon", 0.2, f"{_README}: --grpo_epsilon (default: 0.2)"),
-        Row("rollout.max_prompt_length", 256, f"{_README}: --max_prefill_predict_length 256"),
-        Row("rollout.max_completion_length", 512, f"{_README}: --max_target_length 768 - 256"),
-        Row("train.checkpoint_every", 50, f"{_README}: --checkpoint_period (default: 50)"),
+        *_DEMO_DEFAULTS,
         Row("run.profile_steps", [6, 8], "grpo.yml:83-85 profiler: xplane, skip_first_n_steps_for_"
             "profiler: 5, profiler_steps: 3"),
     ),
@@ -212,14 +216,7 @@ SEED_002_70B = Seed(
         Row("rollout.sync_every", 1, "grpo.yml:48 inference_rollouts"),
         Row("train.batch_size", 16, f"{_README}: --per_device_batch_size (default: 1) x 16 "
             "trainer chips"),
-        Row("train.steps", 100, f"{_README}: --steps=100"),
-        Row("train.learning_rate", 3e-6, f"{_README}: --learning_rate (default: 3e-6)"),
-        Row("algo.num_generations", 2, f"{_README}: --num_generations (default: 2)"),
-        Row("algo.beta", 0.08, f"{_README}: --grpo_beta (default: 0.08)"),
-        Row("algo.epsilon", 0.2, f"{_README}: --grpo_epsilon (default: 0.2)"),
-        Row("rollout.max_prompt_length", 256, f"{_README}: --max_prefill_predict_length 256"),
-        Row("rollout.max_completion_length", 512, f"{_README}: --max_target_length 768 - 256"),
-        Row("train.checkpoint_every", 50, f"{_README}: --checkpoint_period (default: 50)"),
+        *_DEMO_DEFAULTS,
     ),
     (
         Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),

@@ -67,6 +67,20 @@ def uses_maxtext_rewards(terms: Sequence[rewards.Term]) -> bool:
     return any(t.fn in _MAXTEXT_FNS for t in terms)
 
 
+def _maxtext_metrics(scored: Sequence[Sequence[float]], each: Sequence[Sequence[float]],
+                     maj: Sequence[bool]) -> dict[str, float]:
+    """The eval/ metrics of MaxText's scores: (correct, partial, format) per greedy completion,
+    the correctness of each sampled one per question, and maj@k per question."""
+    return {
+        "eval/accuracy": float(np.mean([s[0] for s in scored])),
+        "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
+        "eval/format_accuracy": float(np.mean([s[2] for s in scored])),
+        "eval/pass_at_k": float(np.mean([any(g) for g in each])),
+        "eval/maj_at_k": float(np.mean(maj)),
+        "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
+    }
+
+
 def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
                          answers: Sequence[str], reasoning_tag: str) -> dict[str, float]:
     """accuracy / partial / format of the greedy completions as evaluate_rl scores them
@@ -77,14 +91,7 @@ def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]]
     ref = [maxtext_number(a) for a in answers]
     maj = [maxtext_number(maxtext_majority(g)) == r if g and r is not None else False
            for g, r in zip(sampled, ref)]
-    return {
-        "eval/accuracy": float(np.mean([s[0] for s in scored])),
-        "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
-        "eval/format_accuracy": float(np.mean([s[2] for s in scored])),
-        "eval/pass_at_k": float(np.mean([any(g) for g in each])),
-        "eval/maj_at_k": float(np.mean(maj)),
-        "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
-    }
+    return _maxtext_metrics(scored, each, maj)
 
 
 # ---------------------------------------------- MaxText's evaluation at e591f30cb
@@ -159,14 +166,7 @@ def maxtext_current_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequen
             for group, a in zip(sampled, answers)]
     maj = [maxtext_current_score_responses(list(g), a, eval_mode="maj", **kw)[0] if g else False
            for g, a in zip(sampled, answers)]
-    return {
-        "eval/accuracy": float(np.mean([s[0] for s in scored])),
-        "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
-        "eval/format_accuracy": float(np.mean([s[2] for s in scored])),
-        "eval/pass_at_k": float(np.mean([any(g) for g in each])),
-        "eval/maj_at_k": float(np.mean(maj)),
-        "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
-    }
+    return _maxtext_metrics(scored, each, maj)
 
 
 def uses_easydel_rewards(terms: Sequence[rewards.Term]) -> bool:
