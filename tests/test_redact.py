@@ -254,7 +254,10 @@ PLANTED_TOK = "hf_PlantedTok55q"
 def test_mask_argv_puts_placeholders_and_unmask_gives_the_values_back(monkeypatch):
     from rlexp.base.redact import SECRETS_ENV, mask_argv, masked_secrets, unmask
 
-    monkeypatch.delenv(SECRETS_ENV, raising=False)
+    # set first so that monkeypatch removes what mask_argv puts there (a later test in this
+    # process, test_xpk's, would otherwise launch with these secrets in its environment)
+    monkeypatch.setenv(SECRETS_ENV, "")
+    monkeypatch.delenv(SECRETS_ENV)
     argv = ["-m", f'tracker.uri="http://u:{PLANTED_PW}@h:5000/"', "train.steps=2",
             f"+hydra.job.env_set.HF_TOKEN={PLANTED_TOK}", "+tracker.tags.api_key='a,b'",
             f"dataset.path=https://d.invalid/x?sig={PLANTED_PW}&v=1"]
@@ -427,7 +430,8 @@ def test_unmask_config_puts_the_secrets_back_and_leaves_interpolations(monkeypat
 
     from rlexp.base import redact
 
-    monkeypatch.delenv(redact.SECRETS_ENV, raising=False)
+    monkeypatch.setenv(redact.SECRETS_ENV, "")  # undone at the end: see above
+    monkeypatch.delenv(redact.SECRETS_ENV)
     argv = redact.mask_argv(["tracker.uri=http://u:Pw0rd123@h:5000/"])
     masked = argv[0].split("=", 1)[1]
     assert "Pw0rd123" not in masked
