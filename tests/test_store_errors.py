@@ -475,6 +475,12 @@ def test_sync_names_a_lasting_failure_and_ends_the_run(tmp_path):
     listener.on_run_start(info(run_dir, "dies"))
     listener.on_metrics(1, metrics(1))
     crash(listener)
+    # A file the dead process spooled and never sent (its writer is gone): the one record the
+    # store refuses. Without it the test raced the listener's environment thread, whose
+    # environment.json is the only other file and may be spooled before or after the crash.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept\n")
+    listener.on_artifact(notes)
     run_id = json.loads((run_dir / LINK_FILE).read_text())["run_id"]
     assert MlflowClient(uri).get_run(run_id).info.status == "RUNNING"
     proc = subprocess.run([sys.executable, "-m", "rlexp.sync", str(run_dir)], env=cli_env(),
