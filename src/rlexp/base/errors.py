@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 EXIT_USAGE = 2
 
@@ -11,7 +12,7 @@ class UserError(Exception):
     """A mistake the user can fix (bad key, value, path, hardware). Printed as one line."""
 
 
-def fail(message: str) -> "NoReturn":  # noqa: F821
+def fail(message: str) -> NoReturn:
     # Imported here: redact's Hydra callback imports Hydra, and importing this module (every
     # layer raises UserError) must not.
     from rlexp.base.redact import redact_text

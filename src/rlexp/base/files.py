@@ -1,9 +1,8 @@
 """Files that readers never see half-written: write a temporary sibling, then os.replace.
 
 rename(2) swaps a name in one step, so a reader (or a process that dies mid-write) finds the
-old file or the new one. The same holds for a dir filled under a temporary name, as long as
-the destination is missing or empty. Also: remove_dry_run_dir, the sweep dir a launcher's
-dry run leaves nothing of.
+old file or the new one; so does a dir filled under a temporary name, as long as the
+destination is missing or empty. Also remove_dry_run_dir.
 """
 
 from __future__ import annotations

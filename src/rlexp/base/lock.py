@@ -3,19 +3,13 @@
 Two identical commands resolve to the same dir (its name is a function of the overrides), so
 without this they would both write the same checkpoints, spool and MLflow run. The lock is
 taken before rlexp writes anything in the dir and held for the life of the job (or sweep).
+Stale-safe: the kernel drops an flock when its holder dies (SIGKILL, OOM); the file only says
+who holds it, for the second command's message. flock works across hosts on NFSv4 (Linux maps
+it to POSIX locks) and on Lustre mounted with -o flock.
 
-Stale-safe: the kernel drops an flock when its holder dies, however it dies (SIGKILL, OOM),
-so a lock file left behind by a dead process is not a lock. The file only says who holds it
-(pid, host, since), for the message the second command prints. flock works across
-hosts on NFSv4 (Linux maps it to POSIX locks) and on Lustre mounted with -o flock.
-
-A multi-controller run is one run in several processes: process i > 0 locks
-<dir>/rlexp.<i>.lock, so the processes of one run never refuse each other while a second
-launch of the same run is refused in every process (on a shared filesystem and on per-host
-disks alike).
-
-The two flock idioms of rlexp live here too: `try_flock` (take it or say who has it) and
-`flocked` (wait for it), for the locks that guard a file rather than a dir.
+Process i > 0 of a multi-controller run locks <dir>/rlexp.<i>.lock, so the processes of one
+run never refuse each other while a second launch of it is refused in every process (shared
+filesystem or per-host disks). Also rlexp's two flock idioms for a file: try_flock, flocked.
 """
 
 from __future__ import annotations
@@ -43,12 +37,11 @@ class Busy(UserError):
 
 
 class DirLock:
-    """An exclusive, non-blocking lock on `directory`; `what` names it in messages."""
+    """An exclusive, non-blocking lock on `directory`."""
 
-    def __init__(self, directory: Path, what: str = "run dir", process: int = 0):
+    def __init__(self, directory: Path, process: int = 0):
         self.directory = Path(directory)
         self.path = self.directory / lock_file(process)
-        self.what = what
         self._handle: IO[str] | None = None
 
     def acquire(self) -> "DirLock":
@@ -112,8 +105,7 @@ def flocked(path: Path, mode: str = "a") -> Iterator[IO[str]]:
 
 
 def lock_file(process: int = 0) -> str:
-    """The lock file of process `process` of a run (rlexp.lock for process 0 and one-process
-    runs)."""
+    """rlexp.lock for process 0 (and one-process runs), rlexp.<process>.lock for the others."""
     return LOCK_FILE if process == 0 else f"rlexp.{process}.lock"
 
 

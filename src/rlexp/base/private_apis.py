@@ -1,13 +1,11 @@
 """Every private name of a library that rlexp relies on, and the one checker for all of them.
 
-A private name is one the library does not document: an underscore name (`DictConfig._get_node`)
-or anything under a private module (`hydra._internal`, `jax._src`). rlexp uses one only where no
-public API does the job; each is listed here (Tunix's in rlexp.engine.tunix_names, which needs
-the model families to name them, in the same PrivateApi form) with where rlexp uses it, why, and
-the version it was read from. `check` tests an entry against what is installed without running
-anything: tests/test_private_apis.py runs it on every entry (Tunix's in
-tests/test_tunix_contract.py, and rlexp.engine.build at a run's start) and fails on any private
-use in src/ or launchers/ that is not listed, so an upgrade that renames one fails there, naming it.
+A private name is an underscore name (`DictConfig._get_node`) or anything under a private module
+(`hydra._internal`, `jax._src`). rlexp uses one only where no public API does the job; each is
+listed here (Tunix's in rlexp.engine.tunix_names, which needs the model families) with where,
+why and the version it was read from. `check` tests an entry against what is installed:
+tests/test_private_apis.py runs it on every entry (Tunix's: tests/test_tunix_contract.py and
+rlexp.engine.build) and fails on any unlisted private use in src/ or launchers/.
 """
 
 from __future__ import annotations
@@ -53,6 +51,7 @@ class PrivateApi:
     def label(self) -> str:
         return f"{self.owner.replace(':', '.')}.{self.name}"
 
+
 _HYDRA = "1.3.8"
 _JAX = "0.10.2"
 
@@ -71,12 +70,6 @@ NAMES: tuple[PrivateApi, ...] = (
                    "service's live nodes (client.get_live_nodes); jax.distributed has no "
                    "public call that lists them"),
 )
-
-
-def _resolve(owner: str) -> Any:
-    module_name, _, cls = owner.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, cls) if cls else module
 
 
 def _code_names(code: Any) -> set[str]:
@@ -120,8 +113,10 @@ def _params(entry: PrivateApi, owner: Any) -> str | None:
 
 def check(entry: PrivateApi) -> str | None:
     """None when the installed library has `entry` as rlexp uses it; else why not."""
+    module_name, _, cls = entry.owner.partition(":")
     try:
-        owner = _resolve(entry.owner)
+        module = importlib.import_module(module_name)
+        owner = getattr(module, cls) if cls else module
     except (ImportError, AttributeError) as exc:
         return f"{entry.owner} is gone ({type(exc).__name__}: {exc})"
     if entry.kind == "attribute":
@@ -144,7 +139,6 @@ def check(entry: PrivateApi) -> str | None:
         if entry.params is not None and (why := _params(entry, owner)):
             return why
     if entry.read_by:
-        module = importlib.import_module(entry.owner.partition(":")[0])
         reader: Any = module
         for part in entry.read_by.split("."):
             reader = getattr(reader, part, None)
@@ -164,7 +158,6 @@ def problems(names: tuple[PrivateApi, ...] = NAMES) -> list[str]:
 
 
 def installed_version(library: str) -> str:
-
     if library == "python":
         return platform.python_version()
     try:

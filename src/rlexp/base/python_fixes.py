@@ -17,7 +17,7 @@ import ast
 import functools
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any
 
 _PATCHED = "_rlexp_serialised"
 
@@ -33,14 +33,12 @@ def serialise_ast_parse() -> None:
     again on the same thread nests, which the shared counter survives."""
     if not ast_parse_is_thread_unsafe() or getattr(ast.parse, _PATCHED, False):
         return
-    ast.parse = _serialised(ast.parse, threading.RLock())
+    parse, lock = ast.parse, threading.RLock()
 
-
-def _serialised(parse: Callable[..., Any], lock: Any) -> Callable[..., Any]:
     @functools.wraps(parse)
     def locked_parse(*args: Any, **kwargs: Any) -> Any:
         with lock:
             return parse(*args, **kwargs)
 
     setattr(locked_parse, _PATCHED, True)
-    return locked_parse
+    ast.parse = locked_parse

@@ -1,8 +1,7 @@
 """Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs.
 
 Three kinds of secret are masked wherever rlexp writes (params, tags, summary.json,
-tracking.json); the files Hydra writes itself (.hydra/*.yaml, a sweep's multirun.yaml) never
-get them: they leave the command line before Hydra reads it (mask_argv, below):
+tracking.json) and leave the command line before Hydra saves it (mask_argv):
   - credentials inside a URI: the userinfo (`postgresql://user:PW@host`, `https://TOKEN@host`)
     and sensitive query parameters (`?token=`, `&sig=`, `X-Amz-Signature=`), any scheme;
   - the value of a secret-named key (`tracker.api_key=...`, `+hydra.job.env_set.HF_TOKEN=...`,
@@ -54,10 +53,6 @@ NOT_SECRET = frozenset({"pwd"})
 # Shorter values are not replaced inside free text ("1" would be masked everywhere); keys
 # with secret names are masked whatever the length of their value.
 MIN_SECRET_LEN = 6
-# Files Hydra saves in <run dir>/.hydra/ that repeat the command line's overrides.
-HYDRA_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
-# File Hydra's sweeper saves in the sweep dir (the whole multirun config, overrides included).
-MULTIRUN_FILE = "multirun.yaml"
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SPLIT = re.compile(r"[^a-z0-9]+")
@@ -77,8 +72,7 @@ def _words(name: str) -> list[str]:
 
 
 def is_secret_key(key: str) -> bool:
-    """True for HF_TOKEN, tracker.api_key, db_password, mySecret, X-Amz-Signature, passkey;
-    False for token_budget, train/token_count, model.tokenizer, secret_sauce_weight."""
+    """Whether `key` names a secret, by its last word(s) (see the module docstring)."""
     last = re.split(r"[./]", str(key).lstrip("+~"))[-1]  # the leaf of a dotted/slashed path
     words = _words(last)
     if not words or "_".join(_words(str(key))) in NOT_SECRET:
@@ -88,15 +82,14 @@ def is_secret_key(key: str) -> bool:
     return words[-1] in SECRET_WORDS or tuple(words[-2:]) in SECRET_PAIRS
 
 
-def _mask_query(query: str, found: set[str] | None,
-                replace: Callable[[str], str] | None = None) -> str:
+def _mask_query(query: str, found: set[str] | None, replace: Callable[[str], str]) -> str:
     parts = []
     for item in query.split("&"):
         name, sep, value = item.partition("=")
         if sep and value and is_secret_key(unquote(name)):
             if found is not None:
                 found.update({value, unquote(value)})
-            value = replace(value) if replace is not None else MASK
+            value = replace(value)
         parts.append(f"{name}{sep}{value}")
     return "&".join(parts)
 
@@ -106,29 +99,27 @@ def redact_uri(uri: str, found: set[str] | None = None,
     """Mask the credentials of every URI in `uri` (userinfo, secret query parameters);
     `found` collects the raw secret values (so other copies of them can be masked too);
     `replace(secret)` gives the text put in its place (default MASK)."""
-
-    def masked(secret: str) -> str:
-        return replace(secret) if replace is not None else MASK
+    masked = replace or (lambda _secret: MASK)
 
     def one(m: re.Match) -> str:
         rest = m["rest"]
         # Punctuation that ends a sentence, not the URI ("store http://h/?token=T: down").
         end = len(rest.rstrip(".:;)]"))
         rest, after = rest[:end], rest[end:]
-        cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0],
-                  default=len(rest))
-        authority, tail = rest[:cut], rest[cut:]
+        authority = re.match(r"[^/?#]*", rest)[0]  # up to the path, query or fragment
+        tail = rest[len(authority):]
         if "@" in authority:
             userinfo, host = authority.rsplit("@", 1)
             user, colon, password = userinfo.partition(":")
-            if found is not None:
-                found.update(v for v in (password if colon else user, unquote(password if colon else user)) if v)
+            secret = password if colon else user
+            if found is not None and secret:
+                found.update({secret, unquote(secret)})
             authority = (f"{user}:{masked(password)}@{host}" if colon
                          else f"{masked(user)}@{host}")
         if "?" in tail:
             path, _, query = tail.partition("?")
             query, hash_, fragment = query.partition("#")
-            tail = f"{path}?{_mask_query(query, found, replace)}{hash_}{fragment}"
+            tail = f"{path}?{_mask_query(query, found, masked)}{hash_}{fragment}"
         return f"{m['scheme']}{authority}{tail}{after}"
 
     return _URI.sub(one, uri)
@@ -141,10 +132,9 @@ _learned: set[str] = set()
 
 
 def remember(*texts: str | None) -> None:
-    """Count the secrets inside `texts` as this process's secrets from now on: URI credentials
-    (`user:PW@`, `?token=`, `&sig=`, `X-Amz-Signature=`) and values of secret-named `key=value`
-    pairs. Every line masked afterwards (console, logs, exception text) masks them too, in
-    whatever form they reappear (a URI cut short, a decoded query). Cheap; idempotent."""
+    """Count the URI credentials and secret-named `key=value` values inside `texts` as this
+    process's secrets from now on: every line masked afterwards (console, logs, exception text)
+    masks them too, in whatever form they reappear (a URI cut short, a decoded query)."""
     found: set[str] = set()
     for text in texts:
         if not isinstance(text, str) or not text:
@@ -154,7 +144,7 @@ def remember(*texts: str | None) -> None:
         if sep and is_secret_key(key):
             found.add(value)
         found.update(m["value"] for m in _ASSIGNMENT.finditer(text) if is_secret_key(m["key"]))
-    new = {v for v in found if len(v) >= MIN_SECRET_LEN and v != MASK} - _learned
+    new = {v for v in found if len(v) >= MIN_SECRET_LEN} - _learned  # MASK is shorter
     if new:
         _learned.update(new)
         install_log_redaction()
@@ -176,10 +166,8 @@ _PLACEHOLDER = re.compile(r"\*\*\*\d+\*\*\*")
 def masked_secrets() -> dict[str, str]:
     """{placeholder: real value} handed down by mask_argv (empty when none)."""
     raw = os.environ.get(SECRETS_ENV)
-    if not raw:
-        return {}
     try:
-        table = json.loads(base64.urlsafe_b64decode(raw.encode()))
+        table = json.loads(base64.urlsafe_b64decode(raw.encode())) if raw else {}
     except ValueError:  # binascii.Error and JSON errors are ValueErrors
         return {}
     if not isinstance(table, dict):
@@ -268,7 +256,7 @@ def unmask_config(cfg: Any) -> None:
             node[path[-1]] = value
 
 
-def secret_values(argv: Iterable[str] | None = None) -> set[str]:
+def secret_values() -> set[str]:
     """Values to hide: secret-named env vars, secret-named `key=value` arguments and the
     credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...),
     and what remember() learned."""
@@ -280,7 +268,7 @@ def secret_values(argv: Iterable[str] | None = None) -> set[str]:
             found.add(v)
         elif "://" in v:
             redact_uri(v, found)
-    for arg in sys.argv[1:] if argv is None else argv:
+    for arg in sys.argv[1:]:
         key, sep, value = arg.partition("=")
         if sep and is_secret_key(key):
             found.add(value)
@@ -324,18 +312,16 @@ def current_secrets() -> set[str]:
 
 class RedactedStream:
     """A text stream that masks secrets in what is written to it (`--cfg job` prints the
-    composed config, tracker.uri credentials and secret-named keys included). values=None:
-    this process's secrets at each write (current_secrets), so ones learned later count."""
+    composed config, tracker.uri credentials and secret-named keys included): this process's
+    secrets at each write (current_secrets), so ones learned later count."""
 
-    def __init__(self, stream: Any, values: set[str] | None = None) -> None:
+    def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self.values = values
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):  # not ours to judge (bytes on a binary stream)
             return self.stream.write(text)
-        values = current_secrets() if self.values is None else self.values
-        self.stream.write(redact_text(text, values=values))
+        self.stream.write(redact_text(text, values=current_secrets()))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, encoding, ...
@@ -357,8 +343,7 @@ def redact_obj(obj: Any, key: str = "", values: set[str] | None = None) -> Any:
         return {k: redact_obj(v, str(k), values) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact_obj(v, key, values) for v in obj]
-    return redact_value(key, obj, values) if key else (
-        redact_text(obj, values=values) if isinstance(obj, str) else obj)
+    return redact_value(key, obj, values)  # key "" is no secret: strings are scrubbed
 
 
 def redact_params(flat: dict[str, Any]) -> dict[str, Any]:
@@ -386,7 +371,6 @@ def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:
 
 def scrub_files(paths: Iterable[Path]) -> None:
     """Rewrite YAML files Hydra saved so no secret value persists on disk (atomic, in place)."""
-
     files = [Path(p) for p in paths if Path(p).is_file()]
     found: set[str] = set()
     for path in files:
@@ -394,12 +378,11 @@ def scrub_files(paths: Iterable[Path]) -> None:
             _collect_secrets(yaml.safe_load(path.read_text()), found)
         except (yaml.YAMLError, OSError):
             pass  # still scrubbed as text below
-    found = {v for v in found if v and v != MASK}
     for path in files:
         text = path.read_text()
         # Values found under secret keys are also masked where they reappear (override_dirname,
         # job name); short ones are masked only next to their key, by redact_text's assignments.
-        scrubbed = redact_text(text, extra={v for v in found if len(v) >= MIN_SECRET_LEN})
+        scrubbed = redact_text(text, extra=found)
         if scrubbed != text:
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(scrubbed)
@@ -407,14 +390,15 @@ def scrub_files(paths: Iterable[Path]) -> None:
 
 
 def scrub_run_dir(run_dir: Path) -> None:
-    """Hydra's saved config files of one run (<run dir>/.hydra/*.yaml)."""
+    """The files Hydra saves in <run dir>/.hydra/ that repeat the command line's overrides."""
     hydra_dir = Path(run_dir) / ".hydra"
-    scrub_files(hydra_dir / name for name in HYDRA_FILES)
+    scrub_files(hydra_dir / name for name in ("config.yaml", "overrides.yaml", "hydra.yaml"))
 
 
 def scrub_sweep_dir(sweep_dir: Path) -> None:
-    """The sweep's multirun.yaml (it keeps `+hydra.job.env_set.HF_TOKEN=...` in clear)."""
-    scrub_files([Path(sweep_dir) / MULTIRUN_FILE])
+    """The sweep's multirun.yaml (the whole multirun config: `+hydra.job.env_set.HF_TOKEN=...`
+    in clear)."""
+    scrub_files([Path(sweep_dir) / "multirun.yaml"])
 
 
 class ScrubCallback(Callback):  # listed in conf/config.yaml
@@ -438,17 +422,16 @@ class ScrubCallback(Callback):  # listed in conf/config.yaml
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         scrub_sweep_dir(Path(config.hydra.sweep.dir))
 
+
 _factory_installed = False
 
 
 def install_log_redaction() -> None:
-    """Mask secrets in every line this process shows or logs once it knows a secret: log
-    records (Hydra's launchers log each job's overrides, `tracker.uri=...` included; a
-    library's exception in exc_info), Python warnings, and whatever is written to
-    sys.stdout/sys.stderr (exception text in rlexp's own lines, Hydra's error reports, a
-    library's prints). Installed only when the command, the environment or remember() hold a
-    secret, so ordinary runs pay nothing; idempotent."""
-
+    """Mask secrets in every line this process shows or logs once it knows one: log records
+    (Hydra's launchers log each job's overrides; a library's exc_info), Python warnings and
+    whatever is written to sys.stdout/sys.stderr (Hydra's error reports, a library's prints).
+    Installed only when the command, the environment or remember() hold a secret, so ordinary
+    runs pay nothing; idempotent."""
     global _factory_installed
     if _factory_installed or not secret_values():
         return

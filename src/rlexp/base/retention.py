@@ -1,11 +1,10 @@
 """Keep-N pruning of what runs leave on disk: unusable checkpoints and the warm-start cache.
 
-- `<step>.unusable-<unix time>` dirs: a checkpoint that failed to restore is moved aside for a
-  post-mortem (see rlexp.job.resume); only the newest KEEP_UNUSABLE of a run dir are kept.
-- Warm-start cache (<run.cache_dir>/warm_start/<key>/params.npz): the run.cache_keep entries
-  used most recently are kept (loading an entry marks it used), older ones are deleted when a
-  run adds or uses an entry. Half-written entries (no params.npz yet) are left alone unless
-  their temporary files are older than STALE_TMP_S (a process killed while writing).
+- `<step>.unusable-<unix time>` dirs: checkpoints that failed to restore, moved aside for a
+  post-mortem (rlexp.job.resume).
+- Warm-start cache (<run.cache_dir>/warm_start/<key>/params.npz): pruned when a run adds or
+  uses an entry (loading one marks it used); half-written entries (no params.npz yet) are left
+  alone until their temporary files are STALE_TMP_S old.
 """
 
 from __future__ import annotations
@@ -56,10 +55,8 @@ def mark_used(entry_file: Path) -> None:
 
 
 def prune_cache(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
-    """Delete warm-start entries under `root` beyond the `keep` most recently used.
-
-    `protect` (the entry this run uses) is never deleted. Returns the deleted entry dirs.
-    """
+    """Delete warm-start entries under `root` beyond the `keep` most recently used, never
+    `protect` (the entry this run uses); returns the deleted entry dirs."""
     root = Path(root)
     if not root.is_dir():
         return []

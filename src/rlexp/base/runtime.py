@@ -1,8 +1,7 @@
-"""What an rlexp process does with Python's own machinery: the cyclic garbage collector while
-it imports and while a job runs (frozen_heap, loading), and how a finished command leaves
-(skip_teardown); which process of a multi-controller run this is (process_index,
-is_main_process) and the supervisor that turns a lost peer's native abort into one line
-(supervise).
+"""What an rlexp process does with Python's own machinery: the cyclic garbage collector
+(frozen_heap, loading), how a finished command leaves (skip_teardown), which process of a
+multi-controller run this is (process_index, is_main_process) and the supervisor that turns a
+lost peer's native abort into one line (supervise).
 
 Measured on a 2-core CPU with gc.callbacks, one tiny run (16.7 s): full collections took
 2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (each full pass walks
@@ -19,7 +18,7 @@ import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, NoReturn, Sequence
 
 # Jobs this process has started (sweeps run several in one process), and whether one runs.
 _jobs_in_process = 0
@@ -34,17 +33,13 @@ def frozen_heap() -> Iterator[None]:
     collector while the job runs. Tunix 0.1.7 calls gc.collect() four times per job
     (tunix/rl/rl_cluster.py: RLCluster.__init__, _load_model for actor and reference;
     tunix/sft/utils.py show_hbm_usage) and once per log-prob pass when the actor is
-    offloaded; each full collection walked every object JAX, Tunix and MLflow had loaded:
-    0.44 s each, 14 of 64 s in an 8-job tiny sweep (cProfile). Frozen, a collection walks
-    this job's objects only.
+    offloaded; each walked every object JAX, Tunix and MLflow had loaded: 0.44 s each, 14 of
+    64 s in an 8-job tiny sweep (cProfile).
 
-    The job's own garbage (its model, its buffers) is collected when it ends, still without
-    walking the frozen heap. Only cycles through an object frozen before the job escape
-    that; they are collected by a full pass at a later job's start once the frozen heap grew
-    by a quarter since the last one, CPython's own rule for its oldest generation
-    (Modules/gcmodule.c, long_lived_pending). A full pass walks every object: 0.4 s in one
-    process after a tiny job. The heap is left as found: unfrozen at the end unless it was
-    frozen before the job.
+    The job's garbage is collected when it ends, still without walking the frozen heap; cycles
+    through an object frozen before the job wait for a full pass (0.4 s after a tiny job) at a
+    later job's start, once the frozen heap grew by a quarter: CPython's rule for its oldest
+    generation (Modules/gcmodule.c, long_lived_pending). The heap is left as found.
 
     Measured with `loading` (both on vs both off), a 2-step default run on a warm cache, 2-core
     CPU, median of 3 paired runs: 13.3 s of CPU instead of 15.1 s (1.8 s a job; wall 39.8 s
@@ -94,19 +89,17 @@ _exit_status = 0
 
 
 def skip_teardown() -> None:
-    """Leave the process with os._exit once the exit handlers registered after this call have
-    run, skipping the interpreter's teardown (clearing every module, a last full collection,
-    freeing XLA's objects: 1-2 s after a tiny run). Python itself first waits for the
-    non-daemon threads (an async checkpoint, MLflow's logging queue) and then runs the
-    atexit handlers last-registered first, so every library's (MLflow's, loky's, JAX's, which
-    also shuts jax.distributed down) runs before this one: call it first, before they are
-    imported (rlexp.__main__), and only in a command's own process, never in a library call
-    (pytest would leave with it). Public APIs only (atexit, os._exit).
+    """Leave with os._exit once the exit handlers registered after this call have run,
+    skipping the interpreter's teardown (clearing every module, a last full collection,
+    freeing XLA's objects: 1-2 s after a tiny run). Python first waits for non-daemon threads
+    (an async checkpoint, MLflow's logging queue), then runs atexit handlers last-registered
+    first, so every library's (MLflow's, loky's, JAX's, which shuts jax.distributed down) runs
+    before this one: call it first, before they are imported (rlexp.__main__), and only in a
+    command's own process (pytest would leave with it).
 
     Measured, a 2-step default run on a warm cache, 2-core CPU shared with other work, median
     of 3 paired runs: 39.8 s instead of 44.0 s (wall ratio 0.90), 13.8 s of CPU instead of
-    15.4 s.
-    """
+    15.4 s."""
     atexit.register(_leave)
 
 
@@ -122,11 +115,8 @@ def exit_status() -> Iterator[None]:
         code = exc.code
         _exit_status = code if isinstance(code, int) else (0 if code is None else 1)
         raise
-    except KeyboardInterrupt:
-        _exit_status = 130
-        raise
-    except BaseException:
-        _exit_status = 1
+    except BaseException as exc:
+        _exit_status = 130 if isinstance(exc, KeyboardInterrupt) else 1
         raise
 
 
@@ -136,7 +126,7 @@ def _leave() -> None:
     os._exit(_exit_status)
 
 
-def exit_at_once(code: int) -> "NoReturn":  # noqa: F821
+def exit_at_once(code: int) -> NoReturn:
     """Leave now, running no exit handler: a multi-controller process whose peer is lost
     (jax.distributed's shutdown barrier would wait for it, then abort)."""
     flush_std_streams()
@@ -145,7 +135,6 @@ def exit_at_once(code: int) -> "NoReturn":  # noqa: F821
 
 def flush_std_streams() -> None:
     """Flush stdout and stderr before an os._exit (which flushes nothing)."""
-
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -229,10 +218,10 @@ SUPERVISED_ENV = "RLEXP_SUPERVISED"
 # failure that is not a lost peer.
 _NATIVE_LINE = re.compile(rb"^([IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]|    @ |\*\*\* |"
                           rb"\[Gloo\] )")
-# What jax.distributed's coordination service says when a peer is gone (xla/tsl
-# coordination_service.cc, coordination_service_agent.cc, as of jaxlib 0.10.2).
 # Lines of rlexp, Python and Hydra that end a run of held native lines.
 _OWN_LINES = (b"rlexp", b"[20", b"Traceback", b"  File", b"Error executing job", b"Set the")
+# What jax.distributed's coordination service says when a peer is gone (xla/tsl
+# coordination_service.cc, coordination_service_agent.cc, as of jaxlib 0.10.2).
 _UNHEALTHY = re.compile(rb"tasks are unhealthy \(stopped sending heartbeats\):\s*([\d,\s]+)")
 _LEADER_GONE = re.compile(rb"leader task was preempted/died|Failed to send RPC to coordination")
 
@@ -247,16 +236,15 @@ def lost_processes(native: bytes) -> str | None:
     return "0" if _LEADER_GONE.search(native) else None
 
 
-def supervise(argv: Sequence[str], index: int | None, count: int | None) -> "NoReturn":  # noqa: F821
+def supervise(argv: Sequence[str], index: int | None, count: int | None) -> NoReturn:
     """Run this command again as a child and watch it: one process of a multi-controller run.
 
     When another process of the run dies, jax.distributed's coordination service ends the
     survivors (its heartbeat, hardware.heartbeat_timeout_s, or the coordinator's socket
-    closing) with an abort in C++ and a page of native stack, which no Python handler sees.
-    The child's stderr passes through here; native log lines are held back and, when the
-    child dies that way, replaced by one line naming the lost process. The child dies with
-    this process (PR_SET_PDEATHSIG) and gets the signals it receives (mpirun and SLURM send
-    SIGTERM). The exit status is the child's (1 for a lost peer)."""
+    closing) with a C++ abort and a page of native stack that no Python handler sees. Native
+    lines of the child's stderr are held back and, when it dies that way, replaced by one line
+    naming the lost process. The child dies with this process (PR_SET_PDEATHSIG) and gets the
+    signals it receives (mpirun and SLURM send SIGTERM); the exit status is the child's."""
     import signal
     import subprocess
 

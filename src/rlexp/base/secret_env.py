@@ -15,15 +15,18 @@ from rlexp.base.redact import is_secret_key
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def forwarded_secrets(names: Iterable[Any], environ: Mapping[str, str],
-                      env: Mapping[str, Any], key: str = "hydra.launcher.secrets") -> list[str]:
-    """`names` without repeats, each checked: an environment variable name, set in `environ`,
-    named like a secret (rlexp.base.redact.is_secret_key: HF_TOKEN, WANDB_API_KEY, ...) so
-    that rlexp masks its value wherever it prints it, here and in the job, and not also given
-    a value in the jobs' `env`. UserError names `key` and the first one that is not."""
+def launcher_secrets(secrets: Iterable[Any], if_set: Iterable[Any], environ: Mapping[str, str],
+                     env: Mapping[str, Any]) -> list[str]:
+    """What a launcher forwards, without repeats: every name of hydra.launcher.secrets, and
+    those of hydra.launcher.secrets_if_set that are set here and not in the jobs' `env` (by
+    default HF_TOKEN: gated weights such as Llama's need it; without it, nothing is sent).
+    Each must be an environment variable name, set in `environ`, named like a secret
+    (is_secret_key: HF_TOKEN, WANDB_API_KEY, ...) so that rlexp masks its value wherever it
+    prints it, here and in the job, and not also in `env`; else a UserError naming it."""
+    key = "hydra.launcher.secrets"
+    optional = [n for n in if_set if str(n) in environ and str(n) not in env]
     out: list[str] = []
-    for name in names:
-        name = str(name)
+    for name in map(str, [*secrets, *optional]):
         if not ENV_NAME.fullmatch(name):
             raise UserError(f"{key}: {name!r} is not an environment variable name "
                             "([A-Za-z_][A-Za-z0-9_]*)")
@@ -40,12 +43,3 @@ def forwarded_secrets(names: Iterable[Any], environ: Mapping[str, str],
         if name not in out:
             out.append(name)
     return out
-
-
-def launcher_secrets(secrets: Iterable[Any], if_set: Iterable[Any], environ: Mapping[str, str],
-                     env: Mapping[str, Any]) -> list[str]:
-    """What a launcher forwards: every name of hydra.launcher.secrets (each must be set), and
-    those of hydra.launcher.secrets_if_set that are set here and not in the jobs' `env` (by
-    default HF_TOKEN: gated weights such as Llama's need it; without it, nothing is sent)."""
-    optional = [n for n in if_set if str(n) in environ and str(n) not in env]
-    return forwarded_secrets([*secrets, *optional], environ, env)

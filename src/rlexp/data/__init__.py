@@ -56,11 +56,8 @@ class Splits:
 
 
 def batch_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:
-    """Indices into a dataset of `n` for global step `step`: epoch-wise seeded permutations.
-
-    Position p = step * batch_size + j lies in epoch p // n; each epoch is its own
-    permutation seeded by (seed, epoch), so every example is seen once per epoch.
-    """
+    """Indices into a dataset of `n` for global step `step`: position p = step * batch_size + j
+    lies in epoch p // n, each epoch a permutation seeded by (seed, epoch)."""
     positions = step * batch_size + np.arange(batch_size)
     epochs, offsets = np.divmod(positions, n)
     out = np.empty(batch_size, dtype=np.int64)
@@ -74,10 +71,8 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:
 def build_splits(raw: RawSplits, template: str | PromptTemplate, encode: Callable[[str], list[int]],
                  decode: Callable[[list[int]], str], max_prompt_tokens: int,
                  chat_tokenizer: Any | None = None) -> Splits:
-    """Render prompts (and chat format), left-truncating those over `max_prompt_tokens`.
-
-    `template`: a PromptTemplate (PromptTemplate.from_config(cfg.dataset)) or a built-in name.
-    """
+    """Render prompts (and chat format), left-truncating those over `max_prompt_tokens`;
+    `template` is a PromptTemplate or a built-in template's name."""
     tpl = PromptTemplate(template=template) if isinstance(template, str) else template
     truncated = 0
     lengths: list[int] = []

@@ -16,15 +16,8 @@ def extract_answer(completion: str) -> str | None:
 
 def parse_number(text: str | None) -> float | None:
     """The last number in `text` ("1,234", "$5.", "-3.5" ...) as a float; None if none."""
-    if text is None:
-        return None
-    found = _NUMBER_RE.findall(text)
-    if not found:
-        return None
-    try:
-        return float(found[-1].replace(",", ""))
-    except ValueError:
-        return None
+    found = _NUMBER_RE.findall(text or "")
+    return float(found[-1].replace(",", "")) if found else None
 
 
 # A plain-number answer: one number, with the decoration word problems put around it (currency,
@@ -37,16 +30,8 @@ def plain_number(text: str | None) -> float | None:
     """The value of an answer that is a single plain number ("1,234", "$18", "50%", "5 cm");
     None for anything else (LaTeX, expressions, several numbers), which is compared as
     mathematics instead (see rlexp.data.rewards.same_answer)."""
-    if text is None:
-        return None
-    m = _PLAIN_NUMBER.fullmatch(text)
-    if m is None:
-        return None
-    digits = m.group(1).replace(",", "")
-    try:
-        return float(digits)
-    except ValueError:
-        return None
+    m = _PLAIN_NUMBER.fullmatch(text) if text is not None else None
+    return float(m.group(1).replace(",", "")) if m is not None else None
 
 
 def canonical_number(value: float) -> str:
@@ -58,8 +43,7 @@ def gsm8k_final_answer(solution: str) -> str | None:
     """GSM8K solutions end in '#### N'; returns N canonicalized, None when absent/unparsable."""
     if "####" not in solution:
         return None
-    tail = solution.rsplit("####", 1)[1].strip()
-    value = parse_number(tail)
+    value = parse_number(solution.rsplit("####", 1)[1])
     return None if value is None else canonical_number(value)
 
 
@@ -96,8 +80,6 @@ def regex_answer(text: str, pattern: str) -> str | None:
 
 def canonical_answer(text: str) -> str:
     """A plain number is written canonically ('1,234.0' -> '1234'); anything else is kept."""
-    if _NUMBER_ONLY.fullmatch(text):
-        value = parse_number(text)
-        if value is not None:
-            return canonical_number(value)
+    if _NUMBER_ONLY.fullmatch(text):  # then parse_number finds that number
+        return canonical_number(parse_number(text))
     return text.strip()

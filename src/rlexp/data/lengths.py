@@ -2,9 +2,7 @@
 
 The sampler keeps only the last rollout.max_prompt_length tokens of a prompt: a prompt cut
 that way loses its question, and a run whose prompts are mostly cut trains on noise (every
-metric 0). The engine's build counts them from the rendered prompts: a few cut prompts are
-one warning line, more than dataset.max_truncated_fraction of them a refusal naming a
-length that fits 99% of the prompts.
+metric 0).
 """
 
 from __future__ import annotations

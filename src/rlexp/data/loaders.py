@@ -32,8 +32,7 @@ from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number
                                 gsm8k_final_answer, gsm8k_reasoning, parse_number, regex_answer)
 
 # Imported inside functions, on purpose: reasoning_gym (2.6 s), datasets (1.7 s) and pyarrow are
-# imported where a builder needs them: a run reads one kind of dataset, and generated problems are
-# cached.
+# imported where a builder needs them: a run reads one kind of dataset.
 
 
 @dataclass(frozen=True)
@@ -69,15 +68,11 @@ def dataset_file(d: DatasetConfig) -> Path | None:
     return path
 
 
-# rlexp's procedural builders: their problems are a pure function of the DatasetConfig and
-# the reasoning-gym version, so a run reads them from the run cache after the first.
-# `import reasoning_gym` alone takes 1.9 s on a 2-core CPU (it imports every task family);
-# generating 2000 + 64 problems takes 0.2 s, reading them back ~10 ms.
-
-
 def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
-    """The dataset's train/eval problems from its builder (dataset._target_); a built-in
-    procedural dataset is generated once per config into <cache_dir>/data/."""
+    """The dataset's train/eval problems from its builder (dataset._target_). A built-in
+    procedural dataset, a pure function of the DatasetConfig and the reasoning-gym version, is
+    generated once into <cache_dir>/data/: `import reasoning_gym` alone takes 1.9 s on a 2-core
+    CPU (it imports every task family), generating 2000 + 64 problems 0.2 s, reading ~10 ms."""
     if cache_dir is None or "://" in cache_dir or d._target_ not in GENERATED_DATASETS:
         return _build(d)
     path = _cache_path(d, cache_dir)
@@ -88,11 +83,10 @@ def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # not generated yet, or a torn file: generate (and rewrite) it
     out = _build(d)
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {"train": [[p.question, p.answer, p.reasoning] for p in out.train],
-                                 "eval": [[p.question, p.answer, p.reasoning] for p in out.eval],
+        write_json_atomic(path, {"train": [dataclasses.astuple(p) for p in out.train],
+                                 "eval": [dataclasses.astuple(p) for p in out.eval],
                                  "skipped": out.skipped})
     except OSError:
         pass  # a read-only cache: generate every time, as without one
@@ -100,7 +94,6 @@ def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
 
 
 def _cache_path(d: DatasetConfig, cache_dir: str) -> Path:
-
     try:
         gym = version("reasoning-gym")
     except PackageNotFoundError:
@@ -113,7 +106,6 @@ def _cache_path(d: DatasetConfig, cache_dir: str) -> Path:
 
 
 def _build(d: DatasetConfig) -> RawSplits:
-
     out = resolve(d._target_, "dataset._target_")(d)
     if isinstance(out, RawSplits):
         return out
@@ -128,11 +120,10 @@ def _build(d: DatasetConfig) -> RawSplits:
 # ------------------------------------------------------------------------- procedural
 
 
-def _procedural_splits(d: DatasetConfig, make: Callable[[int, int], Iterable[Problem]]) -> RawSplits:
-    """Eval = the first num_eval distinct questions of stream A; train = stream B minus eval.
-
-    `make(seed, size)` yields problems; streams use seeds derived from dataset.seed.
-    """
+def _procedural_splits(d: DatasetConfig,
+                       make: Callable[[int, int], Iterable[Problem]]) -> RawSplits:
+    """Eval = the first num_eval distinct questions of `make(seed, size)` with one seed derived
+    from dataset.seed; train = those of another seed, minus eval."""
     eval_set: dict[str, Problem] = {}
     for p in make(d.seed * 2 + 1, d.num_eval * 20):
         eval_set.setdefault(p.question, p)
@@ -146,7 +137,8 @@ def _procedural_splits(d: DatasetConfig, make: Callable[[int, int], Iterable[Pro
                                    if p.question not in eval_set), d.num_train))
     if len(train) < d.num_train:
         raise UserError(f"dataset.num_train={d.num_train}: only {len(train)} training questions "
-                        f"outside the eval split at this difficulty; lower it or raise the difficulty")
+                        "outside the eval split at this difficulty; lower it or raise the "
+                        "difficulty")
     return RawSplits(train=train, eval=list(eval_set.values()))
 
 
@@ -226,12 +218,12 @@ def problems_from_rows(rows: Iterable[Any], d: DatasetConfig) -> tuple[list[Prob
     """Field mapping + answer extraction; rows without a question or answer are skipped."""
     problems, skipped = [], 0
     for row in rows:
-        q = row.get(d.question_field) if isinstance(row, dict) else None
-        a = row.get(d.answer_field) if isinstance(row, dict) else None
+        row = row if isinstance(row, dict) else {}  # not a mapping: skipped below
+        q, a = row.get(d.question_field), row.get(d.answer_field)
         if isinstance(a, (int, float)) and not isinstance(a, bool):
             a = canonical_number(a)
         answer, reasoning = extract(d, a) if isinstance(a, str) else (None, "")
-        if d.reasoning_field is not None and isinstance(row, dict):
+        if d.reasoning_field is not None:
             reasoning = str(row.get(d.reasoning_field) or "")
         if not isinstance(q, str) or not q.strip() or answer is None:
             skipped += 1
@@ -265,7 +257,8 @@ def splits_from_rows(rows: list[Any], eval_rows: list[Any] | None, d: DatasetCon
     return _disjoint(problems[n_eval:], problems[:n_eval], d, skipped)
 
 
-def _disjoint(train: list[Problem], held: list[Problem], d: DatasetConfig, skipped: int) -> RawSplits:
+def _disjoint(train: list[Problem], held: list[Problem], d: DatasetConfig,
+              skipped: int) -> RawSplits:
     eval_split = held[: d.num_eval]
     eval_q = {p.question for p in eval_split}
     train = [p for p in train if p.question not in eval_q][: d.num_train]
@@ -274,22 +267,19 @@ def _disjoint(train: list[Problem], held: list[Problem], d: DatasetConfig, skipp
     return RawSplits(train=train, eval=eval_split, skipped=skipped)
 
 
-@functools.lru_cache(maxsize=4)
-def _rows_of(path: Path, mtime_ns: int, size: int) -> tuple[list[Any], tuple[str, ...]]:
-    return _parse_rows(path)
-
-
 def read_rows(path: Path) -> tuple[list[Any], tuple[str, ...]]:
     """Rows of a jsonl/json/parquet/csv file, plus the lines that could not be parsed (jsonl:
     "line N: the JSON error"; they are skipped, and pre-flight names the first).
     Pre-flight reads the file (its errors end the command before a run dir exists) and the
     job reads it again: one parse per file version and process."""
     stat = path.stat()
-    rows, bad = _rows_of(path.resolve(), stat.st_mtime_ns, stat.st_size)
+    rows, bad = _parse_rows(path.resolve(), stat.st_mtime_ns, stat.st_size)
     return list(rows), bad
 
 
-def _parse_rows(path: Path) -> tuple[list[Any], tuple[str, ...]]:
+@functools.lru_cache(maxsize=4)
+def _parse_rows(path: Path, mtime_ns: int, size: int) -> tuple[list[Any], tuple[str, ...]]:
+    """`path`'s rows; `mtime_ns` and `size` only key the cache (a changed file is read again)."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow
@@ -309,7 +299,8 @@ def _parse_rows(path: Path) -> tuple[list[Any], tuple[str, ...]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UserError(f"dataset.path={path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+            raise UserError(f"dataset.path={path}: invalid JSON ({exc.msg} at line "
+                            f"{exc.lineno})") from None
         if isinstance(data, dict):  # {"data": [...]} or {"train": [...]} layouts
             data = next((v for v in data.values() if isinstance(v, list)), [])
         return (data if isinstance(data, list) else []), ()

@@ -14,7 +14,6 @@ timed-out call scores as not equal.
 
 from __future__ import annotations
 
-import itertools
 import re
 from typing import Sequence
 
@@ -123,20 +122,15 @@ def preprocess_math_string(text: str) -> str:
     return fix_latex_escaping(normalize_final_answer(text).strip())
 
 
-def answer_block_regex(solution_start: str = "<answer>",
-                       solution_end: str = "</answer>") -> re.Pattern:
-    """utils_rl.get_answer_fallback_regex: an answer block (findall: every one)."""
-    return re.compile(rf"{re.escape(solution_start)}(.+?){re.escape(solution_end)}",
-                      flags=re.MULTILINE | re.DOTALL)
+# utils_rl.get_answer_fallback_regex with rl.yml's solution tags: an answer block.
+_ANSWER_BLOCK = re.compile(r"<answer>(.+?)</answer>", flags=re.MULTILINE | re.DOTALL)
 
 
-def extract_answer(response: str, solution_start: str = "<answer>",
-                   solution_end: str = "</answer>") -> str:
+def extract_answer(response: str) -> str:
     """utils_rl.extract_answer: in the last answer block (else the whole response), the
     content of the last brace-balanced \\boxed{...}; else a looser \\boxed match; else the
     last answer block, stripped; else FALLBACK_ANSWER."""
-    tag = answer_block_regex(solution_start, solution_end)
-    blocks = tag.findall(response)
+    blocks = _ANSWER_BLOCK.findall(response)
     content = blocks[-1] if blocks else response
     found: list[str] = []
     stack: list[int] = []
@@ -159,10 +153,13 @@ def extract_answer(response: str, solution_start: str = "<answer>",
     return FALLBACK_ANSWER
 
 
-def _targets() -> tuple:
+def _parse_all(texts: Sequence[str], timeout: int | None) -> list:
+    """Every expression math_verify parses out of `texts` (expressions and LaTeX)."""
+    from math_verify import parse
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
 
-    return ExprExtractionConfig(), LatexExtractionConfig()
+    targets = (ExprExtractionConfig(), LatexExtractionConfig())
+    return [x for text in texts for x in parse(text, targets, parsing_timeout=timeout)]
 
 
 def _equal_under_sympy(gold: object, prediction: object) -> bool:
@@ -181,25 +178,19 @@ def verify(golds: Sequence[str], predictions: Sequence[str]) -> float:
     gold (sympy-equal, or math_verify.verify; verify is skipped for two sympy values with
     '**' in them), else 0.0; any exception is 0.0."""
     try:
-        from math_verify import parse, verify as mv_verify
+        from math_verify import verify as mv_verify
         from sympy import Basic, MatrixBase
 
         t = math_verify_timeout()
-        preds = list(itertools.chain.from_iterable(
-            parse(p, _targets(), parsing_timeout=t) for p in predictions))
-        golds_ = list(itertools.chain.from_iterable(
-            parse(g, _targets(), parsing_timeout=t) for g in golds))
-        if not preds or not golds_:
-            return 0.0
-        for gold in golds_:
+        preds = _parse_all(predictions, t)
+        for gold in _parse_all(golds, t) if preds else ():
             for pred in preds:
-                if isinstance(gold, (Basic, MatrixBase)) and isinstance(pred, (Basic, MatrixBase)):
-                    if _equal_under_sympy(gold, pred):
-                        return 1.0
-                    if "**" not in str(gold) and "**" not in str(pred):
-                        if mv_verify(gold, pred, timeout_seconds=t):
-                            return 1.0
-                elif mv_verify(gold, pred, timeout_seconds=t):
+                sympy_pair = (isinstance(gold, (Basic, MatrixBase))
+                              and isinstance(pred, (Basic, MatrixBase)))
+                if sympy_pair and _equal_under_sympy(gold, pred):
+                    return 1.0
+                skip = sympy_pair and ("**" in str(gold) or "**" in str(pred))
+                if not skip and mv_verify(gold, pred, timeout_seconds=t):
                     return 1.0
         return 0.0
     except Exception:  # as the source
@@ -215,12 +206,9 @@ def check_correctness(extracted: str, answers: Sequence[str]) -> tuple[bool, boo
     if verify([boxed(a) for a in norm_answers], [boxed(norm)]) > 0.0:
         return True, True
     try:
-        from math_verify import parse
-
         t = math_verify_timeout()
-        predictions = parse(boxed(norm), _targets(), parsing_timeout=t)
-        golds = list(itertools.chain.from_iterable(
-            parse(boxed(a), _targets(), parsing_timeout=t) for a in norm_answers))
+        predictions = _parse_all([boxed(norm)], t)
+        golds = _parse_all([boxed(a) for a in norm_answers], t)
         partial = any(0.9 <= (float(p) + EPSILON) / (float(g) + EPSILON) <= 1.1
                       for p in predictions for g in golds)
     except Exception:  # as the source (a bare except): a value float() refuses is not close

@@ -89,30 +89,25 @@ def maxtext_check_answer(prompts: Sequence[str], completions: Sequence[str],
     after strip, ratio to the reference within 10% or 20%, else a penalty (a non-number
     gets penalty_incorrect_format); 0 when the format regex is not found."""
     pattern = maxtext_format_regex(reasoning_tag)
-    scores = []
-    for c, ref in zip(completions, answers):
-        m = pattern.search(c)
-        if m is None:
-            scores.append(0.0)
-            continue
-        guess = m.group(1)
-        if guess == ref:
-            scores.append(_const(kwargs, "reward_exact_format_match"))
-        elif guess.strip() == ref.strip():
-            scores.append(_const(kwargs, "reward_white_space_format_match"))
-        else:
-            try:
-                ratio = float(guess) / float(ref)
-            except (ValueError, ZeroDivisionError, OverflowError):
-                scores.append(_const(kwargs, "penalty_incorrect_format"))
-                continue
-            if 0.9 <= ratio <= 1.1:
-                scores.append(_const(kwargs, "reward_ratio_guess_to_answer_high"))
-            elif 0.8 <= ratio <= 1.2:
-                scores.append(_const(kwargs, "reward_ratio_guess_to_answer_low"))
-            else:
-                scores.append(_const(kwargs, "penalty_incorrect_answer"))
-    return scores
+    return [0.0 if (m := pattern.search(c)) is None else _const(kwargs, _band(m.group(1), ref))
+            for c, ref in zip(completions, answers)]
+
+
+def _band(guess: str, ref: str) -> str:
+    """The MAXTEXT_CONSTANTS name check_answer gives `guess`."""
+    if guess == ref:
+        return "reward_exact_format_match"
+    if guess.strip() == ref.strip():
+        return "reward_white_space_format_match"
+    try:
+        ratio = float(guess) / float(ref)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return "penalty_incorrect_format"
+    if 0.9 <= ratio <= 1.1:
+        return "reward_ratio_guess_to_answer_high"
+    if 0.8 <= ratio <= 1.2:
+        return "reward_ratio_guess_to_answer_low"
+    return "penalty_incorrect_answer"
 
 
 def maxtext_first_number(completion: str) -> str | None:
@@ -192,33 +187,27 @@ def maxtext_current_format_approx(prompts: Sequence[str], completions: Sequence[
 
 def maxtext_current_check_numbers(prompts: Sequence[str], completions: Sequence[str],
                                   answers: Sequence[str], **kwargs: Any) -> list[float]:
-    """utils_rl.check_numbers (e591f30cb): the answer of `maxtext_grading.extract_answer`
-    (last \\boxed{} of the last answer block, else that block): reward_exact_answer when equal
-    to the reference, reward_white_space_format_match when equal after strip, else
-    reward_exact_answer when math_verify finds the normalised forms equal; no answer block
-    and no \\boxed{}: penalty_incorrect_answer; otherwise penalty_incorrect_format. The
-    reference is one GSM8K answer (MaxText's list of acceptable answers, [a, a] for GSM8K,
+    """utils_rl.check_numbers (e591f30cb), on the answer of `maxtext_grading.extract_answer`.
+    The reference is one GSM8K answer (MaxText's list of acceptable answers, [a, a] for GSM8K,
     deduplicated to [a])."""
     from rlexp.data import maxtext_grading as g
 
     exact = _current(kwargs, "reward_exact_answer")
-    scores = []
-    for c, ref in zip(completions, answers):
-        guess = g.extract_answer(c)
-        if guess == g.FALLBACK_ANSWER:
-            scores.append(_current(kwargs, "penalty_incorrect_answer"))
-        elif guess == ref:
-            scores.append(max(_current(kwargs, "penalty_incorrect_format"), exact))
-        elif guess.strip() == ref.strip():
-            scores.append(max(_current(kwargs, "penalty_incorrect_format"),
-                              _current(kwargs, "reward_white_space_format_match")))
-        else:
-            score = _current(kwargs, "penalty_incorrect_format")
-            if g.verify([g.boxed(g.preprocess_math_string(ref))],
-                        [g.boxed(g.preprocess_math_string(guess))]) > 0.0:
-                score = max(score, exact)
-            scores.append(score)
-    return scores
+
+    def score(guess: str, ref: str) -> float:
+        if guess == g.FALLBACK_ANSWER:  # no answer block and no \boxed{}
+            return _current(kwargs, "penalty_incorrect_answer")
+        floor = _current(kwargs, "penalty_incorrect_format")
+        if guess == ref:
+            return max(floor, exact)
+        if guess.strip() == ref.strip():
+            return max(floor, _current(kwargs, "reward_white_space_format_match"))
+        if g.verify([g.boxed(g.preprocess_math_string(ref))],
+                    [g.boxed(g.preprocess_math_string(guess))]) > 0.0:
+            return max(floor, exact)
+        return floor
+
+    return [score(g.extract_answer(c), ref) for c, ref in zip(completions, answers)]
 
 
 # ----------------------------------------------------------------------------- EasyDeL

@@ -1,13 +1,10 @@
 """Rewards as plug-ins: `reward.functions` lists `{_target_, weight, name, kwargs}` entries.
 
-A reward function (Hydra's `_target_` convention: a dotted import path) is called as
-fn(prompts, completions, answers, **kwargs) and returns one float per completion, like TRL's
-reward_funcs. The run's total reward is sum_i weight_i * fn_i(...), each weighted term
-reported as train/reward/<name>. The built-ins below are entries of the same list; their
-pure scorers of (completion, reference answer) -> [0, 1] are tested by hand.
-`terms()` resolves and probes the entries before anything runs (a bad `_target_` or a
-function returning the wrong length is a UserError, exit 2); `tunix_reward_fns` adapts them
-to the call Tunix's learner makes: fn(prompts, completions, answer=..., **kwargs).
+A reward function (a dotted `_target_`) is called as fn(prompts, completions, answers,
+**kwargs) and returns one float per completion, like TRL's reward_funcs. The run's reward is
+sum_i weight_i * fn_i(...), each term reported as train/reward/<name>. `terms()` resolves and
+probes the entries before anything runs; `tunix_reward_fns` adapts them to the call Tunix's
+learner makes: fn(prompts, completions, answer=..., **kwargs).
 """
 
 from __future__ import annotations
@@ -27,11 +24,6 @@ from rlexp.data.verify_timeout import math_verify_timeout
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
-
-# Imported inside functions, on purpose: math_verify is optional (pip install 'rlexp[math]'):
-# imported only by the reward that needs it.
-
-Score = Callable[[str, str], float]
 
 _ANSWER_ONLY = re.compile(r"\s*<answer>[^<]*</answer>\s*", re.DOTALL)
 
@@ -117,12 +109,9 @@ def answer_close(completion: str, answer: str, **_: object) -> float:
     if a is None or ref is None:
         return 1.0 if same_answer(got, answer) else 0.0
     err = abs(a - ref)
-    scale = abs(ref)
-    if err <= 0.10 * scale or err == 0:
+    if err == 0 or err <= 0.10 * abs(ref):
         return 1.0
-    if err <= 0.20 * scale:
-        return 0.5
-    return 0.0
+    return 0.5 if err <= 0.20 * abs(ref) else 0.0
 
 
 def math_verify(completion: str, answer: str, **_: object) -> float:
@@ -221,11 +210,8 @@ class Term:
 def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning",
           probed: bool = True) -> list[Term]:
     """The weighted reward terms of a run, resolved and probed (unless probed=False: the
-    engine's build, after pre-flight probed them); zero-weight entries dropped.
-
-    Every function also gets template= and reasoning_tag= (the prompt format the format
-    rewards check); a function that does not want them takes **kwargs.
-    """
+    engine's build, after pre-flight probed them); zero-weight entries dropped. Every function
+    also gets template= and reasoning_tag= (the format rewards check them)."""
     context = {"template": template, "reasoning_tag": reasoning_tag}
     chosen: list[Term] = []
     for i, entry in enumerate(cfg.functions):
@@ -276,7 +262,8 @@ PROBE_ANSWERS = ["5", "8", "1"]
 def probe(term: Term) -> None:
     """Call the function once on three examples: it must return 3 finite numbers."""
     key = f"reward.functions (name={term.name})"
-    extra = {"completion_lengths": [len(c) for c in PROBE_COMPLETIONS]} if term.needs_lengths else {}
+    lengths = [len(c) for c in PROBE_COMPLETIONS]
+    extra = {"completion_lengths": lengths} if term.needs_lengths else {}
     try:
         out = term.fn(list(PROBE_PROMPTS), list(PROBE_COMPLETIONS), list(PROBE_ANSWERS),
                       **{**term.context, **extra, **term.kwargs})
@@ -311,7 +298,8 @@ def tunix_reward_fns(ts: Sequence[Term], record: Callable[[str, list[float]], No
                      ) -> list[Callable[..., list[float]]]:
     """Adapters Tunix's learner calls; each also hands its values to `record(name, values)`."""
     def adapter(term: Term):
-        def fn(prompts: list[str], completions: list[str], answer: Sequence[str], **_) -> list[float]:
+        def fn(prompts: list[str], completions: list[str], answer: Sequence[str],
+               **_: Any) -> list[float]:
             values = term(prompts, completions, answer)
             if len(values) != len(completions):  # probed at start; a data-dependent slip
                 raise RewardFailed(f"reward {term.name} returned {len(values)} values for "

@@ -2,11 +2,9 @@
 
 `reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, final answer
 in <answer>); `answer` asks for the <answer> block only (short completions for the tiny
-model). The reasoning tag is configurable (dataset.reasoning_tag=think gives DeepSeek-R1's
-<think>...</think>); the instruction can be replaced (dataset.system_prompt) and the whole
-user message given inline or as a file (dataset.prompt / dataset.prompt_file, with a
-{question} placeholder). Instruct checkpoints get the text wrapped in their tokenizer's chat
-template (model.chat_template=true): the instruction as the system message.
+model). dataset.reasoning_tag=think gives DeepSeek-R1's <think>...</think>. Instruct
+checkpoints get the text wrapped in their tokenizer's chat template (model.chat_template=true):
+the instruction as the system message.
 """
 
 from __future__ import annotations
@@ -18,20 +16,10 @@ from typing import Any
 from rlexp.base.errors import UserError
 
 ANSWER_INSTRUCTION = "Answer between <answer> and </answer>."
-
-
-def reasoning_instruction(tag: str = "reasoning") -> str:
-    # MaxText grpo_llama3_1_8b_demo (GSM8K): the system prompt that defines the format rewards.
-    return ("You are given a problem. Think about the problem and provide your working out. "
-            f"Place it between <{tag}> and </{tag}>. Then, provide your final answer "
-            "between <answer> and </answer>.")
-
-
-REASONING_INSTRUCTION = reasoning_instruction()
-
-
-def instruction(template: str, tag: str = "reasoning") -> str:
-    return reasoning_instruction(tag) if template == "reasoning" else ANSWER_INSTRUCTION
+# MaxText grpo_llama3_1_8b_demo (GSM8K): the system prompt that defines the format rewards.
+REASONING_INSTRUCTION = ("You are given a problem. Think about the problem and provide your "
+                         "working out. Place it between <{tag}> and </{tag}>. Then, provide your "
+                         "final answer between <answer> and </answer>.")
 
 
 @dataclass(frozen=True)
@@ -64,8 +52,11 @@ class PromptTemplate:
 
     @property
     def instruction(self) -> str:
-        return self.system_prompt if self.system_prompt is not None \
-            else instruction(self.template, self.reasoning_tag)
+        if self.system_prompt is not None:
+            return self.system_prompt
+        if self.template == "reasoning":
+            return REASONING_INSTRUCTION.format(tag=self.reasoning_tag)
+        return ANSWER_INSTRUCTION
 
     def render(self, question: str, chat_tokenizer: Any | None = None) -> str:
         """The prompt string. With `chat_tokenizer` (an HF tokenizer) it is chat-formatted."""

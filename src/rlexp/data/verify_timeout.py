@@ -1,8 +1,4 @@
-"""math-verify's timeouts: on where they can work, off (quietly) where they cannot.
-
-Shared by the reward sets (rlexp.data.reward_sets), MaxText's current grading
-(rlexp.data.maxtext_grading) and the built-in math_verify reward (rlexp.data.rewards).
-"""
+"""math-verify's timeouts: on where they can work, off (quietly) where they cannot."""
 
 from __future__ import annotations
 
@@ -10,15 +6,10 @@ import logging
 import threading
 
 
-class _NoTimeoutNotice(logging.Filter):
+def _no_timeout_notice(record: logging.LogRecord) -> bool:
     """Drops math-verify's notice that its timeout is off (said on every call off the main
     thread, where the off timeout is deliberate)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Timeout is disabled" not in record.getMessage()
-
-
-_NOTICE = _NoTimeoutNotice()
+    return "Timeout is disabled" not in record.getMessage()
 
 
 def math_verify_timeout() -> int | None:
@@ -29,6 +20,6 @@ def math_verify_timeout() -> int | None:
         return 5
     for name in ("math_verify.parser", "math_verify.grader"):
         logger = logging.getLogger(name)
-        if _NOTICE not in logger.filters:
-            logger.addFilter(_NOTICE)
+        if _no_timeout_notice not in logger.filters:
+            logger.addFilter(_no_timeout_notice)
     return None
