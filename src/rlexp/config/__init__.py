@@ -1,18 +1,14 @@
-"""Config layer: the typed schema of every config group, its validation, and the names
-derived from a config (run names, dotted params, where the packaged conf/ and sweeps/ live).
-
-schema (dataclasses registered in Hydra's ConfigStore: data only), validate (the CHOICES and
-RANGES tables, checked generically, then the rules), rules (the named cross-field rules),
-convert (DictConfig -> validated Config), naming, paths.
-May import: rlexp.algo (the registered algorithms and their choices), rlexp.families (the
-model families, model.family's choices), rlexp.base.
+"""Config layer: schema (the typed dataclasses registered in Hydra's ConfigStore), validate
+(the CHOICES and RANGES tables, then the rules), rules (the named cross-field rules), convert
+(DictConfig -> validated Config), naming (run and sweep names, dotted params), paths (where the
+packaged conf/ and sweeps/ live). May import: rlexp.algo and rlexp.families (the choices of
+algo.name and model.family), rlexp.base.
 """
 
 from rlexp.config.naming import register_resolvers
 from rlexp.config.schema import register_configs
 
 # Hydra needs the schema and the name resolvers in every process that composes or resolves a
-# config (the CLI, and launcher workers that unpickle a job): every such process imports this
-# package (rlexp.__main__, rlexp.launch, the job's modules).
+# config (the CLI, launcher workers that unpickle a job), and every such process imports this.
 register_configs()
 register_resolvers()

@@ -8,7 +8,7 @@ import hashlib
 import os
 import typing
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,8 +19,7 @@ from rlexp.config.validate import validate
 
 # Set by the launching process's pre-flight (rlexp.launch.preflight.before_launch): the digests
 # of the validated configs of every job it checked. A job whose config is one of them is not
-# validated a second time (validate returns such a config unchanged); any other job, and one
-# started without that pre-flight, is.
+# validated again; any other job, and one started without that pre-flight, is.
 VETTED_ENV = "RLEXP_VETTED_CONFIGS"
 
 
@@ -29,16 +28,12 @@ def config_digest(cfg: Config) -> str:
     return hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
 
 
-def _sub_schema(schema: type, name: str) -> Optional[type]:
-    """The dataclass of field `name` of `schema` (None for a leaf or an unknown name)."""
-    hint = _hints(schema).get(name)
-    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
-
-
 @lru_cache(maxsize=None)
-def _hints(schema: type) -> dict[str, Any]:
-    # Cached: a sweep converts every job's config, and resolving the hints evaluates them.
-    return typing.get_type_hints(schema)
+def _sub_schema(schema: type, name: str) -> Optional[type]:
+    """The dataclass of field `name` of `schema` (None for a leaf or an unknown name). Cached:
+    a sweep converts every job's config, and resolving the hints evaluates them."""
+    hint = typing.get_type_hints(schema).get(name)
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
 def unknown_key_message(dotted: str) -> str:
@@ -57,9 +52,8 @@ def unknown_key_message(dotted: str) -> str:
 
 
 def _unknown_keys(node: dict, schema: type, prefix: str) -> list[str]:
-    """Keys present in the composed config that the schema lacks (e.g. `+algo.clip_eps=1`).
-    `node` is the config as a plain container, unresolved: an interpolation stays its string,
-    so one that cannot resolve yet is not walked into (validation names it later)."""
+    """Keys of `node` (the composed config as a plain container, unresolved: an interpolation
+    stays a string, named later by validation) that the schema lacks (`+algo.clip_eps=1`)."""
     names = {f.name for f in dataclasses.fields(schema)}
     bad = []
     for key, value in node.items():
@@ -84,8 +78,6 @@ def to_config(cfg: DictConfig) -> Config:
         obj = OmegaConf.to_object(plain)
     except Exception as exc:  # interpolation or type errors surfacing late
         raise UserError(one_line_omegaconf_error(exc)) from None
-    if not isinstance(obj, Config):  # composed without the schema (should not happen)
-        obj = Config(**{k: v for k, v in obj.items()})
     if config_digest(obj) in os.environ.get(VETTED_ENV, "").split():
         return obj  # pre-flight validated this very config
     return validate(obj)

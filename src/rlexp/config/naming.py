@@ -1,19 +1,14 @@
 """Run and sweep names, the deterministic dirs built from them, and the one label formatter.
 
-`label` names a run by the values of the keys a sweep varies ('gspo β=0.04 G=4'): MLflow run
-names, plot legends, the sweep's job labels in the terminal and the report's group table all
-use it, so one run reads the same everywhere. A label too long for its place loses whole
-tokens (never half of one) and says how many it left out.
-
-A run dir is a function of the command's overrides, so running the same command again finds
-the same dir (and resumes it); a sweep dir is a function of the sweep command, and each job's
-subdir a function of the job's own overrides (so a rerun skips finished jobs).
+`label` ('gspo β=0.04 G=4') serves MLflow run names, plot legends, the sweep's terminal job
+labels and the report's group table, so one run reads the same everywhere. A run dir is a
+function of the command's overrides, so the same command finds (and resumes) the same dir; a
+sweep job's subdir is a function of its own overrides (so a rerun skips finished jobs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -36,16 +31,15 @@ MAX_NAME = 80
 
 def identity_overrides(overrides: Iterable[str]) -> list[str]:
     """The overrides that define a run, normalized (sorted, neutral ones dropped)."""
-    kept = [o.strip() for o in overrides if not o.strip().startswith(NEUTRAL_PREFIXES)
-            or o.strip().lstrip("+").startswith(IDENTITY_RUN_KEYS)]
-    return sorted(kept)
+    return sorted(o.strip() for o in overrides if not o.strip().startswith(NEUTRAL_PREFIXES)
+                  or o.strip().lstrip("+").startswith(IDENTITY_RUN_KEYS))
 
 
 def _short(override: str) -> str:
     key, _, value = override.lstrip("+~").partition("=")
-    if "/" in key or key in NAMED_GROUPS:  # a group choice: already in the name
-        return ""
-    if is_secret_key(key):  # never in a dir name (the digest still tells runs apart)
+    # A group choice is already in the name; a secret never goes in a dir name (the digest
+    # still tells runs apart).
+    if "/" in key or key in NAMED_GROUPS or is_secret_key(key):
         return ""
     if key == "run.init_from":  # a path or run id: the digest tells origins apart
         return "fork"
@@ -102,8 +96,6 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# ------------------------------------------------------------------------------ labels
-
 # Keys a sweep varies, abbreviated as the GRPO/GSPO papers write them (Shao et al. 2024; Zheng
 # et al. 2025): β (KL weight), ε (clip), G (group size), μ (updates per batch); other keys go by
 # their last part. The full key=value pairs stay in the runs' params and tags.
@@ -111,10 +103,6 @@ ABBREVIATIONS = {"beta": "β", "epsilon": "ε", "epsilon_high": "ε_high",
                  "num_generations": "G", "num_iterations": "μ", "learning_rate": "lr",
                  "batch_size": "B", "mini_batch_size": "mini_B", "temperature": "T",
                  "max_completion_length": "max_len", "kl_estimator": "kl"}
-
-
-def _leaf(key: str) -> str:
-    return key.lstrip("+~").rsplit(".", 1)[-1]
 
 
 def is_choice(key: str) -> bool:

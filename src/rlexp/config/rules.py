@@ -1,7 +1,6 @@
-"""The named rules a Config must keep beyond its ranges and choices: relations between fields
-(and the few checks of one field that a table cannot express). Each needs only the Config;
-checks that need files, user code, the plan or the data run in pre-flight
-(rlexp.launch.checks). rlexp.config.validate applies RULES in order after the tables."""
+"""The named rules a Config must keep beyond its ranges and choices (rlexp.config.validate
+applies RULES in order after the tables). Each needs only the Config; checks that need files,
+user code, the plan or the data run in pre-flight (rlexp.launch.checks)."""
 
 from __future__ import annotations
 
@@ -84,7 +83,7 @@ def _profile_steps(cfg: Config) -> Optional[Refusal]:
                    "must be [] or [first, last] with first <= last (global steps, e.g. [2,3])")
 
 
-def _batch_sizes(cfg: Config) -> tuple[int, int]:
+def batch_sizes(cfg: Config) -> tuple[int, int]:
     """(mini-batch, micro-batch) in prompts, their nulls resolved."""
     t = cfg.train
     mini = t.mini_batch_size or t.batch_size
@@ -93,7 +92,7 @@ def _batch_sizes(cfg: Config) -> tuple[int, int]:
 
 def _mini_divides_batch(cfg: Config) -> Optional[Refusal]:
     t = cfg.train
-    mini, _ = _batch_sizes(cfg)
+    mini, _ = batch_sizes(cfg)
     if t.batch_size % mini == 0:
         return None
     return Refusal("train.mini_batch_size", t.mini_batch_size,
@@ -101,7 +100,7 @@ def _mini_divides_batch(cfg: Config) -> Optional[Refusal]:
 
 
 def _micro_divides_mini(cfg: Config) -> Optional[Refusal]:
-    mini, micro = _batch_sizes(cfg)
+    mini, micro = batch_sizes(cfg)
     if mini % micro == 0:
         return None
     return Refusal("train.micro_batch_size", cfg.train.micro_batch_size,
@@ -115,14 +114,13 @@ def rollout_devices(cfg: Config) -> int:
 
 
 def sampler_call_prompts(cfg: Config) -> Optional[int]:
-    """Prompts per sampler call that the config fixes: rollout.micro_batch_size, else
-    rollout.per_device_batch_size x the rollout devices, at most one mini-batch (a step samples
-    its own prompts: MaxText's grpo_trainer buffers a larger call's rows for later steps,
-    rlexp does not). None when neither is set (the plan sizes it)."""
+    """Prompts per sampler call that the config fixes (None: the plan sizes it):
+    rollout.micro_batch_size, else rollout.per_device_batch_size x the rollout devices, at most
+    one mini-batch (each step samples its own prompts; MaxText buffers the rest of a big call)."""
     r = cfg.rollout
     if r.per_device_batch_size is None:
         return r.micro_batch_size
-    mini, _ = _batch_sizes(cfg)
+    mini, _ = batch_sizes(cfg)
     return min(r.per_device_batch_size * rollout_devices(cfg), mini)
 
 
@@ -139,7 +137,7 @@ def _rollout_micro_batch(cfg: Config) -> Optional[Refusal]:
     # Tunix merges (or splits) train micro-batches into sampler calls of this many prompts,
     # within one mini-batch: other sizes leave a ragged last call (another compile).
     rm = sampler_call_prompts(cfg)
-    mini, micro = _batch_sizes(cfg)
+    mini, micro = batch_sizes(cfg)
     if rm is None or ((rm % micro == 0 or micro % rm == 0) and (mini % rm == 0 or rm % mini == 0)):
         return None
     r = cfg.rollout
@@ -314,8 +312,7 @@ def _sync_every_within_steps(cfg: Config) -> Optional[Refusal]:
 def _vllm_parallelism(cfg: Config) -> Optional[Refusal]:
     # vLLM's tensor x data parallel replicas tile the rollout mesh, and tensor parallelism
     # splits the attention heads evenly (vLLM refuses otherwise, after minutes of start-up).
-    r, m, mesh = cfg.rollout, cfg.model, cfg.hardware.rollout_mesh
-    devices = mesh.fsdp * mesh.tp
+    r, m, devices = cfg.rollout, cfg.model, rollout_devices(cfg)
     for key, size in (("tensor_parallel_size", r.tensor_parallel_size),
                       ("data_parallel_size", r.data_parallel_size)):
         if size == 0:
@@ -326,8 +323,9 @@ def _vllm_parallelism(cfg: Config) -> Optional[Refusal]:
     if r.tensor_parallel_size * r.data_parallel_size != devices:
         return Refusal("rollout.tensor_parallel_size", r.tensor_parallel_size,
                        f"times rollout.data_parallel_size={r.data_parallel_size} it must equal "
-                       f"the {devices} devices of hardware.rollout_mesh (hardware={cfg.hardware.name}"
-                       f"); -1 derives a size from the other (both -1: TP {devices}, DP 1)")
+                       f"the {devices} devices of hardware.rollout_mesh "
+                       f"(hardware={cfg.hardware.name}); -1 derives a size from the other "
+                       f"(both -1: TP {devices}, DP 1)")
     if m.num_heads % r.tensor_parallel_size:
         return Refusal("rollout.tensor_parallel_size", r.tensor_parallel_size,
                        f"does not divide model.num_heads={m.num_heads} (model={m.name})")
@@ -335,8 +333,6 @@ def _vllm_parallelism(cfg: Config) -> Optional[Refusal]:
 
 
 def _replicas_split_the_rollout_mesh(cfg: Config) -> Optional[Refusal]:
-    # Each replica is a block of fsdp/replicas x tp devices holding a whole copy
-    # (rlexp.planning.hardware.make_mesh): the fsdp axis is what they split.
     r, mesh = cfg.rollout, cfg.hardware.rollout_mesh
     if r.replicas == 1:
         return None

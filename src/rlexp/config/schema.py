@@ -1,9 +1,7 @@
 """Typed schema of every config group, registered in Hydra's ConfigStore: data only.
 
-YAML files under conf/ hold values; these dataclasses say which keys exist, their types,
-defaults and meaning. What is valid is rlexp.config.validate's (choices, ranges, rules);
-rlexp.config.convert turns a composed DictConfig into a validated `Config`.
-"""
+These dataclasses say which keys exist, their types, defaults and meaning; conf/ holds the
+values, rlexp.config.validate what is valid."""
 
 from __future__ import annotations
 
@@ -18,9 +16,9 @@ from rlexp.config.paths import sweeps_dir
 
 @dataclass
 class LoraConfig:
-    # Rank of the low-rank adapters (0 = off: every weight trains). Through qwix's LoraProvider,
-    # as Tunix's CLI applies it (tunix/cli/utils/model.py): the base weights stay frozen and
-    # are the reference model; the optimizer and checkpoints hold only the adapters.
+    # Rank of the low-rank adapters (0 = off: every weight trains), through qwix's LoraProvider
+    # as Tunix's CLI applies it (tunix/cli/utils/model.py): the frozen base weights are the
+    # reference model; the optimizer and checkpoints hold only the adapters.
     rank: int = 0
     # Scale of the adapters' update: W + (alpha / rank) * A @ B (qwix, as PEFT's lora_alpha).
     alpha: float = 16.0
@@ -38,9 +36,8 @@ class LoraConfig:
 class ModelConfig:
     # Short name of the model profile (the option chosen in conf/model/).
     name: str = "tiny"
-    # Architecture family (a module of rlexp/families/): Tunix's model code, the Hugging Face
-    # mappings and the memory formula's inputs. llama3 | qwen3 | qwen2 | gemma3 | gemma2 |
-    # cohere.
+    # Architecture family (a module of rlexp/families/: Tunix's model code, the Hugging Face
+    # mappings, the memory formula's inputs): llama3 | qwen3 | qwen2 | gemma3 | gemma2 | cohere.
     family: str = "qwen3"
     # Local directory with HF safetensors + config.json; None = random init (tiny only).
     path: Optional[str] = None
@@ -68,8 +65,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     # RMSNorm epsilon (Cohere: its LayerNorm's, config.json layer_norm_eps).
     norm_eps: float = 1e-6
-    # Factor on the output logits (Cohere's config.json logit_scale; aya-expanse-8b: 0.125);
-    # 1 = none. Read by the cohere family only.
+    # Output-logit factor, cohere only (config.json logit_scale; aya-expanse-8b: 0.125); 1 = none.
     logit_scale: float = 1.0
     # Per-head q/k LayerNorms (Cohere's config.json use_qk_norm, Command R+). Read by the
     # cohere family only (Qwen3 and Gemma 3 always have theirs).
@@ -99,8 +95,7 @@ class ModelConfig:
 @dataclass
 class AlgoConfig:
     # Algorithm of rlexp.algo.variants: grpo | gspo | dapo | dr_grpo, or a dotted path to a
-    # user's rlexp.algo.algorithm.Algorithm (its ratio level and advantage estimator; everything
-    # else is the settings below).
+    # user's rlexp.algo.algorithm.Algorithm (its ratio level and advantage estimator).
     name: str = "grpo"
     # Weight of the KL penalty to the reference model (0 drops the reference model).
     beta: float = 0.04
@@ -124,11 +119,9 @@ class AlgoConfig:
     # Advantage std scaling (TRL scale_rewards): group | batch | none (Dr.GRPO). batch = the
     # rewards Tunix scores in one call (rollout micro-batches merged, at most a mini-batch).
     scale_rewards: str = "group"
-    # Drop completions that hit the budget without EOS from the loss (TRL
-    # mask_truncated_completions).
+    # Drop completions cut at the budget (no EOS) from the loss (TRL mask_truncated_completions).
     mask_truncated: bool = False
-    # Drop groups whose rewards are all equal from the loss (DAPO dynamic sampling, without
-    # DAPO's re-sampling: the step trains on fewer groups).
+    # Drop groups with all-equal rewards from the loss (DAPO dynamic sampling, no re-sampling).
     dynamic_sampling: bool = False
     # DAPO overlong shaping: share of the completion budget (its last tokens) over which a
     # penalty grows linearly to -overlong_penalty (the paper: 4096 of 20480 = 0.2); 0 = off.
@@ -149,13 +142,11 @@ class AlgoConfig:
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
-    # Clip-Cov: share of tokens whose gradient is cut, and the covariance window (verl's
-    # policy_loss.clip_cov_ratio / clip_cov_lb / clip_cov_ub).
+    # Clip-Cov: share of tokens with a cut gradient; covariance window (verl clip_cov_ratio/lb/ub).
     clip_cov_ratio: float = 2e-4
     clip_cov_lb: float = 1.0
     clip_cov_ub: float = 5.0
-    # KL-Cov: share of tokens given the |log r| penalty and its weight (verl kl_cov_ratio,
-    # ppo_kl_coef).
+    # KL-Cov: share of tokens given the |log r| penalty, its weight (verl kl_cov_ratio/ppo_kl_coef).
     kl_cov_ratio: float = 2e-4
     ppo_kl_coef: float = 1.0
     # Entropy bonus: loss - entropy_coef x mean token entropy (TRL entropy_coef); 0 = off.
@@ -165,7 +156,7 @@ class AlgoConfig:
     top_entropy_quantile: float = 1.0
     # Trainer/sampler mismatch correction (rlexp.algo.rollout_correction; TRL
     # vllm_importance_sampling_mode): none | token_truncate | token_mask | sequence_truncate |
-    # sequence_mask. The gap itself is logged every step (rollout/logprob_diff, _max).
+    # sequence_mask. The gap is logged every step (rollout/logprob_diff, _max).
     rollout_correction: str = "none"
     # Bounds of the importance weight pi_old / pi_sampler: clipped to them (*_truncate) or 0
     # outside them (*_mask); None = no bound (TRL vllm_importance_sampling_clip_min/_max).
@@ -193,24 +184,20 @@ class HardwareConfig:
     chips: int = 1
     # JAX devices visible to the job over all hosts.
     devices: int = 1
-    # Hosts; under runtime=multi_controller, one process each (joined by
-    # jax.distributed.initialize), each holding devices / hosts of the devices.
+    # Hosts; under runtime=multi_controller one process each, holding devices / hosts devices.
     hosts: int = 1
-    # How the run reaches its devices: single (one process sees every device) |
-    # multi_controller (one process per host: mpirun, srun, Cloud TPU/GKE, or
-    # JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID) | pathways (one process
-    # sees every host's devices through the Pathways proxy).
+    # How the run reaches its devices (rlexp.planning.hardware): single (one process sees every
+    # device) | multi_controller (one process per host) | pathways (one process sees every
+    # host's devices through the Pathways proxy).
     runtime: str = "single"
-    # multi_controller: seconds to wait for every process to join (a coordinator that
-    # cannot be reached ends the run in one line after this long).
+    # multi_controller: seconds to wait for every process to join, then one line and exit.
     join_timeout_s: int = 60
     # multi_controller: seconds without a heartbeat after which a process counts as lost
     # (jax.distributed's heartbeat_timeout_seconds; the others then stop, naming it).
     heartbeat_timeout_s: int = 20
     # High-bandwidth memory per JAX device, GiB.
     hbm_gib_per_device: float = 24.0
-    # Peak dense bf16 throughput per device, TFLOP/s (for MFU); None = no datasheet figure
-    # (a CPU): perf/mfu is not logged.
+    # Peak dense bf16 TFLOP/s per device (for MFU); None = no datasheet figure (a CPU): no perf/mfu.
     peak_bf16_tflops: Optional[float] = None
     # Regex that jax.Device.device_kind must fully match ("TPU v6 lite"); None = any kind.
     device_kind: Optional[str] = None
@@ -247,9 +234,9 @@ class HardwareConfig:
 class DatasetConfig:
     # Name of the dataset option (conf/dataset/<name>.yaml, packaged or in a --config-dir).
     name: str = "arithmetic"
-    # Builder fn(DatasetConfig) -> RawSplits, or rows (dicts) that the field mapping,
-    # extractor and held-out split below turn into problems. Dotted import path (Hydra's
-    # _target_ convention): rlexp.data.loaders.{arithmetic, gsm_symbolic, generic} or yours.
+    # Dotted path (Hydra's _target_) of a builder fn(DatasetConfig) -> RawSplits or rows (dicts)
+    # that the fields below turn into problems: rlexp.data.loaders.{arithmetic, gsm_symbolic,
+    # generic} or yours.
     _target_: str = "rlexp.data.loaders.arithmetic"
     # generic: local jsonl/json/parquet/csv file; None = `hub` (a `datasets` name).
     path: Optional[str] = None
@@ -261,8 +248,8 @@ class DatasetConfig:
     split: str = "train"
     # generic: split held out for evaluation; None = hold out rows of the training data.
     eval_split: Optional[str] = None
-    # Share of the rows held out (never trained on) when there is no eval_split; None =
-    # dataset.num_eval rows (at most half). At most dataset.num_eval of them are evaluated.
+    # Share of the rows held out when there is no eval_split; None = dataset.num_eval rows (at
+    # most half). At most dataset.num_eval of them are evaluated.
     eval_fraction: Optional[float] = None
     # generic: row field holding the question.
     question_field: str = "question"
@@ -301,9 +288,9 @@ class DatasetConfig:
     prompt: Optional[str] = None
     # File holding `prompt` (read at start); wins over dataset.prompt.
     prompt_file: Optional[str] = None
-    # Largest share of prompts that may be longer than rollout.max_prompt_length (the sampler
-    # keeps their last tokens, cutting the question): counted at start, more is an error
-    # naming a length that fits 99% of them; fewer is one warning line. 0 = none may be cut.
+    # Largest share of prompts longer than rollout.max_prompt_length (the sampler keeps their
+    # last tokens, cutting the question): more is an error naming a length that fits 99%, fewer
+    # one warning line; 0 = none may be cut.
     max_truncated_fraction: float = 0.05
     # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
     operators: str = "+-"
@@ -331,34 +318,29 @@ class RolloutConfig:
     max_completion_length: int = 768
     # KV-cache size in tokens: prompt + completion + 256 slack (MaxText's kv_cache_buffer).
     kv_cache_size: int = 1280
-    # Prompts per sampler call (and per reference/old log-prob pass); None = planned from
-    # memory on an accelerator (rlexp.planning.memory.rollout_micro_prompts), the train micro batch on
-    # the CPU. Smaller values cap the KV cache and prefill logits in the memory plan.
+    # Prompts per sampler call (and per reference/old log-prob pass); None = the train micro
+    # batch on the CPU, else planned from memory (rlexp.planning.memory.rollout_micro_prompts).
+    # Smaller values cap the KV cache and prefill logits in the memory plan.
     micro_batch_size: Optional[int] = None
     # vllm: tensor-parallel size; -1 = the rollout devices over data_parallel_size (both -1:
     # every rollout device, DP 1, as Tunix resolves them).
     tensor_parallel_size: int = 1
     # vllm: data-parallel size; -1 = the rollout devices over tensor_parallel_size.
     data_parallel_size: int = 1
-    # rollout=vanilla: samplers (MaxText's inference_replicas), data-parallel. The rollout
-    # mesh's devices split into this many replicas along its fsdp axis; each holds a whole
-    # copy of the weights, sharded over its own fsdp/replicas x tp chips, and decodes its
-    # share of a sampler call's rows. Must divide hardware.rollout_mesh.fsdp; > 1 needs a TPU
-    # or GPU. rollout=vllm: 1 (vLLM's replicas are rollout.data_parallel_size).
+    # rollout=vanilla: data-parallel samplers (MaxText's inference_replicas), each a whole copy
+    # of the weights over its share of the rollout mesh's fsdp axis (which this must divide),
+    # decoding its share of a call's rows; > 1 needs a TPU or GPU. rollout=vllm: 1 (vLLM's
+    # replicas are rollout.data_parallel_size).
     replicas: int = 1
     # Prompts per rollout device in one sampler call (MaxText's per_device_batch_size of the
-    # inference config): a call takes this x the rollout mesh's devices prompts, at most one
-    # mini-batch (rlexp samples each step's own prompts). None = rollout.micro_batch_size
-    # decides; set one of the two.
+    # inference config), at most one mini-batch a call; None = rollout.micro_batch_size decides.
     per_device_batch_size: Optional[int] = None
     # vllm: fraction of HBM vLLM may take.
     hbm_utilization: float = 0.4
     # Copy the trainer's weights to the sampler every N global steps (MaxText's
-    # inference_rollouts); 1 = every step. Only when the sampler holds its own copy (split
-    # hardware, another mesh or vLLM): a shared copy is always current. Between copies the
-    # rollouts come from weights up to N-1 steps old, and nothing corrects for it (the old
-    # log-probs are the trainer's). At most train.steps (MaxText refuses more: the sampler
-    # would never see a trained weight).
+    # inference_rollouts; 1 = every step, at most train.steps) when the sampler holds its own
+    # copy (split hardware, another mesh or vLLM): rollouts then come from weights up to N-1
+    # steps old, uncorrected (the old log-probs are the trainer's).
     sync_every: int = 1
 
 
@@ -378,8 +360,7 @@ class TrackerConfig:
     # Extra MLflow run tags, e.g. +tracker.tags.team=rl (values are redacted like params).
     tags: dict[str, str] = field(default_factory=dict)
     # Longest interval, seconds, between samples of MLflow's system-metrics monitor (CPU, RAM,
-    # disk, network, GPU via psutil/pynvml; process RSS; JAX memory): sampling starts every
-    # 1 s and slows with the run's age to ~60 points a run, never sparser than this; 0 = off.
+    # GPU, process RSS, JAX memory): 1 s at first, slowing to ~60 points a run; 0 = off.
     system_metrics_every_s: float = 10.0
     # Steps between training-rollout tables (prompt, completion, rewards, advantage, length,
     # truncated: rollouts/step_*.json); None = at each evaluation (eval.every); 0 = off.
@@ -412,8 +393,7 @@ def _builtin_rewards() -> list[RewardFunctionConfig]:
 class RewardConfig:
     # Reward plug-ins, summed with their weights. Setting the list replaces it whole (Hydra
     # list semantics); one weight: reward.functions.2.weight=2. rlexp.rewards has
-    # format_exact/format_approx/answer_exact/answer_close/math_verify _reward and
-    # overlong_penalty.
+    # {format_exact,format_approx,answer_exact,answer_close,math_verify}_reward, overlong_penalty.
     functions: list[RewardFunctionConfig] = field(default_factory=_builtin_rewards)
     # The conf/reward set chosen (reward=maxtext, easydel_numina); None = the list above.
     name: Optional[str] = None
@@ -451,8 +431,7 @@ class PruneConfig:
 class TrainConfig:
     # RL steps (one rollout batch each).
     steps: int = 100
-    # Prompts per step; completions per step = batch_size * num_generations (Tunix's GSM8K
-    # GRPO configs use 8).
+    # Prompts per step, each with algo.num_generations completions (Tunix's GSM8K GRPO: 8).
     batch_size: int = 8
     # Prompts per policy update (mini-batch); None = batch_size.
     mini_batch_size: Optional[int] = None
@@ -464,13 +443,11 @@ class TrainConfig:
     # constant | cosine | warmup_cosine | linear (warm-up, then a straight line from
     # learning_rate to end_learning_rate; EasyDeL's LINEAR scheduler).
     lr_schedule: str = "warmup_cosine"
-    # Learning rate the decaying schedules (cosine, warmup_cosine, linear) reach after the last
-    # optimizer update; 0 = decay to zero.
+    # Learning rate the decaying schedules reach after the last optimizer update; 0 = to zero.
     end_learning_rate: float = 0.0
-    # Passes over the training prompts; when set, train.steps is derived from it:
-    # ceil(epochs x dataset.num_train / train.batch_size), so the last step may take a few
-    # prompts of the next pass (batches run through one seeded permutation per pass).
-    # dataset.num_train must then be the training set's size. None = train.steps as given.
+    # Passes over the training prompts; when set, train.steps = ceil(epochs x dataset.num_train
+    # / train.batch_size) (the last step may take prompts of the next pass) and num_train must
+    # be the training set's size. None = train.steps as given.
     epochs: Optional[int] = None
     # Linear warm-up steps (warmup_cosine); the seeds warm up over 10% of the steps.
     warmup_steps: int = 10
@@ -479,10 +456,9 @@ class TrainConfig:
     grad_clip: float = 0.1
     # AdamW weight decay (MaxText/Tunix GRPO recipes: 0.1).
     weight_decay: float = 0.1
-    # Activation rematerialization of the training forward: none | full (recompute each
-    # decoder layer in the backward pass) | dots_saveable (keep matmul outputs, recompute
-    # the rest). The sampler never remats (Tunix's decoder remat crashed there). Real-model
-    # default full, as MaxText's RL recipes remat (remat_policy: custom, with offloading).
+    # Activation rematerialization of the training forward: none | full (recompute each layer
+    # in the backward pass) | dots_saveable (keep matmul outputs). The sampler never remats
+    # (Tunix's decoder remat crashed there). Default full, as MaxText's RL recipes remat.
     remat: str = "full"
     # Seed of init, sampling and data order; shared by jobs of a sweep unless swept.
     seed: int = 0
@@ -518,16 +494,12 @@ class RunConfig:
     resume: bool = True
     # Show a progress bar.
     progress: bool = True
-    # Cache shared by runs: warm-start weights and generated problems keyed by what determines
-    # them, JAX's compiled programs, converted models. $RLEXP_CACHE_DIR (when set) shares one
-    # across project directories, e.g. export RLEXP_CACHE_DIR=~/.cache/rlexp.
+    # Cache shared by runs (warm-start weights, generated problems, JAX's compiled programs,
+    # converted models); $RLEXP_CACHE_DIR shares one across project directories.
     cache_dir: str = "${oc.env:RLEXP_CACHE_DIR,outputs/cache}"
-    # JAX's persistent compilation cache under <cache_dir>/jax: a sweep's jobs and reruns
-    # load compiled programs instead of compiling again (false = off; JAX_COMPILATION_CACHE_DIR
-    # in the environment wins).
+    # JAX's persistent compilation cache under <cache_dir>/jax (JAX_COMPILATION_CACHE_DIR wins).
     compilation_cache: bool = True
-    # Warm-start cache entries kept under cache_dir; the least recently used beyond this are
-    # deleted when a run adds or uses one.
+    # Warm-start cache entries kept under cache_dir (least recently used deleted first).
     cache_keep: int = 8
     # [first, last] global steps traced by the JAX profiler into <run dir>/profile (logged
     # as an artifact; TensorBoard/Perfetto read it); [] = off.
@@ -538,9 +510,8 @@ class RunConfig:
     # At the end of a finished run, write the policy as a Hugging Face dir (<run dir>/export:
     # safetensors, config.json, tokenizer) and log it to MLflow as artifact `model`.
     export: bool = True
-    # Outputs that outlive the machine, e.g. gs://bucket/rlexp: checkpoints are written (and
-    # resumed) under <output_uri>/<run name>/checkpoints; summary.json and export/ are copied
-    # there at the end. null: everything stays in the local run dir.
+    # Outputs that outlive the machine, e.g. gs://bucket/rlexp: checkpoints (and resumes) under
+    # <output_uri>/<run name>/checkpoints, summary.json and export/ copied at the end; null = off.
     output_uri: Optional[str] = None
     # The scheduler priority a launcher gives this run (xpk --priority): very-low | low |
     # medium | high | very-high; null = the launcher's own (hydra.launcher.priority wins).
@@ -563,7 +534,6 @@ class Config:
 
 def register_configs() -> None:
     """Store the schema `base_config` (first in config.yaml's defaults) and the sweeps."""
-
     cs = ConfigStore.instance()
     # The root schema types every group's node, so group YAML files need no schema of their own.
     cs.store(name="base_config", node=Config)

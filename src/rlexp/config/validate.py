@@ -15,7 +15,7 @@ from rlexp.algo.algorithm import algorithms
 from rlexp.algo.choices import (ADVANTAGES, KL_ESTIMATORS, LOSS_AGGREGATIONS, LOSSES,
                                 RATIO_LEVELS, REWARD_SCALES, ROLLOUT_CORRECTIONS)
 from rlexp.base.errors import UserError
-from rlexp.config.rules import RULES, Refusal, epoch_steps
+from rlexp.config.rules import RULES, Refusal, epoch_steps, rollout_devices
 from rlexp.config.schema import Config
 from rlexp.families import families
 
@@ -70,10 +70,9 @@ CHOICES: dict[str, OneOf] = {
                        dotted="a dotted path to an rlexp.algo.algorithm.Algorithm"),
 }
 
-# Valid interval of every numeric field, in interval notation ("[1, inf)": 1 or more).
-# Every value must also be finite (inf and nan are refused whatever the interval). None
-# (an Optional field left unset) is always allowed. One line per field: a numeric field
-# added to the schema without a line here fails tests/test_config.py.
+# Valid interval of every numeric field ("[1, inf)": 1 or more); every value must also be
+# finite, and None (an Optional field left unset) is always allowed. One line per field: a
+# numeric field added to the schema without a line here fails tests/test_config.py.
 RANGES: dict[str, str] = {
     "model.num_layers": "[1, inf)",
     "model.embed_dim": "[1, inf)",
@@ -225,20 +224,17 @@ def numeric_keys(schema: Optional[type] = None, prefix: str = "") -> list[str]:
     return out
 
 
-def leaves(obj: Any, dotted: str) -> list[tuple[str, Any]]:
+def leaves(obj: Any, dotted: str, prefix: str = "") -> list[tuple[str, Any]]:
     """(dotted key, value) of `dotted` under obj; a list field yields one per item (key.N.x),
     a missing field none (a renamed or removed one: tests/test_config.py says so)."""
-    return _leaves(obj, dotted.split("."), "")
-
-
-def _leaves(obj: Any, parts: list[str], prefix: str) -> list[tuple[str, Any]]:
     if isinstance(obj, (list, tuple)):
-        return [kv for i, item in enumerate(obj) for kv in _leaves(item, parts, f"{prefix}{i}.")]
-    if not parts:
+        return [kv for i, item in enumerate(obj) for kv in leaves(item, dotted, f"{prefix}{i}.")]
+    if not dotted:
         return [(prefix.rstrip("."), obj)]
-    if not hasattr(obj, parts[0]):
+    head, _, rest = dotted.partition(".")
+    if not hasattr(obj, head):
         return []
-    return _leaves(getattr(obj, parts[0]), parts[1:], f"{prefix}{parts[0]}.")
+    return leaves(getattr(obj, head), rest, f"{prefix}{head}.")
 
 
 def choice_refusal(cfg: Config) -> Optional[Refusal]:
@@ -283,19 +279,18 @@ def resolve_parallel_sizes(tp: int, dp: int, devices: int) -> tuple[int, int]:
 
 
 def validate(cfg: Config) -> Config:
-    """The tables, then the rules, in order: UserError (one line) for the first refusal.
-    Between them, train.steps is derived from train.epochs when that is set, and a vLLM
-    parallel size of -1 from the rollout devices (their inputs are in range by then; the rules
-    check the result)."""
+    """The tables, then the rules, in order: UserError (one line) for the first refusal. Between
+    them (inputs in range, results checked by the rules) train.steps is derived from
+    train.epochs when set, and a vLLM parallel size of -1 from the rollout devices."""
     for check in (choice_refusal, range_refusal):
         refusal = check(cfg)
         if refusal is not None:
             raise UserError(refusal.message)
     if cfg.train.epochs is not None:
         cfg.train.steps = epoch_steps(cfg.train.epochs, cfg.dataset.num_train, cfg.train.batch_size)
-    r, mesh = cfg.rollout, cfg.hardware.rollout_mesh
+    r = cfg.rollout
     r.tensor_parallel_size, r.data_parallel_size = resolve_parallel_sizes(
-        r.tensor_parallel_size, r.data_parallel_size, mesh.fsdp * mesh.tp)
+        r.tensor_parallel_size, r.data_parallel_size, rollout_devices(cfg))
     for rule in RULES:
         refusal = rule.check(cfg)
         if refusal is not None:

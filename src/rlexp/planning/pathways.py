@@ -7,18 +7,11 @@ rl.yml: `use_pathways: True`, `skip_jax_distributed_system: True`; src/maxtext/t
 post_train/rl/train_rl.py calls `pathwaysutils.initialize()`), and its xpk command line sets
 `JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://127.0.0.1:29000 ENABLE_PATHWAYS_PERSISTENCE=1`.
 
-rlexp does the same in two steps, both reached through rlexp.planning.hardware:
-
-1. `proxy_env` (pure) is what `setup_platform` puts in the environment before JAX is
-   imported: JAX reads JAX_PLATFORMS and JAX_BACKEND_TARGET once, at import.
-2. `initialize` runs when the engine first asks for devices (`init_distributed`), before any
-   backend exists: it imports pathwaysutils (the optional `rlexp[pathways]` extra) and calls
-   `pathwaysutils.initialize()`, which registers the "proxy" backend factory (JAX itself has
-   none) and orbax's Pathways array handler for checkpoints. `jax.distributed` is never
-   initialized: there is one controller, so there is nothing to join.
-
-The proxy's devices are the slice's TPUs: `device_ok` lets the device check take them.
-Nothing here imports JAX at module level (plans and dry runs start no backend).
+rlexp does the same through rlexp.planning.hardware: `setup_platform` puts `proxy_env` in the
+environment before JAX is imported (JAX reads JAX_PLATFORMS and JAX_BACKEND_TARGET once, at
+import); `init_distributed` calls `initialize`, which registers pathwaysutils' "proxy" backend
+(JAX itself has none) and orbax's Pathways array handler. There is one controller, so
+jax.distributed is never initialized. Nothing here imports JAX at module level.
 """
 
 from __future__ import annotations
@@ -32,30 +25,24 @@ from rlexp.config.schema import HardwareConfig
 
 log = logging.getLogger("rlexp")
 
-# hardware.runtime's value for this mode (the others: single, multi_controller).
-RUNTIME = "pathways"
+RUNTIME = "pathways"  # hardware.runtime's value for this mode
 # The JAX platform of the IFRT proxy client (registered by pathwaysutils.initialize()).
 PROXY_PLATFORM = "proxy"
 # Where the Pathways proxy listens on the head pod (xpk create-pathways starts it beside the
 # job's container); a JAX_BACKEND_TARGET already in the environment wins.
 DEFAULT_BACKEND_TARGET = "grpc://127.0.0.1:29000"
-# The optional dependency that provides pathwaysutils (pyproject.toml).
-EXTRA = "rlexp[pathways]"
+EXTRA = "rlexp[pathways]"  # the optional dependency that provides pathwaysutils
 
 
 def uses_pathways(hw: HardwareConfig) -> bool:
-    """True when `hw` runs as one Pathways controller (never when emulated: emulation is one
-    CPU process with virtual devices)."""
+    """True when `hw` runs as one Pathways controller (never emulated: that is one process)."""
     return hw.runtime == RUNTIME and not hw.emulate
 
 
 def proxy_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a Pathways head needs before JAX is imported (pure: the changes only).
-
-    JAX_PLATFORMS=proxy always; JAX_BACKEND_TARGET and ENABLE_PATHWAYS_PERSISTENCE (orbax
-    writes checkpoints through Pathways: pathwaysutils/_initialize.py) keep a value the user
-    or the workload already set.
-    """
+    """The variables a Pathways head needs before JAX is imported (pure: the changes only):
+    JAX_PLATFORMS=proxy; JAX_BACKEND_TARGET and ENABLE_PATHWAYS_PERSISTENCE (orbax writes
+    checkpoints through Pathways: pathwaysutils/_initialize.py) unless already set."""
     changes = {"JAX_PLATFORMS": PROXY_PLATFORM}
     if not environ.get("JAX_BACKEND_TARGET"):
         changes["JAX_BACKEND_TARGET"] = DEFAULT_BACKEND_TARGET
@@ -77,11 +64,8 @@ def device_ok(hw: HardwareConfig, platform: str) -> bool:
 
 
 def initialize() -> None:
-    """Register the proxy backend (pathwaysutils.initialize()) before JAX starts one.
-
-    UserError (one line) when the extra is missing or a backend already started (the proxy
-    could then no longer be the one JAX uses). Idempotent: pathwaysutils ignores a second call.
-    """
+    """Register the proxy backend (pathwaysutils.initialize()) before JAX starts one; UserError
+    when the extra is missing or another backend already started. Idempotent."""
     try:
         import pathwaysutils
     except ImportError:

@@ -3,10 +3,9 @@
 The convention of PaLM (Chowdhery et al. 2022, appendix B) and nanoGPT's estimate_mfu: a
 training token costs 6N FLOPs in the matmuls of an N-parameter decoder (2N forward, 4N
 backward) plus 12·L·H·Q·T in attention (L layers, H query heads of width Q, sequence length T).
-Counted here: the policy update of one global step, over the padded sequences it trains on
-(prompt + completion, as the trainer computes them), num_iterations times. Not counted: the
-rollout's sampling and the reference/old-policy forward passes, so `perf/mfu` is the update's
-utilization and a lower bound of the step's.
+Counted: the policy update of one global step over its padded sequences, num_iterations times;
+not the sampling nor the reference/old-policy passes, so `perf/mfu` is a lower bound of the
+step's utilization.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ def train_flops_per_token(n_params: int, num_layers: int, num_heads: int, head_d
 
 def step_flops(cfg: Config, sequences: int) -> float:
     """Model FLOPs of one global step's policy update over `sequences` completions."""
-
     m, r = cfg.model, cfg.rollout
     seq = r.max_prompt_length + r.max_completion_length
     per_token = train_flops_per_token(param_count(m), m.num_layers, m.num_heads, m.head_dim, seq)
@@ -31,9 +29,8 @@ def step_flops(cfg: Config, sequences: int) -> float:
 
 
 def utilization(flops: float, seconds: float, peak_tflops: float | None) -> dict[str, float]:
-    """{'perf/tflops': achieved TFLOP/s, 'perf/mfu': fraction of `peak_tflops`} ({} if no
-    time). Without a known peak (None: a CPU has no datasheet bf16 figure) there is no
-    perf/mfu: a nominal peak would make MFU a rescaled copy of perf/tflops."""
+    """{'perf/tflops': achieved TFLOP/s, 'perf/mfu': fraction of `peak_tflops`} ({} if no time);
+    no perf/mfu without a known peak (a nominal one would make it a rescaled perf/tflops)."""
     if seconds <= 0:
         return {}
     tflops = flops / seconds / 1e12
@@ -43,9 +40,8 @@ def utilization(flops: float, seconds: float, peak_tflops: float | None) -> dict
 
 
 def peak_tflops(cfg: Config) -> float | None:
-    """bf16 peak of the devices the trainer runs on (the hardware profile's datasheet
-    figure); None when the profile has none (hardware=cpu) or its devices are emulated on
-    CPU (hardware.emulate=true: the datasheet peak is not the one the run has)."""
+    """bf16 peak of the trainer's devices (the profile's datasheet figure); None without one
+    (hardware=cpu) or when emulated on CPU (the datasheet peak is not the run's)."""
     if cfg.hardware.peak_bf16_tflops is None or cfg.hardware.emulate:
         return None
     mesh = cfg.hardware.trainer_mesh

@@ -14,14 +14,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rlexp.config.paths import conf_dir
+from rlexp.config.rules import batch_sizes, rollout_devices
 from rlexp.config.schema import Config, HardwareConfig
 from rlexp.families import get as get_family
 from rlexp.planning.hardware import expected_platform, replica_mesh, role_device_ranges
 from rlexp.planning.memory import (DTYPE_BYTES, GIB, OPTIMIZER_MOMENTS, ROLLOUT_ITEMS,
                                    TRAINER_ITEMS, MemoryPlan, VllmPlan, adapted_projections,
-                                   compute_dtype, divisors, lora_param_count, memory_plan,
-                                   micro_batch_prompts, param_count, rollout_micro_prompts,
-                                   sharding_problem)
+                                   divisors, lora_param_count, memory_plan, micro_batch_prompts,
+                                   param_count, rollout_micro_prompts, sharding_problem)
 
 __all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts", "checkpoint_bytes"]
 
@@ -57,8 +57,7 @@ class Plan:
     fits: bool = True
     # One line saying why it cannot run (names model, hardware and the numbers).
     why: str = ""
-    # Bytes one checkpoint takes on disk (policy + optimizer state + metadata): pre-flight
-    # wants room for two under the run dir and the cache.
+    # Bytes one checkpoint takes on disk: pre-flight wants room for two (run dir and cache).
     checkpoint_bytes: float = 0.0
 
 
@@ -98,8 +97,7 @@ def mesh_lines(hw: HardwareConfig, replicas: int = 1) -> list[str]:
 
 def memory_lines(mem: MemoryPlan, platform: str = "cpu") -> list[str]:
     roles = "per device" if mem.colocated else "per trainer / rollout device"
-    if platform == "gpu":
-        # Calibrated on XLA:CPU; a lent H100 measured peaks 1.35-1.41x below this estimate.
+    if platform == "gpu":  # measured 1.35-1.41x below on an H100 (rlexp.planning.memory)
         roles += " (GPU figures unverified: calibrated on CPU, likely over-estimates)"
     lines = [f"memory     {roles}:"]
     for role, items, names in (("trainer", mem.trainer, TRAINER_ITEMS),
@@ -136,10 +134,6 @@ def vllm_lines(cfg: Config, v: VllmPlan | None) -> list[str]:
             f"{r.kv_cache_size})"]
 
 
-def _with_utilization(cfg: Config, u: float) -> Config:
-    return dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, hbm_utilization=u))
-
-
 def utilization_fix(cfg: Config) -> float | None:
     """rollout=vllm on a TPU or GPU: the rollout.hbm_utilization (two decimals) nearest the
     one set at which the memory plan fits, KV cache included; None when none does."""
@@ -148,7 +142,9 @@ def utilization_fix(cfg: Config) -> float | None:
         return None
     now = cfg.rollout.hbm_utilization
     for u in sorted((k / 100 for k in range(1, 100)), key=lambda u: (abs(u - now), -u)):
-        if u != now and memory_plan(_with_utilization(cfg, u)).fits:
+        trial = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout,
+                                                                     hbm_utilization=u))
+        if u != now and memory_plan(trial).fits:
             return u
     return None
 
@@ -188,13 +184,12 @@ def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
     h = cfg.hardware
     if not h.emulate:
         return None
-    ranges = role_device_ranges(h)
     if mem.colocated:
         total = mem.peak * h.devices
     else:
-        n_t = ranges.trainer[1] - ranges.trainer[0]
-        n_r = ranges.rollout[1] - ranges.rollout[0]
-        total = sum(mem.trainer.values()) * n_t + sum(mem.rollout.values()) * n_r
+        ranges = role_device_ranges(h)
+        (t0, t1), (r0, r1) = ranges.trainer, ranges.rollout
+        total = sum(mem.trainer.values()) * (t1 - t0) + sum(mem.rollout.values()) * (r1 - r0)
     ram = local_ram_bytes()
     if total <= ram:
         return None
@@ -212,12 +207,9 @@ def fitting_fix(cfg: Config) -> str | None:
     sampler and the reference pass follow it unless rollout.micro_batch_size is set), then
     train.remat=full, then both; as overrides to paste. None when none of them fits."""
     t = cfg.train
-    mini = t.mini_batch_size or t.batch_size
-    current = micro_batch_prompts(cfg)
-    micros = divisors(mini, below=current)
-    remats = [t.remat] + (["full"] if t.remat != "full" else [])
-    for remat in remats:
-        for micro in [current, *micros]:
+    mini, current = batch_sizes(cfg)
+    for remat in [t.remat] + (["full"] if t.remat != "full" else []):
+        for micro in [current, *divisors(mini, below=current)]:
             if micro == current and remat == t.remat:
                 continue
             if memory_plan(_with(cfg, micro_batch_size=micro, remat=remat)).fits:
@@ -230,18 +222,16 @@ def fitting_fix(cfg: Config) -> str | None:
 def largest_fitting_micro(cfg: Config) -> int | None:
     """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
     fits; None when not even one prompt does."""
-    mini = cfg.train.mini_batch_size or cfg.train.batch_size
-    for micro in divisors(mini):
+    for micro in divisors(batch_sizes(cfg)[0]):
         if memory_plan(_with(cfg, micro_batch_size=micro)).fits:
             return micro
     return None
 
 
 def micro_batch_hint(cfg: Config) -> str | None:
-    """On an accelerator, a plan line when a larger update micro batch fits than the one set:
-    a recipe's micro batch is sized for the smallest machine it runs on (SmolLM2's 4 prompts,
-    for host RAM), and small slices leave a GPU idle. On an H100 at 256 rows, 4 -> 32 prompts
-    per slice raised train tokens/s from 62k to 142k (bench/accelerator.py)."""
+    """On an accelerator, a plan line when a larger update micro batch fits than the one set
+    (recipes size it for their smallest machine): on an H100 at 256 rows, 4 -> 32 prompts per
+    slice raised train tokens/s from 62k to 142k (bench/accelerator.py)."""
     if expected_platform(cfg.hardware) == "cpu":
         return None
     current, best = micro_batch_prompts(cfg), largest_fitting_micro(cfg)
@@ -254,23 +244,13 @@ def micro_batch_hint(cfg: Config) -> str | None:
 REAL_MODEL_PARAMS = 50_000_000
 
 
-def _recipes() -> dict[str, dict]:
-    """conf/recipe/*.yaml as plain dicts (train.learning_rate, rollout lengths, ...)."""
-
-    out = {}
-    for path in sorted(Path(conf_dir(), "recipe").glob("*.yaml")):
-        node = OmegaConf.to_container(OmegaConf.load(path)) or {}
-        if node:
-            out[path.stem] = node
-    return out
-
-
 def recipe_warning(cfg: Config) -> str | None:
     """One line when the effective lr and lengths are another model's recipe (e.g. the tiny
     model's lr 1e-3 and 64 + 24 tokens on a billion-parameter model)."""
     n = param_count(cfg.model)
     t, r = cfg.train, cfg.rollout
-    for name, rec in _recipes().items():
+    for path in sorted(Path(conf_dir(), "recipe").glob("*.yaml")):
+        name, rec = path.stem, OmegaConf.to_container(OmegaConf.load(path)) or {}
         if name == cfg.model.name:
             continue
         lr = rec.get("train", {}).get("learning_rate")
@@ -300,51 +280,42 @@ def lora_lines(cfg: Config, mem: MemoryPlan) -> list[str]:
 
 
 def make_plan(cfg: Config) -> Plan:
-    n = param_count(cfg.model)
-    t, a, h = cfg.train, cfg.algo, cfg.hardware
+    m, t, a, h, r = cfg.model, cfg.train, cfg.algo, cfg.hardware, cfg.rollout
+    n = param_count(m)
     mem = memory_plan(cfg)
-    m = cfg.model
-    dtypes = (m.dtype if m.param_dtype == m.dtype and compute_dtype(m) == m.dtype else
-              f"weights {m.param_dtype}, compute {compute_dtype(m)}")
+    dtypes = m.dtype if m.param_dtype == m.dtype else f"weights {m.param_dtype}, compute {m.dtype}"
     roll = rollout_micro_prompts(cfg)
-    r = cfg.rollout
-    fixed = r.micro_batch_size or r.per_device_batch_size
-    planned = not fixed and roll != micro_batch_prompts(cfg)
     if r.per_device_batch_size:
-        asked = r.per_device_batch_size * h.rollout_mesh.fsdp * h.rollout_mesh.tp
-        source = (f" ({r.per_device_batch_size} per device x "
-                  f"{h.rollout_mesh.fsdp * h.rollout_mesh.tp} devices"
+        asked = r.per_device_batch_size * rollout_devices(cfg)
+        source = (f" ({r.per_device_batch_size} per device x {rollout_devices(cfg)} devices"
                   + (f" = {asked}, capped at the mini-batch)" if asked > roll else ")"))
+    elif not r.micro_batch_size and roll != micro_batch_prompts(cfg):
+        source = " (planned from memory)"
     else:
-        source = " (planned from memory)" if planned else ""
+        source = ""
     if r.replicas > 1:
         source += f", {-(-roll // r.replicas)} prompts per replica"
-    every = r.sync_every
-    sync = f", weights synced every {every} steps" if every > 1 else ""
+    sync = f", weights synced every {r.sync_every} steps" if r.sync_every > 1 else ""
     lines = [
         f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "
         f"G={a.num_generations} mu={a.num_iterations} kl={a.kl_estimator}",
-        *mesh_lines(h, cfg.rollout.replicas),
+        *mesh_lines(h, r.replicas),
         f"train      {t.steps} steps{f' ({t.epochs} epochs)' if t.epochs else ''} x "
         f"{t.batch_size} prompts x {a.num_generations} completions, "
         f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate}"
         f"{f' -> {t.end_learning_rate:g}' if t.lr_schedule != 'constant' else ''} "
         f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
-        f"rollout    {cfg.rollout.name}: prompt {cfg.rollout.max_prompt_length} + completion "
-        f"{cfg.rollout.max_completion_length} tokens, kv cache {cfg.rollout.kv_cache_size}, "
+        f"rollout    {r.name}: prompt {r.max_prompt_length} + completion "
+        f"{r.max_completion_length} tokens, kv cache {r.kv_cache_size}, "
         f"micro batch {roll} prompts{source}{sync}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
-        *memory_lines(mem, "cpu" if h.emulate else h.platform),
+        *memory_lines(mem, expected_platform(h)),
         *vllm_lines(cfg, mem.vllm),
         *lora_lines(cfg, mem),
     ]
-    warning = recipe_warning(cfg)
-    if warning:
-        lines.append(warning)
     hint = micro_batch_hint(cfg) if mem.fits else None
-    if hint:
-        lines.append(hint)
+    lines += [line for line in (recipe_warning(cfg), hint) if line]
     if (m.path is None and (m.tokenizer == "hf" or not get_family(m.family).random_init)
             and m.name != "smollm2-135m"):
         lines.append(f"note       model.path is not set: planned from conf/model/{m.name}.yaml; "
