@@ -30,18 +30,21 @@ from rlexp.algo.choices import ADVANTAGES, REWARD_SCALES, TOKEN_LEVEL_ADVANTAGES
 STD_EPS = 1e-6
 
 
-def group_advantages(rewards: np.ndarray, group_size: int, eps: float = STD_EPS,
-                     scale: str = "group") -> np.ndarray:
-    """Flat [num_prompts * group_size] rewards -> advantages, same shape, float32.
-
-    The completions of one prompt are contiguous (the order Tunix's learner produces). A
-    group of equal rewards gets advantages exactly 0 under every scale (dynamic sampling
-    relies on this to find such groups).
-    """
+def _groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
+    """Flat [num_prompts * group_size] rewards -> [num_prompts, group_size] float64; the
+    completions of one prompt are contiguous (the order Tunix's learner produces)."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or r.size % group_size:
         raise ValueError(f"rewards of shape {r.shape} is not a multiple of group_size={group_size}")
-    groups = r.reshape(-1, group_size)
+    return r.reshape(-1, group_size)
+
+
+def group_advantages(rewards: np.ndarray, group_size: int, eps: float = STD_EPS,
+                     scale: str = "group") -> np.ndarray:
+    """Flat rewards -> advantages, same shape, float32. A group of equal rewards gets
+    advantages exactly 0 under every scale (dynamic sampling relies on this)."""
+    groups = _groups(rewards, group_size)
+    r = groups.reshape(-1)
     centred = groups - groups.mean(axis=1, keepdims=True)
     # mean([x] * n) can differ from x in the last bit (0.1 * 3 / 3): equal groups are set to 0.
     centred[(groups == groups[:, :1]).all(axis=1)] = 0.0
@@ -52,13 +55,6 @@ def group_advantages(rewards: np.ndarray, group_size: int, eps: float = STD_EPS,
     elif scale != "none":
         raise ValueError(f"unknown advantage scale {scale!r}; valid: {', '.join(REWARD_SCALES)}")
     return centred.reshape(-1).astype(np.float32)
-
-
-def _groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
-    r = np.asarray(rewards, dtype=np.float64)
-    if r.ndim != 1 or r.size % group_size:
-        raise ValueError(f"rewards of shape {r.shape} is not a multiple of group_size={group_size}")
-    return r.reshape(-1, group_size)
 
 
 def rloo_advantages(rewards: np.ndarray, group_size: int) -> np.ndarray:

@@ -26,9 +26,6 @@ from rlexp.algo.choices import RATIO_LEVELS, TUNIX_LOSS_ALGOS
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
 
-Advantages = Callable[[np.ndarray, int, str], np.ndarray]
-
-
 def default_advantages(rewards: np.ndarray, group_size: int, scale: str) -> np.ndarray:
     return group_advantages(rewards, group_size, scale=scale)
 
@@ -44,21 +41,17 @@ class Algorithm:
     # Tunix's loss_algo label (its own logs only; rlexp's registered loss does the maths).
     tunix_loss_algo: str = "grpo"
     # fn(rewards [B*G], group_size, algo.scale_rewards) -> advantages [B*G].
-    advantages: Advantages = default_advantages
+    advantages: Callable[[np.ndarray, int, str], np.ndarray] = default_advantages
 
     def __post_init__(self) -> None:
-        if self.ratio_level not in RATIO_LEVELS:
-            raise ValueError(f"Algorithm {self.name}: ratio_level must be "
-                             f"{' or '.join(RATIO_LEVELS)}")
-        if self.tunix_loss_algo not in TUNIX_LOSS_ALGOS:
-            raise ValueError(f"Algorithm {self.name}: tunix_loss_algo must be "
-                             f"{' or '.join(TUNIX_LOSS_ALGOS)}")
+        for field, valid in (("ratio_level", RATIO_LEVELS), ("tunix_loss_algo", TUNIX_LOSS_ALGOS)):
+            if getattr(self, field) not in valid:
+                raise ValueError(f"Algorithm {self.name}: {field} must be {' or '.join(valid)}")
 
 
 @lru_cache(maxsize=None)
 def algorithms() -> dict[str, Algorithm]:
     """Every ALGORITHM of rlexp.algo.variants, by name."""
-
     found: dict[str, Algorithm] = {}
     for info in pkgutil.iter_modules(variants.__path__):
         module = importlib.import_module(f"{variants.__name__}.{info.name}")
@@ -72,7 +65,6 @@ def get(name: str) -> Algorithm:
     """A shipped algorithm by name, or a user's by dotted path ('mypkg.algos.RLOO')."""
     if name in algorithms():
         return algorithms()[name]
-
     found = resolve(name, "algo.name", want_callable=False)
     if not isinstance(found, Algorithm):
         raise UserError(f"algo.name={name!r}: not an rlexp.algo.algorithm.Algorithm "

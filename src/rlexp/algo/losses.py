@@ -1,32 +1,26 @@
 """Clipped policy-gradient losses of GRPO (token-level ratio) and GSPO (sequence-level ratio).
 
-GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t) per token.
-GSPO (Zheng et al. 2025, arXiv:2507.18071), in its GSPO-token form (the paper's eq. 13, the
-one Tunix implements as loss_algo="gspo-token"): s = exp(mean_t log r_t) per sequence, and
-the per-token ratio sg(s) * pi(y_t) / sg(pi(y_t)) has value s everywhere in the sequence and
-the gradient of log pi(y_t); clipping therefore acts on whole sequences.
-
-Both: loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)), aggregated over the
-completion mask, plus beta * KL(pi || pi_ref) with the chosen estimator. When the old
-log-probs are the current ones (on-policy, one update per rollout) r = 1 and both losses,
-and their gradients, coincide.
+GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t) per token. GSPO (Zheng et al. 2025,
+arXiv:2507.18071), in its GSPO-token form (the paper's eq. 13, Tunix's loss_algo="gspo-token"):
+s = exp(mean_t log r_t) per sequence, and the per-token ratio sg(s) * pi(y_t) / sg(pi(y_t))
+has value s everywhere in the sequence and the gradient of log pi(y_t); clipping therefore
+acts on whole sequences. Both: loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)),
+aggregated over the completion mask, plus beta * KL(pi || pi_ref) with the chosen estimator.
+On-policy (one update per rollout) r = 1 and both losses, and their gradients, coincide.
 
 DAPO (Yu et al. 2025, arXiv:2503.14476) and Dr.GRPO (Liu et al. 2025, arXiv:2503.20783) are
-settings of the same loss: DAPO = token-mean aggregation, eps_high > eps_low (clip-higher) and
-dynamic sampling (groups whose rewards are all equal, hence all advantages exactly 0, are
-dropped from the mask, so they do not dilute the token mean); Dr.GRPO = unscaled advantages
-and "sequence-mean-token-scale" (every row's token sum divided by one constant, rows x the
-completion budget `rollout.max_completion_length`, as TRL's loss_type="dr_grpo" does).
-`mask_truncated` drops completions that hit the budget without EOS (TRL's
+settings of the same loss (conf/algo/dapo.yaml, dr_grpo.yaml). Dynamic sampling drops groups
+whose rewards are all equal (all advantages exactly 0) from the mask, so they do not dilute the
+token mean; `mask_truncated` drops completions that hit the budget without EOS (TRL's
 mask_truncated_completions).
 
-Divisors (what each aggregation divides by; checked against TRL 1.16's
-GRPOTrainer._compute_loss in tests/test_trl_oracle.py):
+Divisors (checked against TRL 1.16's GRPOTrainer._compute_loss in tests/test_trl_oracle.py;
+the loss families below against it and verl 0.9.1 core_algos.py in tests/test_verl_oracle.py):
   token-mean                 the kept tokens (DAPO; TRL "dapo")
   sequence-mean-token-mean   the kept rows: rows with at least one kept token (GRPO, GSPO)
   sequence-mean-token-sum    the kept rows
-  sequence-mean-token-scale  all rows x the completion budget, whatever the masks (Dr.GRPO;
-                             TRL "dr_grpo")
+  sequence-mean-token-scale  all rows x the completion budget (rollout.max_completion_length),
+                             whatever the masks (Dr.GRPO; TRL "dr_grpo")
 With mask_truncated (or dynamic sampling) the GRPO/GSPO mean is over the rows left: 6 kept
 rows of 8 give 8/6 of TRL's "grpo", whose .mean() counts the masked rows as zeros. A
 convention: the kept rows are the batch the update learns from.
@@ -37,9 +31,7 @@ whole accumulation window's counts over its number of micro-batches, so the accu
 update equals the update of the whole mini-batch at once (DAPO's and TRL's token-level
 normalisation over the accumulation window); rlexp.engine.algo_registry passes them.
 
-Loss families (algo.loss; per_token_loss), each checked against a peer's own code on the
-same inputs (TRL 1.16 GRPOTrainer._compute_loss in tests/test_trl_oracle.py, verl 0.9.1
-core_algos.py in tests/test_verl_oracle.py):
+Loss families (algo.loss; per_token_loss):
   ppo_clip  the clipped surrogate above (GRPO, GSPO, DAPO, Dr.GRPO)
   cispo     -sg(clip(r, 1 - eps, 1 + eps_high)) A log pi: the IS weight is clipped and
             stop-gradient, every token keeps a gradient (MiniMax-M1, arXiv:2506.13585)
@@ -58,11 +50,8 @@ core_algos.py in tests/test_verl_oracle.py):
             first (verl picks among them at random) (Cui et al. 2025, arXiv:2505.22617)
   kl_cov    -A r plus ppo_kl_coef |log r| on the top max(1, kl_cov_ratio x tokens) tokens by
             that covariance, no clipping (same paper)
-Rollout correction (rlexp.algo.rollout_correction): the importance weights pi_old/pi_sampler
-of the trainer/sampler mismatch, a constant per token ([B, T]) or per sequence ([B, 1]),
-multiply the per-token policy loss after the entropy mask and before aggregation (the KL term
-is not weighted), as TRL 1.16's _compute_loss does; VESPO adds their log to its sequence
-log-ratio instead (TRL get_gamma_weights).
+Rollout correction weights (rlexp.algo.rollout_correction) multiply the per-token policy loss
+after the entropy mask, before aggregation, not the KL term (TRL 1.16's _compute_loss).
 Entropy (TRL's names): `top_entropy_quantile` < 1 keeps in the policy term only tokens whose
 entropy is at least the (1 - q) quantile of the batch's (Wang et al. 2025,
 arXiv:2506.01939); `entropy_coef` subtracts coef x the mean entropy of those tokens.
@@ -89,53 +78,37 @@ MAX_LOG_RATIO = 20.0
 
 @dataclass(frozen=True)
 class LossSettings:
-    # One of RATIO_LEVELS: token (GRPO) | sequence (GSPO-token).
+    """The loss's knobs: each field is the AlgoConfig field of its name (ALGO_CONFIG_NAMES
+    aside), documented in rlexp.config.schema; the module docstring gives the maths."""
+
     level: str
-    # Lower clip: ratio >= 1 - epsilon.
     epsilon: float
-    # Upper clip: ratio <= 1 + epsilon_high.
     epsilon_high: float
-    # KL penalty weight (0 = no penalty; the KL is still reported when ref log-probs exist).
     beta: float
-    # One of KL_ESTIMATORS (rlexp.algo.choices).
     kl_estimator: str
-    # One of LOSS_AGGREGATIONS.
     loss_agg: str
-    # Drop whole groups whose advantages are all exactly 0 (DAPO dynamic sampling).
     dynamic_sampling: bool = False
-    # Completions per prompt (contiguous rows of a group), for dynamic sampling.
     group_size: int = 1
-    # Drop completions truncated at the budget (no EOS) from the loss.
     mask_truncated: bool = False
-    # One of LOSSES (the module docstring gives each one's maths).
     loss: str = "ppo_clip"
-    # SAPO gate temperatures for A > 0 and A <= 0 (TRL's names and defaults).
     sapo_temperature_pos: float = 1.0
     sapo_temperature_neg: float = 1.05
-    # VESPO gamma weighting phi(w) = exp(lambda) w^k exp(-lambda w) by the sign of A (TRL's).
     vespo_k_pos: float = 2.0
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
-    # Clip-Cov: share of tokens whose gradient is removed, and the covariance window (verl's).
     clip_cov_ratio: float = 2e-4
     clip_cov_lb: float = 1.0
     clip_cov_ub: float = 5.0
-    # KL-Cov: share of tokens that get the |log r| penalty, and its weight (verl's).
     kl_cov_ratio: float = 2e-4
     ppo_kl_coef: float = 1.0
-    # Entropy bonus weight: loss - entropy_coef x mean entropy (TRL's entropy_coef).
     entropy_coef: float = 0.0
-    # Keep only the top share of tokens by entropy in the policy term; 1 = all (TRL's).
     top_entropy_quantile: float = 1.0
 
     @classmethod
     def from_algo(cls, algo: Any) -> LossSettings:
-        """The settings of an rlexp.config AlgoConfig (duck-typed: algo sits below config).
-        Each field copies the AlgoConfig field of its name (ALGO_CONFIG_NAMES aside), so a
-        new loss knob is a field here and in AlgoConfig, and its use in the maths. Unset
-        knobs resolve here: ratio_level null = the algorithm's own, epsilon_high null =
-        epsilon."""
+        """The settings of an rlexp.config AlgoConfig (duck-typed: algo sits below config);
+        ratio_level null = the algorithm's own, epsilon_high null = epsilon."""
         values = {f.name: getattr(algo, ALGO_CONFIG_NAMES.get(f.name, f.name))
                   for f in dataclasses.fields(cls)}
         if values["level"] is None:
@@ -160,20 +133,16 @@ class Divisors:
 
 
 def kept_counts(mask: jnp.ndarray) -> Divisors:
-    """This batch's kept tokens and kept rows (rows with a kept token) of a [B, T] mask
-    (already multiplied by kept_rows)."""
+    """This batch's kept tokens and kept rows (rows with a kept token) of a kept_mask."""
     m = mask.astype(jnp.float32)
     return Divisors(tokens=m.sum(), rows=(m.sum(axis=-1) > 0).sum().astype(jnp.float32))
 
 
 def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str, budget: int | None = None,
               divisors: Divisors | None = None) -> jnp.ndarray:
-    """Reduce [B, T] per-token values over the completion mask to a scalar.
-
-    `budget`: Dr.GRPO's constant per row, the completion budget (rollout.max_completion_length;
-    None = the padded width T). `divisors`: kept tokens and rows to divide by (None = this
-    batch's own, kept_counts(mask)); see the module docstring for each mode's divisor.
-    """
+    """Reduce [B, T] per-token values over the mask to a scalar (the module docstring gives each
+    mode's divisor). `budget`: Dr.GRPO's completion budget (None = the padded width T);
+    `divisors`: None = this batch's own, kept_counts(mask)."""
     m = mask.astype(jnp.float32)
     x = per_token.astype(jnp.float32) * m
     d = kept_counts(m) if divisors is None else divisors
@@ -202,21 +171,6 @@ def importance_log_ratio(logp: jnp.ndarray, old_logp: jnp.ndarray, mask: jnp.nda
     raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
 
 
-def kept_rows(advantages: jnp.ndarray, truncated: jnp.ndarray | None, s: LossSettings
-              ) -> jnp.ndarray:
-    """[B] 1.0 for rows the loss keeps: not in an all-zero-advantage group (dynamic
-    sampling), not truncated (mask_truncated)."""
-    adv = advantages.astype(jnp.float32)
-    adv = adv if adv.ndim == 1 else adv[:, 0]
-    keep = jnp.ones(adv.shape, jnp.float32)
-    if s.dynamic_sampling:
-        varied = (adv.reshape(-1, s.group_size) != 0).any(axis=-1)
-        keep = keep * jnp.repeat(varied, s.group_size).astype(jnp.float32)
-    if s.mask_truncated and truncated is not None:
-        keep = keep * (1.0 - truncated.astype(jnp.float32))
-    return keep
-
-
 def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int,
                    budget: int | None = None) -> jnp.ndarray:
     """[B] True where the completion fills the budget (None = the padded width) and its last
@@ -229,11 +183,20 @@ def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int,
 
 def kept_mask(mask: jnp.ndarray, advantages: jnp.ndarray, truncated: jnp.ndarray | None,
               s: LossSettings) -> jnp.ndarray:
-    """The completion mask [B, T] the loss aggregates over: rows dropped by dynamic sampling
-    or mask_truncated are zeroed (the engine counts a window's divisors from the same)."""
-    if s.dynamic_sampling or s.mask_truncated:
-        return mask.astype(jnp.float32) * kept_rows(advantages, truncated, s)[:, None]
-    return mask
+    """The completion mask [B, T] the loss aggregates over: the rows of an all-zero-advantage
+    group (dynamic sampling) and truncated rows (mask_truncated) are zeroed (the engine counts
+    a window's divisors from the same)."""
+    if not (s.dynamic_sampling or s.mask_truncated):
+        return mask
+    adv = advantages.astype(jnp.float32)
+    adv = adv if adv.ndim == 1 else adv[:, 0]
+    keep = jnp.ones(adv.shape, jnp.float32)
+    if s.dynamic_sampling:
+        varied = (adv.reshape(-1, s.group_size) != 0).any(axis=-1)
+        keep = keep * jnp.repeat(varied, s.group_size).astype(jnp.float32)
+    if s.mask_truncated and truncated is not None:
+        keep = keep * (1.0 - truncated.astype(jnp.float32))
+    return mask.astype(jnp.float32) * keep[:, None]
 
 
 def masked_quantile(x: jnp.ndarray, mask: jnp.ndarray, q: float) -> jnp.ndarray:
@@ -337,17 +300,11 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
                 rollout_weights: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B] (or
-    [B, T], REINFORCE++'s token-whitened ones).
-
-    `old_logp` None means on-policy: the sampling policy is the current one (ratio 1).
-    `ref_logp` None means no reference model (no KL term, KL reported as 0).
-    `truncated` [B] bool marks completions cut at the budget (for s.mask_truncated).
-    `budget` and `divisors`: see aggregate (the diagnostics in aux stay this batch's means).
-    `entropy` [B, T]: the policy's per-token entropy, needed by entropy_coef and
-    top_entropy_quantile (its gradient is the entropy bonus's).
-    `rollout_weights` [B, T] or [B, 1]: the rollout correction's importance weights (None =
-    no correction); constants, no gradient flows into them.
-    """
+    [B, T], REINFORCE++'s). None means: `old_logp` on-policy (ratio 1), `ref_logp` no KL term
+    (reported as 0), `rollout_weights` ([B, T] or [B, 1], no gradient) no correction.
+    `truncated` [B] is for s.mask_truncated; `budget`, `divisors`: see aggregate (aux stays
+    this batch's means); `entropy` [B, T] (its gradient is the entropy bonus's) is needed by
+    entropy_coef and top_entropy_quantile."""
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
     mask = kept_mask(mask, advantages, truncated, s)

@@ -5,21 +5,13 @@ The sampler (Tunix's vanilla sampler, vLLM) scores the tokens it draws with its 
 and pi_old(y_t) differ even with the same weights, and the policy gradient is then off-policy
 (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training";
 TRL, verl and NeMo-RL correct it the same way). With d_t = (log pi_old(y_t) - log
-pi_sampler(y_t)) x mask_t, the weight is exp(d_t) per token or exp(sum_t d_t) per sequence,
-then bounded by [clip_min, clip_max] (TRL 1.16 GRPOTrainer._generate_and_score_completions,
-vllm_importance_sampling_mode):
-
-  token_truncate      per token, clipped to the bounds (truncated IS)
-  token_mask          per token, 0 outside the bounds (masked IS)
-  sequence_truncate   one weight per sequence, clipped
-  sequence_mask       one weight per sequence, 0 (the whole sequence) outside the bounds
-
-A bound left None is absent (TRL's defaults: clip_min None, clip_max 3.0). Tokens whose
-sampler log-prob is unknown (NaN) get d = 0, weight 1. The weight is a constant of the loss
-(computed once per rollout from the old log-probs, no gradient) and multiplies the per-token
-policy loss (VESPO instead adds its log to the sequence log-ratio of its gamma weight: TRL
-GRPOTrainer.get_gamma_weights). Checked against TRL 1.16's own code in
-tests/test_rollout_correction.py.
+pi_sampler(y_t)) x mask_t, the weight is exp(d_t) per token (token_*) or exp(sum_t d_t) per
+sequence (sequence_*), then clipped to [clip_min, clip_max] (*_truncate) or set to 0 outside
+them (*_mask), as TRL 1.16 GRPOTrainer._generate_and_score_completions does. A bound left None
+is absent; tokens whose sampler log-prob is unknown (NaN) get d = 0, weight 1. The weight, a
+constant of the loss computed once per rollout, multiplies the per-token policy loss (VESPO
+instead adds its log to the sequence log-ratio of its gamma weight: TRL get_gamma_weights).
+Checked against TRL 1.16's own code in tests/test_rollout_correction.py.
 
 The measured gap, |log pi_old - log pi_sampler| over the completion tokens (mean and max; TRL
 sampling/sampling_logp_difference), is logged whatever the mode: ~1e-6 in float32 when the
@@ -39,12 +31,11 @@ from rlexp.algo.choices import ROLLOUT_CORRECTIONS
 
 @dataclass(frozen=True)
 class RolloutCorrection:
-    # One of ROLLOUT_CORRECTIONS: none | token_truncate | token_mask | sequence_truncate |
-    # sequence_mask (TRL vllm_importance_sampling_mode).
+    """algo.rollout_correction (one of ROLLOUT_CORRECTIONS) and the weight's bounds, None = no
+    bound (TRL vllm_importance_sampling_mode, _clip_min, _clip_max; rlexp.config.schema)."""
+
     mode: str = "none"
-    # Lower bound C_min of the weight; None = none (TRL vllm_importance_sampling_clip_min).
     clip_min: Optional[float] = None
-    # Upper bound C_max; None = none (TRL vllm_importance_sampling_clip_max).
     clip_max: Optional[float] = 3.0
 
     @property
@@ -85,12 +76,7 @@ def logprob_gap(old_logp: jnp.ndarray, sampler_logp: jnp.ndarray, mask: jnp.ndar
                 ) -> dict[str, jnp.ndarray]:
     """Mean and max of |old - sampler| over the mask's tokens whose sampler log-prob is known
     (0 when there are none): {"logprob_diff", "logprob_diff_max"}."""
-    return gap_stats(old_logp.astype(jnp.float32) - sampler_logp.astype(jnp.float32), mask)
-
-
-def gap_stats(gap: jnp.ndarray, mask: jnp.ndarray) -> dict[str, jnp.ndarray]:
-    """logprob_gap from the signed gap old - sampler [B, T] (NaN = unknown)."""
-    delta = jnp.abs(gap.astype(jnp.float32))
+    delta = jnp.abs(old_logp.astype(jnp.float32) - sampler_logp.astype(jnp.float32))
     keep = (mask > 0) & ~jnp.isnan(delta)
     n = keep.sum()
     mean = jnp.where(keep, delta, 0.0).sum() / jnp.maximum(n, 1)

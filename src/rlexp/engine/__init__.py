@@ -1,23 +1,18 @@
 """The engine: data, tokenizer, models, Tunix cluster and learner, built from a Config.
 
 Everything in rlexp that imports Tunix lives in this subpackage; the rest of rlexp sees the
-typed `Engine` protocol (rlexp.engine.protocol). `build()` refuses only what needs the
-built tokenizer (prompt lengths) or the installed Tunix; pre-flight checked every other input
+typed `Engine` protocol. `build()` refuses only what needs the built tokenizer (prompt
+lengths) or the installed Tunix (BUILD_CHECKS); pre-flight checked every other input
 (rlexp.launch.checks). What it loads (paths, tokenizer, dataset) still fails in one line.
-The TunixEngine offers the loop `train_step` (one RL global step: rollout, reward, advantage,
-update(s) inside Tunix's learner), `generate` (evaluation rollouts, greedy or sampled),
-`policy_state` and `checkpoint_store`.
 
-Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_models (the
-policy as a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once),
-tunix_patches (every change rlexp makes to Tunix: its import shortcut, the numerics
-patches), algo_registry (rlexp's losses plugged into Tunix), vllm_rollout (rollout=vllm's settings, no
-vllm import), vllm_engine (vLLM in the run's process on CPU/GPU, weight syncs), checkpoint_store
-(orbax through Tunix), lora (model.lora's adapters through qwix), warm_start, weights (flat
-parameter names), export (the policy as a Hugging Face dir), probes (host-side step
-metrics), profile (JAX traces), protocol (the Engine
-interface the job sees), cohere (the Cohere model, Aya Expanse's, in Flax NNX on Tunix's model
-interface: Tunix has none).
+Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_models (the policy as
+a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once), tunix_patches
+(rlexp's numerics patches to Tunix), algo_registry (rlexp's losses plugged into Tunix),
+vllm_rollout (rollout=vllm's settings, no vllm import), vllm_engine (vLLM in the run's process on
+CPU/GPU, weight syncs), checkpoint_store (orbax through Tunix), lora (model.lora's adapters
+through qwix), warm_start, weights (flat parameter names), export (the policy as a Hugging Face
+dir), probes (host-side step metrics), profile (JAX traces), protocol (the Engine interface the
+job sees), cohere (Aya Expanse's Cohere model in Flax NNX on Tunix's interface: Tunix has none).
 
 Layer: engine. May import rlexp.planning, rlexp.inputs, rlexp.data, rlexp.tracking (only to
 resolve an MLflow run id for init_from and export), rlexp.config, rlexp.algo, rlexp.base.
@@ -43,7 +38,7 @@ from rlexp.engine.checkpoint_store import EngineCheckpoints
 from rlexp.engine.export import init_from
 from rlexp.engine.probes import StepProbe
 from rlexp.engine.protocol import CheckpointStore, Engine
-from rlexp.engine.tunix_names import TESTED_VERSION, installed_version
+from rlexp.engine.tunix_patches import dedicated_pad, use_training_remat
 from rlexp.engine.weights import params
 from rlexp.inputs import model_files as models
 from rlexp.planning.hardware import role_meshes, to_host
@@ -52,9 +47,8 @@ if TYPE_CHECKING:
     from rlexp.planning.plan import Plan
 
 # Imported inside functions, on purpose: jax (1.4 s) and the engine modules that import Tunix's
-# trainers (tunix_adapter, algo_registry, tunix_patches: 3.5 s) are imported where a run builds:
+# trainers (tunix_adapter, algo_registry: 3.5 s) are imported where a run builds:
 # pre-flight imports this package (export's checkpoint lookup) and must not pay for them.
-
 
 __all__ = ["CheckpointStore", "Engine", "TunixEngine", "build", "eval_key", "rollout_key"]
 
@@ -63,13 +57,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TunixEngine:
-    """The Engine protocol over Tunix's RLCluster + GRPOLearner."""
+    """The Engine protocol (its fields documented there) over Tunix's RLCluster + GRPOLearner."""
 
     cfg: Config
     # Tunix TokenizerAdapter around the char or HF tokenizer.
     tokenizer: Any
     splits: Splits
-    # rlexp.rewards.Term list (weights from cfg.reward).
     terms: list
     cluster: Any
     learner: Any
@@ -77,19 +70,14 @@ class TunixEngine:
     step_runner: Any
     # Fresh sampling key per sampler call, derived from the key the loop passes.
     keys: Any
-    # Learning rate as a function of the optimizer update count (optax schedule).
     schedule: Any
-    # Optimizer updates per global step (mini-batches x num_iterations).
     updates_per_step: int
-    # Global step the loop starts from (> 0 once resume restores a checkpoint).
     start_step: int = 0
-    # What build() did (warm start, data counts) for logs and the summary.
     info: dict[str, Any] = field(default_factory=dict)
     # Called after every global step (model.lora: rlexp.engine.lora.BaseLink), or None.
     after_step: Any = None
 
     def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
-        """One global step with sampling key `key`; returns the step's metrics."""
         self.keys.reset(key)
         self.probe.reset()
         self.step_runner(batch)
@@ -104,13 +92,10 @@ class TunixEngine:
         return out
 
     def rollouts(self) -> list[dict[str, Any]]:
-        """The latest train_step's completions, one row each (prompt, completion, reward per
-        function and total, advantage, length, truncated): the probe's host-side records."""
         return self.probe.rows()
 
     def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
-        """Completions for `prompts` with the EVAL rollout config: greedy or sampled at
-        eval.temperature. Calls are chunked to the training rollout batch so the sampler
+        """With the EVAL rollout config, chunked to the training rollout batch so the sampler
         reuses the compiled program of training."""
         from rlexp.engine.tunix_adapter import Mode, eval_sampling
 
@@ -118,7 +103,6 @@ class TunixEngine:
         self.keys.reset(key)
         for name, value in eval_sampling(self.cfg, greedy).items():  # vLLM: greedy = temperature 0
             setattr(rc, name, value)
-        # Tunix samples training rollouts in calls of rollout micro-batch x G rows.
         chunk = self.step_runner.rollout_rows
         padded = list(prompts) + [prompts[-1]] * (-len(prompts) % chunk)
         out = self.cluster.generate(padded, mode=Mode.EVAL, micro_batch_size=chunk)
@@ -126,23 +110,20 @@ class TunixEngine:
 
     @property
     def rollout_batch(self) -> int:
-        """Completions per global step."""
         return self.cfg.train.batch_size * self.cfg.algo.num_generations
 
     def policy_state(self) -> dict[str, Any]:
-        """A NumPy copy of the policy's parameters (flattened names -> arrays)."""
-
         # to_host: a collective when a process does not address every shard (every process
         # of a multi-controller run calls this, in the same order)
         return {k: to_host(v) for k, v in params(self.cluster.actor_trainer.model).items()}
 
     def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
-
         return EngineCheckpoints(self, directory, keep)
 
 
 def rollout_key(seed: int, step: int) -> Any:
-    """The sampling key of global step `step`: fresh every step (Tunix 0.1.7's vanilla rollout reuses one key; engine/tunix_adapter.py), pure."""
+    """The sampling key of global step `step`: fresh every step (Tunix 0.1.7's vanilla
+    rollout reuses one key; engine/tunix_adapter.py), pure."""
     import jax
 
     return jax.random.fold_in(jax.random.PRNGKey(seed), step)
@@ -156,14 +137,12 @@ def eval_key(seed: int) -> Any:
     return jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
 
 
-def use_compilation_cache(cfg: Config) -> Path | None:
-    """Turn on JAX's persistent compilation cache under <run.cache_dir>/jax (before the
-    first compile). Thresholds at zero: the tiny model's programs compile in well under
-    JAX's default 1 s minimum, yet a run compiles dozens of them (prefill, decode per
-    shape, log-probs, the update, the warm start)."""
-
+def use_compilation_cache(cfg: Config) -> None:
+    """JAX's persistent compilation cache under <run.cache_dir>/jax, thresholds at zero: the tiny
+    model's programs compile in well under JAX's default 1 s minimum, yet a run compiles dozens
+    of them (prefill, decode per shape, log-probs, the update, the warm start)."""
     if not cfg.run.compilation_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return None
+        return
     import jax
 
     path = Path(cfg.run.cache_dir).expanduser().resolve() / "jax"
@@ -171,36 +150,27 @@ def use_compilation_cache(cfg: Config) -> Path | None:
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
 
 
-def check_tunix(problems: list[str]) -> None:
-    """Stop in one line when the installed Tunix lacks a private name the engine uses."""
-    if problems:
-
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise UserError(f"google-tunix {installed_version()} is not the version rlexp was "
-                        f"tested with: {problems[0]}{more}; install "
-                        f"google-tunix=={TESTED_VERSION}")
-
-
-# What build() itself refuses, by name (README.md's rule table): it needs the built tokenizer
-# (check_prompt_lengths) or the installed Tunix (_check_installed_tunix), which pre-flight
-# does not load; every other input was checked there (rlexp.launch.checks).
+# What build() itself refuses, by name (README.md's rule table; the module docstring says why).
 BUILD_CHECKS = ("prompt_lengths", "tunix_version")
 
 
 @functools.cache
 def _check_installed_tunix() -> None:
-    """check_tunix once per process (0.28 s of source inspection; a sweep's jobs in one
-    process share it). A failed check raises, so it is not cached and the next job repeats it."""
-
-    check_tunix(tunix_names.problems())
+    """Stop in one line when the installed Tunix lacks a private name the engine uses. Once per
+    process (0.28 s of source inspection; a sweep's jobs in one process share it); a failed
+    check raises, so it is not cached and the next job repeats it."""
+    problems = tunix_names.problems()
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"google-tunix {tunix_names.installed_version()} is not the version "
+                        f"rlexp was tested with: {problems[0]}{more}; install "
+                        f"google-tunix=={tunix_names.TESTED_VERSION}")
 
 
 def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     """Everything the loop needs. UserError (one line, naming the key) for bad input."""
-
     models.resolve_path(cfg.model, cfg.run.cache_dir)
     models.model_dir(cfg.model)  # path errors first: cheapest to report
     raw_tok = models.build_tokenizer(cfg.model)
@@ -215,7 +185,6 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
 
         from rlexp.engine import algo_registry as registry
         from rlexp.engine import tunix_adapter
-        from rlexp.engine.tunix_patches import dedicated_pad, use_training_remat
 
     _check_installed_tunix()
     tok = TokenizerAdapter(raw_tok)
@@ -242,7 +211,6 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     use_training_remat(cfg.model.family, cfg.train.remat)
     model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
     if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
-
         info.update(init_from(cfg, model))
     else:
         info.update(warm_start.warm_start(cfg, model, tok, splits.train))
@@ -254,7 +222,8 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
         reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
     probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
-    learner = tunix_adapter.make_learner(cfg, cluster, rewards.tunix_reward_fns(terms, probe.record_reward))
+    reward_fns = rewards.tunix_reward_fns(terms, probe.record_reward)
+    learner = tunix_adapter.make_learner(cfg, cluster, reward_fns)
     probe.attach(learner, cluster, registry.AUX_KEYS)
     info.update(lora.counts(cluster.actor_trainer.model))  # params/total, params/trainable
     keys = tunix_adapter.SamplingKeys()

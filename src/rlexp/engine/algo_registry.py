@@ -4,44 +4,27 @@
   advantage   "rlexp_group"    -> rlexp.algo.advantages.group_advantages
   advantage   "rlexp_<name>"   -> rlexp.algo.advantages.advantages_by_name (algo.advantage)
 
-What rlexp changes in each batch Tunix generated and scored is one hook, `after_scoring`,
-running an ordered list of steps (whitening, then the rollout log-probs):
+`AlgoSettings` is Tunix's GRPOConfig carrying our loss's settings (Tunix's own fields filled to
+agree, so its logs do); `after_scoring` is rlexp's one hook on each scored batch.
 
-REINFORCE++ whitens its advantages over the batch's completion tokens, which Tunix's
-estimator signature (rewards, num_generations) cannot see: `whiten_over_tokens` finishes
-them where the completion mask is made (the [B, T] result flows through Tunix as is).
-
-Entropy: the loss's forward pass returns the logits, so the per-token entropy costs one
-reduction over the vocabulary, no second forward; train/entropy (mean) and
-train/entropy_q10 (10th percentile of the token entropies) are logged every step. Its
-gradient is kept only when the loss uses it (entropy_coef, top_entropy_quantile).
-
-Rollout correction (rlexp.algo.rollout_correction): `correct_rollouts` hands the sampler's
-per-token log-probs (RolloutOutput.logprobs, whichever engine) to the loss in the example
-(`RolloutExample`). The loss compares them with the trainer's old log-probs: Tunix's old-logps
-pass when num_iterations > 1, else its own forward, which on the first and only update of a
-rollout runs the weights the rollout was scored against (optax.MultiSteps changes them only at
-the window's end), so no extra forward pass is made. It logs rollout/logprob_diff and
-rollout/logprob_diff_max every update and, with algo.rollout_correction, applies the
-importance weights. Off-policy (num_iterations > 1) with an engine other than the vanilla
+Rollout correction: the loss compares the sampler's per-token log-probs with the trainer's old
+ones: Tunix's old-logps pass when num_iterations > 1, else its own forward, which on a rollout's
+only update runs the weights the rollout was scored against (optax.MultiSteps changes them only
+at the window's end): no extra forward. Off-policy with an engine other than the vanilla
 sampler, Tunix's old log-probs would be the engine's own; the trainer's replace them (one
 forward without gradient at the rollout temperature, as TRL 1.16 computes its old log-probs
 whenever its vLLM correction is on).
 
-`AlgoSettings` is Tunix's GRPOConfig carrying our loss's settings, built once from the
-algorithm config; Tunix's own fields are filled consistently (loss_algo, kl_loss_mode,
-loss_agg_mode) so its logs agree.
-
-Gradient accumulation (train.micro_batch_size below the mini-batch): Tunix 0.1.7 wraps the
-optimizer in optax.MultiSteps, which averages the micro-batch gradients, and each micro-batch
-loss would divide by its own kept tokens (or rows). `normalise_over_windows` makes every
-micro-batch divide by its accumulation window's counts instead (carried in a
-`WindowedExample`), so micro-batch 1 and micro-batch = mini-batch give the same update.
+Gradient accumulation: Tunix 0.1.7 wraps the optimizer in optax.MultiSteps, which averages the
+micro-batch gradients, and each micro-batch loss would divide by its own kept tokens (or rows);
+`normalise_over_windows` divides by the window's instead, so micro-batch 1 and micro-batch =
+mini-batch give the same update.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax
@@ -51,6 +34,7 @@ import numpy as np
 from flax import nnx
 from tunix.rl import common, function_registry, rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOConfig, TrainExample
+from tunix.rl.rollout.vanilla_rollout import VanillaRollout
 
 from rlexp.algo import algorithm
 from rlexp.algo import rollout_correction as rc
@@ -64,7 +48,6 @@ POLICY_LOSS = "rlexp"
 ADVANTAGE = "rlexp_group"
 # Tunix's names for our KL estimators (GRPOConfig.kl_loss_mode); Tunix's default is k1.
 TUNIX_KL_MODE = dict(zip(KL_ESTIMATORS, ("kl", "mse_kl", "low_var_kl")))
-# Tunix's names for our aggregations: the same but for seq-mean-token-sum.
 TUNIX_LOSS_AGG = {agg: agg.replace("sequence-mean-token-sum", "seq-mean-token-sum")
                   for agg in LOSS_AGGREGATIONS}
 # Keys of the loss's aux dict, collected by the engine every update.
@@ -86,7 +69,6 @@ class AlgoSettings(GRPOConfig):
     budget: int | None = None
     # algo.advantage (REINFORCE++ finishes its advantages over the completion tokens).
     advantage: str = "grpo"
-    # algo.rollout_correction and its bounds.
     correction: rc.RolloutCorrection = rc.RolloutCorrection()
 
     @property
@@ -107,43 +89,41 @@ def algo_settings(a: AlgoConfig, budget: int | None = None) -> AlgoSettings:
         kl_loss_mode=TUNIX_KL_MODE[loss.kl_estimator], loss_agg_mode=TUNIX_LOSS_AGG[loss.loss_agg])
 
 
+_REGISTERED: set[str] = set()
+
+
 def advantage_estimator(a: AlgoConfig) -> str:
     """Tunix calls estimators as fn(rewards, num_generations): one registered name per
-    (algorithm, scale_rewards) carries the rest. Returns the name."""
-    alg, scale = algorithm.get(a.name), a.scale_rewards
-    if a.advantage != "grpo":
-        name, fn = f"rlexp_{a.advantage}", advantages_by_name
-        estimator = a.advantage
-        if name not in _REGISTERED:
-            function_registry.register_advantage_estimator(name)(
-                lambda rewards, num_generations: fn(estimator, rewards, num_generations))
-            _REGISTERED.add(name)
-        return name
-    if alg.advantages is algorithm.default_advantages and scale == "group":
+    algo.advantage, or per (algorithm, scale_rewards), carries the rest. Returns the name."""
+    alg, scale, estimator = algorithm.get(a.name), a.scale_rewards, a.advantage
+    if estimator != "grpo":
+        name = f"rlexp_{estimator}"
+
+        def fn(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+            return advantages_by_name(estimator, rewards, num_generations)
+    elif alg.advantages is algorithm.default_advantages and scale == "group":
         return ADVANTAGE
-    name = f"rlexp_{a.name}_{scale}"
+    else:
+        name = f"rlexp_{a.name}_{scale}"
+
+        def fn(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+            return alg.advantages(rewards, num_generations, scale)
     if name not in _REGISTERED:
-        function_registry.register_advantage_estimator(name)(
-            lambda rewards, num_generations: alg.advantages(rewards, num_generations, scale))
+        function_registry.register_advantage_estimator(name)(fn)
         _REGISTERED.add(name)
     return name
 
 
-_REGISTERED: set[str] = set()
-
-
 @flax.struct.dataclass(frozen=True)
 class RolloutExample(TrainExample):
-    """A training example and its sampler's per-token log-probs [B, T] (NaN where the
-    sampler gave none)."""
+    """A training example and its sampler's per-token log-probs [B, T] (NaN where none)."""
     sampler_logps: Any = None
 
 
 @flax.struct.dataclass(frozen=True)
 class WindowedExample(RolloutExample):
-    """A micro-batch and the divisors of its accumulation window (rlexp.algo.losses.Divisors:
-    the window's kept tokens and kept rows over its number of micro-batches), each [B], one
-    value repeated, so they shard along the batch like every other field."""
+    """A micro-batch and its window's divisors (rlexp.algo.losses.Divisors), each [B] (one
+    value repeated) so they shard along the batch like every other field."""
     window_tokens: Any = None
     window_rows: Any = None
 
@@ -161,18 +141,10 @@ ScoredStep = Callable[[Any, Any], Any]
 
 
 def after_scoring(learner: Any) -> None:
-    """The one hook rlexp puts on GRPOLearner._generate_and_compute_advantage (on the
-    instance): once Tunix has generated a batch, scored it and computed its advantages, these
-    steps run on its TrainExample, in this order:
-
-      1. whiten_over_tokens  REINFORCE++: [B, T] advantages whitened over the completion tokens
-      2. correct_rollouts    TRAIN: the sampler's per-token log-probs handed to the loss
-
-    A step that does not apply to the run is left out."""
+    """Wrap GRPOLearner._generate_and_compute_advantage (on the instance) so that its scored
+    TrainExample goes through whiten_over_tokens, then correct_rollouts (those that apply)."""
     steps = [step for step in (whiten_over_tokens(learner), correct_rollouts(learner))
              if step is not None]
-    if not steps:
-        return
     prepare = learner._generate_and_compute_advantage
 
     def prepare_then_steps(*args: Any, **kw: Any) -> Any:
@@ -186,15 +158,14 @@ def after_scoring(learner: Any) -> None:
 
 
 def whiten_over_tokens(learner: Any) -> ScoredStep | None:
-    """REINFORCE++(-baseline): `whitened`; None for the other estimators."""
-    if learner.algo_config.advantage not in TOKEN_LEVEL_ADVANTAGES:
-        return None
-    return whitened
+    """REINFORCE++(-baseline): `whitened`; None for the other estimators. Its advantages are
+    whitened over the batch's completion tokens, which Tunix's estimator signature (rewards,
+    num_generations) cannot see, so they are finished here where the mask is made."""
+    return whitened if learner.algo_config.advantage in TOKEN_LEVEL_ADVANTAGES else None
 
 
 def whitened(example: Any, mode: Any = None) -> Any:
-    """The estimator's per-row scores as [B, T] advantages whitened over the completion
-    tokens of the scored batch (any mode)."""
+    """The per-row scores as [B, T] advantages whitened over the batch's completion tokens."""
     mask = np.asarray(example.completion_mask)
     adv = masked_whiten(np.asarray(example.advantages), mask)
     return example.replace(advantages=jax.device_put(adv))
@@ -233,9 +204,8 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
 
 def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
                 ) -> list[WindowedExample]:
-    """The micro-batches of one accumulation window, each carrying the window's divisors:
-    its kept tokens and kept rows (counted as the loss keeps them) over len(examples). The
-    mean over micro-batches of their gradients is then the whole window's gradient."""
+    """The window's micro-batches, each carrying its kept tokens and kept rows (counted as the
+    loss keeps them) over len(examples): the mean of their gradients is the window's."""
     tokens = rows = jnp.zeros((), jnp.float32)
     for ex in examples:
         mask = kept_mask(ex.completion_mask, ex.advantages, truncated(ex, algo_config, eos_id),
@@ -253,11 +223,10 @@ def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
 
 
 class WindowQueue:
-    """Stands in for Tunix's training data queue during one accumulation window: holds the
-    micro-batches RLLearner._prepare_data puts (each [example], repeated num_iterations
-    times) until the None that ends the window, then passes them on, windowed, in order.
-    Tunix's trainer takes them only once the window is complete (with split trainer and
-    sampler meshes it could have started on the first: the price of the exact divisor)."""
+    """Tunix's training data queue for one accumulation window: holds what _prepare_data puts
+    (each [example], num_iterations times) until the None that ends the window, then passes it
+    on, windowed, in order: the trainer starts once the window is complete (with split meshes
+    it could start on the first: the price of the exact divisor)."""
 
     def __init__(self, queue: Any, annotate: Callable[[list[Any]], list[Any]]):
         self.queue, self.annotate, self.items = queue, annotate, []
@@ -283,10 +252,8 @@ def normalise_over_windows(learner: Any) -> None:
     if not steps or steps <= 1:
         return
     prepare = learner._prepare_data
-    eos_id = learner.rl_cluster.rollout.eos_id()
-
-    def annotate(examples: list[Any]) -> list[Any]:
-        return with_window(examples, learner.algo_config, eos_id)
+    annotate = functools.partial(with_window, algo_config=learner.algo_config,
+                                 eos_id=learner.rl_cluster.rollout.eos_id())
 
     def prepare_data(*args: Any, data_queue: Any, mode: Any, **kw: Any) -> Any:
         if mode == rl_cluster_lib.Mode.TRAIN:
@@ -306,13 +273,10 @@ def on_trainer_mesh(cluster: Any, *arrays: Any) -> list[Any]:
 
 
 def rows_on_mesh(x: Any, mesh: jax.sharding.Mesh, axis: tuple[Any, ...]) -> jax.Array:
-    """`x` (every row) as a global array of x's own shape, split over `axis` of the mesh.
-    Each process of a multi-controller run holds the whole rollout (Tunix's sampler returns
-    every row to every process, as it does the completion tokens), so its copy is the global
-    array itself: global_shape = x.shape. shard_input reads each process's copy as its share
-    of the rows instead (make_array_from_process_local_data without global_shape): a
-    [processes x B] array beside the trainer's [B] ones, which fails in the loss. A global
-    array is returned as it is."""
+    """`x` (every row) as a global array of x's own shape split over `axis` of the mesh. Each
+    process of a multi-controller run holds the whole rollout (Tunix's sampler returns every row
+    to every process); shard_input would read it as the process's share of the rows: a
+    [processes x B] array beside the trainer's [B] ones, which fails in the loss."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
         return x
     x = np.asarray(x)
@@ -342,8 +306,7 @@ def trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, pad_id: in
 
 
 def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None) -> RolloutExample:
-    """The example as a RolloutExample carrying the sampler's log-probs; `trainer`, when
-    given, replaces its old log-probs."""
+    """The example as a RolloutExample with the sampler's log-probs (`trainer`: its old ones)."""
     fields = {f.name: getattr(example, f.name) for f in dataclasses.fields(example)}
     fields["sampler_logps"] = sampler
     if trainer is not None:
@@ -352,13 +315,9 @@ def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None) -> Rollo
 
 
 def correct_rollouts(learner: Any) -> ScoredStep:
-    """The step that hands every training rollout's sampler log-probs to the loss, which
-    measures (and with algo.rollout_correction, corrects) the trainer/sampler mismatch; wraps
-    RLCluster.generate (on the instance) to keep the TRAIN output's log-probs for it. A
-    sampler that returns no log-probs leaves the examples as they are, unless a correction
-    needs them."""
-    from tunix.rl.rollout.vanilla_rollout import VanillaRollout
-
+    """The step that hands every training rollout's sampler log-probs to the loss, which logs
+    the trainer/sampler gap (and with algo.rollout_correction, corrects it); wraps
+    RLCluster.generate (on the instance) to keep the TRAIN output's log-probs for it."""
     cluster = learner.rl_cluster
     generate = cluster.generate
     # The vanilla rollout's old log-probs are the loss's forward (at the rollout temperature:
@@ -386,8 +345,8 @@ def correct_rollouts(learner: Any) -> ScoredStep:
 
 
 def _with_rollout_logps(learner: Any, out: Any, rows: Any, vanilla: bool) -> Any:
-    """`out` carrying the sampler's log-probs `rows` (and, off the vanilla sampler, the
-    trainer's old log-probs in place of the engine's)."""
+    """`out` with the sampler's log-probs `rows` (and, off the vanilla sampler, the trainer's
+    old log-probs); as it is when the sampler gave none, unless a correction needs them."""
     c, cluster = learner.algo_config.correction, learner.rl_cluster
     if rows is None:
         if c.enabled:
@@ -422,7 +381,9 @@ def policy_loss_fn(model: nnx.Module, train_example: Any, algo_config: AlgoSetti
     entropy = token_entropy(logits if uses_entropy else jax.lax.stop_gradient(logits))
     loss, aux = loss_from_logps(logps, train_example, algo_config, eos_id,
                                 entropy if uses_entropy else None)
-    aux.update(entropy_stats(jax.lax.stop_gradient(entropy), train_example.completion_mask))
+    entropy, mask = jax.lax.stop_gradient(entropy), train_example.completion_mask
+    aux.update(entropy=masked_mean(entropy, mask),
+               entropy_q10=masked_quantile(entropy, mask, ENTROPY_QUANTILE))
     return loss, aux
 
 
@@ -432,12 +393,6 @@ def token_entropy(logits: Any) -> Any:
     logz = jax.nn.logsumexp(logits, axis=-1)
     probs = jnp.exp(logits - logz[..., None])
     return logz - jnp.sum(probs * logits, axis=-1)
-
-
-def entropy_stats(entropy: Any, mask: Any) -> dict[str, Any]:
-    """train/entropy (mean over the completion tokens) and train/entropy_q10."""
-    return {"entropy": masked_mean(entropy, mask),
-            "entropy_q10": masked_quantile(entropy, mask, ENTROPY_QUANTILE)}
 
 
 def masked_entropy(logits: Any, mask: Any) -> Any:

@@ -2,20 +2,14 @@
 
 A checkpoint holds the policy parameters (with model.lora: the adapters alone), the optimizer
 state and, in its metadata, the step counters of Tunix's learner, actor trainer and cluster.
-Tunix's final save drops its
-global step (tunix/sft/peft_trainer.py, 0.1.7: close() saves without custom metadata), so
-rlexp keeps its own step in the metadata and sets these counters back on restore. The
-resume policy (which checkpoint, what to do with an unusable one) is rlexp.job.resume's.
+Tunix's final save drops its global step (tunix/sft/peft_trainer.py, 0.1.7: close() saves
+without custom metadata), so rlexp keeps its own step in the metadata and sets these counters
+back on restore. The resume policy (which checkpoint, what to do with an unusable one) is
+rlexp.job.resume's.
 
-Also what a full disk needs, in one place (no orbax import): `disk_full(exc)` recognizes one
-(OSError ENOSPC/EDQUOT, or tensorstore's RESOURCE_EXHAUSTED write errors, anywhere in the
-exception's chain) as a `DiskFull` naming the path and its free space; `unfinished` and
-`remove_unfinished` find and delete orbax's temporary dirs (<step>.orbax-checkpoint-tmp, a
-save that failed or was killed); `committed_steps` and `read_metadata` read the checkpoints
-on disk without orbax. A failed orbax save leaves noise in other threads (absl's error per
-background thread, asyncio's "exception was never retrieved", tensorstore callbacks raising
-"Event loop is closed" into the closed loop orbax ran the save in): `quiet_orbax_failures`
-drops exactly those, since the save's own exception says it all.
+Also, without importing orbax: a full disk recognised anywhere in an exception's chain
+(`disk_full`), orbax's unfinished saves, the committed checkpoints on disk, and the silencing
+of a failed save's echoes in other threads (`quiet_orbax_failures`).
 """
 
 from __future__ import annotations
@@ -106,31 +100,21 @@ def disk_full(exc: BaseException, where: str | Path | None = None) -> DiskFull |
         seen.add(id(error))
         if isinstance(error, DiskFull):
             return error
-        path = None
+        text = str(error)
         if isinstance(error, OSError) and error.errno in FULL_ERRNOS:
             path = error.filename or where
+        elif "No space left on device" in text or ("RESOURCE_EXHAUSTED" in text and any(
+                w in text for w in _TS_WRITE) and "Out of memory" not in text):
+            found = _TS_PATH.search(text)
+            path = found.group(1) if found else where
         else:
-            text = str(error)
-            if "No space left on device" in text or ("RESOURCE_EXHAUSTED" in text and any(
-                    w in text for w in _TS_WRITE) and "Out of memory" not in text):
-                found = _TS_PATH.search(text)
-                path = found.group(1) if found else where
-            else:
-                error = error.__cause__ or error.__context__
-                continue
-        path = _outside_tmp(path if path is not None else Path.cwd())
+            error = error.__cause__ or error.__context__
+            continue
+        path = str(path if path is not None else Path.cwd())
+        if TMP_MARK in path:  # orbax's temporary dir is removed: name the checkpoints dir
+            path = str(Path(path.split(TMP_MARK, 1)[0]).parent)
         return DiskFull(path, free_bytes(path))
     return None
-
-
-def _outside_tmp(path: str | Path) -> str:
-    """A path inside orbax's temporary dir names the checkpoints dir (the temporary one is
-    removed)."""
-    text = str(path)
-    if TMP_MARK in text:
-        head = text.split(TMP_MARK, 1)[0]
-        return str(Path(head).parent)
-    return text
 
 
 def unfinished(directory: str | Path) -> list[Path]:
@@ -181,11 +165,11 @@ def dir_bytes(path: str | Path) -> int:
 
 # ---------------------------------------------------------------- a failed save's chatter
 
-# Log lines of orbax's background threads and asyncio that repeat what the save raised.
+# Log lines of orbax's background threads (absl, one per thread) and asyncio ("exception was
+# never retrieved") that repeat what the save raised.
 _ABSL_NOISE = ("_SignalingThread.run() raised an exception",
                # a leftover temporary dir of a killed save (rlexp removes them at open)
                "Attempted to create temporary directory")
-_NEVER_RETRIEVED = ("exception was never retrieved",)
 _ORBAX_WORDS = ("orbax", "tensorstore", "RESOURCE_EXHAUSTED", "No space left")
 
 
@@ -197,30 +181,27 @@ class _OrbaxNoise(logging.Filter):
             return True
         if record.name == "absl":
             return not any(n in message for n in _ABSL_NOISE)
-        return not (any(n in message for n in _NEVER_RETRIEVED)
+        return not ("exception was never retrieved" in message
                     and any(w in message for w in _ORBAX_WORDS))
-
-
-def _is_orbax_unraisable(unraisable: Any) -> bool:
-    """tensorstore's write callbacks that fire after orbax closed the save's event loop, and
-    orbax's coroutines dropped half-way (a failed save or restore)."""
-    exc, obj = unraisable.exc_value, unraisable.object
-    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
-        return True
-    code = getattr(obj, "cr_code", None) or getattr(obj, "__code__", None)
-    return "orbax" in str(getattr(code, "co_filename", ""))
 
 
 _previous_hook: Any = None
 
 
 def _unraisable_hook(unraisable: Any) -> None:
-    if not _is_orbax_unraisable(unraisable):
+    """Drops tensorstore's write callbacks raising "Event loop is closed" into the loop orbax
+    ran a failed save in, and orbax's coroutines dropped half-way (a failed save or restore)."""
+    exc, obj = unraisable.exc_value, unraisable.object
+    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+        return
+    code = getattr(obj, "cr_code", None) or getattr(obj, "__code__", None)
+    if "orbax" not in str(getattr(code, "co_filename", "")):
         (_previous_hook or sys.__unraisablehook__)(unraisable)
 
 
 def quiet_orbax_failures() -> None:
-    """Drop the repeats of a failed save's error (see the module docstring); idempotent."""
+    """Drop the echoes of a failed save's error in other threads, since the save's own
+    exception says it all; idempotent."""
     global _previous_hook
     for name in ("absl", "asyncio"):
         logger = logging.getLogger(name)
@@ -229,29 +210,6 @@ def quiet_orbax_failures() -> None:
     if sys.unraisablehook is not _unraisable_hook:
         _previous_hook = sys.unraisablehook
         sys.unraisablehook = _unraisable_hook
-
-
-def counters(engine: "TunixEngine") -> dict[str, int]:
-    """Tunix's private step counters (all four must move together on resume), and the
-    cumulative token count the step metrics report."""
-    learner, cluster = engine.learner, engine.cluster
-    trainer = cluster.actor_trainer
-    return {"learner_iter_steps": int(learner._iter_steps),
-            "trainer_train_steps": int(trainer._train_steps),
-            "trainer_iter_steps": int(trainer._iter_steps),
-            "cluster_global_steps": int(cluster.global_steps),
-            "tokens_seen": int(engine.probe.tokens_seen)}
-
-
-def set_counters(engine: "TunixEngine", meta: dict[str, Any]) -> None:
-    learner, cluster = engine.learner, engine.cluster
-    trainer = cluster.actor_trainer
-    learner._iter_steps = meta["learner_iter_steps"]
-    learner._last_iter_step = meta["learner_iter_steps"]  # no fast-forward of our batches
-    trainer._train_steps = meta["trainer_train_steps"]
-    trainer._iter_steps = meta["trainer_iter_steps"]
-    cluster.global_steps = meta["cluster_global_steps"]
-    engine.probe.tokens_seen = int(meta.get("tokens_seen", 0))
 
 
 class EngineCheckpoints:
@@ -268,18 +226,23 @@ class EngineCheckpoints:
         self.engine = engine
         self.manager = CheckpointManager(directory, options=options)
         self._orbax = self.manager._checkpoint_manager
-        # model.lora: checkpoints hold the adapters (and their optimizer state) only.
         self.lora = engine.cfg.model.lora.rank > 0
 
     def save(self, step: int, meta: dict[str, Any]) -> None:
         """Synchronous: when this returns, step `step` is durable."""
-        trainer = self.engine.cluster.actor_trainer
+        engine, trainer = self.engine, self.engine.cluster.actor_trainer
         self._global_counters()
-        # model.lora: the adapters only (the frozen base is rebuilt from model.path and the
-        # cached warm start), as Tunix's trainer saves a LoRA model (peft_trainer.py)
+        # Tunix's private step counters (all four must move together on resume), and the
+        # cumulative token count the step metrics report
+        counters = {"learner_iter_steps": int(engine.learner._iter_steps),
+                    "trainer_train_steps": int(trainer._train_steps),
+                    "trainer_iter_steps": int(trainer._iter_steps),
+                    "cluster_global_steps": int(engine.cluster.global_steps),
+                    "tokens_seen": int(engine.probe.tokens_seen)}
+        # model.lora: the adapters (and their optimizer state) only, as Tunix's trainer saves a
+        # LoRA model (peft_trainer.py): the base is rebuilt from model.path and the warm start
         self.manager.save(step, trainer.model, trainer.optimizer, force=True,
-                          save_only_lora_params=self.lora,
-                          custom_metadata={**meta, **counters(self.engine)})
+                          save_only_lora_params=self.lora, custom_metadata={**meta, **counters})
         self._orbax.wait_until_finished()
 
     def steps(self) -> list[int]:
@@ -298,9 +261,15 @@ class EngineCheckpoints:
 
     def resume(self, meta: dict[str, Any]) -> None:
         """After a restore: Tunix's counters back, and the rollout model given the weights."""
-        set_counters(self.engine, meta)
-        if self.engine.learner.should_sync_weights:
-            self.engine.cluster.sync_weights()
+        learner, cluster = self.engine.learner, self.engine.cluster
+        learner._iter_steps = meta["learner_iter_steps"]
+        learner._last_iter_step = meta["learner_iter_steps"]  # no fast-forward of our batches
+        cluster.actor_trainer._train_steps = meta["trainer_train_steps"]
+        cluster.actor_trainer._iter_steps = meta["trainer_iter_steps"]
+        cluster.global_steps = meta["cluster_global_steps"]
+        self.engine.probe.tokens_seen = int(meta.get("tokens_seen", 0))
+        if learner.should_sync_weights:
+            cluster.sync_weights()
 
     def _global_counters(self) -> None:
         """Multi-controller runs: orbax saves and restores global arrays only (every process

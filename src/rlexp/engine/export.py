@@ -68,20 +68,10 @@ def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
     family's weight-name mapping (rlexp.families)."""
     return get(m.family).to_hf_weights(flat, m)
 
-
-def hf_config(m: ModelConfig, dtype: str, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """config.json: the source model's own (architecture unchanged by training) with the
-    export dtype, or one the family writes from the YAML for a random-init model."""
-    cfg = get(m.family).hf_config(m, dtype, base)
-    if base is None and m.tokenizer == "char":
-        cfg.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
-    return cfg
-
 # ------------------------------------------------------------------------------- writing
 
 
-def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
-          source: Path | None) -> Path:
+def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig, source: Path | None) -> Path:
     """The HF model dir `out` (replaced atomically): weights, config.json, tokenizer files.
     source: the local model.path dir the run started from (its config/tokenizer are reused).
     A LoRA policy (model.lora) is merged into plain weights, or with model.lora.adapters_only
@@ -97,10 +87,14 @@ def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     _save_weights(tmp, weights)
+    # the source's config.json (training leaves the architecture), with the export dtype
     base = None
     if source is not None and (source / "config.json").is_file():
         base = json.loads((source / "config.json").read_text())
-    (tmp / "config.json").write_text(json.dumps(hf_config(m, dtype, base), indent=2))
+    config = get(m.family).hf_config(m, dtype, base)
+    if base is None and m.tokenizer == "char":
+        config.update(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
     if m.tokenizer == "char":
         write_char_tokenizer(tmp, m.vocab_size)
     elif source is not None:
@@ -166,15 +160,22 @@ def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
     """<run dir | checkpoint dir | MLflow run id> -> the step dir of its newest checkpoint."""
     path = Path(spec).expanduser()
     if not path.exists() and _MLFLOW_RUN_ID.match(spec):
-        path = _run_dir_of(spec, tracking_uri)
+        try:
+            run = client(resolve_uri(tracking_uri)).get_run(spec)
+        except Exception as exc:
+            raise UserError(f"run.init_from={spec}: no such MLflow run at "
+                            f"{resolve_uri(tracking_uri)} ({type(exc).__name__})") from None
+        run_dir = run.data.tags.get("rlexp.run_dir")
+        if not run_dir:
+            raise UserError(f"run.init_from={spec}: the MLflow run has no rlexp.run_dir tag")
+        path = Path(run_dir)
     if (path / "model_params").is_dir():
         return path
     for ckpts in (path / "checkpoints", path, *_remote_checkpoints(path)):
-        steps = sorted((int(p.name) for p in ckpts.glob("*")
-                        if p.name.isdigit() and (p / "model_params").is_dir()), reverse=True) \
-            if ckpts.is_dir() else []
+        steps = [int(p.name) for p in ckpts.glob("*") if p.name.isdigit()
+                 and (p / "model_params").is_dir()] if ckpts.is_dir() else []
         if steps:
-            return ckpts / str(steps[0])
+            return ckpts / str(max(steps))
     raise UserError(f"run.init_from={spec}: no checkpoint found (pass a run dir with "
                     f"checkpoints/, a checkpoint dir, or an MLflow run id)")
 
@@ -187,18 +188,6 @@ def _remote_checkpoints(run_dir: Path) -> list[Any]:
         return []
     uri = OmegaConf.select(saved, "run.output_uri", default=None)
     return [storage.checkpoint_dir(uri, run_dir, run_dir.name)] if uri else []
-
-
-def _run_dir_of(run_id: str, uri: str | None) -> Path:
-    try:
-        run = client(resolve_uri(uri)).get_run(run_id)
-    except Exception as exc:
-        raise UserError(f"run.init_from={run_id}: no such MLflow run at "
-                        f"{resolve_uri(uri)} ({type(exc).__name__})") from None
-    run_dir = run.data.tags.get("rlexp.run_dir")
-    if not run_dir:
-        raise UserError(f"run.init_from={run_id}: the MLflow run has no rlexp.run_dir tag")
-    return Path(run_dir)
 
 
 def run_dir_of(checkpoint: Path) -> Path:
@@ -264,7 +253,7 @@ def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = No
     run's: its adapters, with `adapters_only`)."""
     checkpoint = find_checkpoint(spec, tracking_uri)
     given = Path(spec).expanduser()
-    # the run dir itself when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>
+    # the run dir when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>
     run_dir = given if (given / ".hydra").is_dir() else run_dir_of(checkpoint)
     model, cache_dir = run_model(run_dir)
     model.lora.adapters_only = model.lora.adapters_only or adapters_only
@@ -286,7 +275,6 @@ def _log_to_mlflow(run_dir: Path, out: Path) -> None:
     link = Link.load(run_dir)
     if link is None or link.run_id is None:
         return
-
     try:
         client(link.uri).log_artifacts(link.run_id, str(out), "model")
         print(f"rlexp: logged {out} to MLflow run {link.run_id} as artifact 'model'")

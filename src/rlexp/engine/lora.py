@@ -1,16 +1,14 @@
 """LoRA (model.lora): low-rank adapters on the policy's projections through qwix, as Tunix does.
 
-Tunix's CLI (tunix/cli/utils/model.py `apply_lora_to_model`, 0.1.7) builds a
-`qwix.LoraProvider(module_path=..., rank=..., alpha=...)` and calls
-`qwix.apply_lora_to_model(base, provider, **base.get_model_input())`. qwix clones the module
-graph (nnx.clone: the base arrays are shared, not copied) and intercepts each matched
-projection's einsum/dot_general with `y + (x @ A) @ B * alpha / rank`, A (he_uniform) and B
-(zeros) as `nnx.LoRAParam`s named `<weight>_lora_a` / `<weight>_lora_b`. The rest follows from
-Tunix's own handling of a model with LoRAParams (tunix/sft/peft_trainer.py, rl/rl_cluster.py):
-the optimizer is `nnx.Optimizer(model, tx, wrt=nnx.LoRAParam)` and the gradient is taken with
-respect to the adapters only; weight syncs move the adapters only; and a reference model on
-the actor's mesh shares the actor's backbone, so the base module itself is the reference
-(no second copy, as tunix/cli/grpo_main.py passes it).
+`apply` calls qwix as Tunix's CLI does (tunix/cli/utils/model.py `apply_lora_to_model`, 0.1.7).
+qwix clones the module graph (nnx.clone: the base arrays are shared, not copied) and intercepts
+each matched projection's einsum/dot_general with `y + (x @ A) @ B * alpha / rank`, A
+(he_uniform) and B (zeros) as `nnx.LoRAParam`s named `<weight>_lora_a` / `_lora_b`. The rest
+follows from Tunix's own handling of a model with LoRAParams (tunix/sft/peft_trainer.py,
+rl/rl_cluster.py): the optimizer is `nnx.Optimizer(model, tx, wrt=nnx.LoRAParam)` and the
+gradient is taken with respect to the adapters only; weight syncs move the adapters only; and
+a reference model on the actor's mesh shares the actor's backbone, so the base module itself
+is the reference (no second copy, as tunix/cli/grpo_main.py passes it).
 
 Pure NumPy here (merge, PEFT layout, counts); jax, flax and qwix are imported where a model is
 adapted: pre-flight imports rlexp.engine and never needs them.
@@ -30,6 +28,7 @@ import numpy as np
 from rlexp.base.errors import UserError
 from rlexp.base.files import replace
 from rlexp.config.schema import LoraConfig, ModelConfig
+from rlexp.engine.weights import params
 from rlexp.families.family import DECODER_PROJECTIONS, GEMMA_PROJECTIONS
 from rlexp.planning.memory import adapted_projections
 
@@ -57,7 +56,7 @@ def apply(m: ModelConfig, base: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
     provider = qwix.LoraProvider(module_path=lora.targets, rank=lora.rank, alpha=lora.alpha)
     model = qwix.apply_lora_to_model(base, provider, rngs=nnx.Rngs(seed),
                                      **base.get_model_input())
-    flat = _flat(model)
+    flat = params(model)
     names = adapter_names(flat)
     bad = f"model.lora.targets={lora.targets!r} is invalid for model.family={m.family}"
     outside = [k for k in names if _projection(k) is None]
@@ -68,20 +67,13 @@ def apply(m: ModelConfig, base: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
     missing = set(adapted_projections(m)) - {_projection(k)[1] for k in names}
     if missing:
         raise UserError(f"{bad}: this model has no {', '.join(sorted(missing))}")
-    for key in names:
-        if key.endswith(A_SUFFIX):
-            w = key[: -len(A_SUFFIX)]
-            try:
-                layout(flat[key].shape[:-1], flat[w + B_SUFFIX].shape[1:], flat[w].shape)
-            except ValueError as exc:
-                raise UserError(f"{bad}: {exc}") from None
+    for key in (k for k in names if k.endswith(A_SUFFIX)):
+        w = key[: -len(A_SUFFIX)]
+        try:
+            layout(flat[key].shape[:-1], flat[w + B_SUFFIX].shape[1:], flat[w].shape)
+        except ValueError as exc:
+            raise UserError(f"{bad}: {exc}") from None
     return base, model
-
-
-def _flat(model: Any) -> dict[str, Any]:
-    from rlexp.engine.weights import params
-
-    return params(model)
 
 
 class BaseLink:
@@ -107,7 +99,7 @@ class BaseLink:
 
 def counts(model: Any) -> dict[str, int]:
     """params/total (base + adapters) and params/trainable (what the optimizer updates)."""
-    sizes = {k: int(np.prod(v.shape)) for k, v in _flat(model).items()}
+    sizes = {k: int(np.prod(v.shape)) for k, v in params(model).items()}
     adapters = sum(sizes[k] for k in adapter_names(sizes))
     total = sum(sizes.values())
     return {"params/total": total, "params/trainable": adapters or total}
@@ -141,12 +133,8 @@ def layout(a_dims: tuple[int, ...], b_dims: tuple[int, ...],
     for pos in itertools.combinations(range(n), k):
         rest = [i for i in range(n) if i not in pos]
         if [shape[i] for i in pos] == list(a_dims) and [shape[i] for i in rest] == list(b_dims):
-            src = [0] * n
-            for j, i in enumerate(pos):
-                src[i] = j
-            for j, i in enumerate(rest):
-                src[i] = k + j
-            found.append(tuple(src))
+            # for each weight axis, its place among A's dims then B's: the inverse permutation
+            found.append(tuple(np.argsort(list(pos) + rest).tolist()))
     if len(found) != 1:
         raise ValueError(f"adapters {tuple(a_dims)} x {tuple(b_dims)} map onto a weight "
                          f"{tuple(shape)} in {len(found)} ways")
@@ -166,9 +154,7 @@ def merge(flat: dict[str, Any], alpha: float, rank: int) -> dict[str, np.ndarray
     """The plain weights of a LoRA policy: every base weight plus its adapters' delta (in the
     base weight's dtype), adapters dropped. Names use any separator ("/" or ".")."""
     out = {k: np.asarray(v) for k, v in flat.items() if not k.endswith((A_SUFFIX, B_SUFFIX))}
-    for key in flat:
-        if not key.endswith(A_SUFFIX):
-            continue
+    for key in (k for k in flat if k.endswith(A_SUFFIX)):
         base = key[: -len(A_SUFFIX)]
         w = out[base]
         d = delta(flat[key], flat[base + B_SUFFIX], alpha, rank, w.shape)
@@ -185,29 +171,24 @@ def _projection(name: str) -> tuple[int, str] | None:
     return None
 
 
-def hf_module(layer: int, projection: str) -> str:
-    """Tunix projection -> the Hugging Face module name (Llama/Qwen: self_attn, mlp)."""
-    if projection not in DECODER_PROJECTIONS:  # Gemma's fused einsums: no 1:1 PEFT module
-        raise ValueError(f"{projection} has no single Hugging Face module")
-    block, proj = projection.split("/")
-    return f"model.layers.{layer}.{'self_attn' if block == 'attn' else 'mlp'}.{proj}"
-
-
 def to_peft(flat: dict[str, Any]) -> dict[str, np.ndarray]:
     """qwix adapters -> PEFT's names and layout (peft/tuners/lora/layer.py: lora_A.weight
     [rank, in], lora_B.weight [out, rank], delta = B @ A * lora_alpha / r, on HF's [out, in]
     weight). qwix's A flattens to [in, rank] and B to [rank, out] (see `delta`)."""
     out: dict[str, np.ndarray] = {}
-    for key in flat:
-        if not key.endswith(A_SUFFIX):
-            continue
+    for key in (k for k in flat if k.endswith(A_SUFFIX)):
         where = _projection(key)
         if where is None:
             raise ValueError(f"no Hugging Face module for adapter {key}")
+        layer, projection = where
+        if projection not in DECODER_PROJECTIONS:  # Gemma's fused einsums: no 1:1 PEFT module
+            raise ValueError(f"{projection} has no single Hugging Face module")
+        block, proj = projection.split("/")
         a = np.asarray(flat[key])
         b = np.asarray(flat[key[: -len(A_SUFFIX)] + B_SUFFIX])
         rank = a.shape[-1]
-        name = "base_model.model." + hf_module(*where)
+        name = (f"base_model.model.model.layers.{layer}."
+                f"{'self_attn' if block == 'attn' else 'mlp'}.{proj}")
         out[f"{name}.lora_A.weight"] = np.ascontiguousarray(a.reshape(-1, rank).T)
         out[f"{name}.lora_B.weight"] = np.ascontiguousarray(b.reshape(rank, -1).T)
     return out

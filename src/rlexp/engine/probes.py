@@ -1,13 +1,10 @@
 """What one training step did, gathered where Tunix computes it, fetched once per step.
 
 Tunix logs its own metrics one step late (it overlaps I/O with the next step) and through a
-global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py). rlexp instead records, during the step:
-reward values (our reward functions), loss/grad-norm/aux of every update (the actor
-trainer's post-step hook, kept as device arrays), and rollout timing and completion lengths
-(the rollout's host-side token lists), so step k's metrics are complete when step k returns.
-The prompts, completions and advantages of each _generate_and_compute_advantage call are kept
-too: the reward/advantage distributions of every step (train/reward_dist/*,
-train/advantage_dist/*) and, on demand, the step's rows (`rows()`: the training-rollout table).
+global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py). rlexp instead
+records, during the step, the rewards, every update's loss/grad-norm/aux, the rollout's timing,
+completion lengths, prompts, completions and advantages, so step k's metrics (and its rows,
+the training-rollout table) are complete when step k returns.
 
 No device->host transfer happens inside the step: the update's values stay on the device
 until `metrics()` fetches all of them in one `jax.device_get` (one sync per step instead of
@@ -29,22 +26,16 @@ import numpy as np
 # aux/metric name -> how the per-update values of a step combine (default: mean).
 _EXTREMES = {"ratio_max": np.max, "ratio_min": np.min, "logprob_diff_max": np.max,
              "is_weight_max": np.max, "is_weight_min": np.min}
-# rlexp's stable names for the per-update values (others: train/<name>).
-_NAMES = {"loss": "train/loss", "kl": "train/kl", "clip_fraction": "train/clip_fraction",
-          "grad_norm": "train/grad_norm", "pg_loss": "train/pg_loss",
-          "ratio_mean": "train/ratio_mean", "ratio_max": "train/ratio_max",
-          "ratio_min": "train/ratio_min",
-          # the trainer/sampler gap and its importance weights (rlexp.algo.rollout_correction)
-          **{k: f"rollout/{k}" for k in ("logprob_diff", "logprob_diff_max", "is_weight_min",
-                                          "is_weight_mean", "is_weight_max")}}
+# The per-update values logged as rollout/<name>, not train/<name>: the trainer/sampler gap
+# and its importance weights (rlexp.algo.rollout_correction).
+_ROLLOUT_NAMES = ("logprob_diff", "logprob_diff_max", "is_weight_min", "is_weight_mean",
+                  "is_weight_max")
 
 
 def completion_stats(lengths: Sequence[int], max_tokens: int) -> dict[str, float]:
-    """Length diagnostics of a step's completions (TRL GRPOTrainer's completions/* family).
-
-    A completion is clipped when it used the whole budget without an end token (Tunix's
-    sampler cuts each row at its first EOS, excluded, so clipped <=> length == max_tokens).
-    """
+    """Length diagnostics of a step's completions (TRL GRPOTrainer's completions/* family). A
+    completion is clipped when it used the whole budget without an end token (Tunix's sampler
+    cuts each row at its first EOS, excluded, so clipped <=> length == max_tokens)."""
     n = np.asarray(lengths, dtype=np.float64)
     if n.size == 0:
         return {}
@@ -58,9 +49,9 @@ def completion_stats(lengths: Sequence[int], max_tokens: int) -> dict[str, float
 
 
 def reward_stats(rewards: dict[str, Sequence[float]], group: int) -> dict[str, float]:
-    """Reward mean/std per function and of the total, and the fraction of groups (the
-    `group` consecutive completions of one prompt) whose total rewards are all equal: those
-    have zero advantage and teach nothing (TRL: frac_reward_zero_std)."""
+    """Reward mean/std per function and of the total, the total's distribution, and the
+    fraction of groups (the `group` consecutive completions of one prompt) whose total rewards
+    are all equal: those have zero advantage and teach nothing (TRL: frac_reward_zero_std)."""
     if not rewards:
         return {}
     per_fn = {k: np.asarray(v, dtype=np.float64) for k, v in rewards.items()}
@@ -72,6 +63,7 @@ def reward_stats(rewards: dict[str, Sequence[float]], group: int) -> dict[str, f
     if group > 0 and total.size % group == 0:
         groups = total.reshape(-1, group)
         out["train/zero_std_groups"] = float(np.mean(np.ptp(groups, axis=1) == 0))
+    out.update(distribution("train/reward_dist", total))
     return out
 
 
@@ -119,7 +111,8 @@ def update_stats(updates: dict[str, list[Any]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, v in updates.items():
         vals = np.asarray([np.asarray(x, dtype=np.float64) for x in v])
-        out[_NAMES.get(k, f"train/{k}")] = float(_EXTREMES.get(k, np.mean)(vals))
+        name = f"rollout/{k}" if k in _ROLLOUT_NAMES else f"train/{k}"
+        out[name] = float(_EXTREMES.get(k, np.mean)(vals))
     if updates:
         out["train/updates"] = float(len(next(iter(updates.values()))))
     return out
@@ -223,10 +216,6 @@ class StepProbe:
         self.advantage_values = np.concatenate(adv) if adv else np.zeros(0)
         self.rollout_count = len(self.texts)
         out = reward_stats(self.rewards, self.num_generations)
-        if self.rewards:
-            out.update(distribution("train/reward_dist",
-                                    np.sum([np.asarray(v, dtype=np.float64)
-                                            for v in self.rewards.values()], axis=0)))
         out.update(distribution("train/advantage_dist", self.advantage_values))
         out.update(update_stats(updates))
         out.update(completion_stats(self.lengths, self.max_tokens or 10**9))

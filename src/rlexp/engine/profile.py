@@ -16,17 +16,14 @@ from pathlib import Path
 
 log = logging.getLogger("rlexp")
 
-PROFILE_DIR = "profile"
-
 
 class StepProfiler:
     def __init__(self, steps: list[int], run_dir: Path):
         self.first, self.last = (int(steps[0]), int(steps[1])) if steps else (0, -1)
-        self.dir = Path(run_dir) / PROFILE_DIR
+        self.dir = Path(run_dir) / "profile"
         self.active = False
 
     def before(self, step: int) -> None:
-        """Called before global step `step` runs."""
         if step == self.first and not self.active:
             import jax
 
@@ -36,9 +33,7 @@ class StepProfiler:
 
     def after(self, step: int) -> Path | None:
         """Called after global step `step`; the trace dir once the last traced step is done."""
-        if self.active and step >= self.last:
-            return self.close()
-        return None
+        return self.close() if self.active and step >= self.last else None
 
     def close(self) -> Path | None:
         """Stop a trace in progress (also when the loop ends early); its dir, else None."""

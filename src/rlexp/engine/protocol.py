@@ -1,8 +1,5 @@
-"""What the loop, evaluation and checkpointing may ask of an engine (no Tunix here).
-
-`rlexp.engine.build` returns a TunixEngine; anything else with these members (a fake in a
-test, another backend) runs through the same loop.
-"""
+"""What the loop, evaluation and checkpointing may ask of an engine (no Tunix here): a
+TunixEngine, or anything else with these members (a fake in a test, another backend)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,18 @@
 """Typed config -> Tunix objects: optimizer, rollout configs, RLCluster, GRPOLearner.
 
-Known Tunix 0.1.7 traps handled here (measured on Tunix 0.1.7; tunix/rl/rollout/
-vanilla_rollout.py, tunix/generate/sampler.py, tunix/sft/metrics_logger.py): (1) the vanilla
-rollout reuses one PRNG key on every call, so the engine sets a fresh key per call;
-(2) RematConfig.DECODER crashes in the sampler, so it is never used (training-only remat
-lives in engine/tunix_patches.py); (3) no metrics backend is registered: Tunix's backend is a
-global jax.monitoring listener whose close() clears every listener; (4) Tunix's KL default is
-k1 (kl_loss_mode="kl"), so rlexp names its estimator explicitly; (5) the vanilla rollout
-computes the old log-probs (num_iterations > 1) at temperature 1 while the loss uses the
-sampling temperature, so the first update's ratio is not 1 unless temperature = 1: we pass
-the temperature.
+Tunix 0.1.7 traps handled here (measured; tunix/rl/rollout/vanilla_rollout.py,
+tunix/generate/sampler.py, tunix/sft/metrics_logger.py): (1) the vanilla rollout reuses one
+PRNG key on every call, so the engine sets a fresh key per call; (2) RematConfig.DECODER
+crashes in the sampler, so it is never used (training-only remat: engine/tunix_patches.py);
+(3) no metrics backend is registered: Tunix's backend is a global jax.monitoring listener whose
+close() clears every listener; (4) Tunix's KL default is k1 (kl_loss_mode="kl"), so rlexp
+names its estimator explicitly; (5) the vanilla rollout computes the old log-probs
+(num_iterations > 1) at temperature 1 while the loss uses the sampling temperature, so the
+first update's ratio is not 1 unless temperature = 1: we pass the temperature.
 
-Rollout cost that is Tunix's, not rlexp's (0.1.7, tunix/generate/sampler.py): the decode loop
-is a jax.lax.while_loop that already stops when every row has emitted EOS, so one row that
-runs to max_completion_length keeps the whole batch decoding; after it, the sampler copies the
-token buffer to the host and detokenizes row by row, and the learner pads every completion in
-Python. rlexp's part: the prompt ids are memoized (GRPO repeats each prompt num_generations
-times), completion lengths come from the host tokens (no device fetch), and the sampler takes
-rollout.micro_batch_size prompts per call, independent of the update's micro-batch.
+Rollout cost that is Tunix's, not rlexp's (0.1.7, tunix/generate/sampler.py): one row that runs
+to max_completion_length keeps the whole batch decoding, the sampler detokenizes row by row on
+the host and the learner pads every completion in Python.
 """
 
 from __future__ import annotations
@@ -32,10 +27,12 @@ import optax
 from tunix.rl import common, rl_cluster as rl_cluster_lib
 from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import base_rollout
+from tunix.rl.rollout.vanilla_rollout import VanillaRollout
 
 from rlexp.config.schema import Config
 from rlexp.engine import algo_registry as registry
-from rlexp.engine.vllm_rollout import on_tunix_engine
+from rlexp.engine.vllm_rollout import (make_rollout_config, on_tunix_engine, request_seed,
+                                       sampling_fields, seed_rows)
 from rlexp.planning.memory import rollout_micro_prompts
 
 # Imported inside functions, on purpose: jax's and Tunix's submodules named inside functions are
@@ -73,27 +70,21 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
                                               end_value=t.end_learning_rate)
 
 
-class HostSchedule:
+def host_lr_schedule(cfg: Config) -> Callable[[int], float]:
     """The learning-rate schedule as host floats: evaluated for every update count once, so
     the loop's per-step read is a table lookup, not a device computation and sync."""
+    schedule, total = lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg)
 
-    def __init__(self, schedule: optax.Schedule, total: int):
-        self.schedule, self.total = schedule, total
-        self.table: Any = None
+    @functools.cache
+    def table() -> np.ndarray:
+        import jax
 
-    def __call__(self, count: int) -> float:
-        if self.table is None:
-            import jax
+        # this process's own CPU device: jax.devices("cpu")[0] is process 0's in a
+        # multi-controller run, which another process cannot compute on or read
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+            return np.asarray(jax.vmap(schedule)(np.arange(total + 1)))
 
-            # this process's own CPU device: jax.devices("cpu")[0] is process 0's in a
-            # multi-controller run, which another process cannot compute on or read
-            with jax.default_device(jax.local_devices(backend="cpu")[0]):
-                self.table = np.asarray(jax.vmap(self.schedule)(np.arange(self.total + 1)))
-        return float(self.table[min(int(count), self.total)])
-
-
-def host_lr_schedule(cfg: Config) -> HostSchedule:
-    return HostSchedule(lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg))
+    return lambda count: float(table()[min(int(count), total)])
 
 
 def optimizer(cfg: Config) -> optax.GradientTransformation:
@@ -103,17 +94,13 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 
 
 def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
-    """TRAIN samples with rollout.*; EVAL is re-set per call (greedy or eval.temperature).
-    rollout=vllm: rlexp.engine.vllm_rollout maps (and checks) the vLLM settings. TRAIN asks
-    the sampler for its per-token log-probs, whichever engine: the trainer/sampler gap is
-    logged every step and algo.rollout_correction needs them (algo_registry.correct_rollouts).
-    On the vanilla sampler they cost nothing measurable: the default tiny run, 3 alternating
-    repeats on a 2-core CPU, 0.6864 CPU s/step without them vs 0.6787 with (bench/overhead.py
-    --ab-no-sampler-logprobs)."""
+    """TRAIN samples with rollout.*; EVAL is re-set per call (eval_sampling). TRAIN asks for the
+    sampler's per-token log-probs, whichever engine: the trainer/sampler gap is logged every
+    step and algo.rollout_correction needs them. On the vanilla sampler they cost nothing
+    measurable: the default tiny run, 3 alternating repeats on a 2-core CPU, 0.6864 CPU s/step
+    without them vs 0.6787 with (bench/overhead.py --ab-no-sampler-logprobs)."""
     r = cfg.rollout
     if r.name == "vllm":
-        from rlexp.engine.vllm_rollout import make_rollout_config
-
         return {Mode.TRAIN: dataclasses.replace(make_rollout_config(cfg), return_logprobs=True),
                 Mode.EVAL: make_rollout_config(cfg, temperature=cfg.eval.temperature)}
 
@@ -123,11 +110,7 @@ def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
         # (tunix/generate/sampler.py sample_top_p), as the trainer's forward computes them;
         # EVAL asks for them too, so that evaluation's sampled pass reuses the training
         # decode loop's compilation (the log-prob buffer is part of the loop's state).
-        return base_rollout.RolloutConfig(
-            max_tokens_to_generate=r.max_completion_length, temperature=temperature,
-            top_p=1.0 if r.top_p is None else r.top_p, top_k=r.top_k,
-            max_prompt_length=r.max_prompt_length, kv_cache_size=r.kv_cache_size,
-            return_logprobs=True)
+        return base_rollout.RolloutConfig(**sampling_fields(r, temperature), return_logprobs=True)
 
     return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
 
@@ -135,7 +118,8 @@ def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
 def eval_sampling(cfg: Config, greedy: bool) -> dict[str, Any]:
     """RolloutConfig fields an evaluation call sets: greedy, or sampled at eval.temperature.
     Tunix's vanilla sampler decodes greedily when top_p is None, whatever the temperature;
-    Tunix's VllmSampler skips a None top_p, and vLLM is greedy at temperature 0."""
+    Tunix's VllmSampler skips a None top_p, and vLLM is greedy at temperature 0
+    (SamplingParams: "Zero means greedy sampling")."""
     top_p = 1.0 if cfg.rollout.top_p is None else cfg.rollout.top_p
     if cfg.rollout.name == "vllm":
         return {"temperature": 0.0 if greedy else cfg.eval.temperature, "top_p": top_p}
@@ -155,9 +139,8 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
         mini_batch_size=mini, train_micro_batch_size=t.micro_batch_size or mini,
         rollout_micro_batch_size=rollout_micro, compute_logps_micro_batch_size=rollout_micro,
         metrics_logging_options=None, checkpoint_root_directory=None)
-    # rollout=vllm: "vllm" is Tunix's own VllmRollout (TPU, tpu-inference); on CPU/GPU
-    # rlexp's subclass of it, bound to the run's config (RLCluster builds an engine given as a
-    # BaseRollout subclass or a functools.partial of one). Imported here: it imports vllm.
+    # rollout=vllm on CPU/GPU: rlexp's VllmRollout subclass, bound to the run's config
+    # (imported here: it imports vllm).
     engine: Any = cfg.rollout.name
     if engine == "vllm" and not on_tunix_engine(cfg):
         from rlexp.engine.vllm_engine import TorchVllmRollout
@@ -174,27 +157,19 @@ def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
         _old_logps_at_temperature(cluster, cfg.rollout.temperature)
         memoize_prompt_encoding(cluster)
     elif not on_tunix_engine(cfg):
-        # rlexp's TorchVllmRollout (vLLM in process, through its public `sampler`): one seed
-        # per prompt. Tunix's own (TPU) sends no per-request seed (vllm_rollout.request_seed).
-        from rlexp.engine.vllm_rollout import seed_rows
-
+        # One seed per prompt (vllm_rollout's docstring, Seeds), through the public `sampler`.
         seed_rows(cluster.rollout.sampler.llm)
     return cluster
 
 
 class SamplingKeys:
-    """A fresh PRNG key for every sampler call (trap 1 in this module's docstring).
-
-    Tunix's vanilla rollout passes RolloutConfig.seed to every sampler call, and the sampler
-    donates it with the sampling state: one key per step would repeat the same noise in
-    every micro-batch (identical samples for repeated prompts) and crash on the second
-    (deleted buffer). Keys are fold_in(base, n) for the n-th call since `reset(base)`, so
-    they stay a pure function of (seed, step, call).
-    """
+    """A fresh PRNG key for every sampler call (trap 1): the sampler donates RolloutConfig.seed
+    with the sampling state, so one key per step would repeat the same noise in every
+    micro-batch and crash on the second (deleted buffer). Keys are fold_in(base, n) for the
+    n-th call since `reset(base)`: a pure function of (seed, step, call)."""
 
     def __init__(self) -> None:
-        self.base: Any = None
-        self.calls = 0
+        self.reset(None)
 
     def reset(self, base: Any) -> None:
         self.base, self.calls = base, 0
@@ -208,17 +183,12 @@ class SamplingKeys:
     def attach(self, cluster: rl_cluster_lib.RLCluster) -> None:
         """Every rollout.generate call gets the next key: as a JAX key for the vanilla
         sampler, as the int (or None on TPU) vLLM takes otherwise (vllm_rollout.request_seed)."""
-        from tunix.rl.rollout.vanilla_rollout import VanillaRollout
-
-        from rlexp.engine.vllm_rollout import request_seed
-
         rollout = cluster.rollout
         generate = rollout.generate
-        keys = self
         vanilla = isinstance(rollout, VanillaRollout)
 
         def keyed_generate(prompts: Any, rollout_config: Any, **kw: Any) -> Any:
-            key = keys.next()
+            key = self.next()
             seed = key if vanilla else request_seed(rollout_config, key)
             return generate(prompts, dataclasses.replace(rollout_config, seed=seed), **kw)
 
@@ -231,23 +201,18 @@ def memoize_prompt_encoding(cluster: rl_cluster_lib.RLCluster, limit: int = 6553
     ids of a string (Tunix copies them before adding BOS, so sharing the list is safe)."""
     tok = cluster.rollout._sampler.tokenizer
     encode = tok.encode
-    cache: dict[str, Any] = {}
+    cached = functools.lru_cache(maxsize=limit)(encode)
 
     def cached_encode(text: str, **kw: Any) -> Any:
         if kw or not isinstance(text, str):
             return encode(text, **kw)
-        ids = cache.get(text)
-        if ids is None:
-            if len(cache) >= limit:
-                cache.clear()
-            ids = cache[text] = encode(text)
-        return ids
+        return cached(text)
 
     tok.encode = cached_encode
 
 
 def _old_logps_at_temperature(cluster: rl_cluster_lib.RLCluster, temperature: float) -> None:
-    """Trap 6: make the vanilla rollout's old log-probs use the sampling temperature."""
+    """Trap 5: make the vanilla rollout's old log-probs use the sampling temperature."""
     rollout = cluster.rollout
 
     def get_per_token_logps(prompt_tokens: Any, completion_tokens: Any) -> Any:
@@ -264,21 +229,15 @@ def make_learner(cfg: Config, cluster: rl_cluster_lib.RLCluster,
                  reward_fns: Sequence[Callable[..., list[float]]]) -> GRPOLearner:
     settings = registry.algo_settings(cfg.algo, budget=cfg.rollout.max_completion_length)
     learner = GRPOLearner(rl_cluster=cluster, algo_config=settings, reward_fns=list(reward_fns))
-    # Micro-batches below the mini-batch: divide by the accumulation window's tokens and rows.
     registry.normalise_over_windows(learner)
-    # Each generated and scored batch: REINFORCE++ whitening, the sampler's log-probs.
     registry.after_scoring(learner)
     return learner
 
 
 class StepRunner:
-    """One RL global step through GRPOLearner's own step code, without its outer loop.
-
-    GRPOLearner.train() owns the whole loop and closes the cluster at the end (writing
-    Tunix's metrics, clearing jax.monitoring listeners); rlexp's loop needs to stop after
-    every step to evaluate, log and checkpoint. This mirrors one iteration of
-    RLLearner.train (tunix/rl/rl_learner.py, 0.1.7) and nothing more.
-    """
+    """One iteration of RLLearner.train (tunix/rl/rl_learner.py, 0.1.7): GRPOLearner.train()
+    owns the whole loop and closes the cluster at the end (writing Tunix's metrics, clearing
+    jax.monitoring listeners); rlexp's loop stops after every step to evaluate, log and save."""
 
     def __init__(self, learner: GRPOLearner, batch_size: int, sync_every: int = 1):
         self.learner = learner
@@ -290,15 +249,15 @@ class StepRunner:
         self.mini = tc.mini_batch_size or batch_size
         self.micro = tc.train_micro_batch_size or self.mini
         learner._rollout_micro_batch_size = learner._rollout_micro_batch_size or self.micro
-        learner._compute_logps_micro_batch_size = learner._compute_logps_micro_batch_size or self.micro
+        learner._compute_logps_micro_batch_size = (learner._compute_logps_micro_batch_size
+                                                   or self.micro)
         self.grad_acc = tc.get_with_default("gradient_accumulation_steps", 1)
-
         self.service = math.lcm(learner._rollout_micro_batch_size,
                                 learner._compute_logps_micro_batch_size)
         # Rows per sampler call: Tunix merges micro-batches up to the service size, never
         # past a mini-batch (it stops after one mini-batch's micro-batches).
-        num_generations = learner.algo_config.num_generations
-        self.rollout_rows = min(learner._rollout_micro_batch_size, self.mini) * num_generations
+        self.rollout_rows = (min(learner._rollout_micro_batch_size, self.mini)
+                             * learner.algo_config.num_generations)
 
     def __call__(self, batch: dict[str, Any]) -> None:
         L = self.learner

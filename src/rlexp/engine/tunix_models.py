@@ -1,12 +1,7 @@
-"""The policy model as a Tunix module: the family's Tunix config, the RoPE-theta patch, random
-init, clone.
-
-model.family names a rlexp.families.ModelFamily, which names Tunix's model package and class;
-this module resolves them (Tunix stays an engine import). tiny: a small Qwen3-shaped decoder,
-random init. model.path: local Hugging Face safetensors loaded with the family's Tunix loader
-(`<package>.<loader_module>.create_model_from_safe_tensors`) after
-rlexp.inputs.model_files checked the directory and config.json. Heavy imports stay inside
-functions.
+"""The policy model as a Tunix module (the family's Tunix config, the RoPE-theta patch, random
+init, clone): tiny is a small Qwen3-shaped decoder, randomly initialised; model.path is local
+Hugging Face safetensors loaded with the family's Tunix loader after rlexp.inputs.model_files
+checked the directory and config.json.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from typing import Any
 
 from rlexp.base.errors import UserError
 from rlexp.config.schema import ModelConfig
+from rlexp.engine.tunix_patches import jnp_dtype, tunix_module, use_compute_dtype
 from rlexp.families import ModelFamily, get
 from rlexp.inputs.model_files import check_hf_config, model_dir
 
@@ -24,23 +20,15 @@ from rlexp.inputs.model_files import check_hf_config, model_dir
 # where a model is built: pre-flight imports rlexp.engine and never needs them.
 
 
-def tunix_module(family: ModelFamily) -> Any:
-    """Tunix's model module of the family (<package>.model)."""
-    return importlib.import_module(f"{family.tunix_package}.model")
-
-
 def tunix_loader(family: ModelFamily) -> Any:
-    """Tunix's safetensors loader module of the family."""
     return importlib.import_module(f"{family.tunix_package}.{family.loader_module}")
 
 
-def tunix_config(m: ModelConfig, remat: str = "NONE") -> Any:
-    """The Tunix ModelConfig of the family. remat is never DECODER (crashes in the sampler)."""
-    from rlexp.engine.tunix_patches import jnp_dtype
-
-    # Weights (and so AdamW's moments) in model.param_dtype, compute in model.dtype.
+def tunix_config(m: ModelConfig) -> Any:
+    """The Tunix ModelConfig of the family. Its remat is NONE: DECODER crashes in the sampler.
+    Weights (and so AdamW's moments) in model.param_dtype, compute in model.dtype."""
     family = get(m.family)
-    return family.tunix_config(tunix_module(family), m, remat, jnp_dtype(m.dtype),
+    return family.tunix_config(tunix_module(family), m, "NONE", jnp_dtype(m.dtype),
                                jnp_dtype(m.param_dtype))
 
 
@@ -51,8 +39,7 @@ TUNIX_ROPE_THETA = 1_000_000.0
 
 
 def use_rope_theta(m: ModelConfig) -> None:
-    """Make Tunix's `apply_rope` of model.family use model.rope_theta (idempotent); only for
-    the families whose patches name rope_theta."""
+    """Bind model.rope_theta into Tunix's `apply_rope` (families that patch it; idempotent)."""
     family = get(m.family)
     if "rope_theta" not in family.patches:
         return
@@ -64,8 +51,6 @@ def use_rope_theta(m: ModelConfig) -> None:
 
 def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded)."""
-    from rlexp.engine.tunix_patches import jnp_dtype, use_compute_dtype
-
     family = get(m.family)
     path = model_dir(m)
     use_rope_theta(m)
@@ -73,7 +58,6 @@ def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     config = tunix_config(m)
     if path is not None:
         check_hf_config(m, path)
-        # Loaded in the weights' dtype (model.param_dtype); the forward computes in model.dtype.
         try:
             return tunix_loader(family).create_model_from_safe_tensors(
                 str(path), config, mesh, dtype=jnp_dtype(m.param_dtype))
@@ -83,37 +67,35 @@ def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     if not family.random_init:
         raise UserError(f"model.path is null: random init is only for the tiny model; "
                         f"model.family={m.family} needs model.path")
-    from flax import nnx
-
-    model = getattr(tunix_module(family), family.model_class)(config, rngs=nnx.Rngs(seed))
-    _init_mlp(model, seed)
-    return model
-
-
-def _init_mlp(model: Any, seed: int) -> None:
-    """Tunix's MLPs initialise their kernels to zeros (made for loading weights); a
-    random-init model needs them random or every MLP is dead at the start."""
     import jax
     from flax import nnx
 
+    model = getattr(tunix_module(family), family.model_class)(config, rngs=nnx.Rngs(seed))
+    # Tunix's MLPs initialise their kernels to zeros (made for loading weights): random ones,
+    # or every MLP of a random-init model is dead at the start.
     key = jax.random.PRNGKey(seed + 1)
     init = nnx.initializers.lecun_normal()
     for i, layer in enumerate(model.layers):
         for j, lin in enumerate((layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)):
             k = jax.random.fold_in(key, 3 * i + j)
             lin.kernel.value = init(k, lin.kernel.value.shape, lin.kernel.value.dtype)
+    return model
 
 
 def clone(model: Any, dtype: str | None = None) -> Any:
     """An independent copy (the reference model must not follow the policy's updates);
     with `dtype`, its floating-point weights cast to it (the reference is kept in model.dtype)."""
-    if dtype is not None:
-        from rlexp.engine.tunix_patches import cast_floats
-
-        return cast_floats(model, dtype)
     import jax
     import jax.numpy as jnp
     from flax import nnx
 
+    low = None if dtype is None else jnp_dtype(dtype)
+
+    def copy(x: Any) -> Any:
+        # A fresh buffer either way: astype to the same dtype may hand back the same array.
+        if low is not None and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != low:
+            return x.astype(low)
+        return jnp.copy(x)
+
     graph, state = nnx.split(model)
-    return nnx.merge(graph, jax.tree.map(jnp.copy, state))
+    return nnx.merge(graph, jax.tree.map(copy, state))

@@ -1,19 +1,17 @@
 """Every private (or monkeypatched) Tunix name rlexp relies on, in one list.
 
-Tunix has no public hook for what rlexp needs (one global step at a time, per-update
-metrics, resumable step counters, a fresh PRNG key per sampler call, RoPE theta), so the
-engine reaches into these names. They were read from google-tunix 0.1.7. Each is a
-rlexp.base.private_apis.PrivateApi, checked by that module's one checker (it lives here, not
-there, because the per-family names come from rlexp.families): tests/test_tunix_contract.py
-checks each in the fast tier, tests/test_private_apis.py fails on a private name used in src/
-that no list holds, and `rlexp.engine.build` runs `problems()` so a Tunix upgrade stops with
-one line naming what changed instead of a traceback deep in a step.
+Tunix has no public hook for what rlexp needs (one global step at a time, per-update metrics,
+resumable step counters, a fresh PRNG key per sampler call, RoPE theta), so the engine reaches into
+these names, read from google-tunix 0.1.7. Each is a rlexp.base.private_apis.PrivateApi (listed
+here, not there, because the per-family names come from rlexp.families):
+tests/test_tunix_contract.py checks each in the fast tier, tests/test_private_apis.py fails on a
+private name used in src/ that no list holds, and `rlexp.engine.build` runs `problems()` so a Tunix
+upgrade stops with one line naming what changed instead of a traceback deep in a step.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
+from rlexp.base import private_apis
 from rlexp.base.private_apis import PrivateApi, check
 from rlexp.families import families
 
@@ -34,6 +32,9 @@ _GRPO = "tunix.rl.grpo.grpo_learner:GRPOLearner"
 _PEFT = "tunix.sft.peft_trainer:PeftTrainer"
 _CLUSTER = "tunix.rl.rl_cluster:RLCluster"
 _VANILLA = "tunix.rl.rollout.vanilla_rollout:VanillaRollout"
+_TRAINING = "tunix.rl.rl_cluster:RLTrainingConfig"
+_CKPT = "tunix.sft.checkpoint_manager:CheckpointManager"
+_ROLLOUT_CONFIG = "tunix.rl.rollout.base_rollout:RolloutConfig"
 
 NAMES: tuple[PrivateApi, ...] = (
     # engine/tunix_adapter.py StepRunner: one global step without RLLearner.train's loop.
@@ -46,22 +47,20 @@ NAMES: tuple[PrivateApi, ...] = (
          ("full_batch_size", "mini_batch_size", "service_target_batch_size", "grad_acc_steps",
           "train_iterator", "eval_ds", "skip_jit"), True, why="StepRunner"),
     Name(_LEARNER, "should_sync_weights", "attribute", why="StepRunner and resume"),
-    Name("tunix.rl.rl_cluster:RLTrainingConfig", "rollout_micro_batch_size", "field",
-         why="rollout.micro_batch_size"),
-    Name("tunix.rl.rl_cluster:RLTrainingConfig", "compute_logps_micro_batch_size", "field",
+    Name(_TRAINING, "rollout_micro_batch_size", "field", why="rollout.micro_batch_size"),
+    Name(_TRAINING, "compute_logps_micro_batch_size", "field",
          why="rollout.micro_batch_size (reference and old log-prob passes)"),
-    # engine/checkpointing.py: the counters a resume sets back.
+    # engine/checkpoint_store.py: the counters a resume sets back.
     Name(_LEARNER, "_iter_steps", "attribute", why="checkpoint counters"),
     Name(_LEARNER, "_last_iter_step", "attribute", why="checkpoint counters"),
     Name(_PEFT, "_train_steps", "attribute", why="checkpoint counters"),
     Name(_PEFT, "_iter_steps", "attribute", why="checkpoint counters"),
     Name(_CLUSTER, "global_steps", "attribute", why="checkpoint counters, StepRunner"),
-    Name("tunix.sft.checkpoint_manager:CheckpointManager", "_checkpoint_manager", "attribute",
+    Name(_CKPT, "_checkpoint_manager", "attribute",
          why="orbax manager: wait_until_finished, reload, all_steps"),
-    Name("tunix.sft.checkpoint_manager:CheckpointManager", "save", "method",
+    Name(_CKPT, "save", "method",
          ("step", "model", "optimizer", "save_only_lora_params", "force", "custom_metadata")),
-    Name("tunix.sft.checkpoint_manager:CheckpointManager", "maybe_restore", "method",
-         ("model", "optimizer", "step")),
+    Name(_CKPT, "maybe_restore", "method", ("model", "optimizer", "step")),
     # engine/probes.py: per-update metrics and rollout timing, wrapped on the instances.
     Name(_PEFT, "_post_process_train_step", "method", ("aux",), True, why="probe wraps it"),
     Name(_PEFT, "_buffered_train_metrics", "attribute", why="probe reads loss, grad_norm"),
@@ -75,7 +74,7 @@ NAMES: tuple[PrivateApi, ...] = (
              "runs rlexp's steps on its output (whitening, the sampler's log-probs)"),
     Name(_CLUSTER, "generate", "method", ("prompts", "mode", "micro_batch_size"),
          why="probe wraps it; evaluation calls it"),
-    # engine/tunix_adapter.py SamplingKeys and trap 5 of its docstring (old log-probs at temperature).
+    # engine/tunix_adapter.py SamplingKeys and trap 5 (old log-probs at the temperature).
     Name(_CLUSTER, "rollout", "property", why="SamplingKeys patches rollout.generate"),
     # VanillaRollout's only: rlexp reads no VllmRollout._sampler (its module imports vllm, so
     # that entry could not be checked here; tests/test_private_apis.py keeps the reads vanilla).
@@ -90,8 +89,7 @@ NAMES: tuple[PrivateApi, ...] = (
          why="prompt ids memoized (tokenize once per distinct prompt)"),
     Name("tunix.generate.sampler:Sampler", "tokenize", "method", ("input_string",), True,
          why="calls tokenizer.encode(text) and copies the ids"),
-    Name("tunix.rl.rollout.base_rollout:RolloutConfig", "seed", "field",
-         why="SamplingKeys replaces it per call"),
+    Name(_ROLLOUT_CONFIG, "seed", "field", why="SamplingKeys replaces it per call"),
     # engine/tunix_models.py: the RoPE base patch (attention calls the module global), for the
     # families whose patches name rope_theta.
     *(Name(f"{f.tunix_package}.model", "apply_rope", "function",
@@ -128,8 +126,7 @@ NAMES: tuple[PrivateApi, ...] = (
     # log-probs, the trainer's forward.
     Name("tunix.rl.rollout.base_rollout:RolloutOutput", "logprobs", "field",
          why="the sampler's per-token log-probs (trainer/sampler gap, rollout correction)"),
-    Name("tunix.rl.rollout.base_rollout:RolloutConfig", "return_logprobs", "field",
-         why="asks the sampler for them"),
+    Name(_ROLLOUT_CONFIG, "return_logprobs", "field", why="asks the sampler for them"),
     Name(_CLUSTER, "r2m", "attribute", why="the actor mesh of the trainer's log-prob pass"),
     Name("tunix.rl.function_registry", "register_policy_loss_fn", "function", ("name",)),
     Name("tunix.rl.function_registry", "register_advantage_estimator", "function", ("name",)),
@@ -145,8 +142,4 @@ def problems() -> list[str]:
 
 
 def installed_version() -> str:
-
-    try:
-        return version("google-tunix")
-    except PackageNotFoundError:
-        return "unknown"
+    return private_apis.installed_version("google-tunix")

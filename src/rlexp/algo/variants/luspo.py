@@ -1,6 +1,5 @@
 from rlexp.algo.algorithm import Algorithm
 
-# Length-Unbiased Sequence Policy Optimization (arXiv:2602.05261; TRL 1.16 loss_type="luspo"):
-# GSPO's sequence ratio with each sequence's token sum averaged over sequences.
+# Length-Unbiased Sequence Policy Optimization (arXiv:2602.05261; TRL 1.16 loss_type="luspo").
 ALGORITHM = Algorithm(name="luspo", reference="arXiv:2602.05261", ratio_level="sequence",
                       tunix_loss_algo="gspo-token")

@@ -1,5 +1,4 @@
 from rlexp.algo.algorithm import Algorithm
 
-# Soft Adaptive Policy Optimization (2025, arXiv:2511.20347): a sigmoid gate of
-# the ratio replaces the hard clip (algo.loss: sapo; conf/algo/sapo.yaml).
+# Soft Adaptive Policy Optimization (arXiv:2511.20347): a sigmoid gate replaces the hard clip.
 ALGORITHM = Algorithm(name="sapo", reference="arXiv:2511.20347")

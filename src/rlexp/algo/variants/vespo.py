@@ -1,5 +1,4 @@
 from rlexp.algo.algorithm import Algorithm
 
-# VESPO (arXiv:2602.10693; TRL 1.16 loss_type="vespo"): REINFORCE on log pi weighted by a
-# gamma-shaped, stop-gradient function of the sequence IS ratio (conf/algo/vespo.yaml).
+# VESPO (arXiv:2602.10693; TRL 1.16 loss_type="vespo"): gamma-weighted REINFORCE on log pi.
 ALGORITHM = Algorithm(name="vespo", reference="arXiv:2602.10693")
