@@ -1,13 +1,10 @@
 """rlexp: run, sweep and compare GRPO/GSPO post-training experiments on Tunix, in MLflow.
 
-The layers, highest first (each may import only the ones below it; pyproject.toml's
-[tool.importlinter] contracts check this): launch (pre-flight) -> job (one run) -> engine
-(Tunix) -> planning | inputs | data | tracking -> config -> algo | families (model
-architectures) -> base.
-
-The top-level modules are commands, each a thin door into its layer: __main__ (`python -m
-rlexp`), sync, export, ui and report (`python -m rlexp.<command>`); rewards keeps the built-in
-reward functions under the names configs use (rlexp.rewards.format_exact_reward, ...).
+The layers, highest first, each importing only those below (pyproject.toml's importlinter
+contracts): launch (pre-flight) -> job (one run) -> engine (Tunix) -> planning | inputs | data
+| tracking -> config -> algo | families (model architectures) -> base. The top-level modules
+are commands, thin doors into their layer: __main__ (`python -m rlexp`), sync, export, ui and
+report; rewards keeps the built-in reward functions under the names configs use.
 """
 
 from rlexp.base.python_fixes import serialise_ast_parse

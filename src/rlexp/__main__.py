@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
+from typing import Any, Callable
 
 
 def _say_starting() -> None:
@@ -51,18 +51,14 @@ from rlexp.job.console import quiet_third_party
 from rlexp.launch import args, dry_run, preflight
 from rlexp.planning.hardware import setup_platform, vllm_gpu_share
 
-log = logging.getLogger("rlexp")
-
 
 def _task(cfg: DictConfig) -> float | None:
-
     job = experiment.JobContext.from_hydra()
     # stderr, one format; in a sweep each line labelled [3/8 beta=0.04 G=4]
     with sweep_messages.job_output(job.index, job.overrides):
         try:
             unmask_config(cfg)  # the secrets main() kept out of Hydra's files
             config = to_config(cfg)
-
             # a no-op when pre-flight set it for the command
             setup_platform(config.hardware, vllm_share=vllm_gpu_share(config))
         except UserError as exc:
@@ -76,49 +72,41 @@ def _task(cfg: DictConfig) -> float | None:
 REFUSAL_DELAY_S = 3.0
 
 
-def _refuse(message: str, index: int | None) -> None:
-    """A refusal before the run starts (exit 2). Every process of a multi-process launch
-    (mpirun -n 2) finds the same mistake: process 0 says it at once and the others a moment
-    later, by which time the launcher, which ends every process when one fails, has ended
-    them: the line comes once. A mistake only another process finds is still said."""
-    if index:
-        time.sleep(REFUSAL_DELAY_S)
-    fail(message)
+def _refusing(index: int | None, step: Callable[..., Any], *step_args: Any) -> Any:
+    """step(*step_args), its UserError a refusal before the run starts (exit 2). Every process of
+    a multi-process launch (mpirun -n 2) finds the same mistake: process 0 says it at once, the
+    others a moment later, by when the launcher (which ends every process when one fails) has
+    ended them: the line comes once. A mistake only another process finds is still said."""
+    try:
+        return step(*step_args)
+    except UserError as exc:
+        if index:
+            time.sleep(REFUSAL_DELAY_S)
+        fail(str(exc))
 
 
 def main() -> None:
-
     argv = sys.argv[1:]
     launch = runtime.detect_launch(os.environ)
-    try:  # once, first: a misplaced -m is one line naming the fix; --version ends here
-        args.parse_args(argv)
-    except UserError as exc:
-        _refuse(str(exc), launch.index)
+    # once, first: a misplaced -m is one line naming the fix; --version ends here
+    _refusing(launch.index, args.parse_args, argv)
     if (launch.count or 0) > 1 and not os.environ.get(runtime.SUPERVISED_ENV):
         # one process of a multi-controller run: a lost peer ends it in one line
         runtime.supervise(argv, launch.index, launch.count)
-
     quiet_third_party()  # before MLflow is imported: it reads its log level once
-
     install_log_redaction()  # Hydra logs each job's overrides (tracker.uri=... included)
-    try:
-        pre = preflight.preflight(argv)
-    except UserError as exc:
-        _refuse(str(exc), launch.index)
+    pre = _refusing(launch.index, preflight.preflight, argv)
     if pre is not None and pre.dry_run:
-        try:
-            dry_run.dry_run(pre)  # no dirs, no MLflow runs: Hydra never launches
-        except UserError as exc:
-            _refuse(str(exc), launch.index)
+        # no dirs, no MLflow runs: Hydra never launches
+        _refusing(launch.index, dry_run.dry_run, pre)
         return
-    if pre is not None and not pre.print_only and not pre.context.jobs_run_elsewhere:
+    launching = pre is not None and not pre.print_only
+    if launching and not pre.context.jobs_run_elsewhere:
         rerun_in_vllm_venv(pre.jobs, argv)  # rollout=vllm, vLLM only in its venv: no return
-    if pre is not None:
-        try:
-            preflight.before_launch(pre)  # setup_platform: the processes fit hardware.runtime
-        except UserError as exc:
-            _refuse(str(exc), launch.index)
-    if pre is not None and pre.multirun and not pre.print_only:  # for the jobs' labels
+    if launching:
+        # setup_platform: the processes fit hardware.runtime
+        _refusing(launch.index, preflight.before_launch, pre)
+    if launching and pre.multirun:  # for the jobs' labels
         os.environ.update(sweep_messages.SweepEnv(size=pre.size, keys=list(pre.swept)).to_env())
     # Hydra writes the overrides to .hydra/*.yaml and multirun.yaml (a sweep's pickled jobs
     # too) before any job or callback runs: their secrets become placeholders first, the
@@ -126,13 +114,13 @@ def main() -> None:
     sys.argv[1:] = mask_argv(sys.argv[1:])
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
     if pre is not None and pre.print_only:  # --cfg prints the composed config: no credentials
-
         sys.stdout = RedactedStream(sys.stdout)
     app()
-    if pre is not None and pre.multirun and not pre.print_only:  # a failed job: its line, exit 1
+    if launching and pre.multirun:  # a failed job: its line, exit 1
         code = sweep_messages.end_of_sweep(pre.out_dir)
         if code:
             sys.exit(code)
+
 
 if __name__ == "__main__":
     with runtime.exit_status():  # the status skip_teardown leaves with

@@ -1,14 +1,12 @@
-"""The command line of `python -m rlexp`, parsed here once, before anything else (parse_args):
-a flag in the wrong place (`python -m rlexp a=1 -m b=1,2`) is one line naming the fix and exit
-2, and `--version` names rlexp's version with Tunix's, JAX's and Hydra's (package metadata:
-nothing imported). Hydra's own parser reads it (hydra._internal.utils.get_args_parser, listed
-in rlexp.base.private_apis), so it reads exactly what Hydra will.
+"""The command line of `python -m rlexp`, parsed once, first, by Hydra's own parser
+(hydra._internal.utils.get_args_parser, listed in rlexp.base.private_apis): a flag in the wrong
+place (`python -m rlexp a=1 -m b=1,2`) is one line naming the fix and exit 2.
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from rlexp.base.errors import UserError
 
@@ -28,7 +26,6 @@ VERSIONS = (("rlexp", "rlexp"), ("google-tunix", "Tunix"), ("jax", "JAX"), ("hyd
 def versions_line() -> str:
     """'rlexp 0.1.0 (Tunix 0.1.7, JAX 0.10.2, Hydra 1.3.8)', from the installed packages'
     metadata: importing Tunix and JAX to ask them would take seconds."""
-
     def of(dist: str) -> str:
         try:
             return version(dist)
@@ -43,13 +40,11 @@ def usage_error(message: str, argv: Sequence[str]) -> str:
     """argparse's complaint -> one line naming the fix. Hydra's parser takes the overrides
     as one positional list, so an option between two overrides leaves the later ones
     'unrecognized': the usual case is -m typed after the first override."""
-    argv = list(argv)
-    if message.startswith("unrecognized arguments") and any(
-            a in ("-m", "--multirun") for a in argv):
-        flags = [a for a in argv if a in ("-m", "--multirun")][:1]
+    flags = [a for a in argv if a in ("-m", "--multirun")]
+    if message.startswith("unrecognized arguments") and flags:
         rest = [a for a in argv if a not in ("-m", "--multirun")]
         return (f"{message}: put -m/--multirun first, before the overrides: "
-                f"{' '.join([PROG, *flags, *rest])}")
+                f"{' '.join([PROG, flags[0], *rest])}")
     if message.startswith("unrecognized arguments") and any(
             not a.startswith("-") for a in message.split(":", 1)[-1].split()):
         return (f"{message}: put the options (--cfg, -cn, ...) before the overrides "
@@ -69,15 +64,14 @@ def parse_args(argv: Sequence[str]) -> Any:
     parser = get_args_parser()
     parser.prog = PROG
 
-    def error(message: str) -> "NoReturn":  # noqa: F821
+    def error(message: str) -> NoReturn:
         raise UserError(usage_error(message, argv))
 
     parser.error = error  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     # Hydra's own check (hydra/_internal/utils.py _run_hydra) raises a ValueError, traceback
     # and all, once the app starts: said here in one line.
-    if (bool(args.run) + bool(args.multirun) + bool(args.cfg) + bool(args.info)
-            + bool(args.shell_completion)) > 1:
+    if sum(map(bool, (args.run, args.multirun, args.cfg, args.info, args.shell_completion))) > 1:
         raise UserError("only one of --run, -m/--multirun, --cfg, --info and "
                         f"--shell-completion at a time (see {PROG} --help)")
     return args

@@ -1,17 +1,11 @@
 """The refusals pre-flight applies to each composed job: one line and exit code 2, found in
 milliseconds before Hydra makes a dir or MLflow a run, instead of minutes into a run.
 
-Where each rule lives, and runs once: a rule that needs only the Config is rlexp.config
-(validate's CHOICES/RANGES tables, then rules.RULES); a check that needs the world (files,
-the user's code, the tracking store, vLLM, the memory plan, the disks, the launcher) is here;
-the engine's build keeps only what needs the built tokenizer (prompt lengths) and the
-installed Tunix. README.md's "Mistakes" table lists them all (tests/test_rule_table.py).
-
-CHECKS lists the per-job checks in order; each takes the job's Config and the command's
-CheckContext (no state kept between checks). COMMAND_CHECKS check the command itself (its
-output dir; a sweep's launcher and store) before any job: check_command runs them and makes
-the context. check_fits makes each job's plan once and hands it on: the dry run prints it,
-then refuses what a real run would have refused before it (refuse_after_plan)."""
+A rule that needs only the Config is in rlexp.config (validate's tables, rules.RULES); a check
+that needs the world (files, user code, the store, vLLM, the memory plan, disks, the launcher)
+is here; engine.build keeps what needs the built tokenizer or the installed Tunix. README.md's
+"Mistakes" table lists them all (tests/test_rule_table.py). CHECKS run per job, in order;
+COMMAND_CHECKS once per command, first (check_command)."""
 
 from __future__ import annotations
 
@@ -98,19 +92,15 @@ def check_model_path(cfg: Config, ctx: CheckContext) -> None:
 
 def check_inputs(cfg: Config, ctx: CheckContext) -> None:
     """Files the run needs exist, before Hydra makes a dir or MLflow a run (cheap, no JAX)."""
-
     dataset_file(cfg.dataset)
-
     check_output_uri(cfg.run.output_uri)  # gs:// needs its filesystem backend
     if cfg.run.init_from:  # the origin has a checkpoint (read only when the run builds)
-
         find_checkpoint(cfg.run.init_from, default_uri(cfg))
 
 
 def check_plugins(cfg: Config, ctx: CheckContext) -> None:
     """User code named by `_target_`s imports, and each reward function returns one float
     per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
-
     # A dry run plans without the optional packages a reward needs (the run itself refuses
     # one that is missing in one line, as rollout=vllm without vLLM): probe the others.
     kept = [f for f in cfg.reward.functions if cfg.run.dry_run is False
@@ -153,42 +143,31 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysq
 
 # Launchers that need a program or a plugin this process can check before any job starts:
 # option of hydra/launcher -> (executable on PATH or importable module, what to do).
+SLURM_CLIENT = "install SLURM's client tools (Debian: apt-get install slurm-client) on a host " \
+    "of the cluster"
 LAUNCHER_NEEDS = {
-    "rlexp_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
-                              "slurm-client) on a host of the cluster, or use hydra/launcher=rlexp_local"),
-    "submitit_slurm": ("sbatch", "install SLURM's client tools (Debian: apt-get install "
-                                 "slurm-client) on a host of the cluster"),
+    "rlexp_slurm": ("sbatch", f"{SLURM_CLIENT}, or use hydra/launcher=rlexp_local"),
+    "submitit_slurm": ("sbatch", SLURM_CLIENT),
     "ray": ("hydra_plugins.hydra_ray_launcher", "use hydra/launcher=rlexp_ray (pip install "
-                                                "'rlexp[ray]'): hydra-ray-launcher pins "
-                                                "cloudpickle<3, which joblib refuses"),
+            "'rlexp[ray]'): hydra-ray-launcher pins cloudpickle<3, which joblib refuses"),
     "rlexp_ray": ("ray", "pip install 'rlexp[ray]' and start a cluster: ray start --head"),
 }
 
 
-def _tracker_uri(cfg: Config) -> tuple[str, str] | None:
-    """(where it was set, the URI) of a store the user named: tracker.uri, else
-    $MLFLOW_TRACKING_URI; None for the default store (outputs/mlflow.db, made when used)."""
-    if cfg.tracker.uri is not None:
-        return "tracker.uri", cfg.tracker.uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
-    return None
-
-
 def check_tracker(cfg: Config, ctx: CheckContext) -> None:
-    """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to; only a store
-    that is down spools, a URI that can never work is a user error (its scheme, and for a
-    real run what the store answers: store.classify)."""
-
+    """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to: one that is down
+    spools, one that can never work is refused (its scheme; for a real run, store.classify)."""
     if cfg.tracker.name != "mlflow":
         return
     if not cfg.tracker.experiment.strip():
         raise UserError("tracker.experiment='' is invalid: give the MLflow experiment a name "
                         "(default: rlexp)")
-    named = _tracker_uri(cfg)
-    if named is None:
-        return
-    key, uri = named
+    if cfg.tracker.uri is not None:
+        key, uri = "tracker.uri", cfg.tracker.uri
+    elif os.environ.get("MLFLOW_TRACKING_URI"):
+        key, uri = "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
+    else:
+        return  # the default store (outputs/mlflow.db, made when used)
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
     if uri.lower() in ("databricks", "databricks-uc"):  # a Databricks workspace, no path
         return
@@ -199,18 +178,12 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
         raise UserError(f"{key}={redact_uri(uri)}: unknown scheme '{scheme}'; valid schemes are "
                         f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
                         "postgresql+psycopg2://)")
-    if cfg.run.dry_run:
-        return  # no probe: see below
-    # The store is an MLflow store this machine can log to, or is only down now.
-    # store.classify probes it (a name lookup, one GET of an http store with a 3 s limit, the
-    # directory of a sqlite file): a store that is down (connection refused, no answer) starts
-    # the run as ever, which spools and sends later; a wrong one (a host name that does not
-    # resolve, an answer that is not MLflow's, HTTP 401/403, a sqlite file in a directory that
-    # does not exist) is refused here, before Hydra makes a dir or MLflow a run, instead of a
-    # run that spools everything and exits 0. One probe per URI for all the jobs of a sweep.
-    # A dry run does not probe: it plans and writes nothing, needs no store, and is often
-    # made away from the cluster's network, where the store's host does not resolve; it
-    # stays instant.
+    if cfg.run.dry_run:  # no probe: it needs no store, and is often made off the cluster
+        return
+    # store.classify probes it (a name lookup, one GET of an http store with a 3 s limit, a
+    # sqlite file's dir): one that is down starts the run, which spools and sends later; a
+    # wrong one (a host that does not resolve, an answer not MLflow's, HTTP 401/403, a missing
+    # sqlite dir) is refused, not a run that spools everything and exits 0 (one probe per URI).
     state = classify(resolve_uri(uri))
     if is_wrong(state) and ctx.jobs_run_elsewhere:
         # The jobs reach the store from their own network (a cluster-internal name such as
@@ -223,10 +196,8 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
 
 
 def check_rollout(cfg: Config, ctx: CheckContext) -> None:
-    """rollout=vllm imports vLLM (and tpu-inference on TPU) only when the engine builds,
-    minutes in: check them now. A dry run plans without them (the recipes that use vLLM are
-    planned on any machine), so it does not apply this check."""
-
+    """rollout=vllm imports vLLM (and tpu-inference on TPU) only when the engine builds, minutes
+    in: check them now (not for a dry run: the recipes that use vLLM plan on any machine)."""
     if cfg.rollout.name == "vllm" and not ctx.jobs_run_elsewhere:
         check_vllm_available(cfg)
 
@@ -238,9 +209,7 @@ def check_cache_dir(cfg: Config, ctx: CheckContext) -> None:
     if path.exists() and not path.is_dir():
         raise UserError(f"run.cache_dir={cfg.run.cache_dir} is a file, not a directory; point "
                         "it at a directory (default: outputs/cache)")
-    probe = path.absolute()
-    while not probe.exists():
-        probe = probe.parent
+    probe = nearest_existing(path)
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"run.cache_dir={cfg.run.cache_dir}: cannot write under {probe}")
 
@@ -259,8 +228,9 @@ def check_dataset_text(cfg: Config, ctx: CheckContext) -> None:
     except UnicodeDecodeError as exc:
         if exc.reason.startswith("unexpected end") and len(head) == 1 << 16:
             return  # a multi-byte character cut at the end of the sample
-        raise UserError(f"dataset.path={cfg.dataset.path} is not a UTF-8 text file (jsonl, json "
-                        "or csv) nor .parquet; valid formats are jsonl, json, csv, parquet") from None
+        raise UserError(f"dataset.path={cfg.dataset.path} is not a UTF-8 text file (jsonl, "
+                        "json or csv) nor .parquet; valid formats are jsonl, json, csv, "
+                        "parquet") from None
 
 
 def check_dataset_rows(cfg: Config, ctx: CheckContext) -> None:
@@ -374,8 +344,7 @@ def check_job(cfg: Config, ctx: CheckContext) -> Optional[Plan]:
 def warn_completion_length(cfg: Config, ctx: CheckContext) -> None:
     """rollout.max_completion_length shorter than the shortest completion the template counts
     as a correct answer: every completion is cut before its answer closes, and the run trains
-    to the end at reward and accuracy 0. A warning (a reward of the user's may not need the
-    tags); the count is exact where the tokenizer is at hand (char; a local tokenizer.json)."""
+    to the end at reward and accuracy 0. A warning: a reward of the user's may not need the tags."""
     text = shortest_answer(cfg.dataset.template, cfg.dataset.reasoning_tag)
     need, how = answer_tokens(text, cfg.model)
     limit = cfg.rollout.max_completion_length
@@ -407,7 +376,6 @@ def answer_tokens(text: str, model: Any) -> tuple[int, str]:
 
 def check_launcher(base: Any) -> None:
     """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
-
     choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)
     if isinstance(n_jobs, int) and (n_jobs == 0 or n_jobs < -1):
@@ -425,15 +393,13 @@ def check_launcher(base: Any) -> None:
                 launcher.base_docker_image and launcher.script_dir):
             # xpk would build on its default python:3.10, which has neither rlexp nor JAX:
             # the workload would start on the slice and die at `python -m rlexp`.
-            raise UserError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: "
-                            "an image with rlexp installed (docker build -f "
-                            "docker/tpu.Dockerfile -t IMAGE .); or set both "
-                            "hydra.launcher.base_docker_image and script_dir to let xpk build "
-                            "one")
-    need = LAUNCHER_NEEDS.get(str(choice))
-    if need is None:
+            raise UserError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: an "
+                            "image with rlexp installed (docker build -f docker/tpu.Dockerfile "
+                            "-t IMAGE .); or set both hydra.launcher.base_docker_image and "
+                            "script_dir to let xpk build one")
+    if str(choice) not in LAUNCHER_NEEDS:
         return
-    what, fix = need
+    what, fix = LAUNCHER_NEEDS[str(choice)]
     found = importlib.util.find_spec(what) if "." in what else shutil.which(what)
     if not found:
         raise UserError(f"hydra/launcher={choice} needs {what}, which is not "

@@ -11,11 +11,9 @@ from rlexp.launch.preflight import Preflight, warn_noop
 
 
 def dry_run(pre: Preflight) -> None:
-    """run.dry_run=true: print each job's plan from here, without Hydra launching anything,
-    so no run or sweep dir, no multirun.yaml and no MLflow run is made. Each plan is the one
-    pre-flight made (launch.checks.check_fits); one that does not fit, or a model that needs
-    model.path, ends in exit 2 after it is printed (launch.checks.refuse_after_plan)."""
-
+    """Each job's plan (made by launch.checks.check_fits) printed without Hydra launching, so
+    no run dir, multirun.yaml or MLflow run is made; one that does not fit, or a model that
+    needs model.path, ends in exit 2 after it is printed (launch.checks.refuse_after_plan)."""
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
         lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}
@@ -28,13 +26,11 @@ def dry_run(pre: Preflight) -> None:
             print(f"  planned below: {len(pre.jobs)} representative job(s), every swept value "
                   "in one")
     for i, (cfg, overrides, plan) in enumerate(zip(pre.jobs, pre.job_overrides, pre.plans)):
+        out = pre.out_dir or Path(".")
         if pre.multirun:
-            choices = {"algo": cfg.algo.name, "model": cfg.model.name,
-                       "dataset": cfg.dataset.name, "hardware": cfg.hardware.name}
-            out = (pre.out_dir or Path(".")) / run_name(choices, overrides)
+            choices = {g: getattr(cfg, g).name for g in ("algo", "model", "dataset", "hardware")}
+            out = out / run_name(choices, overrides)
             print(f"#{i} : {' '.join(overrides)}")
-        else:
-            out = pre.out_dir or Path(".")
         print_plan(cfg, plan, JobContext(run_dir=out.absolute(), name=out.name, choices={},
                                          overrides=overrides))
         refuse_after_plan(cfg, pre.context, plan)

@@ -1,9 +1,8 @@
 """Pre-flight: compose and validate every job of a command before Hydra runs anything.
 
-Hydra reports composition errors over several lines with exit code 1, lets `+key=value`
-through for keys the schema lacks, and in a multirun finds a bad value only when that job
-starts. So the entry point composes each job here first (cheap: no JAX, no MLflow) and turns
-the first mistake into one line and exit code 2.
+Hydra reports composition errors over several lines with exit code 1, lets `+key=value` through
+for keys the schema lacks, and in a multirun finds a bad value only when that job starts; here
+(cheap: no JAX, no MLflow) the first mistake is one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import contextlib
 import copy
 import dataclasses
 import itertools
-import logging
+import math
 import os
 import re
 import sys
@@ -39,8 +38,6 @@ from rlexp.launch.checks import LAUNCHER_NEEDS, CheckContext, check_command, che
 from rlexp.launch.args import hydra_only, parse_args
 from rlexp.planning.hardware import platform_env, setup_platform, vllm_gpu_share
 from rlexp.planning.plan import Plan
-
-log = logging.getLogger("rlexp")
 
 # Past this many jobs, validate each swept value once instead of the whole product.
 MAX_PRODUCT = 256
@@ -98,17 +95,18 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
     if isinstance(exc, MissingConfigException) and missing.startswith("hydra/launcher/"):
         # A launcher preset whose plugin is absent ("Could not load 'hydra/launcher/ray'").
         name = missing.rsplit("/", 1)[-1]
-        what, fix = LAUNCHER_NEEDS.get(name, (name, "install its Hydra plugin"))
+        line = f"hydra/launcher needs the '{name}' launcher plugin, which is not installed: "
+        if name in LAUNCHER_NEEDS:
+            return line + LAUNCHER_NEEDS[name][1]
         options = f"; valid choices are: {', '.join(sorted(exc.options))}" if exc.options else ""
-        return f"hydra/launcher needs the '{name}' launcher plugin, which is not installed: {fix}" + (
-            "" if name in LAUNCHER_NEEDS else options)
+        return line + "install its Hydra plugin" + options
     if isinstance(exc, MissingConfigException) and exc.options is not None:
-        group = (exc.missing_cfg_file or "").rsplit("/", 1)[0]
-        bad = (exc.missing_cfg_file or "").rsplit("/", 1)[-1]
+        group, bad = missing.rsplit("/", 1)[0], missing.rsplit("/", 1)[-1]
         return (f"{group}={bad} is not an option of group '{group}'; valid choices are: "
                 f"{', '.join(sorted(exc.options))}")
     cause = exc.__cause__ or exc.__context__ or exc
-    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and getattr(cause, "full_key", None):
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:
         item = getattr(cause, "object_type", None)
         if item is RewardFunctionConfig and "." not in cause.full_key:  # a list entry's typo
             valid = ", ".join(f.name for f in dataclasses.fields(item))
@@ -116,12 +114,12 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
                     f"are: {valid}")
         return unknown_key_message(cause.full_key)
     if isinstance(cause, ValidationError):
-        key = getattr(cause, "full_key", None)
-        value = next((o.split("=", 1)[1] for o in overrides if key and o.lstrip("+~").split("=")[0] == key), None)
+        value = next((o.split("=", 1)[1] for o in overrides
+                      if key and o.lstrip("+~").split("=")[0] == key), None)
         msg = str(cause.msg).splitlines()[0] if hasattr(cause, "msg") else str(cause)
         return f"{key}={value!r} is invalid: {msg}" if key else msg
-    first = str(exc).strip().splitlines()
-    text = " ".join(line.strip() for line in first if line.strip() and "HYDRA_FULL_ERROR" not in line)
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
+    text = " ".join(line for line in lines if line and "HYDRA_FULL_ERROR" not in line)
     if "Could not override" in text and "append" in text:
         return unknown_key_message(text.split("'")[1])
     return text or one_line_omegaconf_error(exc)
@@ -131,7 +129,6 @@ def _expand(overrides: list[str],
             sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict, int]:
     """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files),
     the swept values, and the number of jobs of the full product."""
-
     parser = OverridesParser.create()
     params = [f"{k}={v}" for k, v in sweeper_params.items()]
     parsed = parser.parse_overrides(params + overrides)
@@ -151,9 +148,7 @@ def _expand(overrides: list[str],
             lists[key] = [f"{key}={o.get_value_element_as_str()}"]
             swept.pop(key.lstrip("+~"), None)
     groups = [v if v else [None] for v in lists.values()]
-    product_size = 1
-    for g in groups:
-        product_size *= len(g)
+    product_size = math.prod(len(g) for g in groups)
     if product_size <= MAX_PRODUCT:
         combos = itertools.product(*groups)
     else:  # one job per swept value, the other keys at their first value
@@ -184,18 +179,14 @@ def quote_override(value: str) -> str:
 
 def with_config_dir(overrides: list[str], config_dir: str | None,
                     own_searchpath: list[str]) -> list[str]:
-    """`overrides` with --config-dir as the first entry of `hydra.searchpath`, the public form of
-    what Hydra's main does with it (hydra/_internal/utils.py _run_hydra, 1.3): the dir goes
-    after the primary dir and the search path plugins' entries, before `structured://`, and
-    Hydra's config loader appends `hydra.searchpath` at that same place
-    (config_loader_impl.py _process_config_searchpath). That override replaces the primary
-    config's own `hydra.searchpath` (`own_searchpath`), so those entries follow the dir; a
-    `hydra.searchpath=[...]` of the command (the first one, as Hydra reads it) is kept after it
-    the same way. A value that is not a list is left for Hydra to refuse."""
+    """`overrides` with --config-dir first in `hydra.searchpath`, the public form of what Hydra's
+    main does with it (hydra/_internal/utils.py _run_hydra, 1.3; the loader appends
+    `hydra.searchpath` at the same place: config_loader_impl.py _process_config_searchpath).
+    The override replaces the primary config's own entries (`own_searchpath`) and the command's
+    first `hydra.searchpath=[...]`, so those follow the dir; a non-list is left for Hydra."""
     if config_dir is None:
         return overrides
-    key = "hydra.searchpath="
-    if any(o.startswith(key) for o in overrides):
+    if any(o.startswith("hydra.searchpath=") for o in overrides):
         parsed = OverridesParser.create().parse_overrides(overrides)
         for i, o in enumerate(parsed):
             if o.get_key_element() == "hydra.searchpath":
@@ -233,20 +224,14 @@ def _own_searchpath(config_name: str, schema: bool = False) -> list[str] | None:
 @contextlib.contextmanager
 def search_path_context(args: Any,
                         config_name: str) -> Iterator[Callable[[list[str]], list[str]]]:
-    """Hydra initialized through its public API with the search path `python -m rlexp` gets;
-    yields what each compose's overrides go through (with_config_dir).
+    """Hydra initialized with the search path `python -m rlexp` gets; yields what each
+    compose's overrides go through (with_config_dir puts --config-dir where Hydra's main does).
 
-    The primary dir is primary_config_dir(-cp); --config-dir/-cd goes into `hydra.searchpath`
-    (with_config_dir), which puts it where Hydra's main does, so a user's experiment/, model/,
-    dataset/ ... files compose, and a packaged file of the same name comes first, as in Hydra.
-    A primary config (-cn) that only the --config-dir holds cannot come through
-    `hydra.searchpath` (Hydra reads the primary config before it): that dir is then the
-    primary dir, with the packaged one first in `hydra.searchpath`, which differs from Hydra's
-    main only where both dirs hold a file of the same name. A conf/ in the working directory
-    is NOT added: Hydra never searches the cwd implicitly, and rlexp keeps its behaviour; pass
-    `--config-dir conf` for that.
+    A primary config (-cn) only the --config-dir holds cannot come through `hydra.searchpath`
+    (Hydra reads it first): that dir is then the primary one, the packaged dir first in
+    `hydra.searchpath` (unlike Hydra only where both hold a file of the same name). A conf/ in
+    the cwd is not added, as in Hydra: pass `--config-dir conf` for that.
     """
-
     primary = primary_config_dir(args.config_path)
     extra = None
     if args.config_dir is not None:
@@ -270,35 +255,26 @@ def search_path_context(args: Any,
             own = own if own is not None else _own_searchpath(config_name, schema=True)
             yield lambda overrides: with_config_dir(overrides, f"file://{extra}", own or [])
 
-# ------------------------------------------------------------------- refusals (exit 2, one line)
-
 
 class JobComposer:
     """Hydra's compose() for each job of a sweep, without composing what is already known.
 
-    A compose reads and merges every file of the defaults list (~0.15-0.2 s on a 2-core CPU),
-    so a 256-job sweep took ~45 s before its first job. Jobs that choose the same config
-    group options and differ from a job composed before only in plain scalar values
-    (`train.seed=3`, `algo.beta=0.04`) get that job's config with their values set as
-    compose() sets a plain override after merging the files (OmegaConf.update, merge=True,
-    the same errors: set_plain_values). Anything else (a group choice, +/++/~, a list or
-    dict value, an @package) composes in full. A group choice is told by its key: every
-    top-level key of the schema is a section, so a plain value has a dotted key, and an
-    undotted one (`algo`, `model/lora`) composes in full, whichever dir of the search path
-    (--config-dir, `hydra.searchpath`) holds the group. tests/test_cli.py checks the two
-    agree."""
+    A compose merges every file of the defaults list (~0.15-0.2 s on a 2-core CPU): a 256-job
+    sweep took ~45 s before its first job. A job that differs from one composed before only in
+    plain scalar values (`train.seed=3`) gets its config with them set as compose() does
+    (set_plain_values). Anything else (a group choice, +/++/~, a list or dict, an @package)
+    composes in full; a group choice has an undotted key (`algo`, `model/lora`), as every
+    top-level schema key is a section. tests/test_cli.py checks the two agree."""
 
     # False: every job composes in full (the reference the shortcut is tested against).
     reuse = True
 
     def __init__(self, config_name: str) -> None:
-
         self.config_name = config_name
         # Group choices and override keys -> (that job's parsed overrides, its config).
         self.composed: dict[tuple, tuple[list[Any], Any]] = {}
 
     def compose(self, overrides: list[str]) -> Any:
-
         parsed = OverridesParser.create().parse_overrides(overrides)
         plain = [not (o.package is not None or o.is_add() or o.is_force_add() or o.is_delete()
                       or "." not in o.key_or_group
@@ -323,15 +299,13 @@ def set_plain_values(overrides: list[Any], cfg: Any) -> None:
     Hydra's compose() does after merging the files (hydra/_internal/config_loader_impl.py,
     1.3): OmegaConf.update with merge=True, a missing key or a bad value raised as Hydra's
     ConfigCompositionException so pre-flight reports it the same way."""
-
     for override in overrides:
         try:
-            try:
-                OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
-            except (ConfigAttributeError, ConfigKeyError) as ex:
-                raise ConfigCompositionException(
-                    f"Could not override '{override.key_or_group}'."
-                    f"\nTo append to your config use +{override.input_line}") from ex
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+        except (ConfigAttributeError, ConfigKeyError) as ex:
+            raise ConfigCompositionException(
+                f"Could not override '{override.key_or_group}'."
+                f"\nTo append to your config use +{override.input_line}") from ex
         except OmegaConfBaseException as ex:
             raise ConfigCompositionException(
                 f"Error merging override {override.input_line}"
@@ -353,14 +327,12 @@ def preflight(argv: list[str]) -> Preflight | None:
             base, multirun, sweeper_params = _compose_first(args, config_name, overrides,
                                                             searchpath)
             out = None
-            launcher = None
             context = CheckContext()
-            if multirun:
-                launcher = OmegaConf.to_container(base.hydra.launcher, resolve=False)
+            launcher = OmegaConf.to_container(base.hydra.launcher, resolve=False) \
+                if multirun else None
             if not args.cfg:
                 out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
-
                     out = str(Path(str(out)).parent / sweep_name(overrides))
                 context = check_command(Path(out), base, multirun)  # launch.checks.COMMAND_CHECKS
             jobs, swept, size = _expand(overrides,
@@ -374,9 +346,9 @@ def preflight(argv: list[str]) -> Preflight | None:
     finally:
         GlobalHydra.instance().clear()
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
-                     job_overrides=jobs, overrides=overrides, out_dir=Path(str(out)) if out else None,
-                     launcher=launcher, size=int(trials) if trials is not None else size,
-                     trials=trials is not None, plans=plans, context=context)
+                     job_overrides=jobs, overrides=overrides, launcher=launcher,
+                     out_dir=Path(str(out)) if out else None, plans=plans, context=context,
+                     size=int(trials) if trials is not None else size, trials=trials is not None)
 
 
 def _compose_first(args: Any, config_name: str, overrides: list[str],
@@ -429,21 +401,19 @@ def before_launch(pre: Preflight) -> None:
     """What must happen in the launching process, once, before any job starts."""
     if pre.print_only:
         return
-    # The jobs validated here are not validated again in the job (config.convert.to_config):
-    # each config-only rule runs once per job. The jobs inherit this environment: those of
-    # the basic launcher run in this process, joblib's, Ray's and SLURM's workers start from it.
+    # The jobs validated here are not validated again (config.convert.to_config): they inherit
+    # this environment (the basic launcher's run in this process, other launchers' workers).
     os.environ[VETTED_ENV] = " ".join(config_digest(cfg) for cfg in pre.jobs)
     for cfg, plan in zip(pre.jobs, pre.plans):
         if cfg.run.dry_run and plan is not None:  # a dry-run job of a sweep that launches
             refuse_unfit(plan)  # others: it prints its plan in the job, refused here
     warn_noop(pre)
     # Device count for emulation (XLA_FLAGS) and the GPU memory fraction must be in the
-    # environment before JAX starts its backend, for a sweep's jobs too: jobs of the basic
-    # launcher run in this process, other launchers' workers inherit the environment. Jobs
-    # that need different settings get theirs in the job (rlexp.__main__), or a one-line error.
+    # environment before JAX starts its backend, for a sweep's jobs too. Jobs that need
+    # different settings get theirs in the job (rlexp.__main__), or a one-line error.
     envs = {tuple(sorted(platform_env(j.hardware, os.environ, vllm_gpu_share(j)).items()))
             for j in pre.jobs}
-    if pre.jobs and len(envs) == 1:
+    if len(envs) == 1:
         setup_platform(pre.jobs[0].hardware, job=not pre.multirun,
                        vllm_share=vllm_gpu_share(pre.jobs[0]))  # a sweep's jobs: each checks
 

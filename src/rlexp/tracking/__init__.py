@@ -1,22 +1,15 @@
 """MLflow tracking: the listener a run uses, the store it writes to, the sweep's parent run.
 
-Entry points for the rest of rlexp (none imports mlflow until it is used):
-  default_uri(cfg)             the run's tracking URI, None when tracker=none
-  prepare_store(uri)           create/upgrade a sqlite store once, under a file lock
-  make_listener(cfg, run_dir)  the MLflow listener (None when tracker=none)
-  warm_up(cfg)                 import MLflow and open the store on a thread, ahead of the run
-  parent_run_id(sweep_dir)     the sweep's parent run, written by callback.SweepCallback
-  run_id(run_dir)              the MLflow run a run dir logs to (tracking.json)
+The rest of rlexp uses the names in __all__ (none imports mlflow until it is used). Modules:
+listener (loop events -> spool -> MLflow), run (sends the spool), spool (the run dir's link
+and offline spool), store, conventions (MLflow names and tags), links (a run's UI page or
+id), environment (packages, devices and the git diff a run keeps), callback (the sweep's
+parent run), compare and plots (a sweep's tables and curves), seed_stats (CIs over seeds,
+paired differences), remote_jobs (jobs on other machines join the sweep's parent), and the
+commands sync, report and ui.
 
-Modules: listener, run, spool (the run dir's link and offline spool), store, conventions
-(MLflow names and tags), links (a run's UI page or id: run_link, run_dir_link), environment
-(packages, devices and the git diff a run keeps), callback (the sweep's parent run), compare
-and plots (a sweep's tables and curves), seed_stats (CIs over seeds, paired differences),
-remote_jobs (jobs on other machines join the sweep's
-parent), and the commands sync, report and ui.
-
-Layer: tracking. May import rlexp.config, rlexp.algo,
-rlexp.base. Nothing in the training path (engine, data, algo) imports mlflow itself.
+Layer: tracking. May import rlexp.config, rlexp.algo, rlexp.base. Nothing in the training
+path (engine, data, algo) imports mlflow itself.
 """
 
 from __future__ import annotations
@@ -43,21 +36,20 @@ __all__ = ["default_uri", "prepare_store", "resolve_uri", "make_listener", "warm
 
 
 def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
+    """The run's MLflow listener; None when tracker=none."""
     uri = default_uri(cfg)
     if uri is None:
         return None
     t = cfg.train
     return MlflowListener(uri=uri, experiment=cfg.tracker.experiment, run_dir=Path(run_dir),
-                          gated=t.checkpoint_every > 0,
-                          flush_every_s=cfg.tracker.flush_every_s,
+                          gated=t.checkpoint_every > 0, flush_every_s=cfg.tracker.flush_every_s,
                           constant=constant_metrics(cfg.algo.num_iterations, t.batch_size,
                                                     t.mini_batch_size),
                           system_metrics_every_s=cfg.tracker.system_metrics_every_s)
 
 
 def warm_up(cfg: "Config") -> None:
-    """Start importing MLflow and opening the run's store on a thread, before the engine is
-    built (store.prepare_in_background); the listener waits for it at run start."""
+    """store.prepare_in_background for the run's store, before the engine is built."""
     uri = default_uri(cfg)
     if uri is not None:
         prepare_in_background(uri)
@@ -77,5 +69,6 @@ def swept_keys(sweep_dir: Path | None) -> list[str] | None:
 
 
 def run_id(run_dir: Path) -> str | None:
+    """The MLflow run `run_dir` logs to (its tracking.json)."""
     link = Link.load(Path(run_dir))
     return link.run_id if link is not None else None

@@ -1,15 +1,12 @@
 """The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks).
 
 on_multirun_start creates (or, when the same sweep runs again, reopens) the parent run and
-writes <sweep dir>/parent_run.json; each job reads it (rlexp.tracking.parent_run_id) and
-nests its run under the parent. on_multirun_end gives the parent the sweep's comparison, also
-written to the sweep dir: its seed groups (runs that differ only in train.seed) with mean
-±std [95% bootstrap CI over seeds] and each group's difference from the first, paired by
-seed (summary.md, the table artifact groups.json), the groups' mean curves with CI bands
-(groups.png) and as metrics mean/<group>/<metric> at their steps, the per-run table
-(summary.csv, summary.md) and comparison.png; every child gets the tag rlexp.group, so
-MLflow's "Group by" aggregates seeds. The parent copies no child's metrics. It ends the
-sweep's output with the group table and the parent's link, and gets its final status:
+writes <sweep dir>/parent_run.json; each job nests its run under it. on_multirun_end gives
+the parent the sweep's comparison, also written to the sweep dir (write_summary,
+log_comparison): seed groups (runs that differ only in train.seed) with mean ±std [95%
+bootstrap CI over seeds], differences from the first group paired by seed, mean curves with
+CI bands, and the per-run table; it copies no child's metrics. The sweep's output ends with
+the group table and the parent's link, and the parent gets its final status:
   FAILED    a child failed or never ended (crash), or the sweep stopped early, or no child ran
   KILLED    otherwise, a child was killed (preempted: running the sweep again resumes it)
   FINISHED  every child finished
@@ -25,7 +22,6 @@ import atexit
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +37,14 @@ from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
 from rlexp.tracking.conventions import standard_tags, sweep_display_name, swept_keys
 from rlexp.tracking.environment import git_commit
 from rlexp.tracking.links import run_link
-from rlexp.tracking.listener import clean_params, clean_tags
-
-# Imported inside functions, on purpose: mlflow (2.3 s) is imported where a sweep's parent run is
-# opened or closed, off the launching path when tracker=none.
+from rlexp.tracking.listener import clean_params, clean_tags, now_ms, warn
+from rlexp.tracking.remote_jobs import tracker_uri
 
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
 COMPARISON_PNG = "comparison.png"
-
-
-def tracker_uri(config: DictConfig) -> str | None:
-    """The sweep's tracking URI from the composed config; None when tracker=none."""
-    if OmegaConf.select(config, "tracker.name", default="mlflow") == "none":
-        return None
-    return store.resolve_uri(OmegaConf.select(config, "tracker.uri", default=None))
+GROUPS_PNG = "groups.png"
+GROUPS_TABLE = "groups.json"
 
 
 def parent_status(statuses: list[str], completed: bool) -> str:
@@ -66,17 +55,13 @@ def parent_status(statuses: list[str], completed: bool) -> str:
     return "FINISHED" if completed else "FAILED"
 
 
-GROUPS_PNG = "groups.png"
-GROUPS_TABLE = "groups.json"
-
-
 def write_summary(sweep_dir: Path, rows: list, title: str,
                   swept: list[str] | None = None) -> tuple[list[Path], list, str]:
     """summary.csv, summary.md, comparison.png and groups.png of a sweep's rows, in the sweep
     dir; returns (the paths, the seed groups, the group table and paired lines as text)."""
     from rlexp.tracking.report import group_report
 
-    swept = compare.swept_keys(rows) if not swept else swept
+    swept = swept or compare.swept_keys(rows)
     groups, table, paired = group_report(rows, swept)  # in the sweep's order
     ranked = compare.rank(rows, None)
     g_header, g_body = compare.group_table(groups)
@@ -100,15 +85,19 @@ def _metric_name(text: str) -> str:
     return re.sub(r"[^\w.\- :]", ":", text.replace("=", ":"))
 
 
-def log_comparison(client: Any, parent_id: str, groups: list) -> None:
-    """The group table as a table artifact, each group's mean curves as metrics
-    mean/<group>/<metric> at their steps, and the tag rlexp.group on every child."""
+def log_comparison(client: Any, parent_id: str, paths: list[Path], groups: list,
+                   status: str) -> None:
+    """The sweep's files, the group table as a table artifact, each group's mean curves as
+    metrics mean/<group>/<metric> at their steps, the tag rlexp.group on every child (MLflow's
+    "Group by" then aggregates seeds), and the parent's final status."""
     from mlflow.entities import Metric
 
+    for path in paths:
+        client.log_artifact(parent_id, str(path))
     header, body = compare.group_table(groups)
     client.log_table(parent_id, {h: [row[i] for row in body] for i, h in enumerate(header)},
                      GROUPS_TABLE)
-    now = int(time.time() * 1000)
+    now = now_ms()
     metrics = [Metric(f"mean/{_metric_name(g.label)}/{m}", mean, now, step)
                for g in groups for m in compare.GROUP_CURVES
                for step, mean, _, _ in g.curve(m)]
@@ -118,6 +107,7 @@ def log_comparison(client: Any, parent_id: str, groups: list) -> None:
         for row in group.rows:
             if row.run_id:
                 client.set_tag(row.run_id, "rlexp.group", group.label)
+    client.set_terminated(parent_id, status)
 
 
 def command_line() -> str:
@@ -139,15 +129,6 @@ def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
     return tags
 
 
-def sweep_end_line(sweep_dir: Path, runs: int, status: str, link: str,
-                   ended_so: int | None = None) -> str:
-    """'rlexp: sweep <id>: 4 runs FINISHED; MLflow <link>; tables in <sweep dir>/summary.md';
-    '1 of 2 runs FAILED' when `ended_so` of them ended with that status."""
-    some = f"{ended_so} of " if ended_so is not None and ended_so < runs else ""
-    return (f"rlexp: sweep {sweep_dir.name}: {some}{runs} runs {status}; MLflow {link}; tables "
-            f"in {sweep_dir / SUMMARY_MD}")
-
-
 # Written by launchers that submit jobs elsewhere (xpk) and return at once.
 REMOTE_FILE = "workloads.json"
 
@@ -162,47 +143,45 @@ class SweepCallback(Callback):
         self._dir_lock: Any = None
         # Keys the sweep varies (None = unknown), for the runs' MLflow names.
         self._swept: list[str] | None = None
-        # The sweep's last line (runs, status, best child, the parent's link), once closed:
-        # for a launcher's own summary (see sweep_end_line).
+        # The sweep's last line (runs, status, the parent's link), once closed: for a
+        # launcher's own summary.
         self.end_line: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if OmegaConf.select(config, "hydra.launcher.dry_run", default=False):
             return  # a launcher dry run (xpk) prints what it would submit; it creates nothing
+        sweep_dir = Path(str(config.hydra.sweep.dir))
         if not OmegaConf.select(config, "run.dry_run", default=False):
-            self._hold_sweep_dir(Path(str(config.hydra.sweep.dir)))
+            # The same sweep already running would run every job twice in the same dirs: exit
+            # 2 before any job starts (held until the sweep ends or the process dies).
+            try:
+                self._dir_lock = DirLock(sweep_dir).acquire()
+            except Busy as exc:
+                fail(str(exc))
         uri = tracker_uri(config)
         if uri is None:
             return
-        self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        self.sweep_dir = sweep_dir.resolve()
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         store.prepare_store(uri)  # before any job opens the store (migration race)
         experiment = OmegaConf.select(config, "tracker.experiment", default="rlexp")
         overrides = [str(o) for o in OmegaConf.select(config, "hydra.overrides.task",
                                                       default=[]) or []]
-        self._swept = self._swept_keys(config, overrides)
+        params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+        try:  # what the jobs vary (command-line sweeps and the sweeper's params)
+            self._swept = swept_keys(overrides, OmegaConf.to_container(params) if params else None)
+        except Exception:  # names are a nicety: jobs then fall back to their choices
+            self._swept = None
         try:
             self.parent = self._open_parent(uri, experiment, overrides)
         except Exception as exc:  # never fatal: the jobs then log unnested runs
-            print(f"rlexp: warning: no MLflow parent run for the sweep "
-                  f"({store.first_line(exc)})", file=sys.stderr, flush=True)
+            warn(f"no MLflow parent run for the sweep ({store.first_line(exc)})")
             return
-
         write_json_atomic(self.sweep_dir / PARENT_FILE,
                           {**self.parent, "uri": placeholders(self.parent["uri"])})
         if self._swept is not None:  # for the jobs' MLflow run names ('beta=0.04,epsilon=0.2')
             write_json_atomic(self.sweep_dir / SWEPT_FILE, {"keys": self._swept})
         atexit.register(self.close, False)
-
-    @staticmethod
-    def _swept_keys(config: DictConfig, overrides: list[str]) -> list[str] | None:
-        """What the jobs vary (command-line sweeps and the sweeper's params)."""
-
-        params = OmegaConf.select(config, "hydra.sweeper.params", default=None)
-        try:
-            return swept_keys(overrides, OmegaConf.to_container(params) if params else None)
-        except Exception:  # names are a nicety: jobs then fall back to their choices
-            return None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self.close(True)
@@ -210,15 +189,6 @@ class SweepCallback(Callback):
             print_untracked_end(Path(str(config.hydra.sweep.dir)))
         if self._dir_lock is not None:
             self._dir_lock.release()
-
-    def _hold_sweep_dir(self, sweep_dir: Path) -> None:
-        """The same sweep already running would run every job twice in the same dirs: exit 2
-        before any job starts (the lock is held until the sweep ends or the process dies)."""
-
-        try:
-            self._dir_lock = DirLock(sweep_dir, "sweep dir").acquire()
-        except Busy as exc:
-            fail(str(exc))
 
     def _open_parent(self, uri: str, experiment: str, overrides: list[str]) -> dict[str, str]:
         from mlflow.exceptions import MlflowException
@@ -239,7 +209,6 @@ class SweepCallback(Callback):
         tags = clean_tags({"sweep": name, "rlexp.sweep_id": name,
                            "rlexp.sweep_dir": str(self.sweep_dir), "rlexp.role": "sweep",
                            "overrides": redact_text(" ".join(overrides))})
-
         tags["rlexp.dir_name"] = name
         tags.update(clean_tags(parent_source_tags(self.sweep_dir)))
         run = client.create_run(exp_id, run_name=sweep_display_name(
@@ -273,21 +242,18 @@ class SweepCallback(Callback):
             rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
             paths, groups, text = write_summary(self.sweep_dir, rows,
                                                 f"sweep {self.sweep_dir.name}", self._swept)
-            for path in paths:
-                client.log_artifact(run_id, str(path))
-            log_comparison(client, run_id, groups)
             status = parent_status([r.status for r in rows], completed)
-            client.set_terminated(run_id, status)
+            log_comparison(client, run_id, paths, groups, status)
+            # '4 runs FINISHED', or '1 of 2 runs FAILED' when not all ended with that status
             ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
                            for r in rows)
-            self.end_line = sweep_end_line(self.sweep_dir, len(rows), status,
-                                           run_link(self.parent["uri"],
-                                                    self.parent.get("experiment_id"), run_id),
-                                           ended_so)
+            some = f"{ended_so} of " if ended_so < len(rows) else ""
+            link = run_link(self.parent["uri"], self.parent.get("experiment_id"), run_id)
+            self.end_line = (f"rlexp: sweep {self.sweep_dir.name}: {some}{len(rows)} runs "
+                             f"{status}; MLflow {link}; tables in {self.sweep_dir / SUMMARY_MD}")
             print(f"{text}\n{self.end_line}", flush=True)
         except Exception as exc:  # never fatal
-            print(f"rlexp: warning: could not close the sweep's MLflow parent run "
-                  f"({store.first_line(exc)})", file=sys.stderr, flush=True)
+            warn(f"could not close the sweep's MLflow parent run ({store.first_line(exc)})")
 
 
 def print_untracked_end(sweep_dir: Path) -> None:
@@ -305,16 +271,13 @@ def print_untracked_end(sweep_dir: Path) -> None:
               f"{len(rows)} runs; compare them with: python -m rlexp.report {sweep_dir}",
               flush=True)
     except Exception as exc:  # never fatal
-        print(f"rlexp: warning: no group table for the sweep ({store.first_line(exc)})",
-              file=sys.stderr, flush=True)
+        warn(f"no group table for the sweep ({store.first_line(exc)})")
 
 
 def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
-    """A remotely launched sweep (RLEXP_SWEEP_JOBS=expected): once `expected` children have
-    ended, give the parent its summary table and final status. Called by each child after
-    its own run ended; returns the status set, None while children are still running.
-    Two last children ending at once both set the same status (idempotent)."""
-
+    """A remotely launched sweep (RLEXP_SWEEP_JOBS=expected): each child, after its own run
+    ended, gives the parent its summary and final status once `expected` children have ended
+    (two at once set the same status); returns it, None while children are still running."""
     client = store.client(uri)
     children = compare.child_runs(client, parent_id)
     rows = [compare.row_from_run(client, r, None) for r in children]
@@ -324,16 +287,13 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
     status = parent_status(ended, True)
     with tempfile.TemporaryDirectory() as tmp:
         paths, groups, _ = write_summary(Path(tmp), rows, f"sweep {parent_id}")
-        for path in paths:
-            client.log_artifact(parent_id, str(path))
-    log_comparison(client, parent_id, groups)
-    client.set_terminated(parent_id, status)
+        log_comparison(client, parent_id, paths, groups, status)
     return status
 
 
 class RemoteParentCloser(Listener):
-    """Listener of a remotely launched job (rlexp.tracking.remote_jobs env): after the job's own MLflow
-    listener ended its run, close the sweep's parent if every job has now reported."""
+    """Listener of a remotely launched job (rlexp.tracking.remote_jobs env): after the job's
+    own MLflow listener ended its run, close the sweep's parent if every job has reported."""
 
     def __init__(self, uri: str, parent_id: str, expected: int) -> None:
         self.uri, self.parent_id, self.expected = uri, parent_id, expected

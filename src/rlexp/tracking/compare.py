@@ -1,11 +1,9 @@
-"""Compare runs: one row per run (swept values, reward, accuracy, steps, wall time, status),
-and one row per seed group (runs that differ only in their seed): n, mean, std and a bootstrap
-CI over seeds, and each group's paired difference against a baseline group (seed_stats).
+"""Compare runs: one row per run, and one per seed group (runs that differ only in their seed)
+with mean, std, a bootstrap CI over seeds and the paired difference to a baseline (seed_stats).
 
-Rows come from MLflow (children of a sweep's parent run, or all runs of an experiment) and,
-for a sweep dir, from the jobs' summary.json files, so a sweep tracked with tracker=none or
-jobs whose store was unreachable still show up. Used by `python -m rlexp.report` and by the
-sweep callback's summary artifacts.
+Rows come from MLflow and, for a sweep dir, from the jobs' summary.json files, so jobs tracked
+with tracker=none or whose store was unreachable still show up. Used by `python -m
+rlexp.report` and the sweep callback's summary artifacts.
 """
 
 from __future__ import annotations
@@ -17,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from rlexp.base.errors import UserError
 from rlexp.base.files import read_json_object
 from rlexp.config import naming
 from rlexp.tracking import seed_stats
@@ -57,9 +58,7 @@ class Row:
     metric: float | None = None
     steps: int | None = None
     wall_s: float | None = None
-    # The run dir, when known.
     run_dir: str | None = None
-    # {metric: [(step, value)]} for the comparison plot.
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # Why training ended before train.steps: early_stop | pruned (None = it did not).
     stopped: str | None = None
@@ -166,13 +165,9 @@ def row_from_summary(path: Path) -> Row | None:
 
 def summary_rows(sweep_dir: Path) -> list[Row]:
     """Rows of the jobs under a sweep dir (their summary.json files), in path order."""
-    rows = []
-    for path in sorted(Path(sweep_dir).glob("**/summary.json")):
-        if path.parent != Path(sweep_dir):
-            row = row_from_summary(path)
-            if row is not None:
-                rows.append(row)
-    return rows
+    rows = [row_from_summary(path) for path in sorted(Path(sweep_dir).glob("**/summary.json"))
+            if path.parent != Path(sweep_dir)]
+    return [row for row in rows if row is not None]
 
 
 def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
@@ -203,9 +198,8 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
 
 
 def swept_keys(rows: list[Row]) -> list[str]:
-    """Config keys whose value differs between the rows: what the sweep varied (among the
-    keys the runs' sweep.* tags name, when they have them: a group choice such as algo=gspo
-    also changes that group's other defaults, which are not what the sweep varied)."""
+    """Config keys whose value differs between the rows: what the sweep varied (among the keys
+    the runs' sweep.* tags name, if any: a group choice also changes its group's defaults)."""
     tagged = {k for r in rows for k in r.swept}
     keys = sorted(tagged or {k for r in rows for k in r.values} - NOT_SWEPT)
     # Distinct values among the rows that have the key (a job known only by its overrides
@@ -305,7 +299,6 @@ class Group:
     label: str
     # The group's values of the keys that define it.
     values: dict[str, str]
-    # Its runs, in the order given.
     rows: list[Row]
     # seed label ('seed=0') of each run, same order.
     seeds: list[str]
@@ -315,12 +308,9 @@ class Group:
 
     def values_of(self, attr: str) -> dict[str, float]:
         """seed -> the finished runs' value of a Row attribute (finite ones)."""
-        out = {}
-        for seed, row in self.finished():
-            value = getattr(row, attr)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                out[seed] = float(value)
-        return out
+        values = {seed: getattr(row, attr) for seed, row in self.finished()}
+        return {seed: float(v) for seed, v in values.items()
+                if isinstance(v, (int, float)) and math.isfinite(v)}
 
     def stats(self, attr: str) -> seed_stats.Summary | None:
         values = self.values_of(attr)
@@ -328,13 +318,9 @@ class Group:
 
     def curve(self, metric: str) -> list[tuple[int, float, float, float]]:
         """(step, mean, CI low, CI high) at the steps every finished run of the group logged."""
-        import numpy as np
-
         curves = [dict(r.curves.get(metric) or []) for _, r in self.finished()]
         curves = [c for c in curves if c]
-        if not curves:
-            return []
-        steps = sorted(set.intersection(*(set(c) for c in curves)))
+        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         if not steps:
             return []
         matrix = np.array([[c[s] for s in steps] for c in curves], dtype=float)
@@ -368,15 +354,12 @@ def group_rows(rows: list[Row], swept: list[str] | None = None,
         if group is None:
             group = groups[key] = Group(naming.label(values, defining) or "all", values, [], [])
         group.rows.append(row)
-        seed = naming.label(row.values, over_keys)
-        group.seeds.append(seed or row.name)
+        group.seeds.append(naming.label(row.values, over_keys) or row.name)
     return list(groups.values())
 
 
 def find_group(groups: list[Group], spec: str) -> Group:
     """The group a --baseline names: 'algo=grpo', 'beta=0', 'grpo' (its label)."""
-    from rlexp.base.errors import UserError
-
     key, sep, value = spec.partition("=")
     hits = []
     for group in groups:

@@ -31,10 +31,6 @@ MAX_RUN_NAME = 48
 NAME_GROUPS = ("algo", "model", "dataset", "hardware")
 
 
-def _leaf(key: str) -> str:
-    return key.lstrip("+~").rsplit(".", 1)[-1]
-
-
 def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[str, str]:
     """{'sweep.algo.beta': '0.04'}: a sweep job's swept values in full (its run name has
     them abbreviated)."""
@@ -50,7 +46,6 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     """The MLflow run name: tracker.run_name if set; a sweep job's swept values, keys
     abbreviated ('β=0.04 G=4'); else the group choices plus the command's own overrides
     ('grpo-tiny-arithmetic-cpu steps=2'). Run dirs keep their long unique names."""
-
     if run_name:
         return run_name
     pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
@@ -72,7 +67,7 @@ def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None,
                        fallback: str) -> str:
     """The sweep's parent run name: 'sweep optuna: beta,epsilon' (sweep files, swept leaves)."""
     files = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("sweep=")]
-    keys = [_leaf(k) for k in swept or []]
+    keys = [k.lstrip("+~").rsplit(".", 1)[-1] for k in swept or []]
     if not files and not keys:
         return fallback[:MAX_RUN_NAME]
     head = " ".join(["sweep", *files])
@@ -82,15 +77,12 @@ def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None,
 def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | None) -> list[str]:
     """Keys a multirun varies: sweep overrides on the command line (a=1,2 / range / choice /
     interval) and the sweeper's params (sweeps/*.yaml) whose value is not a single fixed one."""
-
-    keys = []
-    parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
-    for o in parsed:
-        if o.is_sweep_override():
-            keys.append(o.get_key_element().lstrip("+~"))
+    parser = OverridesParser.create()
+    keys = [o.get_key_element().lstrip("+~")
+            for o in parser.parse_overrides([str(o) for o in overrides]) if o.is_sweep_override()]
     for key, spec in (sweeper_params or {}).items():
         try:
-            one = OverridesParser.create().parse_overrides([f"{key}={spec}"])[0]
+            one = parser.parse_overrides([f"{key}={spec}"])[0]
         except Exception:
             continue
         if one.is_sweep_override() and key not in keys:
@@ -101,12 +93,8 @@ def swept_keys(overrides: Iterable[str], sweeper_params: Mapping[str, Any] | Non
 def standard_tags(tags: Mapping[str, str], extra: Mapping[str, Any]) -> dict[str, str]:
     """MLflow's reserved tags (mlflow.utils.mlflow_tags) the UI shows as Source, Created by,
     git commit and description, from rlexp's own tags and the user's tracker.tags."""
-    out = {
-        "mlflow.source.name": "python -m rlexp",
-        "mlflow.source.type": "LOCAL",
-        "mlflow.project.entryPoint": "rlexp",
-        "mlflow.user": _user(),
-    }
+    out = {"mlflow.source.name": "python -m rlexp", "mlflow.source.type": "LOCAL",
+           "mlflow.project.entryPoint": "rlexp", "mlflow.user": _user()}
     commit = tags.get("git.commit")
     if commit and commit != "unknown":
         out["mlflow.source.git.commit"] = commit
@@ -128,10 +116,9 @@ def _user() -> str:
 
 def constant_metrics(num_iterations: int, batch_size: int,
                      mini_batch_size: int | None) -> tuple[set[str], tuple[str, ...]]:
-    """(names, prefixes) of series that cannot differ from their one value in this run.
-
-    On-policy (one update per rollout batch and one mini-batch) the importance ratio is
-    exactly 1, so the ratio stats and clip fractions are constants; eval/k is a setting."""
+    """(names, prefixes) of series that cannot differ from their one value in this run: on-policy
+    (one update per rollout batch and one mini-batch) the importance ratio is exactly 1, so the
+    ratio stats and clip fractions are constants; eval/k is a setting."""
     off_policy = num_iterations > 1 or (mini_batch_size or batch_size) < batch_size
     return {"eval/k"}, (() if off_policy else ("train/ratio", "train/clip"))
 
@@ -139,18 +126,15 @@ def constant_metrics(num_iterations: int, batch_size: int,
 def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dict:
     """A run input as MLflow's dataset entity (mlflow.data.pandas_dataset: name, digest,
     source, schema, profile), JSON-ready for the spool."""
-
     import mlflow.data
     import pandas as pd
 
-    df = pd.DataFrame(rows)
     with warnings.catch_warnings():  # "source can be interpreted in multiple ways": a name
         warnings.simplefilter("ignore")
-        ds = mlflow.data.from_pandas(df, source=source, name=name)
+        ds = mlflow.data.from_pandas(pd.DataFrame(rows), source=source, name=name)
     entity = ds.to_dict()  # name, digest, source, source_type, schema, profile (all str)
-    return {"name": entity["name"], "digest": entity["digest"],
-            "source_type": entity["source_type"], "source": entity["source"],
-            "schema": entity.get("schema"), "profile": entity.get("profile"), "context": context}
+    keys = ("name", "digest", "source_type", "source", "schema", "profile")
+    return {**{k: entity.get(k) for k in keys}, "context": context}
 
 
 def rows_of(examples: Iterable[Any]) -> list[dict]:
@@ -172,12 +156,9 @@ def sampling_interval(elapsed_s: float, cap_s: float) -> float:
 
 class SystemMetrics:
     """System metrics of a run, as system/*: MLflow's own monitor (CPU, RAM, disk, network;
-    NVIDIA GPUs through pynvml when installed), and from rlexp's own thread this process's
-    resident memory (system/process_rss_megabytes) and JAX's memory: device memory_stats on
-    accelerators (bytes in use, peak, limit), the live arrays' bytes on CPU (which has no
-    memory_stats). Both sample at sampling_interval(run age, every_s) unless the user fixed
-    MLflow's interval (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL). rlexp's samples go through
-    MlflowClient.log_batch, every FLUSH_EVERY_S and at stop."""
+    NVIDIA GPUs through pynvml), and from rlexp's thread this process's RSS and JAX's memory
+    (process_memory, jax_memory_reader), logged every FLUSH_EVERY_S and at stop. Both sample at
+    sampling_interval(run age, every_s) unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL is set."""
 
     # Seconds between two writes of rlexp's own samples: one write per early 1 s sample would
     # contend with the run's own writes to a sqlite store.
@@ -199,25 +180,19 @@ class SystemMetrics:
         self.every_s = every_s
         # The key MLflow's monitor uses: system/, and the node id when one is set.
         self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
-        self.readers = [process_memory]
-        jax_reader = jax_memory_reader()
-        if jax_reader is not None:
-            self.readers.append(jax_reader)
-        self.step = self.next_step() if resume else 0
+        self.readers = [r for r in (process_memory, jax_memory_reader()) if r is not None]
+        self.step = 0
+        if resume:  # one past the last logged RSS sample
+            history = self.client.get_metric_history(self.run_id,
+                                                     f"{self.prefix}process_rss_megabytes")
+            self.step = max((m.step for m in history), default=-1) + 1
         self.pending: list[Any] = []
-        self.flushed = time.monotonic()
-        self.started = time.monotonic()
+        self.flushed = self.started = time.monotonic()
         self.stopping = threading.Event()
         self.warned = False
         self.thread = threading.Thread(target=self.sample_until_stopped, daemon=True,
                                        name="rlexp-system-metrics")
         self.thread.start()
-
-    def next_step(self) -> int:
-        """A resumed run's next step: one past the last logged RSS sample."""
-        history = self.client.get_metric_history(self.run_id,
-                                                 f"{self.prefix}process_rss_megabytes")
-        return max((m.step for m in history), default=-1) + 1
 
     def sample(self) -> None:
         from mlflow.entities import Metric

@@ -1,13 +1,10 @@
-"""Where a run can be seen: its page in the MLflow UI when a server is known, else its run id
-and store (and the command that serves the store).
-
-A server is known when the tracking URI is one (http/https), or when `python -m rlexp.ui`
-serves the run's sqlite store now: it writes <store>.ui.json ({"url", "pid"}) next to the
-database while it runs. Pure string work plus one small file read: no mlflow import.
+"""Where a run can be seen: its page in the MLflow UI when a server is known (known_ui), else
+its run id and store (and the command that serves the store). No mlflow import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -24,7 +21,7 @@ UI_SUFFIX = ".ui.json"
 
 
 def ui_file(uri: str) -> Path | None:
-    """<db>.ui.json of a sqlite store (where rlexp.ui says it serves it); None otherwise."""
+    """<db>.ui.json of a sqlite store ({"url", "pid"}: rlexp.ui serves it now); else None."""
     db = store.sqlite_path(uri)
     return db.with_name(db.name + UI_SUFFIX) if db is not None else None
 
@@ -42,13 +39,9 @@ def announce_ui(uri: str, url: str) -> Path | None:
 
 
 def withdraw_ui(path: Path | None) -> None:
-    if path is not None:
-        try:
-            data = json.loads(path.read_text())
-            if data.get("pid") == os.getpid():
-                path.unlink()
-        except (OSError, ValueError, AttributeError):
-            pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if path is not None and json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
 
 
 def known_ui(uri: str) -> str | None:
@@ -68,23 +61,17 @@ def known_ui(uri: str) -> str | None:
     return url.rstrip("/")
 
 
-def run_url(base: str, experiment_id: str, run_id: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
-
-
 def run_link(uri: str, experiment_id: str | None, run_id: str | None) -> str:
     """The run's UI page when a server is known, else 'run <id> in <store>' and how to see it."""
     if run_id is None:
         return f"not created yet (store {redact_uri(uri)} unreachable; records are spooled)"
     base = known_ui(uri)
     if base is not None and experiment_id:
-        return run_url(base, experiment_id, run_id)
+        return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
     return f"run {run_id} in {redact_uri(uri)} (open it with: python -m rlexp.ui)"
 
 
 def run_dir_link(run_dir: Path) -> str | None:
     """run_link of the MLflow run `run_dir` logs to (its tracking.json); None without one."""
     link = Link.load(Path(run_dir))
-    if link is None:
-        return None
-    return run_link(link.uri, link.experiment_id, link.run_id)
+    return run_link(link.uri, link.experiment_id, link.run_id) if link is not None else None

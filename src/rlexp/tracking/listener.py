@@ -26,6 +26,7 @@ retries every flush_every_s, and `python -m rlexp.sync <run dir>` replays what i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -99,7 +100,6 @@ def clean_params(flat: dict[str, Any]) -> dict[str, str]:
 
 def same_store(saved: str, uri: str) -> bool:
     """tracking.json's URI (credentials masked) names the same store as `uri`."""
-
     return saved == uri or saved == redact_uri(uri)
 
 
@@ -132,7 +132,7 @@ class MlflowListener(Listener):
         self._done = 0
         self._stopping = False
         self._writer: threading.Thread | None = None
-        self._offline_since: float | None = None
+        self._offline = False
         self._last_ok = True
         # Series left out because they cannot vary in this run (names, prefixes).
         self._constant_names, self._constant_prefixes = constant
@@ -149,22 +149,24 @@ class MlflowListener(Listener):
     def on_run_start(self, info: RunInfo) -> None:
         store.wait_prepared(self.uri)  # tracking.warm_up's thread, if the job started one
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._hold_lock()
+        # Held while the run is live, so `rlexp.sync` does not replay the spool at once.
+        self._lock = try_flock(self.run_dir / LOCK_FILE)
+        if self._lock is None:
+            warn(f"another process is tracking {self.run_dir} (tracking.lock is held)")
         link = Link.load(self.run_dir)
         if link is None and Link.damaged(self.run_dir):
             link = self._recover_link()
+        if link is not None and same_store(link.uri, self.uri):
+            link.uri = self.uri  # tracking.json keeps the URI with its credentials masked
         # One MLflow run per run dir: a rerun reopens it, also when it restarts from step 0
         # (no checkpoint yet, or checkpoint_every=0).
-        if link is not None and same_store(link.uri, self.uri) and \
+        if link is not None and link.uri == self.uri and \
                 (link.run_id is not None or _has_start(self.run_dir)):
-            link.uri = self.uri  # tracking.json keeps the URI with its credentials masked
             # restarted: no checkpoint was restored (the loop starts over from step 0)
             self._reopen(link, info.start_step,
                          restarted=info.start_step == 0 and not info.extra.get("resumed"))
         else:
             if link is not None:
-                if same_store(link.uri, self.uri):
-                    link.uri = self.uri
                 self._close_previous(link)
             self._start(info)
         self._writer = threading.Thread(target=self._write_loop, name="rlexp-mlflow",
@@ -176,8 +178,14 @@ class MlflowListener(Listener):
             target=self._keep_environment, args=(info.tags.get("git.dirty") == "true",),
             name="rlexp-environment", daemon=True)
         self._environment.start()
-        # resume: continue after the system/* steps the run has (a reopened run), else 0
-        self._start_system_metrics(resume=True)
+        # Off, or the store is unreachable now (the monitor writes directly): no monitor.
+        if self._system_every_s > 0 and self.run.link.run_id is not None:
+            log_file_only(SYSTEM_METRICS_LOGGER)
+            try:  # resume: continue after the system/* steps the run has (a reopened run)
+                self._system = SystemMetrics(self.uri, self.run.link.run_id,
+                                             self._system_every_s, resume=True)
+            except Exception as exc:
+                warn(f"no system metrics: {store.first_line(exc)}")
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         if not self._live or step <= self._skip_upto:
@@ -199,15 +207,10 @@ class MlflowListener(Listener):
             self.run.add(record("metrics", step=int(step), t=now_ms(), values=values))
 
     def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None:
-        if not self._live or step <= self._skip_upto:
-            return
         self.on_metrics(step, metrics)
-        if samples:
-            self._log_table(SAMPLES_DIR, step, samples)
+        self._log_table(SAMPLES_DIR, step, samples)
 
     def on_rollouts(self, step: int, rows: list[dict]) -> None:
-        if not self._live or step <= self._skip_upto or not rows:
-            return
         self._log_table(ROLLOUTS_DIR, step, rows)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
@@ -270,10 +273,14 @@ class MlflowListener(Listener):
         self._stop_writer()
         held = self.run.waiting("metrics")
         if not ok and self._failure is not None and not store.is_outage(self._failure):
-            cause = self._end_failed_run(status)
+            # A lasting failure: the run is ended in MLflow now, so it does not stay RUNNING.
+            rid, final = self.run.link.run_id, "FAILED" if status == "FINISHED" else status
+            with contextlib.suppress(Exception):  # the warning says what is left
+                if rid is not None:
+                    self.run.client.set_terminated(rid, final)
             warn(f"the MLflow run of {self.run_dir} is incomplete and marked FAILED: the "
-                 f"store failed a write ({cause}); records wait in {SPOOL_FILE}: fix the "
-                 f"cause, then: python -m rlexp.sync {self.run_dir}")
+                 f"store failed a write ({store.first_line(self._failure)}); records wait in "
+                 f"{SPOOL_FILE}: fix the cause, then: python -m rlexp.sync {self.run_dir}")
         elif not ok:
             warn(f"the MLflow run of {self.run_dir} is incomplete: records wait in "
                  f"{SPOOL_FILE}; send them with: python -m rlexp.sync {self.run_dir}")
@@ -292,17 +299,16 @@ class MlflowListener(Listener):
         """Write what is ready now and wait for it; True if the store took it all."""
         if self._writer is None or not self._writer.is_alive():
             return False
-        with self._cv:
-            self._requested += 1
-            target = self._requested
-            self._cv.notify_all()
+        with self._cv:  # re-entrant (RLock): _request takes it again
+            target = self._request()
             served = self._cv.wait_for(lambda: self._done >= target, timeout)
         return served and self._last_ok
 
-    def _request(self) -> None:
+    def _request(self) -> int:
         with self._cv:
             self._requested += 1
             self._cv.notify_all()
+            return self._requested
 
     def _write_loop(self) -> None:
         while True:
@@ -327,22 +333,17 @@ class MlflowListener(Listener):
         except Exception as exc:  # tracking must never stop training
             self._say_dropped()
             self._failure = exc
-            if self._offline_since is None:
-                self._offline_since = time.monotonic()
-                if not store.is_outage(exc):  # not an outage: say what failed, and why
-                    warn(f"MLflow store {self.uri} refused a write ({store.first_line(exc)}); "
-                         f"training goes on, records are kept in {self.run_dir / SPOOL_FILE} "
-                         f"and retried every {self.flush_every_s:g}s (or: python -m rlexp.sync "
-                         f"{self.run_dir})")
-                    return False
-                warn(f"MLflow store {self.uri} unreachable ({store.first_line(exc)}); training "
-                     f"goes on, records are kept in {self.run_dir / SPOOL_FILE} and retried "
-                     f"every {self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
+            if not self._offline:
+                self._offline = True
+                what = "unreachable" if store.is_outage(exc) else "refused a write"
+                warn(f"MLflow store {self.uri} {what} ({store.first_line(exc)}); training goes "
+                     f"on, records are kept in {self.run_dir / SPOOL_FILE} and retried every "
+                     f"{self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
             return False
         self._say_dropped()
         self._failure = None
-        if self._offline_since is not None:
-            self._offline_since = None
+        if self._offline:
+            self._offline = False
             print(f"rlexp: tracking: MLflow store reachable again; sent {sent} spooled records",
                   file=sys.stderr, flush=True)
         return True
@@ -355,20 +356,6 @@ class MlflowListener(Listener):
             self._dropped_said = True
             warn(f"MLflow store {self.uri} did not take {self.run.dropped[0]}; not retried "
                  f"(a lasting failure, not an outage), the rest of the run is logged")
-
-    def _end_failed_run(self, status: str) -> str:
-        """The store failed the final records for a lasting reason (not an outage): the run
-        is ended in MLflow now, so it does not stay RUNNING. Returns the cause, in words."""
-        assert self.run is not None
-        cause = store.first_line(self._failure) if self._failure is not None else "unknown"
-        run_id = self.run.link.run_id
-        if run_id is None:
-            return cause
-        try:
-            self.run.client.set_terminated(run_id, "FAILED" if status == "FINISHED" else status)
-        except Exception:  # noqa: BLE001 - the warning below says what is left
-            pass
-        return cause
 
     def _stop_writer(self) -> None:
         with self._cv:
@@ -403,7 +390,6 @@ class MlflowListener(Listener):
                             t=t, parent_run_id=info.extra.get("parent_run_id")))
         self.run.add(record("params", params=clean_params(info.params)))
         if info.extra.get("config") is not None:  # the resolved config, as a user would write it
-
             self.run.add(record("text", artifact_file="config.yaml", text=yaml.safe_dump(
                 redact_obj(info.extra["config"]), sort_keys=False)))
         inputs = self._dataset_inputs(info.extra.get("datasets"))
@@ -457,12 +443,11 @@ class MlflowListener(Listener):
         except Exception as exc:  # unreachable: the summary's id is the best there is
             rid, logged = hint, -1
             where = f"summary.json (store unreachable: {store.first_line(exc)})"
+        found = (f"; recovered MLflow run {rid} from {where}" if rid is not None else
+                 " and no MLflow run of this dir was found; starting a new run")
+        warn(f"{self.run_dir / 'tracking.json'} was damaged (kept as {aside.name}){found}")
         if rid is None:
-            warn(f"{self.run_dir / 'tracking.json'} was damaged (kept as {aside.name}) and no "
-                 f"MLflow run of this dir was found; starting a new run")
             return None
-        warn(f"{self.run_dir / 'tracking.json'} was damaged (kept as {aside.name}); recovered "
-             f"MLflow run {rid} from {where}")
         link = Link(uri=self.uri, experiment=self.experiment, run_id=rid, gated=self.gated,
                     checkpoint_step=logged if self.gated else -1, logged_step=logged)
         link.save(self.run_dir)
@@ -490,18 +475,21 @@ class MlflowListener(Listener):
     def _log_table(self, folder_name: str, step: int, rows_in: list[dict]) -> None:
         """One MLflow table (JSON, pandas 'split' layout) per step in <folder_name>/, listed in
         mlflow.loggedArtifacts so the UI shows it as a table."""
-        assert self.run is not None
-        columns: list[str] = []
-        for row in rows_in:
-            columns += [k for k in row if k not in columns]
+        if not self._live or step <= self._skip_upto or not rows_in:
+            return
+        columns = list(dict.fromkeys(k for row in rows_in for k in row))
         rows = redact_obj([[_jsonable(r.get(c)) for c in columns] for r in rows_in])
         folder = self.run_dir / folder_name
         folder.mkdir(exist_ok=True)
         path = folder / f"step_{int(step):06d}.json"
         path.write_text(json.dumps({"columns": columns, "data": rows}))
         self.run.add(record("artifact", path=str(path.resolve()), artifact_path=folder_name))
-        self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(
-            listed_tables(self.run_dir))}))
+        per_dir = MAX_LISTED_TABLES // len(TABLE_DIRS)
+        listed = []
+        for name in TABLE_DIRS:
+            tables = sorted(p.name for p in (self.run_dir / name).glob("step_*.json"))
+            listed += [{"path": f"{name}/{t}", "type": "table"} for t in tables[-per_dir:]]
+        self.run.add(record("tags", tags={"mlflow.loggedArtifacts": json.dumps(listed)}))
         self._request()
 
     def _keep_environment(self, dirty: bool) -> None:
@@ -522,7 +510,6 @@ class MlflowListener(Listener):
         """{'name', 'source', 'train': [examples], 'eval': [...]} -> MLflow dataset inputs."""
         if not datasets:
             return []
-
         out = []
         for context in ("train", "eval"):
             if datasets.get(context):
@@ -534,22 +521,6 @@ class MlflowListener(Listener):
                     warn(f"dataset {context} not logged as an MLflow input: "
                          f"{store.first_line(exc)}")
         return out
-
-    def _start_system_metrics(self, resume: bool) -> None:
-        if self._system_every_s <= 0 or self.run is None or self.run.link.run_id is None:
-            return  # off, or the store is unreachable now (the monitor writes directly)
-        log_file_only(SYSTEM_METRICS_LOGGER)
-        try:
-            self._system = SystemMetrics(self.uri, self.run.link.run_id, self._system_every_s,
-                                         resume)
-        except Exception as exc:
-            warn(f"no system metrics: {store.first_line(exc)}")
-
-    def _hold_lock(self) -> None:
-        """Held while the run is live, so `rlexp.sync` does not replay the spool at once."""
-        self._lock = try_flock(self.run_dir / LOCK_FILE)
-        if self._lock is None:
-            warn(f"another process is tracking {self.run_dir} (tracking.lock is held)")
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -564,10 +535,9 @@ SYSTEM_METRICS_LOGGER = "mlflow.system_metrics"
 
 
 def log_file_only(name: str) -> None:
-    """Logger `name` writes to the job's log files (Hydra's FileHandler on the root logger:
-    <run dir>/rlexp.log) and no longer to the console. MLflow's loggers have their own stderr
-    handler and do not propagate (mlflow/utils/logging_utils.py), so the file handlers are
-    attached to the logger itself. Idempotent."""
+    """Logger `name` writes to the job's log files (Hydra's FileHandlers: <run dir>/rlexp.log),
+    not the console. MLflow's loggers have their own stderr handler and do not propagate
+    (mlflow/utils/logging_utils.py): the file handlers go on the logger itself. Idempotent."""
     logger = logging.getLogger(name)
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     logger.handlers = [h for h in logger.handlers if isinstance(h, logging.FileHandler)] + \
@@ -580,10 +550,8 @@ PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | None:
-    """The MLflow run of `run_dir` as the store has it, found the way a rerun finds it
-    (tracking.json's run id, else the run tagged rlexp.run_dir with this dir):
-    {"run_id", "status", "start_time", "end_time" (ms), "tags", "metrics", "summary" (its
-    summary.json artifact, None if missing)}. None when there is no such run or the store
+    """The MLflow run of `run_dir` as a rerun finds it (store.find_run), with its summary.json
+    artifact under "summary" (None if missing). None when there is no such run or the store
     cannot answer now. Never raises, and never creates a store or a run."""
     run_dir = Path(run_dir)
     link = Link.load(run_dir)
@@ -600,7 +568,6 @@ def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | N
         run = client.get_run(rid)
     except Exception:  # unreachable or refused: the caller falls back on the checkpoint
         return None
-    summary = None
     bar = os.environ.get(PROGRESS_BAR)
     os.environ[PROGRESS_BAR] = "false"  # MLflow draws a bar for each download otherwise
     try:
@@ -618,17 +585,6 @@ def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | N
             "end_time": run.info.end_time, "tags": dict(run.data.tags),
             "metrics": dict(run.data.metrics),
             "summary": summary if isinstance(summary, dict) else None}
-
-
-def listed_tables(run_dir: Path) -> list[dict[str, str]]:
-    """mlflow.loggedArtifacts: the newest tables of each table folder (the tag holds ~8000
-    characters: MAX_LISTED_TABLES in all)."""
-    per_dir = MAX_LISTED_TABLES // len(TABLE_DIRS)
-    listed = []
-    for name in TABLE_DIRS:
-        tables = sorted(p.name for p in (Path(run_dir) / name).glob("step_*.json"))[-per_dir:]
-        listed += [{"path": f"{name}/{t}", "type": "table"} for t in tables]
-    return listed
 
 
 def _has_start(run_dir: Path) -> bool:

@@ -1,18 +1,14 @@
 """Sweeps whose jobs run on other machines stay one MLflow comparison.
 
-A launcher that runs jobs elsewhere passes each job, as environment variables,
-  MLFLOW_TRACKING_URI   the sweep's store (MLflow's own variable: rlexp reads it when
-                        tracker.uri is unset)
-  RLEXP_PARENT_RUN_ID   the sweep's parent run: the job's run becomes its child
-  RLEXP_SWEEP_JOBS      how many jobs the sweep has: the last child to end closes the parent
-and refuses at start a store the jobs cannot reach:
-  xpk (GKE pods)        only a tracking server (http:// or https://, or databricks): the pod
-                        sees none of the launching machine's disk, so no sqlite:// or file:
-  SLURM, Ray            a sqlite store only on the sweep dir's filesystem: these jobs already
-                        write into the sweep dir (submitit pickles jobs there), so a cluster that
-                        runs them shares that filesystem, and a store on it is reached the same
-                        way. sqlite on a network filesystem is unsafe with many writers: prefer
-                        a server there (`mlflow server`, then tracker.uri=http://host:5000).
+A launcher that runs jobs elsewhere passes each job the sweep's store (MLFLOW_TRACKING_URI,
+which rlexp reads when tracker.uri is unset), its parent run (RLEXP_PARENT_RUN_ID: the job's
+run becomes its child) and the job count (RLEXP_SWEEP_JOBS: the last child to end closes the
+parent), and refuses at start a store the jobs cannot reach:
+  xpk (GKE pods)  only a tracking server (http(s):// or databricks): the pod sees none of the
+                  launching machine's disk, so no sqlite:// or file:
+  SLURM, Ray      a sqlite store only on the sweep dir's filesystem, which the jobs share
+                  (submitit pickles them there). sqlite on a network filesystem is unsafe with
+                  many writers: prefer a server (`mlflow server`, tracker.uri=http://host:5000).
 Import-light: no mlflow here.
 """
 
@@ -26,16 +22,22 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import UserError
 from rlexp.base.files import read_json_object
 from rlexp.base.redact import unmask
+from rlexp.tracking import PARENT_FILE
 from rlexp.tracking.store import resolve_uri, sqlite_path
 
 ENV_URI = "MLFLOW_TRACKING_URI"
 ENV_PARENT = "RLEXP_PARENT_RUN_ID"
 ENV_JOBS = "RLEXP_SWEEP_JOBS"
-# Parent run file the sweep callback writes into the sweep dir.
-PARENT_FILE = "parent_run.json"
-# hydra.launcher._target_ fragments -> the kind of remote launcher.
-_KINDS = (("xpk", "xpk"), ("slurm", "slurm"), ("ray", "ray"))
+# Remote launchers, as hydra.launcher._target_ names them.
+_KINDS = ("xpk", "slurm", "ray")
 SERVER_SCHEMES = ("http://", "https://", "databricks")
+
+
+def tracker_uri(config: object) -> str | None:
+    """A sweep's tracking URI from its composed config; None when tracker=none."""
+    if OmegaConf.select(config, "tracker.name", default="mlflow") == "none":
+        return None
+    return resolve_uri(OmegaConf.select(config, "tracker.uri", default=None))
 
 
 def launcher_kind(target: str | None) -> str:
@@ -43,7 +45,7 @@ def launcher_kind(target: str | None) -> str:
     text = (target or "").lower()
     if "submititlocal" in text.replace("_", "") or "rlexplocal" in text.replace("_", ""):
         return "local"
-    return next((kind for frag, kind in _KINDS if frag in text), "local")
+    return next((kind for kind in _KINDS if kind in text), "local")
 
 
 def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None = None) -> None:
@@ -55,7 +57,6 @@ def check_store(kind: str, uri: str | None, sweep_dir: Path, choice: str | None 
         raise UserError(f"hydra/launcher={choice}: tracking store {shown} is on this machine and "
                         f"the pods cannot reach it; pass tracker.uri=http://<mlflow server>:5000 "
                         f"(or MLFLOW_TRACKING_URI), or tracker=none")
-
     db = sqlite_path(uri)
     path = db if db is not None else Path(uri.removeprefix("file://").removeprefix("file:"))
     if _device(path) != _device(sweep_dir):
@@ -96,16 +97,12 @@ def expected_jobs() -> int | None:
 
 
 def check_sweep_store(base: object) -> None:
-    """Pre-flight of a multirun (the composed config with `hydra`): the launcher's jobs can
-    reach the tracking store, and an xpk pod writes its outputs somewhere that outlives it.
-    Runs before the sweep callback opens the parent run."""
-
+    """Pre-flight of a multirun (the composed config with `hydra`), before the parent run opens:
+    the jobs can reach the tracking store, and an xpk pod's outputs outlive it."""
     kind = launcher_kind(OmegaConf.select(base, "hydra.launcher._target_", default=None))
     choices = OmegaConf.select(base, "hydra.runtime.choices", default=None) or {}
-    if OmegaConf.select(base, "tracker.name", default="mlflow") != "none":
-        uri = resolve_uri(OmegaConf.select(base, "tracker.uri", default=None))
-        check_store(kind, uri, Path(str(OmegaConf.select(base, "hydra.sweep.dir"))),
-                    choices.get("hydra/launcher"))
+    check_store(kind, tracker_uri(base), Path(str(OmegaConf.select(base, "hydra.sweep.dir"))),
+                choices.get("hydra/launcher"))
     output_uri = str(OmegaConf.select(base, "run.output_uri", default=None) or "")
     if kind == "xpk" and ("://" not in output_uri or output_uri.startswith("file:")):
         raise UserError("hydra/launcher=xpk: run.output_uri is not set, so checkpoints and "

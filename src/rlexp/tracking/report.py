@@ -1,15 +1,10 @@
 """Compare runs: `python -m rlexp.report <sweep dir | parent run id | experiment name>`.
 
-Prints one row per run (swept values, final train reward, final and best eval accuracy,
-steps, wall time, status), ranked by final eval accuracy or by --metric; then one row per
-seed group (runs that differ only in train.seed, or in the keys named with --over): n, and
-mean ±std [95% bootstrap CI over seeds] of final and best accuracy and reward; then each
-group's difference from a baseline group (--baseline, else the first group), paired by seed,
-with its CI and a paired permutation p-value. Writes the curves of all runs to
-comparison.png and the groups' mean curves with CI bands to groups.png: in the sweep dir,
-else ./comparison-<target>.png and ./groups-<target>.png.
-A sweep dir is read from MLflow (the children of its parent run) and from its jobs'
-summary.json files, so jobs that were not tracked still show up.
+Prints one row per run, ranked by final eval accuracy or --metric; one row per seed group
+(runs that differ only in train.seed, or the --over keys) with mean ±std [95% bootstrap CI];
+each group's difference from --baseline (else the first group), paired by seed, with its CI
+and a permutation p-value. Writes comparison.png and groups.png (mean curves, CI bands) in the
+sweep dir, else ./comparison-<target>.png and ./groups-<target>.png.
 """
 
 from __future__ import annotations
@@ -29,14 +24,6 @@ from rlexp.tracking.compare import Row
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def _sweep_uri(sweep_dir: Path, uri: str | None) -> str:
-    if uri:
-        return store.resolve_uri(uri)
-    # the store the sweep's parent run lives in
-    saved = (read_json_object(sweep_dir / PARENT_FILE) or {}).get("uri")
-    return saved if saved is not None else store.resolve_uri(None)
-
-
 def _client(uri: str, required: bool):
     """A client, or None when a sqlite store does not exist (never create one by reading)."""
     path = store.sqlite_path(uri)
@@ -49,10 +36,11 @@ def _client(uri: str, required: bool):
 
 def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row], Path]:
     """The rows to compare and where their PNG goes."""
-
     path = Path(target)
     if path.is_dir():
-        uri = _sweep_uri(path, uri)
+        # the store the sweep's parent run lives in, unless --uri names one
+        saved = (read_json_object(path / PARENT_FILE) or {}).get("uri")
+        uri = store.resolve_uri(uri) if uri or saved is None else saved
         parent = parent_run_id(path)
         client = _client(uri, required=False) if parent else None
         tracked = [compare.row_from_run(client, r, metric)
@@ -90,8 +78,7 @@ def group_report(rows: list[Row], swept: list[str] | None = None,
     groups = compare.group_rows(rows, swept, over)
     base = compare.find_group(groups, baseline) if baseline else \
         compare.default_baseline(groups)
-    header, body = compare.group_table(groups)
-    table = compare.to_text(header, body) + "\n" + compare.table_note(groups)
+    table = compare.to_text(*compare.group_table(groups)) + "\n" + compare.table_note(groups)
     attr, name = ("metric", f"final {metric}") if metric else ("final_accuracy", "final acc")
     paired = "\n".join(compare.paired_lines(groups, base, attr, name)) if base else ""
     return groups, table, paired
@@ -102,35 +89,27 @@ def report(target: str, uri: str | None = None, metric: str | None = None,
            baseline: str | None = None) -> tuple[str, Path | None]:
     """(the run table, group table and paired differences as text, the PNG written or
     None); groups.png is written beside the PNG."""
-
     rows, png = collect(target, uri, metric)
     path = Path(target)
-    swept = _swept(path, rows)
-    if over:
-        for key in over:
-            if compare.resolve_key(key, swept) is None:
-                raise UserError(f"--over {key!r} is not a key this sweep varies; it varies: "
-                                f"{', '.join(swept) or 'nothing'}")
+    # as the sweep declared them (swept_keys.json), else the params that differ between rows
+    swept = (swept_keys(path) if path.is_dir() else None) or compare.swept_keys(rows)
+    for key in over or []:
+        if compare.resolve_key(key, swept) is None:
+            raise UserError(f"--over {key!r} is not a key this sweep varies; it varies: "
+                            f"{', '.join(swept) or 'nothing'}")
     # groups in the sweep's order (its first group is the default baseline), runs ranked
     groups, table, paired = group_report(rows, swept, over, baseline, metric)
     rows = compare.rank(rows, metric, ascending)
-    header, body = compare.table(rows, metric)
     title = path.name or target
     drawn = compare.plot(rows, metric, png, title=title, swept=swept, over=over)
     bands = png.with_name(png.name.replace("comparison", "groups", 1))
-    text = [compare.to_text(header, body), "", f"seed groups ({len(groups)}):", table]
+    text = [compare.to_text(*compare.table(rows, metric)), "",
+            f"seed groups ({len(groups)}):", table]
     if paired:
         text += ["", paired]
     if compare.plot_groups(groups, bands, title=title):
         text += ["", f"group curves: {bands}"]
     return "\n".join(text), png if drawn else None
-
-
-def _swept(path: Path, rows: list[Row]) -> list[str]:
-    """The keys the sweep varies: as it declared them (swept_keys.json), else the params
-    whose values differ between the rows."""
-    declared = swept_keys(path) if path.is_dir() else None
-    return declared if declared else compare.swept_keys(rows)
 
 
 def main(argv: list[str] | None = None) -> None:

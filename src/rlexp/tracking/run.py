@@ -20,9 +20,6 @@ from rlexp.tracking.spool import SPOOL_FILE, Link, Spool
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-# Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is written:
-# tracking.warm_up imports it on a thread while the engine builds.
-
 CURVES_FILE = "curves.png"
 # What curves.png plots (whichever the run has): panel title -> metric names.
 CURVE_PANELS = {
@@ -31,8 +28,6 @@ CURVE_PANELS = {
 }
 NEVER = float("-inf")
 ALWAYS = float("inf")
-
-
 # Records that become files or dataset inputs of the run (sent one by one, in order).
 FILE_KINDS = frozenset({"artifact", "json", "text", "inputs", "model"})
 
@@ -84,27 +79,21 @@ class TrackedRun:
             finally:
                 self.adding = False
 
-    def drop_metrics_after(self, step: int) -> int:
+    def drop_metrics_after(self, step: int) -> None:
         """Resume from a checkpoint at `step`: later metrics will be produced again."""
         with self._lock:
-            kept = [r for r in self.records
-                    if not (r["kind"] == "metrics" and r["step"] > step)]
-            dropped = len(self.records) - len(kept)
-            if dropped:
+            kept = [r for r in self.records if not (r["kind"] == "metrics" and r["step"] > step)]
+            if len(kept) < len(self.records):
                 self.records = kept
                 self.spool.rewrite(kept)
-        return dropped
 
     def waiting(self, kind: str) -> int:
         with self._lock:
             return sum(r["kind"] == kind for r in self.records)
 
     def flush(self, gate: float) -> int:
-        """Send the records that are ready under `gate`; returns how many were sent.
-
-        Raises whatever the store raises; the records then stay spooled for the next try.
-        Records added while sending stay for the next flush.
-        """
+        """Send the records ready under `gate`; returns how many. Raises what the store raises
+        (the records stay spooled); records added while sending stay for the next flush."""
         with self._lock:
             count = len(self.records)
             ready = [r for r in self.records[:count] if is_ready(r, gate)]
@@ -133,13 +122,8 @@ class TrackedRun:
                 raise RuntimeError(f"{self.run_dir}: no MLflow run id and no start record")
             self._create(starts[-1])
         run_id = self.link.run_id
-        params: dict[str, str] = {}
-        tags: dict[str, str] = {}
-        for r in ready:
-            if r["kind"] == "params":
-                params.update(r["params"])
-            elif r["kind"] == "tags":
-                tags.update(r["tags"])
+        params = {k: v for r in ready if r["kind"] == "params" for k, v in r["params"].items()}
+        tags = {k: v for r in ready if r["kind"] == "tags" for k, v in r["tags"].items()}
         self._log_params_tags(run_id, params, tags)
         for r in ready:
             if r["kind"] in FILE_KINDS:
@@ -147,13 +131,11 @@ class TrackedRun:
         self._log_metrics(run_id, [r for r in ready if r["kind"] == "metrics"])
         if any(r["kind"] == "curves" for r in ready):  # after the metrics they plot
             self._send_file(run_id, {"kind": "curves"})
-        statuses = [r for r in ready if r["kind"] == "status"]
-        if statuses:
-            last = statuses[-1]
-            if last["status"] == "RUNNING":
-                self.client.update_run(run_id, status="RUNNING")
-            else:
-                self.client.set_terminated(run_id, last["status"], end_time=last.get("t"))
+        last = next((r for r in reversed(ready) if r["kind"] == "status"), None)
+        if last is not None and last["status"] == "RUNNING":
+            self.client.update_run(run_id, status="RUNNING")
+        elif last is not None:
+            self.client.set_terminated(run_id, last["status"], end_time=last.get("t"))
 
     def _send_file(self, run_id: str, r: dict) -> None:
         """One file-like record (artifact, json, text, inputs, model, curves); one that fails
@@ -231,18 +213,16 @@ class TrackedRun:
         have = {(i.dataset.name, i.dataset.digest)
                 for i in (run.inputs.dataset_inputs if run.inputs else [])}
         new = [d for d in datasets if (d["name"], d["digest"]) not in have]
-        if not new:
-            return
-        self.client.log_inputs(run_id, datasets=[
-            DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"],
-                                 d.get("schema"), d.get("profile")),
-                         tags=[InputTag("mlflow.data.context", d["context"])])
-            for d in new])
+        if new:
+            self.client.log_inputs(run_id, datasets=[
+                DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"],
+                                     d.get("schema"), d.get("profile")),
+                             tags=[InputTag("mlflow.data.context", d["context"])])
+                for d in new])
 
     def _log_model_output(self, run_id: str, artifact_path: str, step: int) -> None:
         """A LoggedModel that points at the run's `artifact_path` (no second copy of the
-        weights), finalized READY and logged as the run's output; once per run (resends and
-        reruns find it)."""
+        weights), finalized READY, as the run's output; once per run (resends find it)."""
         from mlflow.entities import LoggedModelOutput
 
         exp_id = self.link.experiment_id or self.client.get_run(run_id).info.experiment_id
@@ -259,9 +239,8 @@ class TrackedRun:
         # The store keeps one output row per (run, model) and refuses a second one (a rerun
         # that exports again, a resend): log it only when the run does not have it yet.
         run = self.client.get_run(run_id)
-        if any(o.model_id == model_id for o in (run.outputs.model_outputs if run.outputs else [])):
-            return
-        self.client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
+        if all(o.model_id != model_id for o in (run.outputs.model_outputs if run.outputs else [])):
+            self.client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
 
     def _log_artifact(self, run_id: str, path: Path, artifact_path: str | None) -> None:
         if path.is_dir():

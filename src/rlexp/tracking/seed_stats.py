@@ -1,15 +1,11 @@
-"""Statistics over seeds: a bootstrap confidence interval of a mean, and the paired difference of
-two configurations run on the same seeds (its CI and a paired permutation p-value).
+"""Statistics over seeds: a bootstrap CI of a mean, and the paired difference of two
+configurations run on the same seeds (its CI and a paired permutation p-value). Identical
+GRPO-family configurations differ by a few points of accuracy (verl issues #626, #3126), so a
+difference between sweep groups means something only next to that spread.
 
-Pure NumPy functions of arrays, deterministic (a fixed generator seed), so the sweep's terminal
-table, its parent run and `python -m rlexp.report` print the same numbers from the same values.
-They follow scipy.stats.bootstrap(method="percentile") and
-scipy.stats.permutation_test(permutation_type="samples") (checked against both in the tests)
-without importing scipy (0.6 s) on the sweep's last line.
-
-Why seeds: identical configurations of GRPO-family runs differ by a few points of accuracy
-(verl issues #626, #3126), so a difference between two sweep groups means something only next
-to that spread.
+Deterministic NumPy (a fixed seed): the sweep's table, its parent run and `python -m
+rlexp.report` agree. As scipy.stats.bootstrap(method="percentile") and permutation_test(
+permutation_type="samples") (checked in the tests), without importing scipy (0.6 s).
 """
 
 from __future__ import annotations
@@ -62,62 +58,57 @@ def _clean(values: Sequence[float]) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
-def bootstrap_ci(values: Sequence[float], confidence: float = CONFIDENCE,
-                 n_resamples: int = N_RESAMPLES, seed: int = SEED) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean: resample the values with replacement
-    `n_resamples` times and take the (1-c)/2 and (1+c)/2 quantiles of the resampled means.
-    One value: (nan, nan) (no spread to resample)."""
+def bootstrap_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean: resample the values with replacement N_RESAMPLES
+    times and take the (1-c)/2 and (1+c)/2 quantiles of the resampled means. One value: (nan,
+    nan) (no spread to resample)."""
     x = _clean(values)
     if x.size < 2:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(n_resamples, x.size))].mean(axis=1)
-    alpha = (1 - confidence) / 2
+    rng = np.random.default_rng(SEED)
+    means = x[rng.integers(0, x.size, size=(N_RESAMPLES, x.size))].mean(axis=1)
+    alpha = (1 - CONFIDENCE) / 2
     low, high = np.percentile(means, [100 * alpha, 100 * (1 - alpha)])
     return float(low), float(high)
 
 
-def bootstrap_band(values: np.ndarray, confidence: float = CONFIDENCE,
-                   n_resamples: int = 2000, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_band(values: np.ndarray, n_resamples: int = 2000) -> tuple[np.ndarray, np.ndarray]:
     """Per-column percentile bootstrap CI of the mean of values[seed, step] (curve bands);
     the same seeds are drawn for every step, as a curve is one run."""
     x = np.asarray(values, dtype=float)
     if x.shape[0] < 2:
         return np.full(x.shape[1], np.nan), np.full(x.shape[1], np.nan)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(SEED)
     means = x[rng.integers(0, x.shape[0], size=(n_resamples, x.shape[0]))].mean(axis=1)
-    alpha = (1 - confidence) / 2
+    alpha = (1 - CONFIDENCE) / 2
     low, high = np.percentile(means, [100 * alpha, 100 * (1 - alpha)], axis=0)
     return low, high
 
 
-def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary | None:
+def summarize(values: Sequence[float]) -> Summary | None:
     x = _clean(values)
     if x.size == 0:
         return None
-    low, high = bootstrap_ci(x, confidence)
+    low, high = bootstrap_ci(x)
     std = float(x.std(ddof=1)) if x.size > 1 else math.nan
     return Summary(n=int(x.size), mean=float(x.mean()), std=std, low=low, high=high)
 
 
-def permutation_p(diffs: Sequence[float], n_resamples: int = N_RESAMPLES,
-                  seed: int = SEED) -> float:
-    """Two-sided p-value of a paired permutation test of the mean difference: under the null
-    the two members of a pair are exchangeable, so each difference's sign flips freely. Every
-    one of the 2**n sign patterns up to EXACT_PERMUTATIONS, else `n_resamples` random ones
-    (p = (k + 1) / (n + 1)). As scipy.stats.permutation_test: 2 * the smaller one-sided p,
-    at most 1, with a relative tolerance for ties."""
+def permutation_p(diffs: Sequence[float]) -> float:
+    """Two-sided p-value of a paired permutation test of the mean difference (each difference's
+    sign flips freely under the null): all 2**n sign patterns up to EXACT_PERMUTATIONS, else
+    N_RESAMPLES random ones (p = (k + 1) / (n + 1)). As scipy.stats.permutation_test: 2 * the
+    smaller one-sided p, at most 1, with a relative tolerance for ties."""
     d = _clean(diffs)
     if d.size == 0:
         return math.nan
     observed = d.mean()
-    if 2 ** d.size <= EXACT_PERMUTATIONS:
+    exact = 2 ** d.size <= EXACT_PERMUTATIONS
+    if exact:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=d.size)))
-        exact = True
     else:
-        rng = np.random.default_rng(seed)
-        signs = rng.choice((1.0, -1.0), size=(n_resamples, d.size))
-        exact = False
+        rng = np.random.default_rng(SEED)
+        signs = rng.choice((1.0, -1.0), size=(N_RESAMPLES, d.size))
     null = (signs * d).mean(axis=1)
     # scipy's tolerance: statistics equal up to rounding count as ties
     gamma = abs(1e-14 * observed) if observed else 1e-14
@@ -128,26 +119,25 @@ def permutation_p(diffs: Sequence[float], n_resamples: int = N_RESAMPLES,
     return float(min(1.0, 2 * min(less, greater) / total))
 
 
-def paired_difference(a: dict[str, float], b: dict[str, float],
-                      confidence: float = CONFIDENCE) -> Paired | None:
+def paired_difference(a: dict[str, float], b: dict[str, float]) -> Paired | None:
     """b - a over the seeds (keys) both have a finite value for; None without one."""
     seeds = sorted(k for k in a.keys() & b.keys()
                    if math.isfinite(a[k]) and math.isfinite(b[k]))
     if not seeds:
         return None
     d = np.array([b[s] - a[s] for s in seeds])
-    low, high = bootstrap_ci(d, confidence)
+    low, high = bootstrap_ci(d)
     return Paired(n=len(seeds), mean=float(d.mean()), low=low, high=high,
                   p=permutation_p(d))
 
 
-def verdict(pair: Paired, alpha: float = 1 - CONFIDENCE) -> str:
-    """Plain words for a paired difference."""
+def verdict(pair: Paired) -> str:
+    """Plain words for a paired difference, at the 1 - CONFIDENCE level."""
     if pair.n < 2:
         return "one seed: no spread to judge it by"
-    if pair.p < alpha:
+    if pair.p < 1 - CONFIDENCE:
         return "beyond seed noise"
-    if pair.min_p >= alpha:
+    if pair.min_p >= 1 - CONFIDENCE:
         return (f"not distinguishable from seed noise (no p on {pair.n} seeds falls below "
                 f"{pair.min_p:.2g})")
     return "not distinguishable from seed noise"

@@ -5,19 +5,9 @@ appended here first and removed once the store has it. It is what makes tracking
 dead server (records wait here, `python -m rlexp.sync` replays them) and a crash (records of
 steps covered by a checkpoint are still logged when the run resumes, the others dropped).
 
-Record kinds (one JSON object per line, "kind" says which):
-  start      {name, tags, parent_run_id}  the run could not be created yet
-  params     {params}                     run params (logged once the run exists)
-  tags       {tags}
-  metrics    {step, t, values}            t: wall time in ms, kept so a replay is idempotent
-  artifact   {path, artifact_path}        a local file or dir to upload
-  json       {artifact_file, data}        a small JSON artifact (summary.json)
-  curves     {}                           draw curves.png from the store's history, upload it
-  status     {status, t}                  RUNNING (resume) or the final status
-  text       {artifact_file, text}        a small text artifact
-  inputs     {datasets}                   MLflow run inputs (datasets)
-A line that is not a record of these shapes (torn by a crash, edited, random bytes) is
-skipped with a warning and counted; the others are still sent.
+One JSON object per line, "kind" says which (REQUIRED lists the kinds). A line that is not
+a record of these shapes (torn by a crash, edited, random bytes) is skipped with a warning
+and counted; the others are still sent.
 """
 
 from __future__ import annotations
@@ -44,7 +34,6 @@ class Link:
 
     # Tracking URI (absolute for sqlite).
     uri: str
-    # Experiment name.
     experiment: str
     # MLflow run id; None while the store was unreachable at start (a start record waits).
     run_id: str | None = None
@@ -64,11 +53,10 @@ class Link:
         data = read_json_object(Path(run_dir) / LINK_FILE)
         if data is None:
             return None
-        names = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: v for k, v in data.items() if k in names}
         types = {"uri": (str,), "experiment": (str,), "run_id": (str, type(None)),
                  "experiment_id": (str, type(None)), "gated": (bool,),
-                 "checkpoint_step": (int,), "logged_step": (int,)}
+                 "checkpoint_step": (int,), "logged_step": (int,)}  # every field
+        fields = {k: v for k, v in data.items() if k in types}
         if "uri" not in fields or "experiment" not in fields or \
                 any(not isinstance(v, types[k]) for k, v in fields.items()):
             return None
@@ -97,16 +85,17 @@ class Link:
 # one such record must not stop the others (it would block every flush behind it).
 _NUMBER = (int, float)
 REQUIRED: dict[str, dict[str, tuple]] = {
-    "start": {"name": (str,)},
-    "params": {"params": (dict,)},
+    "start": {"name": (str,)},  # + tags, parent_run_id: the run could not be created yet
+    "params": {"params": (dict,)},  # logged once the run exists
     "tags": {"tags": (dict,)},
+    # t: wall time in ms, kept so a replay is idempotent
     "metrics": {"step": (int,), "values": (dict,), "t": (int, type(None))},
-    "artifact": {"path": (str,)},
-    "json": {"artifact_file": (str,), "data": (dict, list)},
-    "curves": {},
-    "status": {"status": (str,)},
+    "artifact": {"path": (str,)},  # + artifact_path: a local file or dir to upload
+    "json": {"artifact_file": (str,), "data": (dict, list)},  # summary.json
+    "curves": {},  # draw curves.png from the store's history, upload it
+    "status": {"status": (str,)},  # + t: RUNNING (resume) or the final status
     "text": {"artifact_file": (str,), "text": (str,)},
-    "inputs": {"datasets": (list,)},
+    "inputs": {"datasets": (list,)},  # MLflow run inputs
 }
 
 

@@ -1,11 +1,13 @@
 """Where the MLflow store is, creating it once, and the MLflow limits we write within.
 
-mlflow is imported inside functions only: `python -m rlexp --help` and Hydra's callback
-loading must stay fast.
+mlflow (2.3 s) is imported inside functions only: `python -m rlexp --help` and Hydra's
+callback loading must stay fast. tracking.warm_up imports it on a thread while the engine
+builds; pre-flight needs it only to probe an http store (classify).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -28,10 +30,6 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from rlexp.config.schema import Config
-
-# Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is opened:
-# tracking.warm_up does it on a thread while the engine builds; pre-flight needs it only to
-# probe an http store (classify), which MLflow's own REST client asks.
 
 # Default store, relative to the directory the command runs in.
 DEFAULT_DB = Path("outputs") / "mlflow.db"
@@ -74,9 +72,7 @@ def resolve_uri(uri: str | None) -> str:
 
 def default_uri(cfg: "Config") -> str | None:
     """The tracking URI of a run, or None when tracking is off (tracker=none)."""
-    if cfg.tracker.name == "none":
-        return None
-    return resolve_uri(cfg.tracker.uri)
+    return None if cfg.tracker.name == "none" else resolve_uri(cfg.tracker.uri)
 
 
 def artifact_root(uri: str) -> Path | None:
@@ -85,18 +81,10 @@ def artifact_root(uri: str) -> Path | None:
     return path.parent / ARTIFACTS_DIR if path is not None else None
 
 
-def is_file_store(uri: str) -> bool:
-    return uri.startswith("file:") or "://" not in uri and not uri.startswith(("databricks",))
-
-
 def prepare_store(uri: str) -> None:
-    """Create or upgrade a database store once, before jobs start.
-
-    Several processes creating a new sqlite store at once race in MLflow's schema migration
-    and can break it for good, so creation happens under a file lock next to the database.
-    Idempotent and cheap on an existing store (~25 ms). A file store is a user error (MLflow 3
-    refuses it); any other failure is only a warning: tracking is never fatal.
-    """
+    """Create or upgrade a database store once, before jobs start (~25 ms on an existing one).
+    Jobs creating a sqlite store at once race in MLflow's schema migration and can break it for
+    good, hence the file lock. A file store is a UserError; other failures only warn."""
     try:
         ensure_store(uri)
     except UserError:
@@ -111,19 +99,15 @@ _background: dict[str, threading.Thread] = {}
 
 
 def prepare_in_background(uri: str) -> None:
-    """Import MLflow and create or open the store on a thread: the job meanwhile builds its
-    engine (model, warm start, Tunix), mostly compiled JAX code outside the GIL, so the
-    MLflow import (2.5 s) and opening the store (0.3 s for a new one: _copy_schema) leave the
-    path to the first step. The listener waits for it (wait_prepared) and reports any error
-    itself."""
+    """ensure_store on a thread while the job builds its engine (JAX, mostly outside the GIL):
+    the MLflow import (2.5 s) and a new store (0.3 s: _copy_schema) leave the path to the first
+    step. The listener waits for it (wait_prepared) and reports any error itself."""
     if uri in _prepared or uri in _background:
         return
 
     def prepare() -> None:
-        try:
+        with contextlib.suppress(Exception):  # the listener's own ensure_store says it
             ensure_store(uri)
-        except Exception:  # the listener's own ensure_store raises or warns as usual
-            pass
 
     # Not a daemon: a job that exits early (bad input found while building) waits for the
     # schema migration to end instead of leaving a half-migrated store.
@@ -133,8 +117,7 @@ def prepare_in_background(uri: str) -> None:
 
 
 def wait_prepared(uri: str) -> None:
-    thread = _background.pop(uri, None)
-    if thread is not None:
+    if (thread := _background.pop(uri, None)) is not None:
         thread.join()
 
 
@@ -142,7 +125,8 @@ def ensure_store(uri: str) -> None:
     """prepare_store that raises: what a writer calls before its first write."""
     if uri in _prepared:
         return
-    if is_file_store(uri) and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+    file_store = uri.startswith("file:") or "://" not in uri and not uri.startswith("databricks")
+    if file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
         raise UserError(f"tracker.uri={uri} is a file store, which MLflow 3 refuses; use "
                         "sqlite:///path/mlflow.db or http://host:port")
     path = sqlite_path(uri)
@@ -170,8 +154,8 @@ def ensure_store(uri: str) -> None:
 PROBE_TIMEOUT_S = 3.0
 # What classify() asks an http store: cheap, read-only, authenticated like every write.
 PROBE_ENDPOINT = "/api/2.0/mlflow/experiments/search?max_results=1"
-# Database servers a tracking URI can name, and their default ports.
-DB_PORTS = {"postgresql": 5432, "mysql": 3306}
+# Servers a tracking URI can name that classify() probes, and their default ports.
+PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306}
 # Name lookup errors that mean the name does not exist (not: the resolver is unreachable).
 _NO_SUCH_NAME = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA", "EAI_FAIL",
                                               "EAI_ADDRFAMILY") if hasattr(socket, n)}
@@ -181,19 +165,13 @@ _classified: dict[str, str] = {}
 def classify(uri: str, timeout: float = PROBE_TIMEOUT_S, cache: bool = True) -> str:
     """What a tracking store is now: "ok", "down: <why>" or "wrong: <why>" (never raises).
 
-    down: the store may come back; a run spools and `rlexp.sync` sends later.
-      A refused connection, no answer within `timeout`, a name lookup that could not be made
-      (no resolver), an HTTP 5xx/429 (a proxy in front of a stopped server).
-    wrong: no run can ever log there as given; refused at start.
-      A host name that does not resolve, an answer that is not MLflow's REST API (an HTML
-      page, a 404), HTTP 401/403 (credentials missing or refused), a TLS failure, a sqlite
-      path whose directory does not exist (or that is not a database, or not writable).
-    The default store (outputs/mlflow.db under the cwd) is made when first used: ok.
-    Probes an http store with one GET (PROBE_ENDPOINT) sent by MLflow's own REST client, as
-    its writes are (credentials, auth plugin, TLS settings, proxies); a database server with a
-    name lookup and a TCP connection.
-    Results are kept per URI for this process (a sweep's jobs share one probe) unless
-    cache=False (rlexp.sync asks again after a failure)."""
+    down: it may come back; a run spools and `rlexp.sync` sends later (a refused connection,
+      no answer, no resolver, HTTP 5xx/429 from a proxy in front of a stopped server).
+    wrong: no run can ever log there as given; refused at start (a host name that does not
+      resolve, not MLflow's REST API, HTTP 401/403, TLS, a sqlite path whose directory is
+      missing, or that is not a database or not writable).
+    A database server is probed with a name lookup and a TCP connection. Kept per URI for this
+    process (a sweep's jobs share one probe) unless cache=False (rlexp.sync asks again)."""
     remember(uri)
     if cache and uri in _classified:
         return _classified[uri]
@@ -218,11 +196,16 @@ def _classify(uri: str, timeout: float) -> str:
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
     if scheme == "sqlite":
         return _classify_sqlite(uri)
+    if scheme not in PORTS:
+        return "ok"  # databricks, mssql (often a DSN name), a plugin's scheme: not probed
+    parts = urlsplit(uri)
+    try:
+        host, port = parts.hostname, parts.port or PORTS[scheme]
+    except ValueError:
+        return f"wrong: the port in {redact_uri(parts.netloc)} is not a number"
     if scheme in ("http", "https"):
-        return _classify_http(uri, timeout)
-    if scheme in DB_PORTS:
-        return _classify_db(uri, scheme, timeout)
-    return "ok"  # databricks, mssql (often a DSN name), a plugin's scheme: not probed
+        return _classify_http(uri, parts.scheme, host, port, timeout)
+    return _classify_db(host, port, timeout)
 
 
 def _classify_sqlite(uri: str) -> str:
@@ -269,8 +252,10 @@ def _lookup(host: str, port: int, timeout: float) -> str | None:
     if thread.is_alive():
         return f"down: the name lookup of {host} did not answer within {timeout:g}s"
     exc = result.get("error")
-    if exc is None:
-        return None
+    return None if exc is None else _lookup_failed(host, exc)
+
+
+def _lookup_failed(host: str, exc: BaseException) -> str:
     if isinstance(exc, socket.gaierror) and exc.errno in _NO_SUCH_NAME:
         return f"wrong: host {host} does not resolve ({exc.strerror}; a typo in the address?)"
     return f"down: the name lookup of {host} failed ({getattr(exc, 'strerror', None) or exc})"
@@ -299,11 +284,7 @@ def _network_error(exc: BaseException, where: str, timeout: float) -> str:
     if tls := found(ssl.SSLError, ssl.CertificateError):
         return f"wrong: TLS with {where} failed ({getattr(tls, 'reason', None) or tls})"
     if lookup := found(socket.gaierror):
-        host = where.rsplit(":", 1)[0]
-        if lookup.errno in _NO_SUCH_NAME:
-            return (f"wrong: host {host} does not resolve ({lookup.strerror}; a typo in the "
-                    f"address?)")
-        return f"down: the name lookup of {host} failed ({lookup.strerror})"
+        return _lookup_failed(where.rsplit(":", 1)[0], lookup)
     if found(ConnectionRefusedError):
         return f"down: {where} refused the connection (nothing listens there now)"
     if any(isinstance(e, TimeoutError) or "Timeout" in type(e).__name__ for e in chain):
@@ -316,16 +297,10 @@ def _network_error(exc: BaseException, where: str, timeout: float) -> str:
     return f"down: {where} cannot be reached ({getattr(last, 'strerror', None) or last})"
 
 
-def _classify_db(uri: str, scheme: str, timeout: float) -> str:
-    parts = urlsplit(uri)
-    try:
-        host, port = parts.hostname, parts.port or DB_PORTS[scheme]
-    except ValueError:
-        return f"wrong: the port in {redact_uri(parts.netloc)} is not a number"
+def _classify_db(host: str | None, port: int, timeout: float) -> str:
     if not host:
         return "ok"  # a local socket (?host=/var/run/postgresql)
-    why = _lookup(host, port, timeout)
-    if why is not None:
+    if (why := _lookup(host, port, timeout)) is not None:
         return why
     try:
         socket.create_connection((host, port), timeout=timeout).close()
@@ -334,26 +309,19 @@ def _classify_db(uri: str, scheme: str, timeout: float) -> str:
     return "ok"
 
 
-def _classify_http(uri: str, timeout: float) -> str:
+def _classify_http(uri: str, scheme: str, host: str | None, port: int, timeout: float) -> str:
     """One GET of PROBE_ENDPOINT through MLflow's own request (mlflow.utils.rest_utils): the
-    credentials, auth plugin, TLS settings and proxies of every write, no retry. It imports
-    MLflow (2.3 s) in pre-flight, for http stores only; the job then finds it imported."""
+    credentials, auth plugin, TLS settings and proxies of every write, no retry."""
     import urllib.request
 
-    parts = urlsplit(uri)
-    try:
-        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return f"wrong: the port in {redact_uri(parts.netloc)} is not a number"
     if not host:
         return "wrong: the URI names no host (http://host:port)"
     where = f"{host}:{port}"
-    proxied = bool(urllib.request.getproxies().get(parts.scheme)) and \
+    proxied = bool(urllib.request.getproxies().get(scheme)) and \
         not urllib.request.proxy_bypass(host)
-    if not proxied:  # behind a proxy the proxy resolves the name
-        why = _lookup(host, port, timeout)
-        if why is not None:
-            return why
+    # behind a proxy the proxy resolves the name
+    if not proxied and (why := _lookup(host, port, timeout)) is not None:
+        return why
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
 
@@ -398,13 +366,11 @@ def schema_template() -> Path:
 
 
 def _copy_schema(path: Path, root: Path) -> None:
-    """A new sqlite store starts as a copy of an empty store MLflow migrated before: MLflow
-    builds a schema by running each of its ~60 migrations (1.75 s on a 2-core CPU, in every
-    new store: every sweep dir and test dir), opening a migrated one takes 0.07 s. The
-    template holds no experiment: MLflow opens the copy under a temporary name first, which
-    creates `Default` with the store's artifact root, and the copy takes the store's name only
-    if MLflow accepted it. No copy (MLflow migrates as usual) when no template can be made."""
-
+    """A new sqlite store starts as a copy of an empty store MLflow migrated before: running
+    its ~60 migrations takes 1.75 s on a 2-core CPU in every new store (every sweep and test
+    dir), opening a migrated one 0.07 s. The template holds no experiment: MLflow opens the
+    copy under a temporary name first (creating `Default` with the store's artifact root); it
+    takes the store's name only if MLflow accepted it. No template: MLflow migrates as usual."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     template = schema_template()
@@ -415,8 +381,7 @@ def _copy_schema(path: Path, root: Path) -> None:
                 if not _usable(template):
                     tmp = temp_sibling(template)
                     tmp.unlink(missing_ok=True)
-                    store = SqlAlchemyStore(f"sqlite:///{tmp}", str(tmp.parent / "unused"))
-                    store.engine.dispose()
+                    SqlAlchemyStore(f"sqlite:///{tmp}", str(tmp.parent / "unused")).engine.dispose()
                     with sqlite3.connect(tmp) as db:  # Default is made by each copy's store
                         db.execute("DELETE FROM experiment_tags")
                         db.execute("DELETE FROM experiments")
@@ -433,7 +398,6 @@ def _copy_schema(path: Path, root: Path) -> None:
 
 def _usable(template: Path) -> bool:
     """A sqlite file with MLflow's revision table and no experiment (not a torn copy)."""
-
     if not template.is_file():
         return False
     try:
@@ -465,10 +429,9 @@ def client(uri: str) -> "MlflowClient":
 
 
 def slug(name: str, limit: int = 255) -> str:
-    """A directory name for experiment `name`, at most `limit` bytes (NAME_MAX of ext4, xfs
-    and most filesystems is 255; a longer name failed every artifact with `[Errno 36] File
-    name too long`); a name cut short ends with a digest of the whole, so two long names
-    that share a prefix keep two dirs."""
+    """A directory name for experiment `name`, at most `limit` bytes (NAME_MAX: 255 on most
+    filesystems; a longer name failed every artifact with `[Errno 36] File name too long`);
+    one cut short ends with a digest of the whole, so long names with one prefix keep two dirs."""
     text = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
     if len(text.encode()) <= limit:
         return text
@@ -503,10 +466,8 @@ _LASTING_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errn
 
 
 def is_outage(exc: BaseException) -> bool:
-    """True when a failed write may succeed later (the store is down, slow, overloaded), False
-    when the store answered with a refusal (a BAD_REQUEST, a permission) or the write failed
-    for a lasting reason on the store's filesystem ([Errno 36] File name too long). Only an
-    outage is retried; the others are said with their own cause."""
+    """Whether a failed write may succeed later (only an outage is retried): not when the store
+    refused it (REFUSALS) or its filesystem failed it for good ([Errno 36] File name too long)."""
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:

@@ -5,18 +5,11 @@ the store wait in <run dir>/tracking_spool.jsonl. Sending is idempotent, so sync
 or syncing a run that later resumes, logs nothing twice. Metrics after the last checkpoint
 are held back (a resume produces them again) unless --all says the run will not resume.
 
-    python -m rlexp.sync RUN_DIR                  replay into the run tracking.json names
-    python -m rlexp.sync RUN_DIR --uri URI        the store moved (or tracking.json is damaged)
-    python -m rlexp.sync RUN_DIR --new-run        the run (or the whole store) was deleted:
-                                                  deliver the spool into a new run
-
 Damaged input never crashes it: unreadable spool lines are skipped and counted, a damaged
 tracking.json is rebuilt from the run dir (summary.json's run id, or the store's run tagged
-with the dir; the gate from the newest checkpoint dir).
-
-A store it cannot send to is named in one line that says which it is (store.classify): down
-(refused, no answer: run sync again once it is up) or wrong (a host name that does not
-resolve, not MLflow, 401/403: pass the right one with --uri); the spool keeps every record.
+with the dir; the gate from the newest checkpoint dir). A store it cannot send to is named
+in one line: down (run sync again once it is up), wrong (pass the right one with --uri), or
+failing a write for a lasting reason (fix that first); the spool keeps every record.
 """
 
 from __future__ import annotations
@@ -39,15 +32,12 @@ from rlexp.tracking.listener import clean_params, clean_tags, now_ms
 from rlexp.tracking.run import ALWAYS, TrackedRun, record
 from rlexp.tracking.spool import LINK_FILE, LOCK_FILE, SPOOL_FILE, Link
 
-# Imported inside functions, on purpose: mlflow (2.3 s) is imported where the store is read.
-
 DEFAULT_EXPERIMENT = "rlexp"
 
 
 def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
          new_run: bool = False, experiment: str | None = None) -> str:
     """Replay the spool of `run_dir`; returns a one-line account. Raises UserError."""
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} has no tracking.json (not a run dir)")
@@ -94,17 +84,13 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
         ended = any(r["kind"] == "status" and r["status"] != "RUNNING" for r in run.records)
         gate = ALWAYS if send_all or not link.gated else link.checkpoint_step
         try:
-            if link.run_id is not None:
-                status = _status(run, link.run_id)
-                if status is None:
-                    raise UserError(f"MLflow run {link.run_id} is not in the store "
-                                    f"{redact_uri(link.uri)} "
-                                    f"(deleted?); deliver the spool into a new run with: "
-                                    f"python -m rlexp.sync {run_dir} --new-run")
-                if status == "RUNNING" and not ended:
-                    # No process holds the lock, so nothing is running: the run crashed.
-                    run.add(record("status", status="KILLED", t=None))
-            elif new_run and not ended:
+            status = _status(run, link.run_id) if link.run_id is not None else None
+            if link.run_id is not None and status is None:
+                raise UserError(f"MLflow run {link.run_id} is not in the store "
+                                f"{redact_uri(link.uri)} (deleted?); deliver the spool into a "
+                                f"new run with: python -m rlexp.sync {run_dir} --new-run")
+            # No process holds the lock, so nothing is running: the run crashed.
+            if not ended and (status == "RUNNING" or new_run and link.run_id is None):
                 run.add(record("status", status="KILLED", t=None))
             sent = run.flush(gate)
         except UserError:
@@ -128,23 +114,18 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
 
 
 def _check_store(uri: str) -> None:
-    """Before anything is sent: a server or database that is wrong (a host name that does not
-    resolve, not MLflow, 401/403) or down is said now, in one line (store.classify), instead
-    of after MLflow's retries. A sqlite store is made if missing, its directory too: sync is
-    asked for it by name (--uri, or the run's own store)."""
+    """A server that is wrong or down is said before anything is sent, not after MLflow's
+    retries. A sqlite store is made if missing: sync is asked for it by name."""
     if store.sqlite_path(uri) is not None:
         return
     state = store.classify(uri)
-    if not store.is_wrong(state) and not store.is_down(state):
-        return
-    raise _store_error(uri, None, state)
+    if store.is_wrong(state) or store.is_down(state):
+        raise _store_error(uri, None, state)
 
 
 def _store_error(uri: str, exc: BaseException | None, state: str | None = None) -> UserError:
-    """Sending to `uri` failed: say whether the store is down (run sync again later) or wrong
-    (it never will work as given: pass the right one with --uri), or that the store works but
-    failed this write for a lasting reason (its own words: a name its filesystem cannot take,
-    a permission). The spool keeps it all."""
+    """Sending to `uri` failed: the store is down, wrong, or failed this write for a lasting
+    reason (its own words: a name its filesystem cannot take, a permission)."""
     shown = redact_uri(uri)
     if exc is not None and not store.is_outage(exc):
         return UserError(f"the MLflow store {shown} failed a write: {store.first_line(exc)}; "
@@ -217,10 +198,9 @@ def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_ru
 def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     """A new run needs a start record and the params, which the spool may no longer hold
     (sent to the lost run): rebuild them from summary.json and Hydra's saved config."""
-
     summary = read_summary(run_dir) or {}
     if not any(r["kind"] == "start" for r in run.records):
-        tags = {**{k: v for k, v in (summary.get("choices") or {}).items()},
+        tags = {**(summary.get("choices") or {}),
                 store.RUN_DIR_TAG: str(run_dir.resolve()),
                 "rlexp.synced_from_run": old_run_id or "none"}
         run.add(record("start", name=str(summary.get("name") or run_dir.name),
@@ -234,12 +214,10 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
 
 
 def _hydra_params(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        return {}
     try:
-        return flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
-    except Exception:  # a damaged config file: the run gets no params, the metrics still go
+        config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+        return flatten(OmegaConf.to_container(config, resolve=False))
+    except Exception:  # no or a damaged config file: the run gets no params, metrics still go
         return {}
 
 
@@ -284,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"rlexp.sync: {account}")
     except UserError as exc:
         fail(str(exc))
+
 
 if __name__ == "__main__":
     main()

@@ -1,22 +1,16 @@
 """The MLflow UI on this machine: `python -m rlexp.ui [--port N] [--uri URI]`.
 
-Serves the same store runs log to (tracker.uri, else $MLFLOW_TRACKING_URI, else
-outputs/mlflow.db under the current directory) on 127.0.0.1: MLflow's own server app
-(mlflow.server.fastapi_app, what `mlflow server --workers 1` runs) in this process under
-uvicorn, with job execution off (starts in seconds, ~0.5 GB) and its start-up chatter off.
-Prints the URL and one link per experiment; Ctrl-C stops it. A port that is taken exits 2
-naming it and --port. While it runs, runs of the same store print their page's URL
-(rlexp.tracking.links).
+Serves the store runs log to (tracker.uri, else $MLFLOW_TRACKING_URI, else outputs/mlflow.db)
+on 127.0.0.1: MLflow's server app (mlflow.server.fastapi_app, as `mlflow server --workers 1`)
+in this process under uvicorn, job execution off (starts in seconds, ~0.5 GB). While it runs,
+runs of the same store print their page's URL (rlexp.tracking.links).
 
-MLflow 3.17's UI shows every page in its GenAI view (traces, "Evaluation runs", Judges) unless
-the page asks for the model-training one. Its workflow switch (server/js, WorkflowType) reads
-`?workflowType=` from the URL, else the browser's saved choice, localStorage
-"mlflow.workflowType_v1" (JSON, GenAI by default); the experiment's mlflow.experimentKind
-tag is not consulted. In-app links (a run, a parent run, Compare) drop the URL parameter, and
-the choice is saved only when the switch is clicked while it shows GenAI. So the index page
-served here carries a script that saves the URL's workflowType when it has one, and
-machine_learning when the browser has no saved choice: every page reached from these links
-stays in the model-training view, and a choice the user makes in the UI is kept.
+MLflow 3.17's UI shows every page in its GenAI view unless the page asks for the training one:
+its workflow switch (server/js, WorkflowType) reads `?workflowType=` from the URL, else
+localStorage "mlflow.workflowType_v1" (GenAI by default), never the experiment's tags, and
+in-app links drop the URL parameter. So the index page served here saves the URL's
+workflowType, or machine_learning when the browser has no saved choice: pages reached from
+these links stay in the training view, and a choice made in the UI is kept.
 """
 
 from __future__ import annotations
@@ -70,11 +64,9 @@ def port_taken(port: int) -> bool:
 
 def with_training_view(index_html: str) -> str:
     """MLflow's index.html with the script that keeps the model-training view."""
-    head = index_html.find("<head>")
-    if head < 0:
+    if "<head>" not in index_html:
         return KEEP_TRAINING_VIEW + index_html
-    cut = head + len("<head>")
-    return index_html[:cut] + KEEP_TRAINING_VIEW + index_html[cut:]
+    return index_html.replace("<head>", "<head>" + KEEP_TRAINING_VIEW, 1)
 
 
 def experiment_links(uri: str, base: str, limit: int = 5) -> list[str]:
@@ -103,10 +95,9 @@ def server_app(uri: str):
                                          SERVE_ARTIFACTS_ENV_VAR)
 
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    os.environ[BACKEND_STORE_URI_ENV_VAR] = uri
-    os.environ[REGISTRY_STORE_URI_ENV_VAR] = uri
-    os.environ[SERVE_ARTIFACTS_ENV_VAR] = "true"
-    os.environ[ARTIFACT_ROOT_ENV_VAR] = "mlflow-artifacts:/"
+    os.environ.update({BACKEND_STORE_URI_ENV_VAR: uri, REGISTRY_STORE_URI_ENV_VAR: uri,
+                       SERVE_ARTIFACTS_ENV_VAR: "true",
+                       ARTIFACT_ROOT_ENV_VAR: "mlflow-artifacts:/"})
     root = store.artifact_root(uri)
     if root is not None:  # new experiments made in the UI keep artifacts next to the db
         os.environ[ARTIFACTS_DESTINATION_ENV_VAR] = str(root)
@@ -123,8 +114,7 @@ def server_app(uri: str):
     page = with_training_view(index.read_text()) if index.is_file() else None
 
     async def app(scope, receive, send):
-        if page is not None and scope["type"] == "http" and scope["path"] in ("/",
-                                                                              "/index.html"):
+        if page is not None and scope["type"] == "http" and scope["path"] in ("/", "/index.html"):
             response = HTMLResponse(page, headers={"Cache-Control": "no-cache"})
             await response(scope, receive, send)
             return
