@@ -1,22 +1,10 @@
 """What a run prints: progress, evaluation lines and a before -> after table at the end.
 
-On a terminal the progress is a bar (step, reward, accuracy, s/step). When stdout/stderr is
-not a terminal (a file, a pipe, a scheduler's log) a bar's carriage returns pile up into one
-huge line, so progress becomes plain periodic lines instead, one per event. run.progress=false
-hides the bar and the step lines only: evaluation lines and the final table stay.
-
-`quiet_third_party()` removes lines that tell a user nothing they can act on (absl's
-resharding notes, MLflow's table creation and system-metrics chatter, Hugging Face's offline
-retries, urllib3's retries against a store that is down); warnings and errors of those
-libraries still show.
-
-Everything a job shows goes to stderr in one format ('rlexp: ...', 'rlexp: warning: ...'):
-log records too (route_logs; Hydra's job logging would print them on stdout with a
-timestamp). Each start-up phase says so as it begins (phase(): building the model, the warm
-start, compiling), so the first line comes before JAX is imported.
-
-A sweep's jobs label their lines and report to the launching process through
-rlexp.job.sweep_messages; that process draws the sweep's bar (rlexp.job.sweep_monitor).
+On a terminal the progress is a bar (step, reward, accuracy, s/step). Elsewhere (a file, a
+pipe, a scheduler's log) a bar's carriage returns would pile up into one huge line, so progress
+is plain periodic lines instead. run.progress=false hides the bar and the step lines only.
+Everything a job shows goes to stderr in one format ('rlexp: ...', 'rlexp: warning: ...'), log
+records too (route_logs; Hydra's job logging would print them on stdout with a timestamp).
 """
 
 from __future__ import annotations
@@ -160,8 +148,11 @@ class ConsoleListener(Listener):
                             bar_format="{desc} |{bar}| {elapsed}<{remaining}",
                             dynamic_ncols=True)
 
-    def _print(self, line: str) -> None:
-        print(line, file=self.stream, flush=True)
+    def _print(self, text: str) -> None:
+        if self.bar is not None:  # above the bar
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
         self._last_line = time.monotonic()
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -194,10 +185,7 @@ class ConsoleListener(Listener):
         line = (f"eval @ step {step}: accuracy {metrics.get('eval/accuracy', 0):.3f}  "
                 f"format {metrics.get('eval/format_accuracy', 0):.3f}  "
                 f"{pass_at_k_label(metrics)} {metrics.get('eval/pass_at_k', 0):.3f}")
-        if self.bar is not None:
-            self.bar.write(line, file=self.stream)
-        else:
-            self._print(line)
+        self._print(line)
 
     def where(self) -> list[str]:
         """'run dir <path>' and 'MLflow <link>' lines (the latter when tracking is on)."""
@@ -210,13 +198,8 @@ class ConsoleListener(Listener):
     def show_link(self) -> None:
         """Where the run is, once the listeners started (the tracker made its run)."""
         lines = self.where()
-        if not lines:
-            return
-        text = "\n".join(lines)
-        if self.bar is not None:
-            self.bar.write(text, file=self.stream)
-        else:
-            print(text, file=self.stream, flush=True)
+        if lines:
+            self._print("\n".join(lines))
 
     def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
         if self.bar is not None:
@@ -226,16 +209,15 @@ class ConsoleListener(Listener):
         after = summary.get("eval_after")
         if after is None and status == "FINISHED":
             after = self.last_eval
+        failed = status == "FAILED" and summary.get("error")  # the line says why, not the table
         table = None
-        if before and after:
+        if before and after and not failed:
             table = before_after_table(before, after)
-        elif before and self.last_eval and self.last_eval_step > 0:
+        elif before and self.last_eval and self.last_eval_step > 0 and not failed:
             # Stopped early: the latest evaluation is not "after training"; say when it was.
             table = before_after_table(before, self.last_eval).replace("   after", "  latest", 1)
         # a sweep job (its stream labels each line: sweep_messages.LabelledStream): the table
         # stays in its log file; the sweep ends with one group table
-        if status == "FAILED" and summary.get("error"):  # the line says why, not the table
-            table = None
         if table and getattr(self.stream, "label", None):
             logging.getLogger(JOB_LOG_ONLY).info("evaluation before and after training\n%s",
                                                  table)
@@ -244,15 +226,13 @@ class ConsoleListener(Listener):
         steps = summary.get("steps_done")
         if steps is None:
             steps = summary.get("resumed_from_step", "?")
-        if status == "FAILED" and summary.get("error"):
-            # the run's one error line, where and how to find the rest (rlexp.log)
-            print(f"rlexp: error: {summary['error']}", file=self.stream, flush=True)
+        if failed:  # the run's one error line (the rest is in rlexp.log)
+            self._print(f"rlexp: error: {summary['error']}")
         else:
-            print(f"rlexp: {status.lower()} after {steps} steps"
-                  + (f" in {summary['wall_s']:.0f}s" if "wall_s" in summary else ""),
-                  file=self.stream, flush=True)
+            took = f" in {summary['wall_s']:.0f}s" if "wall_s" in summary else ""
+            self._print(f"rlexp: {status.lower()} after {steps} steps{took}")
         for line in self.where():
-            print(line, file=self.stream, flush=True)
+            self._print(line)
 
 
 # ------------------------------------------------------------ one stream, one format, phases
@@ -281,11 +261,6 @@ class ConsoleFormatter(logging.Formatter):
 FILE_ONLY = "rlexp.job.file_only"
 
 
-class _NotFileOnly(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.name != FILE_ONLY
-
-
 # In a sweep, what each job would say about its own start-up (one warm-start line per job)
 # stays in its rlexp.log: the sweep's progress says the rest. Warnings always show.
 # A sweep job's lines for its log file only (its before/after table).
@@ -294,27 +269,21 @@ STARTUP_LOGGERS = ("rlexp.engine.warm_start", "rlexp.base.retention", "rlexp.inp
                    JOB_LOG_ONLY)
 
 
-class _NotStartup(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or not record.name.startswith(STARTUP_LOGGERS)
+def _not_startup(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or not record.name.startswith(STARTUP_LOGGERS)
 
 
-class _MainProcessInfo(logging.Filter):
-    """A multi-controller run: process 0 alone prints what happens (its resume line, its
-    phases); every process still prints its warnings and errors. Read per record, since the
-    process index is known only once jax.distributed has joined."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or runtime.is_main_process()
-
-
-_OURS = (_NotStartup, _MainProcessInfo, _NotFileOnly)
+def _console(record: logging.LogRecord) -> bool:
+    """No FILE_ONLY record; and in a multi-controller run, process 0 alone prints what happens
+    (its resume line, its phases): every process still prints its warnings and errors. Read
+    per record, since the process index is known only once jax.distributed has joined."""
+    if record.name == FILE_ONLY:
+        return False
+    return record.levelno >= logging.WARNING or runtime.is_main_process()
 
 
-def _is_console_handler(handler: logging.Handler) -> bool:
-    """Hydra's console handler (hydra/conf/hydra/job_logging/default.yaml): a plain
-    StreamHandler (a FileHandler is a subclass, and stays as it is)."""
-    return type(handler) is logging.StreamHandler
+# Filters on the console handlers (logging takes a plain function as a filter).
+_OURS = (_not_startup, _console)
 
 
 def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, Any, Any]]:
@@ -323,17 +292,18 @@ def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, 
     the start-up lines are left to the job's log file. Returns what restore_logs undoes."""
     changed = []
     for handler in logging.getLogger().handlers:
-        if not _is_console_handler(handler):
+        # Hydra's console handler (hydra/conf/hydra/job_logging/default.yaml) is a plain
+        # StreamHandler; a FileHandler is a subclass, and stays as it is.
+        if type(handler) is not logging.StreamHandler:
             continue
         changed.append((handler, handler.stream, handler.formatter))  # type: ignore[attr-defined]
         handler.setStream(stream)  # type: ignore[attr-defined]
         handler.setFormatter(ConsoleFormatter())
-        for old in [f for f in handler.filters if isinstance(f, _OURS)]:
+        for old in _OURS:
             handler.removeFilter(old)
-        handler.addFilter(_MainProcessInfo())
-        handler.addFilter(_NotFileOnly())
+        handler.addFilter(_console)
         if sweep:
-            handler.addFilter(_NotStartup())
+            handler.addFilter(_not_startup)
     return changed
 
 
@@ -341,17 +311,13 @@ def restore_logs(changed: list[tuple[logging.Handler, Any, Any]]) -> None:
     for handler, stream, formatter in changed:
         handler.setStream(stream)  # type: ignore[attr-defined]
         handler.setFormatter(formatter)
-        for old in [f for f in handler.filters if isinstance(f, _OURS)]:
+        for old in _OURS:
             handler.removeFilter(old)
 
 
 def phase(text: str) -> None:
     """A start-up phase begins ('rlexp: <run>: building the model ...'): one line at once on a
-    terminal, for a single run. Piped output (a log, a test) is left as it was: one line per
-    event, where a bad input the build finds stays its one error line; a sweep's job says
-    nothing (the sweep's bar or lines do)."""
-    if not is_terminal(sys.stderr):  # a sweep's job prints through a LabelledStream (no tty)
-        return
-    if not runtime.is_main_process():  # a multi-controller run: process 0 alone prints
-        return
-    print(f"rlexp: {text}", file=sys.stderr, flush=True)
+    terminal, for a single run. Piped output (a log, a test) keeps a bad input's one error line;
+    a sweep's job (a LabelledStream, no tty) says nothing; nor do processes other than 0."""
+    if is_terminal(sys.stderr) and runtime.is_main_process():
+        print(f"rlexp: {text}", file=sys.stderr, flush=True)

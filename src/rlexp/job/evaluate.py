@@ -194,29 +194,22 @@ def easydel_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]]
 def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answers: Sequence[str],
                  terms: Sequence[rewards.Term], template: str, reasoning_tag: str = "reasoning",
                  prompts: Sequence[str] | None = None) -> dict[str, float]:
-    """Metrics of one evaluation.
-
-    greedy[i]: the greedy completion of prompt i; sampled[i]: its k sampled completions.
-    accuracy/format/partial are of greedy completions, unweighted (independent of
-    cfg.reward); mean_reward is the run's weighted reward of greedy completions;
-    pass_at_k = fraction of prompts with at least one exactly right sampled answer.
-    With MaxText's reward set (reward=maxtext) the answer metrics are MaxText's own
-    (`maxtext_eval_metrics`), plus eval/maj_at_k (reward=maxtext_current: those of its newest
-    evaluate_rl, `maxtext_current_eval_metrics`); with EasyDeL's (reward=easydel_numina) they
-    are its rewards' verdicts (`easydel_eval_metrics`, no partial credit).
-    """
+    """Metrics of one evaluation: greedy[i] is prompt i's greedy completion, sampled[i] its k
+    sampled ones. accuracy/format/partial are of the greedy completions, unweighted (whatever
+    cfg.reward is); mean_reward is the run's weighted reward of them; pass_at_k = fraction of
+    prompts with at least one exactly right sampled answer. MaxText's and EasyDeL's reward sets
+    get their own answer metrics (the functions above)."""
     weighted = rewards.score_all(terms, greedy, answers, prompts)
-    total = np.sum([v for v in weighted.values()], axis=0)
+    mean_reward = float(np.mean(np.sum(list(weighted.values()), axis=0)))
     if uses_maxtext_rewards(terms):
         return {**maxtext_eval_metrics(greedy, sampled, answers, reasoning_tag),
-                "eval/mean_reward": float(np.mean(total))}
+                "eval/mean_reward": mean_reward}
     if uses_easydel_rewards(terms):
-        return {**easydel_eval_metrics(greedy, sampled, answers),
-                "eval/mean_reward": float(np.mean(total))}
+        return {**easydel_eval_metrics(greedy, sampled, answers), "eval/mean_reward": mean_reward}
     if uses_maxtext_current_rewards(terms):
         return {**maxtext_current_eval_metrics(greedy, sampled, answers, reasoning_tag,
                                                _start_in_prompt(terms)),
-                "eval/mean_reward": float(np.mean(total))}
+                "eval/mean_reward": mean_reward}
     correct = [rewards.answer_exact(c, a) for c, a in zip(greedy, answers)]
     sampled_correct = [[rewards.answer_exact(c, a) for c in group]
                        for group, a in zip(sampled, answers)]
@@ -226,7 +219,7 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
                                                 for c, a in zip(greedy, answers)])),
         "eval/format_accuracy": float(np.mean([rewards.format_exact(c, a, template, reasoning_tag)
                                                for c, a in zip(greedy, answers)])),
-        "eval/mean_reward": float(np.mean(total)),
+        "eval/mean_reward": mean_reward,
         "eval/pass_at_k": float(np.mean([max(g) if g else 0.0 for g in sampled_correct])),
         "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in sampled_correct if g])),
     }

@@ -1,9 +1,6 @@
-"""One job, start to end, in named phases (_run_locked): resolve_state -> build -> restore ->
-open_attempt -> train -> finish -> end_run.
-
-Data flows one way: config -> plan -> components -> loop -> listeners. This is the only place
-that decides a run's status (FINISHED, FAILED, KILLED); summary.json is written through
-rlexp.base.summary.
+"""One job, start to end, in named phases (_run_locked). Data flows one way: config -> plan ->
+components -> loop -> listeners. This is the only place that decides a run's status (FINISHED,
+FAILED, KILLED); summary.json is written through rlexp.base.summary.
 
 A rerun learns the earlier attempt's state from the first readable of: summary.json, the MLflow
 run (tracking.json's id, else the run tagged rlexp.run_dir), the newest checkpoint (the loop's
@@ -16,14 +13,14 @@ one line naming the path and its free space: the unfinished checkpoint is remove
 good one stays), no *.tmp file is left, and a small reserve file, deleted first, leaves room
 for summary.json and the tracker's final records.
 
-A multi-controller run (hardware.runtime=multi_controller) runs this in every process: each
-builds, trains, evaluates and checkpoints (orbax's multi-host save and restore, the device
-collectives); process 0 alone writes summary.json, progress.json and the export, opens the
-MLflow run and prints (rlexp.base.runtime.is_main_process).
+A multi-controller run (hardware.runtime=multi_controller) runs all of this in every process;
+process 0 alone writes summary.json, progress.json and the export, opens the MLflow run and
+prints (rlexp.base.runtime.is_main_process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -45,6 +42,7 @@ from rlexp import engine as engine_lib
 from rlexp.base import runtime
 from rlexp.base.errors import UserError, fail
 from rlexp.base.events import Listener, Listeners, RunInfo
+from rlexp.base.files import read_json_object, write_atomic
 from rlexp.base.lock import Busy, DirLock, is_lock_file
 from rlexp.base.redact import redact_params, redact_text, redact_uri, scrub_run_dir
 from rlexp.base.summary import SUMMARY_FILE, read_summary, set_aside, write_summary
@@ -54,7 +52,6 @@ from rlexp.data.rewards import RewardFailed
 from rlexp.engine import export
 from rlexp.engine.checkpoint_store import DiskFull, disk_full, remove_unfinished
 from rlexp.inputs import storage
-from rlexp.inputs.storage import check_backend
 from rlexp.job import loop, stopping
 from rlexp.job.console import FILE_ONLY, ConsoleListener, phase, quiet_third_party
 from rlexp.job.sweep_messages import current_job
@@ -65,12 +62,12 @@ from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys
 from rlexp.tracking.callback import RemoteParentCloser
 from rlexp.tracking.conventions import display_name, swept_tags
 from rlexp.tracking.environment import git_tags, version_tags
-from rlexp.tracking.listener import recorded_run
+from rlexp.tracking.listener import recorded_run, warn
 from rlexp.tracking.links import run_dir_link
 from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
 
-# Imported inside functions, on purpose: jax (1.4 s) is imported only to count devices at the end
-# of a failed run: pre-flight and dry runs import this module.
+# Imported inside functions, on purpose: jax (1.4 s) is imported only to count devices once the
+# run is built (_first_summary): pre-flight and dry runs import this module.
 
 log = logging.getLogger("rlexp")
 
@@ -116,13 +113,6 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
     return tags
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 # Fields that describe one attempt: never taken from an earlier attempt's summary.
 ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
 
@@ -141,14 +131,9 @@ def carry_over(previous: dict | None, summary: dict) -> dict:
     return out
 
 
-def warn(message: str) -> None:
-    print(f"rlexp: warning: {message}", file=sys.stderr, flush=True)
-
-
 def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
-    """The earlier attempt's summary: summary.json, else the MLflow run, else the newest
-    checkpoint (None: a new run, or one that stopped before its end and resumes). A damaged
-    summary.json is set aside; a finished run's is rebuilt and written again, in one line."""
+    """The earlier attempt's summary, from where the module docstring says (None: a new run,
+    or one that stopped before its end and resumes). A damaged summary.json is set aside."""
     path = job.run_dir / SUMMARY_FILE
     previous = read_summary(job.run_dir)
     if previous is not None:
@@ -157,9 +142,8 @@ def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | Non
     final = final_metadata(checkpoints)
     if not damaged and final is None:
         return None  # no summary and training not done: a crash, the resume redoes the rest
-    recorded = None
-    if cfg.tracker.name == "mlflow":
-        recorded = recorded_run(default_uri(cfg), cfg.tracker.experiment, job.run_dir)
+    recorded = (recorded_run(default_uri(cfg), cfg.tracker.experiment, job.run_dir)
+                if cfg.tracker.name == "mlflow" else None)
     what = f"{path} is missing"
     if damaged:
         aside = set_aside(job.run_dir)  # kept for a post-mortem
@@ -208,11 +192,11 @@ def _summary_from_mlflow(recorded: dict, job: JobContext, final: dict | None) ->
 def _summary_from_checkpoint(final: dict, job: JobContext) -> dict:
     """A finished run's summary from its final checkpoint's metadata (the loop's last save)."""
     eval_after = final.get("eval_after") or {}
-    link = _read_json(job.run_dir / "tracking.json") or {}
+    link = read_json_object(job.run_dir / "tracking.json") or {}
     return {**_identity(job), "status": "FINISHED", "error": None,
             "steps_done": final.get("step"), "eval_before": final.get("eval_before") or {},
             "eval_after": eval_after, "objective": eval_after.get("eval/accuracy"),
-            "mlflow_run_id": link.get("run_id") if isinstance(link, dict) else None,
+            "mlflow_run_id": link.get("run_id"),
             "rebuilt_from": f"checkpoint {final.get('step')}"}
 
 
@@ -233,9 +217,8 @@ def _forget_previous(run_dir: Path) -> None:
 
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
     print("rlexp plan (dry run: nothing compiled)")
-    for line in plan.lines:
-        print(f"  {line}")
-    for line in process_lines(cfg.hardware):  # hosts x devices per host, who logs, host RAM
+    # the plan, then hosts x devices per host, who logs, host RAM
+    for line in [*plan.lines, *process_lines(cfg.hardware)]:
         print(f"  {line}")
     print(f"  outputs    {job.run_dir}")
     print(f"  tracking   {redact_uri(default_uri(cfg) or 'off (tracker=none)')}"
@@ -243,7 +226,6 @@ def print_plan(cfg: Config, plan, job: JobContext) -> None:
 
 
 def run(cfg: Config, job: JobContext) -> float | None:
-
     # Pre-flight refused a plan that does not fit (launch.checks.check_fits) before Hydra
     # launched this job, maybe in another process: the job makes it once and does not re-check.
     plan = make_plan(cfg)
@@ -254,7 +236,12 @@ def run(cfg: Config, job: JobContext) -> float | None:
         init_distributed(cfg.hardware)  # multi_controller: join the others (0 of 1 otherwise)
     except UserError as exc:
         _user_error(str(exc), job)
-    lock = _lock_run_dir(job)  # before rlexp writes anything: a second identical command exits 2
+    try:  # before rlexp writes anything: a second identical command exits 2
+        lock = DirLock(job.run_dir, process=runtime.process_index()).acquire()
+    except Busy as exc:
+        if job.sweep_dir is None:
+            fail(str(exc))
+        raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
     try:
         with runtime.frozen_heap():
             return _run_locked(cfg, job, plan)
@@ -271,9 +258,8 @@ def run(cfg: Config, job: JobContext) -> float | None:
                                     "same command")
         log_traceback(exc)
         line = failure_line(exc)
-        if runtime.is_main_process() and (read_summary(job.run_dir) or {}).get(
-                "status") not in ("FAILED", "KILLED"):
-            _failed_summary(job, line)
+        if (read_summary(job.run_dir) or {}).get("status") not in ("FAILED", "KILLED"):
+            _failed_summary(job, line)  # (process 0's)
         return _job_failed(job, line)
     finally:
         lock.release()
@@ -294,33 +280,21 @@ def _job_failed(job: JobContext, line: str) -> float:
 
 
 def _remove_tmp_files(run_dir: Path) -> None:
-    """Temporary files a write that hit a full disk left (summary.json.tmp, progress.tmp,
-    tracking.json.<pid>.<thread>.tmp, tracking_spool.jsonl.tmp)."""
+    """Temporary files a write that hit a full disk left (summary.json.tmp,
+    <file>.<pid>.<thread>.tmp, tracking_spool.jsonl.tmp)."""
     for path in run_dir.glob("*.tmp") if run_dir.is_dir() else ():
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            pass
-
-
-def _lock_run_dir(job: JobContext) -> DirLock:
-    try:
-        return DirLock(job.run_dir, process=runtime.process_index()).acquire()
-    except Busy as exc:
-        if job.sweep_dir is None:
-            fail(str(exc))
-        raise  # in a sweep: this job fails without touching the dir; the summary is the owner's
 
 
 def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
-    """The job's phases: resolve_state -> build -> restore -> open_attempt (listeners, the
-    summary's first fields) -> train (the loop, then the export) -> finish (summary.json,
-    outputs, listeners; however training ended) -> end_run (the objective, or the exit)."""
+    """The job's phases: resolve_state -> build -> restore -> open_attempt -> train (the loop,
+    then the export) -> finish (however training ended) -> end_run (objective, or exit)."""
     quiet_third_party()  # orbax/absl log each checkpoint at INFO: rlexp's lines only
     # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
     checkpoints = storage.checkpoint_dir(cfg.run.output_uri, job.run_dir, job.name)
     previous = resolve_state(cfg, job, checkpoints)
-    if _finished(previous):
+    if (previous or {}).get("status") == "FINISHED":
         return previous.get("objective")
     started = time.time()
     engine = build(cfg, job, plan)
@@ -334,10 +308,6 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     return end_run(job, outcome, attempt.summary)
 
 
-def _finished(previous: dict | None) -> bool:
-    return previous is not None and previous.get("status") == "FINISHED"
-
-
 def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
     """What an earlier attempt in this run dir left: its summary with run.resume=true (a
     finished run is said so here, and not trained again), nothing with run.resume=false (its
@@ -345,7 +315,7 @@ def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None
     previous = None
     if cfg.run.resume:
         previous = recorded_state(cfg, job, checkpoints)
-        if _finished(previous):
+        if (previous or {}).get("status") == "FINISHED":
             if runtime.is_main_process():
                 print(already_finished(job.run_dir, previous, git_tags()))
             return previous
@@ -366,7 +336,7 @@ def build(cfg: Config, job: JobContext, plan) -> Any:
     if runtime.is_main_process():
         warm_up(cfg)  # MLflow's import and store open on a thread, while the engine builds
     try:
-        check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
+        storage.check_backend(cfg.run.output_uri)  # here, not in pre-flight: a launching machine
         return engine_lib.build(cfg, plan, job.run_dir)  # (xpk) needs no gcsfs
     except UserError as exc:  # bad input found while building: nothing was tracked yet
         _user_error(str(exc), job)
@@ -428,8 +398,8 @@ class Outcome:
 
 def open_attempt(cfg: Config, job: JobContext, engine: Any, checkpointer: Checkpointer,
                  resumed: dict | None, previous: dict | None, started: float) -> Attempt:
-    """The listeners, what they hear first, the summary's first fields, the stops and the
-    disk reserve (in this order)."""
+    """In this order: the listeners, what they hear first, the summary's first fields, the
+    stops and the disk reserve."""
     listener_list = _listeners(cfg, job.run_dir)
     return Attempt(
         cfg=cfg, job=job, engine=engine, checkpointer=checkpointer, resumed=resumed,
@@ -454,10 +424,11 @@ def _run_info(cfg: Config, job: JobContext, engine: Any, resumed: dict | None,
 
 
 def _first_summary(job: JobContext, engine: Any, started: float) -> dict[str, Any]:
+    import jax
+
     return {
-        "name": job.name, "status": "RUNNING", "choices": job.choices,
-        "overrides": job.overrides, "run_dir": str(job.run_dir.resolve()),
-        "devices": _device_count(), "started": started, "resumed_from_step": engine.start_step,
+        **_identity(job), "status": "RUNNING", "devices": jax.device_count(), "started": started,
+        "resumed_from_step": engine.start_step,
         # The code that produced the run ("already finished" names it on a rerun).
         **{k.replace(".", "_"): v for k, v in git_tags().items()},
     }
@@ -484,29 +455,30 @@ def train(a: Attempt, outcome: Outcome) -> None:
     except KeyboardInterrupt:
         outcome.status, outcome.error = "KILLED", "interrupted"
     except loop.NonFinite as exc:
-        outcome.error = f"{exc}; {_kept(a.checkpointer, a.cfg.train.checkpoint_every)}"
+        unsaved = (f"no checkpoint was saved (train.checkpoint_every="
+                   f"{a.cfg.train.checkpoint_every}): a rerun starts from step 0")
+        outcome.error = f"{exc}; {_kept(a.checkpointer, unsaved)}"
     except Exception as exc:
         outcome.full = disk_full(exc, a.job.run_dir)
-        outcome.lost = lost_peer(exc) if outcome.full is None else None
-        if outcome.full is None:  # (its log file may be on the full disk)
-            log_traceback(exc)
-        if outcome.full is None and outcome.lost is None:
-            outcome.error = failure_line(exc)
+        if outcome.full is not None:  # no traceback: its log file may be on the full disk
+            kept = _kept(a.checkpointer, "no checkpoint was saved yet")
+            outcome.error = (f"{outcome.full.describe()}: stopped after step {a.steps_done()}; "
+                             f"{kept}; free some space, then rerun the same command to resume")
         else:
-            outcome.error = outcome.lost or _disk_full_line(outcome.full, a.steps_done(),
-                                                            a.checkpointer)
+            outcome.lost = lost_peer(exc)
+            log_traceback(exc)
+            outcome.error = outcome.lost or failure_line(exc)
 
 
 def finish(a: Attempt, outcome: Outcome) -> None:
-    """The run's end, however training ended: checkpoints closed, summary.json written (a
-    rerun's keeps what the earlier attempt knew), the outputs mirrored, the listeners and
-    stops told; after a full disk, no unfinished checkpoint or *.tmp file stays."""
+    """The run's end, however training ended; after a full disk, no unfinished checkpoint or
+    *.tmp file stays."""
     if outcome.full is not None:
         logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
     a.reserve.release()  # room for the last words below
     if outcome.lost is None:  # orbax's close waits for every process: not for a lost one
         a.checkpointer.close()
-    tracking = _read_json(a.job.run_dir / "tracking.json") or {}
+    tracking = read_json_object(a.job.run_dir / "tracking.json") or {}
     eval_after = a.summary.get("eval_after") or {}
     a.summary.update(status=outcome.status, error=outcome.error,
                      wall_s=round(time.time() - a.started, 3),
@@ -564,7 +536,6 @@ def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float
 def _export(cfg: Config, engine: Any, run_dir: Path, listeners: Listeners) -> str | None:
     """The final policy as a Hugging Face dir, handed to the tracker as artifact `model`.
     Never fails the run: the checkpoint holds the same weights (python -m rlexp.export)."""
-
     try:
         source = Path(cfg.model.path) if cfg.model.path else None
         state = engine.policy_state()  # every process: gathering the shards is a collective
@@ -615,44 +586,30 @@ def log_traceback(exc: BaseException) -> None:
     logging.getLogger(FILE_ONLY).error("the run failed: %s", failure_line(exc), exc_info=exc)
 
 
-def _kept(checkpointer: Checkpointer, every: int) -> str:
-    """What a rerun resumes from, as the checkpoints on disk say."""
+def _kept(checkpointer: Checkpointer, unsaved: str) -> str:
+    """What a rerun resumes from, as the checkpoints on disk say (`unsaved`: none is)."""
     last = checkpointer.last_good()
-    if last is not None:
-        return f"the last good checkpoint (step {last}) is kept"
-    return (f"no checkpoint was saved (train.checkpoint_every={every}): a rerun starts from "
-            "step 0")
+    return unsaved if last is None else f"the last good checkpoint (step {last}) is kept"
 
 
 def _failed_summary(job: JobContext, error: str) -> None:
     if not runtime.is_main_process():
         return
     job.run_dir.mkdir(parents=True, exist_ok=True)
-    write_summary(job.run_dir, {"name": job.name, "status": "FAILED", "error": error,
-                                "choices": job.choices, "overrides": job.overrides,
-                                "run_dir": str(job.run_dir.resolve()), "objective": None})
-
-
-def _device_count() -> int:
-    import jax
-
-    return jax.device_count()
+    write_summary(job.run_dir, {**_identity(job), "status": "FAILED", "error": error,
+                                "objective": None})
 
 
 def _user_error(message: str, job: JobContext) -> NoReturn:
     if job.sweep_dir is None:
-        _remove_if_empty(job.run_dir)
+        # Bad input found after Hydra made the run dir: leave nothing half-made behind.
+        hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock", RESERVE_FILE}
+        if job.run_dir.is_dir() and all(p.name in hydra_only or is_lock_file(p.name)
+                                        for p in job.run_dir.iterdir()):
+            shutil.rmtree(job.run_dir, ignore_errors=True)
         fail(message)
     _failed_summary(job, message)
     raise UserError(message)  # in a sweep: this job fails, the others go on
-
-
-def _remove_if_empty(run_dir: Path) -> None:
-    """Bad input found after Hydra made the run dir: leave nothing half-made behind."""
-    hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock", RESERVE_FILE}
-    if run_dir.is_dir() and all(p.name in hydra_only or is_lock_file(p.name)
-                                for p in run_dir.iterdir()):
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class ProgressFile(Listener):
@@ -667,22 +624,14 @@ class ProgressFile(Listener):
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.step = step
-        if not self.write:
-            return
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps({"step": step, "time": time.time()}))
-            tmp.replace(self.path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
+        if self.write:
+            write_atomic(self.path, json.dumps({"step": step, "time": time.time()}))
 
 
 class Observers(Listeners):
-    """The run's listeners: a failing one is logged and the run goes on (Listeners), except
-    for a full disk, which stops the run now (Observers re-raise it as DiskFull once every
-    listener had the event): nothing more could be saved, and the steps after the last good
-    checkpoint are produced again by the resume."""
+    """The run's listeners: a failing one is logged and the run goes on, except for a full
+    disk, raised as DiskFull once every listener had the event (the resume redoes the steps
+    after the last good checkpoint)."""
 
     def __init__(self, listeners: list[Listener], run_dir: Path):
         super().__init__(listeners)
@@ -721,28 +670,15 @@ class DiskReserve:
             self.release()
 
     def release(self) -> None:
-        if self.path is None:
-            return
-        try:
-            self.path.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-
-def _disk_full_line(full: DiskFull, step: int, checkpointer: Checkpointer) -> str:
-    last = checkpointer.last_good()
-    kept = (f"the last good checkpoint (step {last}) is kept" if last is not None
-            else "no checkpoint was saved yet")
-    return (f"{full.describe()}: stopped after step {step}; {kept}; free some space, then "
-            "rerun the same command to resume")
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink(missing_ok=True)
 
 
 def _parent(job: JobContext) -> dict[str, Any]:
     """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
     launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
-    parent = None
-    if job.sweep_dir is not None:
-        parent = parent_run_id(job.sweep_dir)
+    parent = parent_run_id(job.sweep_dir) if job.sweep_dir is not None else None
     parent = parent or parent_from_env()
     return {"parent_run_id": parent} if parent else {}
 

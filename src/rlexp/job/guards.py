@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from rlexp.config.schema import Config
 
@@ -40,9 +41,15 @@ ON_POLICY_KEYS = ("algo.scale_rewards", "algo.loss_agg", "algo.mask_truncated",
 GUARDS = ("on_policy_noop", "nonfinite")
 
 
+def _value(cfg: Config, key: str) -> Any:
+    return getattr(cfg.algo, key.split(".", 1)[1])
+
+
 def on_policy_signature(cfg: Config) -> tuple:
     """The values of ON_POLICY_KEYS: two jobs that share it train alike on-policy."""
-    return tuple(getattr(cfg.algo, k.split(".", 1)[1]) for k in ON_POLICY_KEYS)
+    return tuple(_value(cfg, k) for k in ON_POLICY_KEYS)
+
+
 # Step metrics that stop a run when NaN/Inf (the last good checkpoint is kept). A NaN grad
 # norm or KL precedes a NaN loss by a step or more (an inf learning rate gives NaN weights
 # while the loss of that step is still finite); reward components are under train/reward/.
@@ -69,31 +76,17 @@ def on_policy_noop(cfg: Config) -> bool:
     return cfg.algo.num_iterations == 1
 
 
-def set_noop_keys(overrides: Iterable[str]) -> list[str]:
+def set_noop_keys(overrides: Iterable[str]) -> set[str]:
     """NOOP_KEYS the user set in `overrides` ("algo.epsilon=0.1", "algo=gspo", "+algo.x=")."""
-    found = []
-    for override in overrides:
-        key = override.lstrip("+~").split("=", 1)[0].strip()
-        key = NOOP_GROUPS.get(key, key)
-        if key in NOOP_KEYS and key not in found:
-            found.append(key)
-    return found
+    keys = {override.lstrip("+~").split("=", 1)[0].strip() for override in overrides}
+    return {NOOP_GROUPS.get(key, key) for key in keys} & set(NOOP_KEYS)
 
 
-def chosen_noop_keys(cfg: Config) -> list[str]:
-    """NOOP_KEYS whose value differs from the default config's: chosen by a group choice or
-    an experiment file even when the command line does not name them."""
-    default = Config().algo
-    return [k for k in NOOP_KEYS
-            if getattr(cfg.algo, k.split(".", 1)[1]) != getattr(default, k.split(".", 1)[1])]
-
-
-def noop_message(cfg: Config, keys: Iterable[str] = NOOP_KEYS) -> str:
+def noop_message(cfg: Config, keys: Iterable[str]) -> str:
     keys = list(keys)
     return (f"algo.num_iterations={cfg.algo.num_iterations}: updates are on-policy, the importance "
             f"ratio is exactly 1, so {', '.join(keys)} {'changes' if len(keys) == 1 else 'change'} "
-            f"nothing "
-            f"(set algo.num_iterations>=2 for clipping and GSPO to act)")
+            "nothing (set algo.num_iterations>=2 for clipping and GSPO to act)")
 
 
 def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, list[str]],
@@ -103,7 +96,6 @@ def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, 
     over beta is harmless); algo=gspo alone warns (it is GRPO on-policy)."""
     if not jobs or not all(on_policy_noop(job) for job in jobs):
         return None
-    keys = set_noop_keys(overrides)
     if multirun:
         same = len({on_policy_signature(job) for job in jobs}) == 1
         keys = [k for k in NOOP_KEYS if len(swept.get(k, ())) > 1 or
@@ -112,11 +104,11 @@ def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, 
             return None
         return f"this sweep varies {', '.join(keys)} but every job is on-policy: " + \
             noop_message(jobs[0], keys)
-    chosen = chosen_noop_keys(jobs[0])  # builds a default Config: once, not per key
-    keys = [k for k in NOOP_KEYS if k in keys or k in chosen]
-    if "algo.name" in keys and on_policy_signature(jobs[0]) != on_policy_signature(Config()):
+    # named on the command line, or chosen (see the module docstring)
+    named, default = set_noop_keys(overrides), Config()
+    keys = [k for k in NOOP_KEYS if k in named or _value(jobs[0], k) != _value(default, k)]
+    if "algo.name" in keys and on_policy_signature(jobs[0]) != on_policy_signature(default):
         keys.remove("algo.name")  # e.g. algo=dr_grpo: its scale_rewards/loss_agg act on-policy
     if not keys or keys == ["algo.name"] and jobs[0].algo.name == "grpo":
         return None
-    return noop_message(jobs[0], [f"{k}={getattr(jobs[0].algo, k.split('.', 1)[1])}"
-                                  for k in keys])
+    return noop_message(jobs[0], [f"{k}={_value(jobs[0], k)}" for k in keys])

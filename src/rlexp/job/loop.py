@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -45,8 +45,6 @@ class LoopState:
     seed: int
     # Metrics of the evaluation before training.
     eval_before: dict[str, float] = field(default_factory=dict)
-    # Metrics of the latest evaluation.
-    eval_last: dict[str, float] = field(default_factory=dict)
     # Metrics of the latest training step.
     train_last: dict[str, float] = field(default_factory=dict)
 
@@ -108,22 +106,15 @@ def _note_where(exc: BaseException, phase: "PhaseTimer", step: int) -> None:
     name = phase.failed
     at = step + 1 if name in ("data", "step") else step
     where = _PHASE_NAMES.get(name or "", "")
-    try:
+    with suppress(AttributeError):  # an exception type with __slots__: the line goes without it
         setattr(exc, "_rlexp_failed_at", f"in {where} step {at}" if where else f"at step {at}")
-    except AttributeError:  # an exception type with __slots__: the line goes without it
-        pass
 
 
 def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
         checkpointer: "Checkpointer | None" = None, stop: "StopFlag | None" = None,
         resumed: dict[str, Any] | None = None, stops: "Stops | None" = None) -> dict[str, Any]:
-    """Train cfg.train.steps global steps; returns the summary fields.
-
-    `checkpointer` saves every train.checkpoint_every steps, at the end, and when `stop`
-    (SIGTERM) is set; `resumed` is the metadata of the checkpoint the engine was restored from;
-    `stops` (early stopping, sweep pruning) may end training before cfg.train.steps.
-    """
-
+    """Train cfg.train.steps global steps; returns the summary fields. `stops` (early stopping,
+    sweep pruning) may end training sooner; Training says what the other arguments are."""
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
     try:
@@ -148,6 +139,7 @@ class Training:
     listeners: Listeners
     state: LoopState
     phase: PhaseTimer
+    # Saves every train.checkpoint_every steps, at the end, and on SIGTERM.
     checkpointer: "Checkpointer | None"
     # SIGTERM: checkpoint and stop (Preempted).
     stop: "StopFlag | None"
@@ -168,14 +160,11 @@ def _rollouts_every(cfg: Config) -> int:
     """tracker.log_completions_every, else at each evaluation (0 without a tracker)."""
     if cfg.tracker.name == "none":
         return 0
-    if cfg.tracker.log_completions_every is None:
-        return cfg.eval.every
-    return cfg.tracker.log_completions_every
+    every = cfg.tracker.log_completions_every
+    return cfg.eval.every if every is None else every
 
 
 def _run(t: Training) -> dict[str, Any]:
-    """The phases: begin -> for each step: train_step, log_step, check_stops (and the
-    evaluation every eval.every steps), save_or_preempt -> end."""
     begin(t)
     stopped: str | None = None
     while t.state.step < t.cfg.train.steps:
@@ -196,7 +185,6 @@ def evaluate_now(t: Training) -> dict[str, float]:
         metrics, samples = evaluate(t.engine, eval_key(t.state.seed))
     with t.phase("log"):
         t.listeners.on_eval(t.state.step, metrics, samples)
-    t.state.eval_last = metrics
     return metrics
 
 

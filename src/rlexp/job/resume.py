@@ -2,12 +2,10 @@
 
 A checkpoint holds the policy parameters, the optimizer state and our counters (model.lora:
 the adapters and their optimizer state only; the frozen base is rebuilt at start). Tunix's final
-save drops its global step, so the step that matters lives in our metadata;
-the data order and sampling keys are pure functions of (seed, step), so nothing else is needed.
-Orbax writes a step into a temporary dir and renames it when complete, so a SIGKILL mid-save
-leaves no half checkpoint under its final name (the temporary dir is removed when the next
-attempt opens the dir); a committed one that fails to restore (corrupt files) is skipped with
-a warning in favour of the one before.
+save drops its global step, so the step that matters lives in our metadata. Orbax writes a step
+into a temporary dir and renames it when complete, so a SIGKILL mid-save leaves no half
+checkpoint under its final name; a committed one that fails to restore (corrupt files) is set
+aside with a warning in favour of the one before.
 
 A full disk: before each save the free space is compared with the size of the checkpoint
 before it (the plan's estimate for the first), and a save that fails with ENOSPC or
@@ -17,6 +15,7 @@ checkpoints already committed stay as they are.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import signal
@@ -86,7 +85,12 @@ class Checkpointer:
             if full is None:
                 raise
             self.failed = True
-            self._discard(step, existed)
+            # its temporary dir (and a final dir it made) go, the others stay
+            remove_unfinished(self.directory)
+            if is_local(self.directory) and not existed and Path(target).is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            with contextlib.suppress(Exception):  # the save's own error is the one reported
+                self.store.steps()  # re-read: orbax caches its list of steps
             raise DiskFull(self.directory, full.free) from None
         if is_local(self.directory) and Path(target).is_dir():
             self.expected, self._measured = float(dir_bytes(target)), True
@@ -104,28 +108,14 @@ class Checkpointer:
             self.failed = True
             raise DiskFull(self.directory, free)
 
-    def _discard(self, step: int, existed: bool) -> None:
-        """A failed save: its temporary dir (and a final dir it made) go, the others stay."""
-        remove_unfinished(self.directory)
-        target = Path(self.directory) / str(step)
-        if is_local(self.directory) and not existed and target.is_dir():
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            self.store.steps()  # re-read: orbax caches its list of steps
-        except Exception:  # the save's own error is the one reported
-            pass
-
     def last_good(self) -> int | None:
         """The newest committed step on disk (None: none, or not a local dir)."""
         steps = committed_steps(self.directory)
         return steps[0] if steps else None
 
-    def steps(self) -> list[int]:
-        return self.store.steps()
-
     def restore_latest(self, seed: int) -> dict[str, Any] | None:
         """Restore the newest checkpoint that loads; returns its metadata (None when none)."""
-        for step in self.steps():
+        for step in self.store.steps():
             try:
                 meta = self.store.restore(step)
                 if meta.get("step") != step or meta.get("seed") != seed:

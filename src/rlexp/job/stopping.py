@@ -1,20 +1,19 @@
 """Stopping a run before train.steps: early stopping on a stalled metric, pruning of sweep jobs.
 
 Both are `Stop` objects the loop asks after each logged step and each evaluation; the first
-one that answers with a reason ends the training loop (the final evaluation and checkpoint
-still run, the run ends FINISHED, and summary.json / MLflow carry the reason).
+reason given ends the training loop (the final evaluation and checkpoint still run, the run
+ends FINISHED, and summary.json / MLflow carry the reason).
 
-Pruning a sweep's jobs: hydra-optuna-sweeper 1.3.0 asks its study for a batch of trials,
-launches the jobs and only `tell`s the study their return values (its `_impl.py` sweep());
-no job ever sees its Optuna trial, so Optuna cannot prune through the sweeper. Instead the
-jobs of a sweep share a record in the sweep dir (pruning.jsonl: each finished or pruned job's
-eval curve); a job loads it into an in-memory Optuna study as the earlier trials, takes a
-trial of its own, reports its eval curve with `trial.report(value, step)` and stops when
-`trial.should_prune()`: Optuna's MedianPruner compares it with the earlier jobs at the same
-step. (Optuna 2.10's RDB storage fails its alembic version check with SQLAlchemy 2, which
-MLflow needs, so a shared sqlite study is not an option here.) This works with every sweeper
-(basic grid or Optuna) and every launcher whose jobs share the sweep dir. A pruned job still
-returns its final eval accuracy to the sweeper, whose study records it as a complete trial.
+Pruning: hydra-optuna-sweeper 1.3.0 asks its study for a batch of trials, launches the jobs and
+only `tell`s the study their return values (its `_impl.py` sweep()): no job sees its Optuna
+trial, so Optuna cannot prune through the sweeper. Instead each finished or pruned job appends
+its eval curve to the sweep dir's pruning.jsonl; a job loads those as the earlier trials of an
+in-memory study, reports its own curve to a trial of its own and stops when Optuna's
+MedianPruner, comparing it with the earlier jobs at the same step, says so. (Optuna 2.10's RDB
+storage fails its alembic version check with SQLAlchemy 2, which MLflow needs, so a shared
+sqlite study is not an option.) This works with every sweeper (basic grid or Optuna) and every
+launcher whose jobs share the sweep dir. A pruned job still returns its final eval accuracy,
+which the sweeper's study records as a complete trial.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ class EarlyStop:
 
     def check(self, step: int, metrics: dict[str, float]) -> str | None:
         c = self.cfg
-        if c.metric is None or c.metric not in metrics:
+        if c.metric not in metrics:  # (None: off)
             return None
         value = float(metrics[c.metric])
         if math.isfinite(value) and improved(value, self.best, c.mode, c.min_delta):
@@ -129,8 +128,12 @@ class SweepPruner:
             state, value = "COMPLETE", float(final)
         else:
             return  # failed or killed: a rerun resumes it, it is no evidence for others
-        append_job(self.path, {"job": self.job, "state": state, "value": value,
-                               "curve": {str(k): v for k, v in self.curve.items()}})
+        record = {"job": self.job, "state": state, "value": value,
+                  "curve": {str(k): v for k, v in self.curve.items()}}
+        with flocked(self.path) as handle:  # an exclusive lock: jobs may end at the same time
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 def read_jobs(path: Path) -> list[dict]:
@@ -150,14 +153,6 @@ def read_jobs(path: Path) -> list[dict]:
     return out
 
 
-def append_job(path: Path, job: dict) -> None:
-    """One line per job, appended under an exclusive lock (jobs may end at the same time)."""
-    with flocked(path) as handle:
-        handle.write(json.dumps(job) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 class Stops:
     """The run's stop conditions, asked in order; never fatal for a pruner's storage."""
 
@@ -165,11 +160,8 @@ class Stops:
         self.stops = stops
 
     def check(self, step: int, metrics: dict[str, float]) -> str | None:
-        for stop in self.stops:
-            reason = stop.check(step, metrics)
-            if reason:
-                return reason
-        return None
+        reasons = (stop.check(step, metrics) for stop in self.stops)  # asked until one answers
+        return next((reason for reason in reasons if reason), None)
 
     def finish(self, status: str, summary: dict[str, Any]) -> None:
         for stop in self.stops:

@@ -1,10 +1,6 @@
 """A sweep's jobs and the process that launched them, across processes: each job's label
 (`[3/8 β=0.04 G=4]`), its lines labelled whole, and, under the joblib launcher, its events
 (start, lines on a terminal, end) for rlexp.job.sweep_monitor.
-
-The launching process passes what the jobs need in their environment (SweepEnv: the sweep's
-size, the swept keys, the event dir); each job writes one JSON record a line to
-<event dir>/<job index>.jsonl (Relay). Terminal output itself is rlexp.job.console's.
 """
 
 from __future__ import annotations
@@ -23,15 +19,14 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from rlexp.base.events import Listener
 from rlexp.job.console import restore_logs, route_logs
 
-# What the launching process tells a sweep's jobs (rlexp.__main__ after pre-flight; the joblib
-# launcher hands them to its workers, which may have started before): the number of jobs, the
-# keys they vary, and, for the joblib launcher, the dir where each job writes its events
-# (<job index>.jsonl: start, end; its lines too on a terminal, which the launching
-# process then prints above its sweep bar).
+# What the launching process tells a sweep's jobs in their environment (SweepEnv; set by
+# rlexp.__main__ after pre-flight; the joblib launcher hands them to its workers, which may
+# have started before).
 SWEEP_SIZE_ENV = "RLEXP_SWEEP_SIZE"
 SWEEP_KEYS_ENV = "RLEXP_SWEEP_KEYS"
 SWEEP_RELAY_ENV = "RLEXP_SWEEP_RELAY"
 SWEEP_TERMINAL_ENV = "RLEXP_SWEEP_TERMINAL"
+
 
 def job_label(index: int, size: int | None, overrides: Sequence[str],
               keys: Sequence[str]) -> str:
@@ -49,7 +44,8 @@ class SweepEnv:
     size: int | None = None
     # The keys the sweep varies, for the labels.
     keys: list[str] = field(default_factory=list)
-    # The joblib launcher's event dir (None: another launcher).
+    # The joblib launcher's event dir, where each job writes <job index>.jsonl (None: another
+    # launcher).
     relay: Path | None = None
     # The launching process draws a bar on a terminal: jobs send it their lines.
     terminal: bool = False
@@ -81,18 +77,15 @@ class Relay:
 
     def send(self, **record: Any) -> None:
         line = json.dumps({"t": time.time(), **record}) + "\n"
-        with self._lock:
-            try:
-                with open(self.path, "a", encoding="utf-8") as handle:
-                    handle.write(line)
-            except OSError:  # the sweep's display is a nicety: never fail a job for it
-                pass
+        # the sweep's display is a nicety: never fail a job for it
+        with self._lock, contextlib.suppress(OSError):
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(line)
 
 
 class LabelledStream(io.TextIOBase):
-    """sys.stdout/sys.stderr of a sweep's job: every line it is given goes out with the job's
-    label in front, whole (one write: lines of jobs running side by side never mix), to
-    `write_line`."""
+    """sys.stdout/sys.stderr of a sweep's job: each line goes to `write_line` whole, the job's
+    label in front (one write: lines of jobs running side by side never mix)."""
 
     def __init__(self, label: str, write_line: Callable[[str], None]):
         super().__init__()
@@ -116,9 +109,6 @@ class LabelledStream(io.TextIOBase):
     def end_line(self) -> None:
         if self._partial:
             self.write("\n")
-
-    def isatty(self) -> bool:
-        return False
 
     def writable(self) -> bool:
         return True
@@ -158,18 +148,15 @@ def job_output(index: int | None, overrides: Sequence[str],
                environ: Mapping[str, str] = os.environ) -> Iterator[JobOutput]:
     """A job's console: log records on stderr in ConsoleFormatter's format, and, in a sweep
     (`index` is its number), every line it prints labelled (job_label). Under the joblib
-    launcher its start and end (and progress) go to the launching process; on a terminal its
-    lines too, which that process prints above its sweep bar."""
+    launcher its start and end (on a terminal, its lines too) go to the launching process."""
     global _job
-    sweep = SweepEnv.from_env(environ) if index is not None else None
-    relay = None
-    if sweep is not None and sweep.relay is not None:
-        relay = Relay(sweep.relay / f"{index}.jsonl")
-    label = job_label(index, sweep.size, overrides, sweep.keys) if sweep is not None else None
+    sweep = SweepEnv.from_env(environ) if index is not None else SweepEnv()
+    relay = Relay(sweep.relay / f"{index}.jsonl") if sweep.relay is not None else None
+    label = job_label(index, sweep.size, overrides, sweep.keys) if index is not None else None
     out = JobOutput(label, relay)
     streams = sys.stdout, sys.stderr
     if label is not None:
-        if relay is not None and sweep is not None and sweep.terminal:
+        if relay is not None and sweep.terminal:
             def to_relay(line: str) -> None:
                 relay.send(kind="line", text=line)
             sys.stdout = LabelledStream(label, to_relay)
@@ -218,12 +205,12 @@ def failed_jobs(sweep_dir: Path, keys: Sequence[str] = ()) -> list[str]:
     return lines
 
 
-def end_of_sweep(sweep_dir: Path | None, stream: Any = None) -> int:
+def end_of_sweep(sweep_dir: Path | None) -> int:
     """After a sweep: each job that failed says its line again, in the launching process
     (the sweep's last lines); the command's exit status, 1 when any job failed."""
     if sweep_dir is None or not Path(sweep_dir).is_dir():
         return 0
     lines = failed_jobs(sweep_dir, SweepEnv.from_env().keys)
     for line in lines:
-        print(line, file=stream or sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)
     return 1 if lines else 0

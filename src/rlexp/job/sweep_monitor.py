@@ -1,13 +1,12 @@
 """A sweep seen from the process that launches it (the joblib launcher): its jobs' event files
-(rlexp.job.sweep_messages.job_output writes them, <job index>.jsonl: start, end, and on a
-terminal the jobs' lines) become one bar on a terminal (jobs done, running, failed, the time
-left from the finished jobs) with the jobs' lines printed above it, or one line per finished
-job when piped.
+(rlexp.job.sweep_messages.job_output writes them) become one bar on a terminal, or one line per
+finished job when piped (SweepMonitor).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import shutil
 import sys
@@ -19,11 +18,11 @@ from typing import Any, Mapping, Sequence
 
 from rlexp.job.console import is_terminal
 
+
 def sweep_eta(durations: Sequence[float], running_for: Sequence[float], queued: int,
               workers: int) -> float | None:
-    """Seconds until the sweep ends, from its finished jobs (None before the first): each
-    running job needs the mean duration less what it has run, each queued job the mean, and
-    `workers` jobs run at a time."""
+    """Seconds until the sweep ends, from its finished jobs' mean duration (None before the
+    first), `workers` jobs at a time."""
     if not durations:
         return None
     mean = sum(durations) / len(durations)
@@ -57,7 +56,6 @@ class SweepMonitor:
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
         self.started: dict[int, float] = {}
         self.ended: dict[int, tuple[str, float]] = {}
-        self.t0 = time.time()
         self.bar: Any = None
         self._offsets: dict[Path, int] = {}
         self._lock = threading.Lock()
@@ -65,7 +63,6 @@ class SweepMonitor:
         self._thread: threading.Thread | None = None
         self.closed = False
 
-    # -- state
     @property
     def failed(self) -> int:
         return sum(1 for status, _ in self.ended.values() if status != "FINISHED")
@@ -78,8 +75,8 @@ class SweepMonitor:
     def running(self) -> int:
         return sum(1 for idx in self.started if idx not in self.ended)
 
-    def eta(self, now: float | None = None) -> float | None:
-        now = time.time() if now is None else now
+    def eta(self) -> float | None:
+        now = time.time()
         durations = [end - self.started.get(idx, end) for idx, (status, end) in
                      self.ended.items() if status == "FINISHED" and idx in self.started]
         running = [now - t for idx, t in self.started.items() if idx not in self.ended]
@@ -96,7 +93,6 @@ class SweepMonitor:
             parts.append(f"~{short_duration(eta)} left")
         return ", ".join(parts)
 
-    # -- events
     def poll(self) -> None:
         """Read what the jobs wrote since the last poll and show it."""
         with self._lock:
@@ -171,7 +167,6 @@ class SweepMonitor:
             self.bar.n = self.done
             self.bar.set_description_str(shown, refresh=True)
 
-    # -- lifetime
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, daemon=True,
@@ -180,10 +175,8 @@ class SweepMonitor:
 
     def _run(self) -> None:
         while not self._stop.wait(self.POLL_S):
-            try:
+            with contextlib.suppress(Exception):  # a display must never stop a sweep
                 self.poll()
-            except Exception:  # a display must never stop a sweep
-                pass
 
     def close(self) -> None:
         if self.closed:
@@ -201,14 +194,14 @@ class SweepMonitor:
 _monitor: SweepMonitor | None = None
 
 
-def sweep_monitor(size: int, workers: int, terminal: bool | None = None) -> SweepMonitor:
+def sweep_monitor(size: int, workers: int) -> SweepMonitor:
     """This process's sweep monitor (one per sweep, across the launcher's batches), started;
     its event dir goes when the process ends."""
     global _monitor
     if _monitor is None or _monitor.closed:
         relay = Path(tempfile.mkdtemp(prefix="rlexp-sweep-"))
         atexit.register(shutil.rmtree, relay, True)
-        _monitor = SweepMonitor(relay, size, workers, terminal=terminal)
+        _monitor = SweepMonitor(relay, size, workers)
         _monitor.start()
         atexit.register(_monitor.close)  # a sweep that ended early (Optuna's failure rate)
     return _monitor
