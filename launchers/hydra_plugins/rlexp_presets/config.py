@@ -4,12 +4,11 @@ the sweep's progress shown by rlexp (joblib_launcher.py).
 Each rlexp job already keeps every core busy through XLA, so more parallel jobs than 2 add
 memory and contention, not speed; raise it on a big machine: hydra.launcher.n_jobs=8.
 
-Why here and not a conf/hydra/launcher/joblib.yaml: a file with the name of a stored schema
-is "automatically matched" against it, which Hydra 1.3 still does but with a deprecation
-warning on every run. Re-storing the plugin's own dataclass keeps the schema and no warning.
-Hydra's plugin scan imports hydra_plugins.* in path order, and the joblib plugin's modules come
-first (site-packages before this checkout's launchers/; in a wheel, alphabetical), so this
-entry replaces the plugin's; tests/test_launchers.py checks n_jobs == 2.
+Not a conf/hydra/launcher/joblib.yaml: Hydra 1.3 "automatically matches" a file named after a
+stored schema against it, with a deprecation warning on every run; re-storing the plugin's own
+dataclass keeps the schema without one. Hydra's plugin scan imports hydra_plugins.* in path
+order, the joblib plugin's first (site-packages before this checkout's launchers/; in a wheel,
+alphabetical), so this entry replaces the plugin's; tests/test_launchers.py checks n_jobs == 2.
 """
 
 # No `from __future__ import annotations`: Hydra's plugin scan executes this module without
@@ -17,20 +16,16 @@ entry replaces the plugin's; tests/test_launchers.py checks n_jobs == 2.
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
+from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 
-try:
-    from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
-except ImportError:  # pragma: no cover - hydra-joblib-launcher is a dependency of rlexp
-    JobLibLauncherConf = None  # type: ignore[assignment,misc]
 
-if JobLibLauncherConf is not None:
+@dataclass
+class RlexpJoblibConf(JobLibLauncherConf):
+    # The plugin's launcher, with the sweep's progress shown by rlexp.
+    _target_: str = "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher"
+    # Concurrent jobs: 2 (see the module docstring); -1 = one per CPU.
+    n_jobs: int = 2
 
-    @dataclass
-    class RlexpJoblibConf(JobLibLauncherConf):
-        # The plugin's launcher, with the sweep's progress shown by rlexp.
-        _target_: str = "hydra_plugins.rlexp_presets.joblib_launcher.RlexpJoblibLauncher"
-        # Concurrent jobs: 2 (see the module docstring); -1 = one per CPU.
-        n_jobs: int = 2
 
-    ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=RlexpJoblibConf,
-                                 provider="rlexp")
+ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=RlexpJoblibConf,
+                             provider="rlexp")

@@ -1,7 +1,6 @@
 """Config of the Ray launcher, stored in Hydra's ConfigStore as `hydra/launcher=rlexp_ray`."""
 
-# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
-# registering it in sys.modules, and dataclasses with string annotations then crash.
+# No `from __future__ import annotations`: see hydra_plugins/rlexp_presets/config.py.
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 

@@ -1,23 +1,20 @@
 """Hydra launcher that runs every job of a sweep as Ray tasks on a running Ray cluster.
 
-Each process of a job is one Ray task in a fresh worker process (max_calls=1: JAX's backend,
-its flags and jax.distributed belong to that process alone) that runs the job the way
-hydra-submitit-launcher does: the launching process's Hydra singletons, the job's sweep
-config, hydra.core.utils.run_job. A multi-controller job (hardware.runtime=multi_controller,
-hardware.hosts=N) is N tasks in one placement group, PACKed on one node for CPU profiles
-(cpu-2host: virtual hosts) and STRICT_SPREAD over N nodes otherwise; a first small task in
-bundle 0 picks the coordinator's address, and each task is given it with its index through
-JAX's own variables (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID). The job's
-result is process 0's.
+Each process of a job is one Ray task in a fresh worker (max_calls=1: JAX's backend, its flags
+and jax.distributed belong to that process alone) that runs the job as hydra-submitit-launcher
+does (the launching process's Hydra singletons, the job's sweep config, run_job). A
+multi-controller job (hardware.hosts=N) is N tasks in one placement group, PACKed on one node
+for CPU profiles (cpu-2host: virtual hosts), STRICT_SPREAD otherwise; a small task in bundle 0
+picks the coordinator's address, given to each task with its index through JAX's own
+variables. The job's result is process 0's.
 
-TPUs, as Ray defines their resources (ray/_private/accelerators/tpu.py, ray/util/tpu.py, Ray
-2.60): every TPU host offers "TPU" = its chips, a resource named after its slice (the TPU
-name, 1 per host) and, on the slice's worker 0 only, "TPU-<pod type>-head" (e.g.
-"TPU-v4-64-head"). A multi-host slice is reserved as Ray's SlicePlacementGroup does: a
-placement group on the head first (one per slice: two jobs never share a slice), whose host
-names the slice (ray.util.tpu.get_current_pod_name), then one bundle per host, STRICT_SPREAD,
-each {"CPU", "TPU": chips per host, <slice name>: 1}. A one-host job asks for the head and
-the chips in its own task. `dry_run` prints this placement and starts nothing.
+TPUs, as Ray 2.60 defines their resources (ray/_private/accelerators/tpu.py, ray/util/tpu.py):
+every TPU host offers "TPU" = its chips, its slice's name (1 per host) and, on the slice's
+worker 0 only, "TPU-<pod type>-head" (e.g. "TPU-v4-64-head"). A multi-host slice is reserved
+as Ray's SlicePlacementGroup does: a placement group on the head first (two jobs never share a
+slice), whose host names the slice (ray.util.tpu.get_current_pod_name), then one bundle per
+host, STRICT_SPREAD, each {"CPU", "TPU": chips per host, <slice name>: 1}. A one-host job asks
+for the head and the chips in its own task.
 """
 
 # No `from __future__ import annotations`: see config.py.
@@ -42,8 +39,6 @@ log = logging.getLogger(__name__)
 # JAX_COORDINATOR_ADDRESS; rlexp.planning.hardware the count and the index).
 COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                          "JAX_PROCESS_ID")
-
-
 # Where a multi-host job's worker bundles get the slice's name before the head is reserved.
 SLICE_PLACEHOLDER = "<slice name>"
 
@@ -93,10 +88,8 @@ def bundles(lay: Layout, slice_name: Optional[str] = None) -> List[Dict[str, flo
     head itself; a multi-host one names the slice its head reservation found."""
     one: Dict[str, float] = {"CPU": lay.cpus}
     one.update({k: v for k, v in (("GPU", lay.gpus), ("TPU", lay.tpus)) if v})
-    if lay.head and lay.processes == 1:
-        one[lay.head] = 1
-    elif lay.head:
-        one[slice_name or SLICE_PLACEHOLDER] = 1
+    if lay.head:
+        one[lay.head if lay.processes == 1 else slice_name or SLICE_PLACEHOLDER] = 1
     return [dict(one) for _ in range(lay.processes)]
 
 
@@ -116,9 +109,8 @@ def placement_lines(lay: Layout, env: Dict[str, str], params: Dict[str, Any]) ->
     if lay.head and lay.processes > 1:
         lines.append(f"slice head: placement group [{{{lay.head!r}: 1}}] first; its host names "
                      f"the slice ({SLICE_PLACEHOLDER})")
-    group = (f"placement group {lay.strategy}, {lay.processes} bundles (one per host)"
-             if lay.processes > 1 else "one task, no placement group")
-    lines.append(group)
+    lines.append(f"placement group {lay.strategy}, {lay.processes} bundles (one per host)"
+                 if lay.processes > 1 else "one task, no placement group")
     for i, b in enumerate(bundles(lay)):
         lines.append(f"bundle {i} (host {i}): " + ", ".join(f"{k!r}: {v:g}" for k, v in b.items()))
     if lay.processes > 1:
@@ -243,8 +235,8 @@ class RlexpRayLauncher(Launcher):
                       f"{lay.processes} process(es), timeout {timeout} s (dry run)", flush=True)
                 for line in placement_lines(lay, env, self.params):
                     print(f"    {line}", flush=True)
-                ret = JobReturn(overrides=list(overrides), working_dir=os.getcwd())
-                ret.status = JobStatus.COMPLETED
+                ret = JobReturn(overrides=list(overrides), working_dir=os.getcwd(),
+                                status=JobStatus.COMPLETED)
                 ret.return_value = "dry-run"
                 out.append(ret)
         finally:
@@ -310,8 +302,7 @@ class RlexpRayLauncher(Launcher):
                 try:
                     head_pg, slice_name = _reserve_slice(lay.head, self.params)
                 except Exception as exc:  # noqa: BLE001 - no free slice: this job fails
-                    failed = JobReturn(overrides=list(overrides))
-                    failed.status = JobStatus.FAILED
+                    failed = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
                     failed.return_value = RuntimeError(str(exc))
                     started.append((overrides, failed, [], timeout))
                     continue
@@ -346,15 +337,13 @@ class RlexpRayLauncher(Launcher):
                 outs.append(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
             except Exception as exc:  # noqa: BLE001 - a lost worker, a timeout: the job failed
                 outs.append(exc)
-        first = outs[0]
         bad = next((o for o in outs if not isinstance(o, JobReturn)), None)
-        if isinstance(first, JobReturn) and bad is None:
-            return first
-        ret = first if isinstance(first, JobReturn) else JobReturn(overrides=overrides)
-        if bad is not None:
-            for ref in refs:
-                ray.cancel(ref, force=True)
-            ret.status = JobStatus.FAILED
-            ret.return_value = RuntimeError(f"Ray process {outs.index(bad)} of {len(refs)}: "
-                                            f"{type(bad).__name__}: {str(bad)[-500:]}")
+        if bad is None:
+            return outs[0]
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        ret = outs[0] if isinstance(outs[0], JobReturn) else JobReturn(overrides=overrides)
+        ret.status = JobStatus.FAILED
+        ret.return_value = RuntimeError(f"Ray process {outs.index(bad)} of {len(refs)}: "
+                                        f"{type(bad).__name__}: {str(bad)[-500:]}")
         return ret

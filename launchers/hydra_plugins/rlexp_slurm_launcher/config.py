@@ -1,7 +1,6 @@
 """Configs of the per-job-resource submitit launchers: `rlexp_slurm` and `rlexp_local`."""
 
-# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
-# registering it in sys.modules, and dataclasses with string annotations then crash.
+# No `from __future__ import annotations`: see hydra_plugins/rlexp_presets/config.py.
 from dataclasses import dataclass
 from typing import Optional
 

@@ -1,9 +1,8 @@
 """Submitit launchers whose resources come from each job's `hardware` group.
 
-hydra-submitit-launcher builds one executor from the launcher config and submits the whole
-sweep as one job array, so every job gets the same CPUs/GPUs/time/partition. Here each job's
-config is composed first (cheap, no JAX), jobs are grouped by the resources their hardware
-asks for, and each group is one job array with its own sbatch parameters. Everything else
+hydra-submitit-launcher submits the whole sweep as one job array of one executor. Here each
+job's config is composed first (cheap, no JAX) and the jobs are grouped by the resources their
+hardware asks for, one job array with its own sbatch parameters per group. Everything else
 (the pickled job, run_job, requeue on timeout) is hydra-submitit-launcher's own code.
 """
 
@@ -25,22 +24,15 @@ except ImportError:  # pragma: no cover - the `slurm` extra is not installed
 
 log = logging.getLogger(__name__)
 
-# Launcher param -> the hardware key that supplies it when the launcher leaves it None.
-HARDWARE_KEYS: Dict[str, str] = {
-    "cpus_per_task": "hardware.cpus_per_task",
-    "gpus_per_node": "hardware.gpus_per_node",
-    "timeout_min": "hardware.timeout_min",
-    "partition": "hardware.partition",
-}
 
-
-def job_resources(params: Dict[str, Any], job_cfg: DictConfig, keys: Sequence[str]) -> Dict[str, Any]:
-    """Resources of one job: the launcher's value when set, else the job's hardware value."""
+def job_resources(params: Dict[str, Any], job_cfg: DictConfig,
+                  keys: Sequence[str]) -> Dict[str, Any]:
+    """Resources of one job: the launcher's value when set, else the job's hardware.<key>."""
     out: Dict[str, Any] = {}
     for key in keys:
         value = params.get(key)
         if value is None:
-            value = OmegaConf.select(job_cfg, HARDWARE_KEYS[key], default=None)
+            value = OmegaConf.select(job_cfg, f"hardware.{key}", default=None)
         # --gpus-per-node=0 is rejected by a cluster without GPU gres: ask for none instead.
         if key == "gpus_per_node" and value == 0:
             value = None
@@ -49,15 +41,14 @@ def job_resources(params: Dict[str, Any], job_cfg: DictConfig, keys: Sequence[st
 
 
 def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Dict[str, int]:
-    """SLURM nodes and tasks per node of one job: its processes, from its hardware.
+    """SLURM nodes and tasks per node of one job, from its hardware; the launcher's
+    nodes / tasks_per_node win when set.
 
-    hardware.runtime=multi_controller runs one process per host (hardware.hosts), each
-    joining jax.distributed, which finds them through SLURM's variables (jax/_src/clusters/
-    slurm_cluster.py): srun starts the tasks of the one job, so a sweep job that is itself
-    multi-process stays one job, one child run. Real hosts are one node each (GPUs per node
-    from hardware.gpus_per_node); CPU "hosts" (the cpu-2host profile: virtual devices) are
-    processes of one node. Every other runtime, and emulation, is one process. A value set
-    on the launcher (hydra.launcher.nodes / tasks_per_node) wins.
+    hardware.runtime=multi_controller runs one process per host (hardware.hosts) as srun's
+    tasks of one job (one sweep job, one child run), joined by jax.distributed through SLURM's
+    variables (jax/_src/clusters/slurm_cluster.py). Real hosts are one node each; CPU "hosts"
+    (cpu-2host: virtual devices) are processes of one node. Every other runtime, and
+    emulation, is one process.
     """
     hw = OmegaConf.select(job_cfg, "hardware", default=None)
     hosts = int(OmegaConf.select(hw, "hosts", default=1) or 1) if hw is not None else 1
@@ -76,7 +67,7 @@ def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Dict[str, int]:
 if BaseSubmititLauncher is not None:
 
     class _PerJobResources(BaseSubmititLauncher):
-        # Which HARDWARE_KEYS this executor understands.
+        # Which hardware keys this executor understands.
         _RESOURCE_KEYS: Tuple[str, ...] = ()
 
         def launch(self, job_overrides: Sequence[Sequence[str]],
@@ -120,11 +111,8 @@ if BaseSubmititLauncher is not None:
                 if "max_num_timeout" in params:
                     init[f"{self._EXECUTOR}_max_num_timeout"] = params["max_num_timeout"]
                 executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
-                executor.update_parameters(**{
-                    k if k in base_keys else f"{self._EXECUTOR}_{k}": v
-                    for k, v in params.items()
-                    if k not in init_keys
-                })
+                executor.update_parameters(**{k if k in base_keys else f"{self._EXECUTOR}_{k}": v
+                                              for k, v in params.items() if k not in init_keys})
                 shown = ", ".join(f"{k}={v}" for k, v in resources if v is not None) or "defaults"
                 log.info(f"  {len(members)} job(s) with {shown}")
                 job_params = []

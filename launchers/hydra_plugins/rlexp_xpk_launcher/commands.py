@@ -1,11 +1,7 @@
-"""Pure helpers of the XPK launcher: workload names, override rendering, xpk argv.
+"""Pure helpers of the XPK launcher (workload names, override rendering, xpk argv): no Hydra
+launch machinery and no subprocesses, so they are testable alone and cheap to import."""
 
-No Hydra launch machinery and no subprocesses here, so the rules are testable in isolation
-(and importing this module during Hydra's plugin scan costs nothing).
-"""
-
-# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
-# registering it in sys.modules, and dataclasses with string annotations then crash.
+# No `from __future__ import annotations`: see config.py.
 import hashlib
 import re
 import shlex
@@ -40,6 +36,10 @@ class Workload:
     command: str
     # The full argv of the xpk call.
     argv: tuple[str, ...]
+    # The sweep's job: its number, overrides and subdir (rlexp's deterministic name of it).
+    job_num: int
+    overrides: list[str]
+    job_subdir: str
 
 
 def is_launch_only(override: str) -> bool:
@@ -47,12 +47,9 @@ def is_launch_only(override: str) -> bool:
 
 
 def workload_name(prefix: str, sweep_id: str, job_num: int, overrides: Sequence[str]) -> str:
-    """Deterministic name: the same sweep command and job give the same workload.
-
-    xpk refuses to create a workload whose name exists, so resubmitting a finished sweep is
-    a no-op error instead of a duplicate run; the digest keeps two sweeps that share a
-    prefix apart, the job number keeps names readable.
-    """
+    """Deterministic name: the same sweep command and job give the same workload (xpk refuses
+    an existing name, so resubmitting a finished sweep is an error, not a duplicate run); the
+    digest keeps two sweeps that share a prefix apart, the job number keeps names readable."""
     ident = "\n".join([sweep_id, *sorted(o for o in overrides if not is_launch_only(o))])
     digest = hashlib.sha1(ident.encode()).hexdigest()[:8]
     head = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-") or "rlexp"
@@ -98,13 +95,11 @@ def resolved_overrides(
     """The overrides that reproduce this job's config in a single run on the pod.
 
     job_cfg: the job's resolved config (without `hydra`); plain_cfg: the config composed from
-    the job's overrides with the launch-only ones (e.g. `+sweep=NAME`) dropped. What a sweep
-    file sets besides its sweeper params (e.g. algo.num_iterations=2) shows up as a difference
-    between the two and becomes an explicit override, so the pod needs no sweep file and no
-    MULTIRUN mode.
+    the job's overrides less the launch-only ones (e.g. `+sweep=NAME`). Both apply the kept
+    overrides last, so what a sweep file sets besides its sweeper params (e.g.
+    algo.num_iterations=2) is their difference, made an explicit override: the pod needs no
+    sweep file and no MULTIRUN mode.
     """
-    # Both configs apply the kept overrides last, so they agree on every key those set: any
-    # difference comes from what was dropped.
     kept = [o for o in job_overrides if not is_launch_only(o)]
     job_flat, plain_flat = flatten(job_cfg), flatten(plain_cfg)
     extra = []
@@ -116,27 +111,12 @@ def resolved_overrides(
     return kept + extra
 
 
-def build_argv(
-    *,
-    xpk: Sequence[str],
-    name: str,
-    tpu_type: str,
-    pathways: bool,
-    command: str,
-    cluster: str,
-    project: Optional[str],
-    zone: Optional[str],
-    docker_image: Optional[str],
-    base_docker_image: Optional[str],
-    script_dir: Optional[str],
-    priority: str,
-    num_slices: int,
-    max_restarts: int,
-    env: Mapping[str, str],
-    extra_args: Iterable[str],
-    dry_run: bool,
-    env_file: Optional[str] = None,
-) -> tuple[str, ...]:
+def build_argv(*, xpk: Sequence[str], name: str, tpu_type: str, pathways: bool, command: str,
+               cluster: str, project: Optional[str], zone: Optional[str],
+               docker_image: Optional[str], base_docker_image: Optional[str],
+               script_dir: Optional[str], priority: str, num_slices: int, max_restarts: int,
+               env: Mapping[str, str], extra_args: Iterable[str], dry_run: bool,
+               env_file: Optional[str] = None) -> tuple[str, ...]:
     argv = [*xpk, "workload", "create-pathways" if pathways else "create",
             "--workload", name, "--cluster", cluster, "--tpu-type", tpu_type,
             "--num-slices", str(num_slices), "--priority", priority,

@@ -1,7 +1,6 @@
 """Config of the XPK launcher, stored in Hydra's ConfigStore as `hydra/launcher=xpk`."""
 
-# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
-# registering it in sys.modules, and dataclasses with string annotations then crash.
+# No `from __future__ import annotations`: see hydra_plugins/rlexp_presets/config.py.
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -53,10 +52,9 @@ class XpkLauncherConf:
     extra_args: List[str] = field(default_factory=list)
     # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.
     dry_run: bool = False
-    # Project and zone xpk --dry-run is given when none is configured. xpk 1.16's dry run
-    # calls no gcloud/kubectl and is offline, but crashes without a zone
-    # (zone_to_region(None): 'NoneType' object has no attribute 'split') and prints
-    # project=None in every command without a project.
+    # Project and zone xpk --dry-run is given when none is configured: xpk 1.16's dry run is
+    # offline but crashes without a zone (zone_to_region(None): 'NoneType' object has no
+    # attribute 'split') and prints project=None in every command without a project.
     dry_run_project: str = "dry-run-project"
     dry_run_zone: str = "us-central1-a"
     # First part of every workload name (names are <= 40 chars, [a-z0-9-]).

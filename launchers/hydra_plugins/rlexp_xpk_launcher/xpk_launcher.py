@@ -5,15 +5,16 @@ dry_run, printed what it would run). The jobs' results live on the cluster, so a
 needs a metric back (Optuna) cannot drive this launcher.
 """
 
-# No `from __future__ import annotations`: Hydra's plugin scan executes this module without
-# registering it in sys.modules, and dataclasses with string annotations then crash.
+# No `from __future__ import annotations`: see config.py.
 import json
 import logging
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -22,13 +23,14 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.base.files import read_json_object, remove_dry_run_dir
+from rlexp.base.files import read_json_object, remove_dry_run_dir, write_json_atomic
 
-from .commands import Workload, build_argv, is_launch_only, resolved_overrides, shell_command
-from .commands import workload_name
-from .commands import env_file_text, launcher_secrets, shown_env, workload_priority
+from .commands import (Workload, build_argv, env_file_text, is_launch_only, launcher_secrets,
+                       resolved_overrides, shell_command, shown_env, workload_name,
+                       workload_priority)
 
-ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"  # rlexp.tracking.remote_jobs's names
+# rlexp.tracking.remote_jobs's names (not imported here: it takes 0.2 s, plugin scans included)
+ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +38,6 @@ WORKLOADS_FILE = "workloads.json"
 PARENT_RUN_FILE = "parent_run.json"
 # xpk's dry run announces each command it skips with this sentence, the command on the next line.
 _DRY_RUN_MARK = "not running since it is a dry run"
-
-
-@dataclass
-class _Planned:
-    job_num: int
-    overrides: list[str]
-    job_subdir: str
-    workload: Workload
 
 
 class XpkLauncher(Launcher):
@@ -56,7 +50,7 @@ class XpkLauncher(Launcher):
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
         # What every workload's container is given so its run nests under the sweep's
-        # parent MLflow run (rlexp.tracking.remote_jobs: MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID, ...).
+        # parent MLflow run (rlexp.tracking.remote_jobs.job_env).
         self.tracking_env: dict = {}
         # With hydra.launcher.secrets: the xpk --env-file every workload gets, and its line
         # as printed (secrets as NAME=***); see _write_env_file.
@@ -80,7 +74,7 @@ class XpkLauncher(Launcher):
             cfg.hydra.job.id = f"xpk_{job_num}"
         return cfg
 
-    def _plan(self, overrides: list[str], job_num: int, sweep_id: str) -> _Planned:
+    def _plan(self, overrides: list[str], job_num: int, sweep_id: str) -> Workload:
         from hydra.core.hydra_config import HydraConfig
 
         p = self.params
@@ -99,10 +93,9 @@ class XpkLauncher(Launcher):
                 f"job #{job_num}: hardware={hardware.get('name', tpu_type)} is a {platform} "
                 f"profile; the xpk launcher submits TPU slices: pick a TPU hardware profile "
                 f"(e.g. hardware=v6e-8) or another launcher")
-        # hardware.runtime=pathways (v5p-64): ONE controller on the head pod reaches every
-        # host's chips through the proxy that `create-pathways` starts beside it. Any other
-        # runtime: `create`, whose JobSet runs the command once per host of the slice (one
-        # process per host, each finding the others through jax.distributed's GKE TPU
+        # hardware.runtime=pathways (v5p-64): `create-pathways`, ONE controller on the head pod
+        # reaching every host's chips through the proxy it starts beside it. Else `create`,
+        # whose JobSet runs the command once per host (joined by jax.distributed's GKE TPU
         # detection).
         pathways = OmegaConf.select(hardware, "runtime", default="single") == "pathways"
 
@@ -145,19 +138,15 @@ class XpkLauncher(Launcher):
             num_slices=p["num_slices"], max_restarts=p["max_restarts"],
             env=self._workload_env(), extra_args=p["extra_args"] or [], dry_run=dry_run,
             env_file=self.env_file)
-        wl = Workload(name=name, subcommand="create-pathways" if pathways else "create",
-                      tpu_type=tpu_type, command=command, argv=argv)
-        return _Planned(job_num=job_num, overrides=list(overrides), job_subdir=subdir,
-                        workload=wl)
+        return Workload(name=name, subcommand="create-pathways" if pathways else "create",
+                        tpu_type=tpu_type, command=command, argv=argv, job_num=job_num,
+                        overrides=list(overrides), job_subdir=subdir)
 
     # ---------------------------------------------------------------------------- launch
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from concurrent.futures import ThreadPoolExecutor
         from hydra.core.hydra_config import HydraConfig
-
-        import tempfile
 
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -186,39 +175,35 @@ class XpkLauncher(Launcher):
         finally:
             HydraConfig.instance().cfg = original  # type: ignore[assignment]
 
-        if scratch is None:
-            sweep_dir.mkdir(parents=True, exist_ok=True)
         logs = Path(scratch.name) if scratch is not None else sweep_dir / "xpk"
-        logs.mkdir(exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=max(1, int(self.params["max_parallel"]))) as pool:
             outcomes = list(pool.map(lambda pl: self._submit(pl, logs), plans))
 
         records = []
-        for plan, (rc, error, seconds) in zip(plans, outcomes):
-            wl = plan.workload
-            print(f"[xpk #{plan.job_num}] {_redacted(shlex.join(wl.argv))}", flush=True)
+        for wl, (rc, error, seconds) in zip(plans, outcomes):
+            print(f"[xpk #{wl.job_num}] {_redacted(shlex.join(wl.argv))}", flush=True)
             if self.env_shown:
                 print(f"    env-file: {_redacted(self.env_shown)}", flush=True)
             if self.tracking_env:
                 print(f"    tracking: {_redacted(self.tracking_env.get(ENV_URI, ''))} "
                       f"parent run: {self.tracking_env.get(ENV_PARENT)}", flush=True)
-            if self.params["dry_run"]:
-                for cmd in _dry_run_commands(logs / f"{wl.name}.log"):
+            log_path = logs / f"{wl.name}.log"
+            if dry_run:
+                for cmd in _dry_run_commands(log_path):
                     print(f"    would run: {cmd}", flush=True)
             if self.params["verbose"]:
-                print((logs / f"{wl.name}.log").read_text(), flush=True)
-            state = "submitted" if rc == 0 else "failed"
-            if self.params["dry_run"] and rc == 0:
-                state = "dry-run"
-            log.info(f"#{plan.job_num} {wl.subcommand} {wl.name} ({wl.tpu_type}): {state}"
+                print(log_path.read_text(), flush=True)
+            state = "failed" if rc else ("dry-run" if dry_run else "submitted")
+            log.info(f"#{wl.job_num} {wl.subcommand} {wl.name} ({wl.tpu_type}): {state}"
                      + (f": {error}" if error else ""))
             records.append({
                 "workload": wl.name, "subcommand": wl.subcommand, "tpu_type": wl.tpu_type,
-                "job_num": plan.job_num, "job": plan.job_subdir, "overrides": plan.overrides,
-                "command": wl.command, "xpk_argv": [_redacted(a) for a in wl.argv], "cluster": self.params["cluster"],
-                "dry_run": bool(self.params["dry_run"]), "state": state, "returncode": rc,
-                "error": error, "submit_s": round(seconds, 3), "time": time.time(),
-                "log": str(logs / f"{wl.name}.log"),
+                "job_num": wl.job_num, "job": wl.job_subdir, "overrides": wl.overrides,
+                "command": wl.command, "xpk_argv": [_redacted(a) for a in wl.argv],
+                "cluster": self.params["cluster"], "dry_run": dry_run, "state": state,
+                "returncode": rc, "error": error, "submit_s": round(seconds, 3),
+                "time": time.time(), "log": str(log_path),
             })
         self._remove_env_file()
         if scratch is not None:
@@ -227,20 +212,21 @@ class XpkLauncher(Launcher):
         else:
             _record_workloads(sweep_dir, records)
             _tag_parent_run(sweep_dir, records)
-        return [self._job_return(plan, rc, error) for plan, (rc, error, _) in zip(plans, outcomes)]
+        return [self._job_return(wl, rc, error) for wl, (rc, error, _) in zip(plans, outcomes)]
 
     def _workload_env(self) -> dict:
         """Every workload's environment: hydra.launcher.env, the sweep's tracking store and
-        parent run, the masked secrets' table."""
-        return {**(self.params["env"] or {}), **self.tracking_env, **_masked_secrets_env()}
+        parent run, and the real values of the secrets rlexp kept out of the overrides
+        (rlexp.base.redact.mask_argv's placeholders, which the pod's rlexp puts back)."""
+        from rlexp.base.redact import SECRETS_ENV
+
+        masked = {SECRETS_ENV: os.environ[SECRETS_ENV]} if os.environ.get(SECRETS_ENV) else {}
+        return {**(self.params["env"] or {}), **self.tracking_env, **masked}
 
     def _write_env_file(self) -> None:
-        """With hydra.launcher.secrets: the workloads' environment as one xpk --env-file
-        (commands.env_file_text: the secrets by name only, xpk reads their values from the
-        environment it inherits from this process), in a private temporary dir removed after
-        the submissions. Without: nothing, the environment goes as --env NAME=value."""
-        import tempfile
-
+        """With hydra.launcher.secrets: the workloads' environment as one xpk --env-file (the
+        secrets by name only: xpk reads their values from the environment it inherits from us)
+        in a private temporary dir; without, the environment goes as --env NAME=value."""
         env = self._workload_env()
         names = launcher_secrets(self.params.get("secrets") or [],
                                  self.params.get("secrets_if_set") or [], os.environ, env)
@@ -257,10 +243,7 @@ class XpkLauncher(Launcher):
             self.env_dir.cleanup()
             self.env_dir = None
 
-    def _submit(self, plan: _Planned, logs: Path) -> tuple[int, Optional[str], float]:
-        import subprocess
-
-        wl = plan.workload
+    def _submit(self, wl: Workload, logs: Path) -> tuple[int, Optional[str], float]:
         started = time.monotonic()
         log_path = logs / f"{wl.name}.log"
         try:
@@ -281,17 +264,12 @@ class XpkLauncher(Launcher):
         error = None if proc.returncode == 0 else _last_error_line(proc.stdout + proc.stderr)
         return proc.returncode, error, time.monotonic() - started
 
-    def _job_return(self, plan: _Planned, rc: int, error: Optional[str]) -> JobReturn:
-        ret = JobReturn(overrides=plan.overrides, working_dir=os.getcwd(),
-                        task_name=str(self.config.hydra.job.name) if self.config else None)
-        if rc == 0:
-            ret.status = JobStatus.COMPLETED
-            ret.return_value = plan.workload.name
-        else:
-            ret.status = JobStatus.FAILED
-            ret.return_value = RuntimeError(
-                f"xpk workload {plan.workload.subcommand} {plan.workload.name} exited {rc}: "
-                f"{error}")
+    def _job_return(self, wl: Workload, rc: int, error: Optional[str]) -> JobReturn:
+        ret = JobReturn(overrides=wl.overrides, working_dir=os.getcwd(),
+                        task_name=str(self.config.hydra.job.name) if self.config else None,
+                        status=JobStatus.FAILED if rc else JobStatus.COMPLETED)
+        ret.return_value = (RuntimeError(f"xpk workload {wl.subcommand} {wl.name} exited {rc}: "
+                                         f"{error}") if rc else wl.name)
         return ret
 
 
@@ -311,14 +289,6 @@ def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: b
     return {ENV_URI: resolve_uri(OmegaConf.select(config, "tracker.uri", default=None)),
             ENV_PARENT: "<the sweep's parent run, created at submission>",
             ENV_JOBS: str(num_jobs)}
-
-
-def _masked_secrets_env() -> dict:
-    """The real values of the secrets rlexp kept out of the overrides (placeholders in the
-    pod's command line): the pod's rlexp puts them back (rlexp.base.redact.mask_argv)."""
-    from rlexp.base.redact import SECRETS_ENV
-
-    return {SECRETS_ENV: os.environ[SECRETS_ENV]} if os.environ.get(SECRETS_ENV) else {}
 
 
 def _redacted(text: str) -> str:
@@ -357,19 +327,14 @@ def _record_workloads(sweep_dir: Path, records: list[dict]) -> None:
     path = sweep_dir / WORKLOADS_FILE
     previous = (read_json_object(path) or {}).get("workloads", [])
     by_name = {r["workload"]: r for r in previous if isinstance(r, dict) and "workload" in r}
-    for r in records:
-        by_name[r["workload"]] = r
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"workloads": sorted(by_name.values(),
-                                                   key=lambda r: r.get("job_num", 0))}, indent=2))
-    tmp.replace(path)
+    by_name.update({r["workload"]: r for r in records})
+    write_json_atomic(path, {"workloads": sorted(by_name.values(),
+                                                 key=lambda r: r.get("job_num", 0))})
 
 
 def _tag_parent_run(sweep_dir: Path, records: list[dict]) -> None:
-    """Tag the sweep's MLflow parent run (made by the tracking callback) with the workloads.
-
-    Never fatal: the workloads exist whatever happens to this bookkeeping.
-    """
+    """Tag the sweep's MLflow parent run (made by the tracking callback) with the workloads;
+    never fatal: the workloads exist whatever happens to this bookkeeping."""
     path = sweep_dir / PARENT_RUN_FILE
     if not path.is_file():
         return

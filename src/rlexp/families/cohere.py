@@ -1,11 +1,10 @@
 """Cohere (config.json model_type `cohere`: Aya Expanse, Command R): rlexp's own Flax NNX model
 (rlexp.engine.cohere, on Tunix's model interface; Tunix 0.1.7 has none).
 
-What config.json must agree with (transformers' models/cohere): no attention biases, default
-(unscaled) RoPE, SiLU MLP. LayerNorm epsilon is `layer_norm_eps` (model.norm_eps),
-`logit_scale` is model.logit_scale and `use_qk_norm` model.qk_norm (per-head q/k LayerNorms,
-Command R+). Export keeps transformers' names, so the Llama-layout mapping applies; the one
-norm per layer has no post-attention twin.
+config.json (transformers' models/cohere) must have no attention biases, default RoPE and a
+SiLU MLP; `use_qk_norm` (model.qk_norm) is Command R+'s per-head q/k LayerNorms. Export keeps
+transformers' names, so the Llama-layout mapping applies; the one norm per layer has no
+post-attention twin.
 """
 
 from __future__ import annotations

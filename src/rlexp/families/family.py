@@ -1,13 +1,9 @@
 """`ModelFamily`: everything rlexp knows about one architecture, found by model.family.
 
-A family module in rlexp/families/ defines `FAMILY = ModelFamily(...)`; `families()` finds them
-all, so adding an architecture is one file. The object names Tunix's model code (module and
-class names, resolved by rlexp.engine with importlib: Tunix stays an engine import), maps
-Hugging Face config.json both ways (read: the numbers the YAML must agree with; write: the
-config.json of an export), maps Tunix's parameter names back to Hugging Face's (the inverse of
-Tunix's `_get_key_and_transform_mapping` loader tables), gives the memory formula its inputs and
-names the numerics patches rlexp.engine.tunix_patches applies to it. No JAX here: weights are
-NumPy arrays.
+Tunix's model code by name (resolved by rlexp.engine with importlib: Tunix stays an engine
+import), Hugging Face config.json both ways, Tunix's parameter names back to Hugging Face's (the
+inverse of Tunix's `_get_key_and_transform_mapping` loader tables), the memory formula's inputs
+and the numerics patches it needs. No JAX here: weights are NumPy arrays.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import importlib
 import pkgutil
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,13 +32,8 @@ Model = Any
 HfFields = dict[str, tuple[str, Any]]
 
 
-def _no_problem(hf: dict[str, Any]) -> str | None:
-    return None
-
-
 def standard_tp_dims(m: Model) -> dict[str, int]:
-    """The model dimensions Tunix shards over the tp axis (vocab, embed_dim for the norm
-    weights, heads, kv heads, MLP width): tp must divide each."""
+    """Tunix's tp-sharded dimensions: vocab, embed_dim (norm weights), heads, MLP width."""
     return {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
             "hidden_dim": m.hidden_dim, "vocab_size": m.vocab_size}
 
@@ -79,7 +70,7 @@ class ModelFamily:
     # The module of <package> with create_model_from_safe_tensors (Tunix's HF loader).
     loader_module: str = "params"
     # fn(config.json) -> why Tunix's model of this family cannot run that checkpoint, or None.
-    unsupported: Callable[[dict[str, Any]], str | None] = _no_problem
+    unsupported: Callable[[dict[str, Any]], str | None] = lambda hf: None
     # fn(source config.json, model, weights dtype) -> config.json of an export (default: the
     # source's own with the dtype).
     export_config: Callable[[dict[str, Any], Model, str], dict[str, Any]] | None = None
@@ -143,10 +134,9 @@ class ModelFamily:
 @lru_cache(maxsize=None)
 def families() -> dict[str, ModelFamily]:
     """Every FAMILY of the modules in rlexp.families, by name."""
-    package = __name__.rpartition(".")[0]  # rlexp.families, this module's package
     out: dict[str, ModelFamily] = {}
     for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        module = importlib.import_module(f"{package}.{info.name}")
+        module = importlib.import_module(f"{__package__}.{info.name}")
         fam = getattr(module, "FAMILY", None)
         if isinstance(fam, ModelFamily):
             assert fam.name == info.name, f"{info.name}.py defines family {fam.name}"
@@ -155,8 +145,7 @@ def families() -> dict[str, ModelFamily]:
 
 
 def get(name: str) -> ModelFamily:
-    """The family `name` (KeyError for another): model.family is one of families() by the time
-    anything asks, as rlexp.config.validate's CHOICES refuses any other in one line."""
+    """The family `name`: rlexp.config.validate's CHOICES has refused any other by then."""
     return families()[name]
 
 # ------------------------------------------------------------------- config.json readers
@@ -165,10 +154,6 @@ def get(name: str) -> ModelFamily:
 def text_config(hf: dict[str, Any]) -> dict[str, Any]:
     """The language model's section of config.json (multimodal checkpoints nest it)."""
     return hf.get("text_config") or hf
-
-
-def head_dim(hf: dict[str, Any]) -> int:
-    return int(hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"])
 
 
 def rope(hf: dict[str, Any], layer_type: str = "full_attention") -> dict[str, Any]:
@@ -189,7 +174,8 @@ def common_fields(hf: dict[str, Any]) -> HfFields:
             "intermediate_size": "hidden_dim", "vocab_size": "vocab_size"}
     out: HfFields = {k: (f, int(hf[k])) for k, f in keys.items() if k in hf}
     if hf.get("head_dim") or ("hidden_size" in hf and "num_attention_heads" in hf):
-        out["head_dim"] = ("head_dim", head_dim(hf))
+        out["head_dim"] = ("head_dim", int(hf.get("head_dim")
+                                           or hf["hidden_size"] // hf["num_attention_heads"]))
     return out
 
 
@@ -263,5 +249,4 @@ def decoder_layer(i: int, name: str, w: np.ndarray, m: Model) -> dict[str, np.nd
     raise unknown(i, name)
 
 
-def decoder_weights(flat: dict[str, np.ndarray], m: Model) -> dict[str, np.ndarray]:
-    return map_weights(flat, m, decoder_layer, DECODER_TOP)
+decoder_weights = partial(map_weights, layer=decoder_layer, top=DECODER_TOP)

@@ -3,11 +3,9 @@ tunix/models/gemma/params_safetensors.py). Gemma 1 checkpoints (model_type `gemm
 this family: their `post_attention_layernorm` is the pre-MLP norm, which that loader puts in
 Gemma 2's post-attention slot, so Tunix 0.1.7 would run them with the wrong norms.
 
-What Tunix's Gemma fixes and config.json must therefore agree with: sliding-window and global
-layers alternating (local first); RoPE base 10,000; RMSNorm epsilon 1e-6; queries scaled by
+config.json must agree with what Tunix's Gemma fixes (unsupported()): e.g. queries scaled by
 head_dim^-0.5 (query_pre_attn_scalar = head_dim, true of 2B and 9B; 27B's is not and is
-refused); attention logits soft-capped at 50 and final logits at 30; tied embeddings. The
-model computes in its weights' dtype (patch compute_dtype).
+refused). The model computes in its weights' dtype (patch compute_dtype).
 """
 
 from __future__ import annotations

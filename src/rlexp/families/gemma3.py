@@ -2,17 +2,17 @@
 multimodal 4B/12B/27B checkpoints (`gemma3`, config.json's `text_config`, weights under
 `language_model.`, which Tunix's loader reads; the vision tower is not loaded).
 
-What Tunix 0.1.7's Gemma3 fixes and config.json must therefore agree with: five sliding-window
-layers then one global layer, repeating (GEMMA3_ATTENTION_PATTERN); local RoPE base 10,000
-unscaled; RMSNorm epsilon 1e-6; queries scaled by head_dim^-0.5 (query_pre_attn_scalar =
-head_dim, true of 1B/4B/12B; 27B's is embed_dim / num_heads and is refused); no logit
-soft-capping; tied embeddings. Gemma's RMSNorm weights are offsets from 1 (`x * (1 + w)`),
-stored as such in both layouts. The model computes in its weights' dtype (patch compute_dtype).
+config.json must agree with what Tunix 0.1.7's Gemma3 fixes (unsupported(); the layer pattern
+is its GEMMA3_ATTENTION_PATTERN): e.g. queries scaled by head_dim^-0.5 (query_pre_attn_scalar =
+head_dim, true of 1B/4B/12B; 27B's is embed_dim / num_heads and is refused). Gemma's RMSNorm
+weights are offsets from 1 (`x * (1 + w)`), stored as such in both layouts. The model computes
+in its weights' dtype (patch compute_dtype).
 """
 
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -126,10 +126,9 @@ def gemma_layer(i: int, name: str, w: np.ndarray, m: Any) -> dict[str, np.ndarra
 
     if name == "attn.q_einsum.w":
         return {p + "self_attn.q_proj.weight": proj(w)}
-    if name == "attn.kv_einsum.w":
-        return {p + "self_attn.k_proj.weight": proj(w[0]), p + "self_attn.v_proj.weight": proj(w[1])}
-    if name == "attn.qkv_einsum.w":
-        return {p + f"self_attn.{n}_proj.weight": proj(w[j]) for j, n in enumerate("qkv")}
+    if name in ("attn.kv_einsum.w", "attn.qkv_einsum.w"):  # "kv" or "qkv", stacked on axis 0
+        kinds = name.split(".")[1].split("_")[0]
+        return {p + f"self_attn.{n}_proj.weight": proj(w[j]) for j, n in enumerate(kinds)}
     if name == "attn.attn_vec_einsum.w":  # [heads, hd, embed]
         return {p + "self_attn.o_proj.weight": w.reshape(-1, w.shape[-1]).T}
     if name in ("attn._query_norm.scale", "attn._key_norm.scale"):
@@ -141,8 +140,7 @@ def gemma_layer(i: int, name: str, w: np.ndarray, m: Any) -> dict[str, np.ndarra
     raise unknown(i, name)
 
 
-def gemma_weights(flat: dict[str, np.ndarray], m: Any) -> dict[str, np.ndarray]:
-    return map_weights(flat, m, gemma_layer, GEMMA_TOP)
+gemma_weights = partial(map_weights, layer=gemma_layer, top=GEMMA_TOP)
 
 
 def tp_dims(m: Any) -> dict[str, int]:

