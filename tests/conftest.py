@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from mlflow import MlflowClient
 
+from file_durations import load as load_file_durations
 from rlexp.config.paths import conf_dir
 from rlexp.tracking import prepare_store
 
@@ -29,6 +30,14 @@ def require(ok: bool, what: str, setup_step: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{what}: run `{setup_step}` (required with CI=true)", pytrace=False)
     pytest.skip(f"{what} (`{setup_step}` provides it)", allow_module_level=True)
+
+
+def pytest_collection_modifyitems(items):
+    """Slowest files first (seconds measured in tests/file_durations.json; a file not in it
+    first of all, as it may be slow): with `--no-loadscope-reorder` (pyproject addopts) xdist's
+    loadfile hands files out in this order, so the two workers finish together."""
+    seconds = load_file_durations()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], float("inf")))
 
 
 @pytest.fixture()
