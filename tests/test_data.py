@@ -9,7 +9,7 @@ import pytest
 
 from rlexp.config.schema import DatasetConfig
 from rlexp.data import batch_indices, build_splits, load_problems
-from rlexp.data.templates import reference_completion, render_prompt
+from rlexp.data.templates import PromptTemplate
 from rlexp.base.errors import UserError
 from rlexp.inputs.tokenizer import CharTokenizer
 
@@ -133,16 +133,16 @@ def test_build_splits_renders_and_truncates():
 
 
 def test_templates():
-    assert render_prompt("2+2?", "answer").startswith("2+2?\n")
-    assert "<reasoning>" in render_prompt("2+2?", "reasoning")
-    assert reference_completion("4", "2+2=4", "reasoning") == "<reasoning>2+2=4</reasoning>\n<answer>4</answer>"
+    assert PromptTemplate("answer").render("2+2?").startswith("2+2?\n")
+    assert "<reasoning>" in PromptTemplate("reasoning").render("2+2?")
+    assert PromptTemplate("reasoning").reference("4", "2+2=4") == "<reasoning>2+2=4</reasoning>\n<answer>4</answer>"
 
     class Chat:
         def apply_chat_template(self, messages, tokenize, add_generation_prompt):
             assert not tokenize and add_generation_prompt
             return "|".join(f"{m['role']}:{m['content']}" for m in messages)
 
-    assert render_prompt("2+2?", "answer", Chat()).endswith("user:2+2?")
+    assert PromptTemplate("answer").render("2+2?", Chat()).endswith("user:2+2?")
 
 
 # ------------------------------------------------------------------ generic dataset, plug-ins

@@ -18,6 +18,7 @@ would hide them from the store).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -33,6 +34,8 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
+
+from rlexp.base.files import write_atomic
 
 MASK = "***"
 # Last words that make a key secret (compared whole, case-insensitive).
@@ -137,13 +140,11 @@ def remember(*texts: str | None) -> None:
     masks them too, in whatever form they reappear (a URI cut short, a decoded query)."""
     found: set[str] = set()
     for text in texts:
-        if not isinstance(text, str) or not text:
-            continue
-        redact_uri(text, found)
-        key, sep, value = text.partition("=")
-        if sep and is_secret_key(key):
-            found.add(value)
-        found.update(m["value"] for m in _ASSIGNMENT.finditer(text) if is_secret_key(m["key"]))
+        if isinstance(text, str):
+            _collect_secrets(text, found)  # URI credentials, secret-named `k=v`s inside it
+            key, sep, value = text.partition("=")
+            if sep and is_secret_key(key):
+                found.add(value)
     new = {v for v in found if len(v) >= MIN_SECRET_LEN} - _learned  # MASK is shorter
     if new:
         _learned.update(new)
@@ -170,9 +171,8 @@ def masked_secrets() -> dict[str, str]:
         table = json.loads(base64.urlsafe_b64decode(raw.encode())) if raw else {}
     except ValueError:  # binascii.Error and JSON errors are ValueErrors
         return {}
-    if not isinstance(table, dict):
-        return {}
-    return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, str)}
+    items = table.items() if isinstance(table, dict) else ()
+    return {k: v for k, v in items if isinstance(k, str) and isinstance(v, str)}
 
 
 def mask_argv(argv: list[str]) -> list[str]:
@@ -234,26 +234,17 @@ def unmask_config(cfg: Any) -> None:
 
     if not masked_secrets():
         return
-    found: list[tuple[list[Any], str]] = []
 
-    def walk(raw: Any, path: list[Any]) -> None:
-        # The unresolved values (resolve=False): an interpolation stays as written.
-        items = raw.items() if isinstance(raw, dict) else \
-            enumerate(raw) if isinstance(raw, list) else ()
-        for key, value in items:
-            if isinstance(value, str):
-                if _PLACEHOLDER.search(value):
-                    found.append(([*path, key], unmask(value)))
-            else:
-                walk(value, [*path, key])
+    def walk(raw: Any, node: Any) -> None:
+        for key, value in raw.items() if isinstance(raw, dict) else enumerate(raw):
+            if isinstance(value, str) and _PLACEHOLDER.search(value):
+                node[key] = unmask(value)
+            elif isinstance(value, (dict, list)):
+                walk(value, node[key])
 
-    walk(OmegaConf.to_container(cfg, resolve=False), [])
     with flag_override(cfg, ["readonly", "struct"], False):
-        for path, value in found:
-            node = cfg
-            for key in path[:-1]:
-                node = node[key]
-            node[path[-1]] = value
+        # The unresolved values (resolve=False): an interpolation stays as written.
+        walk(OmegaConf.to_container(cfg, resolve=False), cfg)
 
 
 def secret_values() -> set[str]:
@@ -262,9 +253,7 @@ def secret_values() -> set[str]:
     and what remember() learned."""
     found: set[str] = set(_learned) | set(masked_secrets().values())
     for k, v in os.environ.items():
-        if k == SECRETS_ENV:
-            continue  # its values are counted one by one above
-        if is_secret_key(k):
+        if is_secret_key(k) and k != SECRETS_ENV:  # SECRETS_ENV's values: counted one by one
             found.add(v)
         elif "://" in v:
             redact_uri(v, found)
@@ -363,9 +352,7 @@ def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:
     elif isinstance(node, str):
         if key and is_secret_key(key) and node:
             found.add(node)
-        for m in _ASSIGNMENT.finditer(node):
-            if is_secret_key(m["key"]):
-                found.add(m["value"])
+        found.update(m["value"] for m in _ASSIGNMENT.finditer(node) if is_secret_key(m["key"]))
         redact_uri(node, found)
 
 
@@ -374,19 +361,14 @@ def scrub_files(paths: Iterable[Path]) -> None:
     files = [Path(p) for p in paths if Path(p).is_file()]
     found: set[str] = set()
     for path in files:
-        try:
+        with contextlib.suppress(yaml.YAMLError, OSError):  # still scrubbed as text below
             _collect_secrets(yaml.safe_load(path.read_text()), found)
-        except (yaml.YAMLError, OSError):
-            pass  # still scrubbed as text below
     for path in files:
         text = path.read_text()
         # Values found under secret keys are also masked where they reappear (override_dirname,
         # job name); short ones are masked only next to their key, by redact_text's assignments.
-        scrubbed = redact_text(text, extra=found)
-        if scrubbed != text:
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(scrubbed)
-            tmp.replace(path)
+        if (scrubbed := redact_text(text, extra=found)) != text:
+            write_atomic(path, scrubbed)
 
 
 def scrub_run_dir(run_dir: Path) -> None:
@@ -408,9 +390,7 @@ class ScrubCallback(Callback):  # listed in conf/config.yaml
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         hc = HydraConfig.get()
-        # A launcher's worker gets the job's overrides (tracker.uri=http://u:PW@...) pickled,
-        # not in its argv: its lines are masked of them all the same (env_set secrets too).
-        remember(*hc.overrides.task)
+        remember(*hc.overrides.task)  # pickled for a launcher's worker, not in its argv
         for name, value in (hc.job.env_set or {}).items():  # set by Hydra just before
             if isinstance(value, str) and _PLACEHOLDER.search(value):
                 os.environ[str(name)] = unmask(value)

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Iterator, Mapping, NoReturn, Sequence
 
@@ -112,8 +112,7 @@ def exit_status() -> Iterator[None]:
     try:
         yield
     except SystemExit as exc:
-        code = exc.code
-        _exit_status = code if isinstance(code, int) else (0 if code is None else 1)
+        _exit_status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         raise
     except BaseException as exc:
         _exit_status = 130 if isinstance(exc, KeyboardInterrupt) else 1
@@ -122,24 +121,17 @@ def exit_status() -> Iterator[None]:
 
 def _leave() -> None:
     logging.shutdown()  # logging registers its handler when imported, before skip_teardown
-    flush_std_streams()
-    os._exit(_exit_status)
+    exit_at_once(_exit_status)
 
 
 def exit_at_once(code: int) -> NoReturn:
     """Leave now, running no exit handler: a multi-controller process whose peer is lost
     (jax.distributed's shutdown barrier would wait for it, then abort)."""
-    flush_std_streams()
+    for stream in (sys.stdout, sys.stderr):  # os._exit flushes nothing
+        with suppress(Exception):  # a closed or redirected stream: nothing left to save
+            stream.flush()
     os._exit(code)
 
-
-def flush_std_streams() -> None:
-    """Flush stdout and stderr before an os._exit (which flushes nothing)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # a closed or redirected stream: nothing left to save
-            pass
 
 # ------------------------------------------------------------------------------ processes
 
@@ -165,11 +157,10 @@ class Launch:
     index: int | None = None
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
+def _int(environ: Mapping[str, str], name: str) -> int | None:
+    with suppress(KeyError, ValueError):  # unset or empty: None
+        return int(environ[name])
+    return None
 
 
 def detect_launch(environ: Mapping[str, str]) -> Launch:
@@ -177,17 +168,15 @@ def detect_launch(environ: Mapping[str, str]) -> Launch:
     jax.distributed detects by itself (jax/_src/clusters: OmpiCluster, SlurmCluster,
     GkeTpuCluster), and JAX's JAX_COORDINATOR_ADDRESS with rlexp's count and id."""
     if environ.get(COORDINATOR_ENV):
-        return Launch(COORDINATOR_ENV, _int(environ.get(COUNT_ENV)),
-                      _int(environ.get(INDEX_ENV)))
+        return Launch(COORDINATOR_ENV, _int(environ, COUNT_ENV), _int(environ, INDEX_ENV))
     if "OMPI_COMM_WORLD_SIZE" in environ:  # Open MPI's mpirun
-        return Launch("mpirun", _int(environ.get("OMPI_COMM_WORLD_SIZE")),
-                      _int(environ.get("OMPI_COMM_WORLD_RANK")))
+        return Launch("mpirun", _int(environ, "OMPI_COMM_WORLD_SIZE"),
+                      _int(environ, "OMPI_COMM_WORLD_RANK"))
     if "SLURM_JOB_ID" in environ and "SLURM_STEP_NUM_TASKS" in environ:  # srun's job step
-        return Launch("srun", _int(environ.get("SLURM_STEP_NUM_TASKS")),
-                      _int(environ.get("SLURM_PROCID")))
+        return Launch("srun", _int(environ, "SLURM_STEP_NUM_TASKS"), _int(environ, "SLURM_PROCID"))
     if environ.get("TPU_WORKER_HOSTNAMES") and "TPU_WORKER_ID" in environ:  # GKE / TPU VM
         return Launch("Cloud TPU", len(environ["TPU_WORKER_HOSTNAMES"].split(",")),
-                      _int(environ.get("TPU_WORKER_ID")))
+                      _int(environ, "TPU_WORKER_ID"))
     return Launch()
 
 
@@ -231,8 +220,7 @@ def lost_processes(native: bytes) -> str | None:
     the coordinator (process 0) is gone, None when the lines say neither."""
     found = _UNHEALTHY.search(native)
     if found:
-        ids = [i for i in re.split(rb"[,\s]+", found.group(1).strip()) if i]
-        return ", ".join(i.decode() for i in ids) or None
+        return b", ".join(re.findall(rb"\d+", found.group(1))).decode() or None
     return "0" if _LEADER_GONE.search(native) else None
 
 
@@ -248,9 +236,8 @@ def supervise(argv: Sequence[str], index: int | None, count: int | None) -> NoRe
     import signal
     import subprocess
 
-    env = {**os.environ, SUPERVISED_ENV: "1"}
-    child = subprocess.Popen([sys.executable, "-m", "rlexp", *argv], env=env,
-                             stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    child = subprocess.Popen([sys.executable, "-m", "rlexp", *argv], stderr=subprocess.PIPE,
+                             env={**os.environ, SUPERVISED_ENV: "1"}, preexec_fn=_die_with_parent)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     held: list[bytes] = []
@@ -293,7 +280,5 @@ def _die_with_parent() -> None:
     import ctypes
     import signal
 
-    try:
+    with suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass

@@ -89,6 +89,5 @@ def build_splits(raw: RawSplits, template: str | PromptTemplate, encode: Callabl
                        reference=tpl.reference(p.answer, p.reasoning),
                        question=p.question)
 
-    train = [convert(p) for p in raw.train]
-    return Splits(train=train, eval=[convert(p) for p in raw.eval], skipped=raw.skipped,
-                  truncated=truncated, prompt_lengths=lengths)
+    return Splits(train=[convert(p) for p in raw.train], eval=[convert(p) for p in raw.eval],
+                  skipped=raw.skipped, truncated=truncated, prompt_lengths=lengths)

@@ -49,8 +49,7 @@ def gsm8k_final_answer(solution: str) -> str | None:
 
 def gsm8k_reasoning(solution: str) -> str:
     """The worked solution before '####', with GSM8K's <<calc>> annotations removed."""
-    body = solution.rsplit("####", 1)[0]
-    return re.sub(r"<<[^>]*>>", "", body).strip()
+    return re.sub(r"<<[^>]*>>", "", solution.rsplit("####", 1)[0]).strip()
 
 
 _NUMBER_ONLY = re.compile(r"\s*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)\s*")

@@ -17,6 +17,7 @@ Every function has the plug-in signature fn(prompts, completions, answers, **kwa
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Sequence
 
@@ -121,15 +122,13 @@ def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
                           **_: Any) -> list[float]:
     """utils_rl.check_numbers: 1.5 (a literal in MaxText) when the first number after
     <answer> equals the reference as floats, else 0."""
-    scores = []
-    for c, ref in zip(completions, answers):
-        guess = maxtext_first_number(c)
+    def score(guess: str | None, ref: str) -> float:
         try:
-            scores.append(correct if guess is not None and
-                          float(guess.strip()) == float(ref.strip()) else 0.0)
+            return correct if guess is not None and float(guess) == float(ref) else 0.0
         except (ValueError, OverflowError):
-            scores.append(0.0)
-    return scores
+            return 0.0
+
+    return [score(maxtext_first_number(c), ref) for c, ref in zip(completions, answers)]
 
 
 # ------------------------------------------------------------- MaxText at e591f30cb
@@ -230,12 +229,11 @@ def easydel_accuracy(prompts: Sequence[str], completions: Sequence[str], answers
     from math_verify import LatexExtractionConfig, parse, verify  # optional extra
 
     t = math_verify_timeout()
+    first = functools.partial(parse, extraction_mode="first_match",
+                              extraction_config=[LatexExtractionConfig()], parsing_timeout=t)
     scores = []
     for content, solution in zip(completions, answers):
-        gold = parse(solution, extraction_mode="first_match",
-                     extraction_config=[LatexExtractionConfig()], parsing_timeout=t)
-        got = parse(content, extraction_mode="first_match",
-                    extraction_config=[LatexExtractionConfig()], parsing_timeout=t)
+        gold, got = first(solution), first(content)
         if len(gold) != 0:
             try:
                 scores.append(float(verify(got, gold, timeout_seconds=t)))

@@ -10,6 +10,7 @@ learner makes: fn(prompts, completions, answer=..., **kwargs).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
 import math
 import re
@@ -25,19 +26,13 @@ from rlexp.data.verify_timeout import math_verify_timeout
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
 
-_ANSWER_ONLY = re.compile(r"\s*<answer>[^<]*</answer>\s*", re.DOTALL)
-
-
-def _reasoning_then_answer(tag: str) -> re.Pattern:
-    t = re.escape(tag)
-    return re.compile(rf"\s*<{t}>.*?</{t}>\s*<answer>[^<]*</answer>\s*", re.DOTALL)
-
-
 def format_exact(completion: str, answer: str, template: str = "answer",
                  reasoning_tag: str = "reasoning") -> float:
     """1 when the completion is exactly the template's tags and nothing else, else 0."""
-    pattern = _reasoning_then_answer(reasoning_tag) if template == "reasoning" else _ANSWER_ONLY
-    return 1.0 if pattern.fullmatch(completion) else 0.0
+    t = re.escape(reasoning_tag)
+    reasoning = rf"\s*<{t}>.*?</{t}>" if template == "reasoning" else ""
+    pattern = rf"{reasoning}\s*<answer>[^<]*</answer>\s*"
+    return 1.0 if re.fullmatch(pattern, completion, re.DOTALL) else 0.0
 
 
 def format_approx(completion: str, answer: str, template: str = "answer",
@@ -109,7 +104,7 @@ def answer_close(completion: str, answer: str, **_: object) -> float:
     if a is None or ref is None:
         return 1.0 if same_answer(got, answer) else 0.0
     err = abs(a - ref)
-    if err == 0 or err <= 0.10 * abs(ref):
+    if err <= 0.10 * abs(ref):
         return 1.0
     return 0.5 if err <= 0.20 * abs(ref) else 0.0
 
@@ -220,13 +215,10 @@ def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "rea
             raise UserError(f"{key}.weight={entry.weight!r} is invalid: must be finite")
         if entry.weight == 0:
             continue
-        if entry._target_ in NEEDS_MATH_VERIFY:
-            try:
-                import math_verify as _  # noqa: F401
-            except ImportError:
-                fname = entry._target_.rsplit(".", 1)[-1]
-                raise UserError(f"{key}: {fname} needs the math-verify package "
-                                "(pip install 'rlexp[math]'), or weight 0") from None
+        if entry._target_ in NEEDS_MATH_VERIFY and importlib.util.find_spec("math_verify") is None:
+            fname = entry._target_.rsplit(".", 1)[-1]
+            raise UserError(f"{key}: {fname} needs the math-verify package "
+                            "(pip install 'rlexp[math]'), or weight 0")
         fn = resolve(entry._target_, f"{key}._target_")
         name = entry.name or getattr(fn, "__name__", entry._target_.rsplit(".", 1)[-1])
         if any(t.name == name for t in chosen):

@@ -83,12 +83,3 @@ def shortest_answer(template: str, reasoning_tag: str = "reasoning") -> str:
     """The shortest completion that the template's format and answer extraction count as
     correct: its tags around a one-character answer, no working out."""
     return PromptTemplate(template=template, reasoning_tag=reasoning_tag).reference("0", "")
-
-
-def render_prompt(question: str, template: str, chat_tokenizer: Any | None = None) -> str:
-    """The prompt string of a built-in template (see PromptTemplate.render)."""
-    return PromptTemplate(template=template).render(question, chat_tokenizer)
-
-
-def reference_completion(answer: str, reasoning: str, template: str) -> str:
-    return PromptTemplate(template=template).reference(answer, reasoning)

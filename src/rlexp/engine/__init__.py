@@ -83,13 +83,10 @@ class TunixEngine:
         self.step_runner(batch)
         if self.after_step is not None:
             self.after_step()
-        out = self.probe.metrics()
         # host seconds: sampler calls (incl. their device wait), rollout + rewards +
         # advantages + log-probs, and the one metrics fetch (waits for the last update)
-        out["time/rollout_s"] = self.probe.rollout_s
-        out["time/prepare_s"] = self.probe.prepare_s
-        out["time/fetch_s"] = self.probe.fetch_s
-        return out
+        return {**self.probe.metrics(), "time/rollout_s": self.probe.rollout_s,
+                "time/prepare_s": self.probe.prepare_s, "time/fetch_s": self.probe.fetch_s}
 
     def rollouts(self) -> list[dict[str, Any]]:
         return self.probe.rows()
@@ -113,8 +110,7 @@ class TunixEngine:
         return self.cfg.train.batch_size * self.cfg.algo.num_generations
 
     def policy_state(self) -> dict[str, Any]:
-        # to_host: a collective when a process does not address every shard (every process
-        # of a multi-controller run calls this, in the same order)
+        # to_host may be a collective: every process of the run calls this, in the same order
         return {k: to_host(v) for k, v in params(self.cluster.actor_trainer.model).items()}
 
     def checkpoint_store(self, directory: str, keep: int) -> CheckpointStore:
@@ -132,9 +128,7 @@ def rollout_key(seed: int, step: int) -> Any:
 def eval_key(seed: int) -> Any:
     """The sampling key of every evaluation: the same at each one, so before/after
     comparisons use common random numbers; disjoint from the training keys."""
-    import jax
-
-    return jax.random.fold_in(jax.random.PRNGKey(seed), 2**31 - 1)
+    return rollout_key(seed, 2**31 - 1)
 
 
 def use_compilation_cache(cfg: Config) -> None:

@@ -96,18 +96,15 @@ def advantage_estimator(a: AlgoConfig) -> str:
     """Tunix calls estimators as fn(rewards, num_generations): one registered name per
     algo.advantage, or per (algorithm, scale_rewards), carries the rest. Returns the name."""
     alg, scale, estimator = algorithm.get(a.name), a.scale_rewards, a.advantage
-    if estimator != "grpo":
-        name = f"rlexp_{estimator}"
-
-        def fn(rewards: np.ndarray, num_generations: int) -> np.ndarray:
-            return advantages_by_name(estimator, rewards, num_generations)
-    elif alg.advantages is algorithm.default_advantages and scale == "group":
+    if estimator == "grpo" and alg.advantages is algorithm.default_advantages and scale == "group":
         return ADVANTAGE
-    else:
-        name = f"rlexp_{a.name}_{scale}"
+    name = f"rlexp_{a.name}_{scale}" if estimator == "grpo" else f"rlexp_{estimator}"
 
-        def fn(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+    def fn(rewards: np.ndarray, num_generations: int) -> np.ndarray:
+        if estimator == "grpo":
             return alg.advantages(rewards, num_generations, scale)
+        return advantages_by_name(estimator, rewards, num_generations)
+
     if name not in _REGISTERED:
         function_registry.register_advantage_estimator(name)(fn)
         _REGISTERED.add(name)
@@ -175,13 +172,11 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
                     eos_id: int = -1, entropy: Any = None) -> tuple[Any, dict[str, Any]]:
     """The part of the registered loss after the forward pass (tested on its own).
     `entropy`: [B, T] per-token entropy (needed by entropy_coef and top_entropy_quantile)."""
-    divisors = sampler = weights = None
+    divisors = weights = None
     if isinstance(train_example, WindowedExample) and train_example.window_tokens is not None:
         divisors = Divisors(tokens=jnp.max(train_example.window_tokens),
                             rows=jnp.max(train_example.window_rows))
-    mask = train_example.completion_mask
-    if isinstance(train_example, RolloutExample):
-        sampler = train_example.sampler_logps
+    mask, sampler = train_example.completion_mask, getattr(train_example, "sampler_logps", None)
     c = algo_config.correction
     if sampler is not None:
         # The trainer's log-probs the rollout is compared with: the old ones, or (on-policy)
@@ -202,6 +197,12 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
     return loss, aux
 
 
+def _as(cls: type, example: Any, **changes: Any) -> Any:
+    """`example` (a TrainExample) as a `cls` with `changes`: flax dataclasses cannot change type."""
+    fields = {f.name: getattr(example, f.name) for f in dataclasses.fields(example)}
+    return cls(**{**fields, **changes})
+
+
 def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
                 ) -> list[WindowedExample]:
     """The window's micro-batches, each carrying its kept tokens and kept rows (counted as the
@@ -213,13 +214,8 @@ def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
         counts = kept_counts(mask)
         tokens, rows = tokens + counts.tokens, rows + counts.rows
     tokens, rows = tokens / len(examples), rows / len(examples)
-    out = []
-    for ex in examples:
-        fields = {f.name: getattr(ex, f.name) for f in dataclasses.fields(ex)}
-        n = ex.completion_mask.shape[0]
-        fields.update(window_tokens=jnp.full((n,), tokens), window_rows=jnp.full((n,), rows))
-        out.append(WindowedExample(**fields))
-    return out
+    return [_as(WindowedExample, ex, window_tokens=jnp.full(len(ex.completion_mask), tokens),
+                window_rows=jnp.full(len(ex.completion_mask), rows)) for ex in examples]
 
 
 class WindowQueue:
@@ -307,22 +303,17 @@ def trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, pad_id: in
 
 def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None) -> RolloutExample:
     """The example as a RolloutExample with the sampler's log-probs (`trainer`: its old ones)."""
-    fields = {f.name: getattr(example, f.name) for f in dataclasses.fields(example)}
-    fields["sampler_logps"] = sampler
-    if trainer is not None:
-        fields["old_per_token_logps"] = trainer
-    return RolloutExample(**fields)
+    old = {} if trainer is None else {"old_per_token_logps": trainer}
+    return _as(RolloutExample, example, sampler_logps=sampler, **old)
 
 
 def correct_rollouts(learner: Any) -> ScoredStep:
     """The step that hands every training rollout's sampler log-probs to the loss, which logs
     the trainer/sampler gap (and with algo.rollout_correction, corrects it); wraps
     RLCluster.generate (on the instance) to keep the TRAIN output's log-probs for it."""
-    cluster = learner.rl_cluster
+    c, cluster = learner.algo_config.correction, learner.rl_cluster
     generate = cluster.generate
-    # The vanilla rollout's old log-probs are the loss's forward (at the rollout temperature:
-    # tunix_adapter) on the sampler's weights, the trainer's own when colocated; another
-    # engine's would be its own log-probs.
+    # Off the vanilla sampler Tunix's old log-probs are the engine's own (module docstring).
     vanilla = isinstance(cluster.rollout, VanillaRollout)
     kept: list[Any] = []
 
@@ -338,30 +329,23 @@ def correct_rollouts(learner: Any) -> ScoredStep:
         kept.clear()
         if mode != rl_cluster_lib.Mode.TRAIN:
             return out
-        return _with_rollout_logps(learner, out, rows, vanilla)
+        if rows is None:  # the sampler gave none: fine unless a correction needs them
+            if c.enabled:
+                raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
+                                   "per-token log-probs, and this rollout engine returned none")
+            return out
+        [sampler] = on_trainer_mesh(cluster, rc.sampler_logps(rows, out.completion_ids.shape[1]))
+        trainer = None
+        if out.old_per_token_logps is not None and not vanilla:
+            micro = (learner._compute_logps_micro_batch_size or 0) * \
+                learner.algo_config.num_generations
+            trainer = trainer_logps(cluster, out.prompt_ids, out.completion_ids,
+                                    cluster.rollout.pad_id(), cluster.rollout.eos_id(),
+                                    learner.algo_config.temperature, micro)
+        return with_sampler_logps(out, sampler, trainer)
 
     cluster.generate = keeping_generate
     return with_rollout_logps
-
-
-def _with_rollout_logps(learner: Any, out: Any, rows: Any, vanilla: bool) -> Any:
-    """`out` with the sampler's log-probs `rows` (and, off the vanilla sampler, the trainer's
-    old log-probs); as it is when the sampler gave none, unless a correction needs them."""
-    c, cluster = learner.algo_config.correction, learner.rl_cluster
-    if rows is None:
-        if c.enabled:
-            raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
-                               "per-token log-probs, and this rollout engine returned none")
-        return out
-    [sampler] = on_trainer_mesh(cluster, rc.sampler_logps(rows, out.completion_ids.shape[1]))
-    trainer = None
-    if out.old_per_token_logps is not None and not vanilla:
-        micro = (learner._compute_logps_micro_batch_size or 0) * \
-            learner.algo_config.num_generations
-        trainer = trainer_logps(cluster, out.prompt_ids, out.completion_ids,
-                                cluster.rollout.pad_id(), cluster.rollout.eos_id(),
-                                learner.algo_config.temperature, micro)
-    return with_sampler_logps(out, sampler, trainer)
 
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS)

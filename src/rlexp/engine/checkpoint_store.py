@@ -7,9 +7,8 @@ without custom metadata), so rlexp keeps its own step in the metadata and sets t
 back on restore. The resume policy (which checkpoint, what to do with an unusable one) is
 rlexp.job.resume's.
 
-Also, without importing orbax: a full disk recognised anywhere in an exception's chain
-(`disk_full`), orbax's unfinished saves, the committed checkpoints on disk, and the silencing
-of a failed save's echoes in other threads (`quiet_orbax_failures`).
+Also, without importing orbax: `disk_full` (anywhere in an exception's chain), the unfinished
+and committed saves on disk, and `quiet_orbax_failures`.
 """
 
 from __future__ import annotations
@@ -173,16 +172,15 @@ _ABSL_NOISE = ("_SignalingThread.run() raised an exception",
 _ORBAX_WORDS = ("orbax", "tensorstore", "RESOURCE_EXHAUSTED", "No space left")
 
 
-class _OrbaxNoise(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed record is not ours to judge
-            return True
-        if record.name == "absl":
-            return not any(n in message for n in _ABSL_NOISE)
-        return not ("exception was never retrieved" in message
-                    and any(w in message for w in _ORBAX_WORDS))
+def _orbax_noise(record: logging.LogRecord) -> bool:
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed record is not ours to judge
+        return True
+    if record.name == "absl":
+        return not any(n in message for n in _ABSL_NOISE)
+    return not ("exception was never retrieved" in message
+                and any(w in message for w in _ORBAX_WORDS))
 
 
 _previous_hook: Any = None
@@ -204,9 +202,7 @@ def quiet_orbax_failures() -> None:
     exception says it all; idempotent."""
     global _previous_hook
     for name in ("absl", "asyncio"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _OrbaxNoise) for f in logger.filters):
-            logger.addFilter(_OrbaxNoise())
+        logging.getLogger(name).addFilter(_orbax_noise)  # a no-op when already there
     if sys.unraisablehook is not _unraisable_hook:
         _previous_hook = sys.unraisablehook
         sys.unraisablehook = _unraisable_hook

@@ -60,15 +60,12 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 _MLFLOW_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
-# ------------------------------------------------------------------------- parameter maths
+# ------------------------------------------------------------------------------- writing
 
 
 def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
-    """Tunix parameters (dotted or orbax names) -> Hugging Face state dict (numpy), by the
-    family's weight-name mapping (rlexp.families)."""
+    """Tunix parameters (dotted or orbax names) -> Hugging Face state dict (numpy)."""
     return get(m.family).to_hf_weights(flat, m)
-
-# ------------------------------------------------------------------------------- writing
 
 
 def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig, source: Path | None) -> Path:
@@ -152,6 +149,7 @@ def write_char_tokenizer(out: Path, vocab_size: int) -> None:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
               "clean_up_tokenization_spaces": False, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
 
 # ----------------------------------------------------------------------- origins and runs
 
@@ -301,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         fail(str(exc))
     print(f"rlexp: exported {out}")
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

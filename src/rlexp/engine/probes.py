@@ -1,15 +1,11 @@
 """What one training step did, gathered where Tunix computes it, fetched once per step.
 
-Tunix logs its own metrics one step late (it overlaps I/O with the next step) and through a
-global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py). rlexp instead
-records, during the step, the rewards, every update's loss/grad-norm/aux, the rollout's timing,
-completion lengths, prompts, completions and advantages, so step k's metrics (and its rows,
-the training-rollout table) are complete when step k returns.
-
-No device->host transfer happens inside the step: the update's values stay on the device
-until `metrics()` fetches all of them in one `jax.device_get` (one sync per step instead of
-one per value; the advantages ride along), and completion lengths come from the tokens the
-sampler already copied to the host.
+Tunix logs its own metrics one step late (it overlaps I/O with the next step), through a
+global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py); rlexp records
+rewards, each update's loss/grad-norm/aux, rollout timing, lengths, texts and advantages during
+the step, so step k's metrics and rows are complete when it returns. Nothing moves device->host
+inside the step: `metrics()` fetches it all in one `jax.device_get` (one sync per step, not per
+value), and completion lengths come from the tokens the sampler already copied to the host.
 """
 
 from __future__ import annotations
@@ -88,9 +84,8 @@ def rollout_rows(prompts: Sequence[str], completions: Sequence[str],
                  rewards: dict[str, Sequence[float]], advantages: Sequence[float],
                  lengths: Sequence[int], max_tokens: int) -> list[dict[str, Any]]:
     """One row per completion of a training step (TRL's log_completions): prompt, completion,
-    each reward function's (weighted) value, the total reward, the advantage, the length in
-    tokens and whether it was truncated (cut at max_tokens without an end token). Lists
-    shorter than the completions leave their cells empty."""
+    weighted rewards, total, advantage, length and truncated (cut at max_tokens without an end
+    token). Lists shorter than the completions leave their cells empty."""
     def at(values: Sequence[Any], i: int) -> Any:
         return values[i] if i < len(values) else None
 

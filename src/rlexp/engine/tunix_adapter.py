@@ -22,6 +22,7 @@ import functools
 import math
 from typing import Any, Callable, Sequence
 
+import jax
 import numpy as np
 import optax
 from tunix.rl import common, rl_cluster as rl_cluster_lib
@@ -29,14 +30,12 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 from tunix.rl.rollout import base_rollout
 from tunix.rl.rollout.vanilla_rollout import VanillaRollout
 
+from rlexp.config.rules import batch_sizes
 from rlexp.config.schema import Config
 from rlexp.engine import algo_registry as registry
 from rlexp.engine.vllm_rollout import (make_rollout_config, on_tunix_engine, request_seed,
                                        sampling_fields, seed_rows)
 from rlexp.planning.memory import rollout_micro_prompts
-
-# Imported inside functions, on purpose: jax's and Tunix's submodules named inside functions are
-# the ones only some runs need (vLLM, profiling).
 
 Mode = rl_cluster_lib.Mode
 Role = rl_cluster_lib.Role
@@ -44,8 +43,7 @@ Role = rl_cluster_lib.Role
 
 def updates_per_step(cfg: Config) -> int:
     """Optimizer updates one global step makes: mini-batches x num_iterations."""
-    mini = cfg.train.mini_batch_size or cfg.train.batch_size
-    return cfg.train.batch_size // mini * cfg.algo.num_iterations
+    return cfg.train.batch_size // batch_sizes(cfg)[0] * cfg.algo.num_iterations
 
 
 def lr_schedule(cfg: Config) -> optax.Schedule:
@@ -77,8 +75,6 @@ def host_lr_schedule(cfg: Config) -> Callable[[int], float]:
 
     @functools.cache
     def table() -> np.ndarray:
-        import jax
-
         # this process's own CPU device: jax.devices("cpu")[0] is process 0's in a
         # multi-controller run, which another process cannot compute on or read
         with jax.default_device(jax.local_devices(backend="cpu")[0]):
@@ -103,16 +99,13 @@ def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
     if r.name == "vllm":
         return {Mode.TRAIN: dataclasses.replace(make_rollout_config(cfg), return_logprobs=True),
                 Mode.EVAL: make_rollout_config(cfg, temperature=cfg.eval.temperature)}
-
-    def make(temperature: float) -> base_rollout.RolloutConfig:
-        # Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off).
-        # Its log-probs are log_softmax(logits / temperature) over the whole vocabulary
-        # (tunix/generate/sampler.py sample_top_p), as the trainer's forward computes them;
-        # EVAL asks for them too, so that evaluation's sampled pass reuses the training
-        # decode loop's compilation (the log-prob buffer is part of the loop's state).
-        return base_rollout.RolloutConfig(**sampling_fields(r, temperature), return_logprobs=True)
-
-    return {Mode.TRAIN: make(r.temperature), Mode.EVAL: make(cfg.eval.temperature)}
+    # Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off).
+    # Its log-probs are log_softmax(logits / temperature) over the whole vocabulary
+    # (tunix/generate/sampler.py sample_top_p), as the trainer's forward computes them;
+    # EVAL asks for them too, so that evaluation's sampled pass reuses the training
+    # decode loop's compilation (the log-prob buffer is part of the loop's state).
+    return {mode: base_rollout.RolloutConfig(**sampling_fields(r, temp), return_logprobs=True)
+            for mode, temp in ((Mode.TRAIN, r.temperature), (Mode.EVAL, cfg.eval.temperature))}
 
 
 def eval_sampling(cfg: Config, greedy: bool) -> dict[str, Any]:
@@ -128,19 +121,15 @@ def eval_sampling(cfg: Config, greedy: bool) -> dict[str, Any]:
 
 def make_cluster(cfg: Config, actor: Any, reference: Any | None, tokenizer: Any,
                  meshes: dict[str, Any]) -> rl_cluster_lib.RLCluster:
-    t = cfg.train
-    mini = t.mini_batch_size or t.batch_size
-    # Sampler calls (and the reference/old log-prob passes) take rollout.micro_batch_size
-    # prompts: generation keeps no activations for backprop, so it can batch more rows than
-    # the update (one place decides the default: rlexp.planning.memory.rollout_micro_prompts).
+    mini, micro = batch_sizes(cfg)
+    # Prompts per sampler call and reference/old log-prob pass: one place decides them.
     rollout_micro = rollout_micro_prompts(cfg)
     training = rl_cluster_lib.RLTrainingConfig(
         actor_optimizer=optimizer(cfg), eval_every_n_steps=1, max_steps=None,
-        mini_batch_size=mini, train_micro_batch_size=t.micro_batch_size or mini,
+        mini_batch_size=mini, train_micro_batch_size=micro,
         rollout_micro_batch_size=rollout_micro, compute_logps_micro_batch_size=rollout_micro,
         metrics_logging_options=None, checkpoint_root_directory=None)
-    # rollout=vllm on CPU/GPU: rlexp's VllmRollout subclass, bound to the run's config
-    # (imported here: it imports vllm).
+    # rollout=vllm on CPU/GPU: rlexp's VllmRollout, bound to the config (imported here: vllm)
     engine: Any = cfg.rollout.name
     if engine == "vllm" and not on_tunix_engine(cfg):
         from rlexp.engine.vllm_engine import TorchVllmRollout
@@ -175,8 +164,6 @@ class SamplingKeys:
         self.base, self.calls = base, 0
 
     def next(self) -> Any:
-        import jax
-
         self.calls += 1
         return jax.random.fold_in(self.base, self.calls)
 

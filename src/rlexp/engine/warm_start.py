@@ -157,12 +157,11 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
 
 
 def save_params(model: Any, path: Path) -> None:
-    flat = params(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     # per-process temporary name + atomic rename: concurrent sweep jobs that all trained the
     # warm start never read (or write) half a file
     tmp = path.with_name(f"params.{os.getpid()}.tmp.npz")
-    host = {k: to_host(v) for k, v in flat.items()}  # every process (a gather); 0 writes
+    host = {k: to_host(v) for k, v in params(model).items()}  # every process (a gather); 0 writes
     if not runtime.is_main_process():
         return
     np.savez(tmp, **host)

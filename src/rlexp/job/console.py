@@ -88,7 +88,6 @@ def quiet_third_party() -> None:
 
 
 def before_after_table(before: dict[str, float], after: dict[str, float]) -> str:
-    """Fixed-width table of the evaluation metrics before and after training."""
     lines = [f"{'':18}{'before':>9}{'after':>9}{'change':>9}"]
     for key, label in TABLE:
         if key in before and key in after:
@@ -116,7 +115,6 @@ class ConsoleListener(Listener):
         self.link = link
         self.run_dir: Any = None
         self.stream = stream or sys.stderr
-        # Bar on a terminal; plain step lines elsewhere; neither with run.progress=false.
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
         self.bar: Any = None
         self.first_eval: dict[str, float] | None = None
@@ -169,9 +167,8 @@ class ConsoleListener(Listener):
                 figures += f" {last}={self.accuracy:.3f}"
             self.bar.set_description_str(figures, refresh=True)
             return
-        due = (step == self.start_step + 1 or step >= self.total or step % self.every == 0
-               or time.monotonic() - self._last_line >= MAX_SILENCE_S)
-        if due:
+        if (step == self.start_step + 1 or step >= self.total or step % self.every == 0
+                or time.monotonic() - self._last_line >= MAX_SILENCE_S):
             acc = f"  {last} {self.accuracy:.3f}" if last else ""
             self._print(f"step {step}/{self.total}: reward {reward:.3f}  {step_s:.2f} s/step{acc}")
 
@@ -182,22 +179,17 @@ class ConsoleListener(Listener):
         self.accuracy = metrics.get("eval/accuracy")
         from rlexp.job.evaluate import pass_at_k_label
 
-        line = (f"eval @ step {step}: accuracy {metrics.get('eval/accuracy', 0):.3f}  "
-                f"format {metrics.get('eval/format_accuracy', 0):.3f}  "
-                f"{pass_at_k_label(metrics)} {metrics.get('eval/pass_at_k', 0):.3f}")
-        self._print(line)
+        self._print(f"eval @ step {step}: accuracy {metrics.get('eval/accuracy', 0):.3f}  "
+                    f"format {metrics.get('eval/format_accuracy', 0):.3f}  "
+                    f"{pass_at_k_label(metrics)} {metrics.get('eval/pass_at_k', 0):.3f}")
 
-    def where(self) -> list[str]:
-        """'run dir <path>' and 'MLflow <link>' lines (the latter when tracking is on)."""
+    def show_link(self) -> None:
+        """'run dir <path>' and 'MLflow <link>' lines (the latter when tracking is on): once the
+        listeners started (the tracker made its run), and at the end."""
         lines = [f"  run dir  {self.run_dir}"] if self.run_dir is not None else []
         link = self.link() if self.link is not None else None
         if link:
             lines.append(f"  MLflow   {link}")
-        return lines
-
-    def show_link(self) -> None:
-        """Where the run is, once the listeners started (the tracker made its run)."""
-        lines = self.where()
         if lines:
             self._print("\n".join(lines))
 
@@ -231,8 +223,7 @@ class ConsoleListener(Listener):
         else:
             took = f" in {summary['wall_s']:.0f}s" if "wall_s" in summary else ""
             self._print(f"rlexp: {status.lower()} after {steps} steps{took}")
-        for line in self.where():
-            self._print(line)
+        self.show_link()
 
 
 # ------------------------------------------------------------ one stream, one format, phases
@@ -246,9 +237,7 @@ class ConsoleFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         who = "rlexp" if record.name.split(".")[0] in ("rlexp", "__main__") else record.name
-        message = record.getMessage()
-        if message.startswith(f"{who}: "):
-            message = message[len(who) + 2:]
+        message = record.getMessage().removeprefix(f"{who}: ")
         level = "" if record.levelno <= logging.INFO else f"{record.levelname.lower()}: "
         text = f"{who}: {level}{message}"
         if record.exc_info:

@@ -121,11 +121,9 @@ def carry_over(previous: dict | None, summary: dict) -> dict:
     """A rerun's summary keeps what the earlier attempt knew and this one does not (a rerun
     killed at once has no metrics of its own): a rewritten summary.json, and the MLflow
     artifact made from it, never lose results to an emptier one."""
-    if not isinstance(previous, dict):
-        return summary
     empty = (None, {}, [], "")
     out = dict(summary)
-    for key, value in previous.items():
+    for key, value in (previous or {}).items():
         if key not in ATTEMPT_FIELDS and out.get(key) in empty and value not in empty:
             out[key] = value
     return out
@@ -282,7 +280,7 @@ def _job_failed(job: JobContext, line: str) -> float:
 def _remove_tmp_files(run_dir: Path) -> None:
     """Temporary files a write that hit a full disk left (summary.json.tmp,
     <file>.<pid>.<thread>.tmp, tracking_spool.jsonl.tmp)."""
-    for path in run_dir.glob("*.tmp") if run_dir.is_dir() else ():
+    for path in run_dir.glob("*.tmp"):
         with contextlib.suppress(OSError):
             path.unlink()
 
@@ -471,8 +469,7 @@ def train(a: Attempt, outcome: Outcome) -> None:
 
 
 def finish(a: Attempt, outcome: Outcome) -> None:
-    """The run's end, however training ended; after a full disk, no unfinished checkpoint or
-    *.tmp file stays."""
+    """The run's end, however training ended (a full disk: see the module docstring)."""
     if outcome.full is not None:
         logging.raiseExceptions = False  # log files on that disk: no "--- Logging error ---"
     a.reserve.release()  # room for the last words below
@@ -651,9 +648,8 @@ class Observers(Listeners):
             raise full
 
 
-# A file keeping this much of the run dir's disk while the run trains: deleted when the run
-# ends, so a disk that filled up meanwhile still takes summary.json and the tracker's last
-# records (a few KiB; the rest is margin).
+# The module docstring's reserve file: summary.json and the tracker's last records take a few
+# KiB of it; the rest is margin.
 RESERVE_FILE = ".rlexp-reserve"
 RESERVE_BYTES = 512 * 1024
 
@@ -678,8 +674,7 @@ class DiskReserve:
 def _parent(job: JobContext) -> dict[str, Any]:
     """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
     launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
-    parent = parent_run_id(job.sweep_dir) if job.sweep_dir is not None else None
-    parent = parent or parent_from_env()
+    parent = (parent_run_id(job.sweep_dir) if job.sweep_dir else None) or parent_from_env()
     return {"parent_run_id": parent} if parent else {}
 
 
@@ -698,7 +693,6 @@ def _listeners(cfg: Config, run_dir: Path) -> list[Listener]:
     console, tracker and sweep messages; the other processes only count steps."""
     if not runtime.is_main_process():  # one record per run: process 0 prints and tracks
         return [ProgressFile(run_dir, write=False)]
-    # The console hides only its bar/step lines with run.progress=false (evals, table stay).
     link = (lambda: run_dir_link(run_dir)) if cfg.tracker.name != "none" else None
     out: list[Listener] = [ProgressFile(run_dir), ConsoleListener(cfg, link=link)]
     tracker = make_listener(cfg, run_dir)

@@ -9,6 +9,7 @@ COMMAND_CHECKS once per command, first (check_command)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -65,9 +66,7 @@ class CheckContext:
 
 def check_writable(path: Path) -> None:
     """The run/sweep dir can be made: its nearest existing ancestor is a writable dir."""
-    probe = path.absolute()
-    while not probe.exists():
-        probe = probe.parent
+    probe = nearest_existing(path)
     if not probe.is_dir():  # the dir itself or one of its parents is a regular file
         raise UserError(f"hydra.run.dir={path}: {probe} is a file, not a directory; move it "
                         "away or set hydra.run.dir=/writable/path")
@@ -180,10 +179,7 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
                         "postgresql+psycopg2://)")
     if cfg.run.dry_run:  # no probe: it needs no store, and is often made off the cluster
         return
-    # store.classify probes it (a name lookup, one GET of an http store with a 3 s limit, a
-    # sqlite file's dir): one that is down starts the run, which spools and sends later; a
-    # wrong one (a host that does not resolve, an answer not MLflow's, HTTP 401/403, a missing
-    # sqlite dir) is refused, not a run that spools everything and exits 0 (one probe per URI).
+    # A wrong store is refused, not a run that spools everything and exits 0.
     state = classify(resolve_uri(uri))
     if is_wrong(state) and ctx.jobs_run_elsewhere:
         # The jobs reach the store from their own network (a cluster-internal name such as
@@ -363,13 +359,11 @@ def answer_tokens(text: str, model: Any) -> tuple[int, str]:
         return len(text), f"{len(text)} tokens with model.tokenizer=char"
     path = Path(str(model.path)).expanduser() / "tokenizer.json" if model.path else None
     if path is not None and path.is_file():
-        try:
+        with contextlib.suppress(Exception):  # an unreadable tokenizer: the estimate below
             from tokenizers import Tokenizer
 
             n = len(Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids)
             return n, f"{n} tokens with {path}"
-        except Exception:  # noqa: BLE001 - an unreadable tokenizer: the estimate below
-            pass
     n = text.count("<") + 1
     return n, f"at least {n} tokens"
 

@@ -80,7 +80,6 @@ class Preflight:
 
 def explain(exc: BaseException, overrides: list[str]) -> str:
     """Hydra/OmegaConf composition error -> one line naming the key and valid choices."""
-
     if isinstance(exc, UserError):
         return str(exc)
     if isinstance(exc, OverrideParseException):
@@ -125,13 +124,11 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
     return text or one_line_omegaconf_error(exc)
 
 
-def _expand(overrides: list[str],
-            sweeper_params: dict[str, str]) -> tuple[list[list[str]], dict, int]:
+def _expand(overrides: list[str], sweeper_params: dict) -> tuple[list[list[str]], dict, int]:
     """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files),
     the swept values, and the number of jobs of the full product."""
-    parser = OverridesParser.create()
     params = [f"{k}={v}" for k, v in sweeper_params.items()]
-    parsed = parser.parse_overrides(params + overrides)
+    parsed = OverridesParser.create().parse_overrides(params + overrides)
     lists: dict[str, list[str]] = {}
     swept: dict[str, list[str]] = {}
     for o in parsed:
@@ -233,27 +230,26 @@ def search_path_context(args: Any,
     the cwd is not added, as in Hydra: pass `--config-dir conf` for that.
     """
     primary = primary_config_dir(args.config_path)
-    extra = None
-    if args.config_dir is not None:
-        extra = os.path.abspath(args.config_dir)  # as Hydra's main does
-        if not os.path.isdir(extra):
-            raise UserError(f"--config-dir {args.config_dir}: directory not found")
+    if args.config_dir is None:
+        with _initialize(primary):
+            yield lambda overrides: overrides
+        return
+    extra = os.path.abspath(args.config_dir)  # as Hydra's main does
+    if not os.path.isdir(extra):
+        raise UserError(f"--config-dir {args.config_dir}: directory not found")
     with contextlib.ExitStack() as stack:
         stack.enter_context(_initialize(primary))
-        if extra is None:
-            yield lambda overrides: overrides
-            return
         own = _own_searchpath(config_name)
         yaml = config_name if config_name.endswith(".yaml") else f"{config_name}.yaml"
         if own is None and os.path.isfile(os.path.join(extra, yaml)):
             stack.close()
             stack.enter_context(_initialize(extra))
             first = primary if primary.startswith("pkg://") else f"file://{primary}"
-            own = _own_searchpath(config_name) or []
-            yield lambda overrides: with_config_dir(overrides, first, own)
+            own = _own_searchpath(config_name)
         else:
+            first = f"file://{extra}"
             own = own if own is not None else _own_searchpath(config_name, schema=True)
-            yield lambda overrides: with_config_dir(overrides, f"file://{extra}", own or [])
+        yield lambda overrides: with_config_dir(overrides, first, own or [])
 
 
 class JobComposer:
@@ -261,10 +257,10 @@ class JobComposer:
 
     A compose merges every file of the defaults list (~0.15-0.2 s on a 2-core CPU): a 256-job
     sweep took ~45 s before its first job. A job that differs from one composed before only in
-    plain scalar values (`train.seed=3`) gets its config with them set as compose() does
-    (set_plain_values). Anything else (a group choice, +/++/~, a list or dict, an @package)
-    composes in full; a group choice has an undotted key (`algo`, `model/lora`), as every
-    top-level schema key is a section. tests/test_cli.py checks the two agree."""
+    plain scalar values (`train.seed=3`) gets its config with them set as compose() does.
+    Anything else (a group choice, +/++/~, a list or dict, an @package) composes in full; a
+    group choice has an undotted key (`algo`, `model/lora`), as every top-level schema key is
+    a section. tests/test_cli.py checks the two agree."""
 
     # False: every job composes in full (the reference the shortcut is tested against).
     reuse = True
@@ -287,34 +283,26 @@ class JobComposer:
             self.composed.setdefault(shape, (parsed, cfg))
             return cfg
         before, base = known
-        # The same shape: only plain overrides can differ from the job composed before.
-        changed = [o for o, b in zip(parsed, before) if o.input_line != b.input_line]
         cfg = copy.deepcopy(base)
-        set_plain_values(changed, cfg)
+        # The same shape: only plain overrides can differ from the job composed before. Set as
+        # Hydra's compose() does after merging the files (hydra/_internal/config_loader_impl.py,
+        # 1.3), errors raised as its own so pre-flight reports them the same way.
+        for override in (o for o, b in zip(parsed, before) if o.input_line != b.input_line):
+            try:
+                OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+            except (ConfigAttributeError, ConfigKeyError) as ex:
+                raise ConfigCompositionException(
+                    f"Could not override '{override.key_or_group}'."
+                    f"\nTo append to your config use +{override.input_line}") from ex
+            except OmegaConfBaseException as ex:
+                raise ConfigCompositionException(
+                    f"Error merging override {override.input_line}"
+                ).with_traceback(sys.exc_info()[2]) from ex
         return cfg
-
-
-def set_plain_values(overrides: list[Any], cfg: Any) -> None:
-    """Set plain `key=value` overrides (no +/++/~, no @package) on a composed config, as
-    Hydra's compose() does after merging the files (hydra/_internal/config_loader_impl.py,
-    1.3): OmegaConf.update with merge=True, a missing key or a bad value raised as Hydra's
-    ConfigCompositionException so pre-flight reports it the same way."""
-    for override in overrides:
-        try:
-            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
-        except (ConfigAttributeError, ConfigKeyError) as ex:
-            raise ConfigCompositionException(
-                f"Could not override '{override.key_or_group}'."
-                f"\nTo append to your config use +{override.input_line}") from ex
-        except OmegaConfBaseException as ex:
-            raise ConfigCompositionException(
-                f"Error merging override {override.input_line}"
-            ).with_traceback(sys.exc_info()[2]) from ex
 
 
 def preflight(argv: list[str]) -> Preflight | None:
     """Validate every job the command would run. None when Hydra only prints help/info."""
-
     args = parse_args(argv)
     if hydra_only(args):
         return None
@@ -335,12 +323,19 @@ def preflight(argv: list[str]) -> Preflight | None:
                 if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
                     out = str(Path(str(out)).parent / sweep_name(overrides))
                 context = check_command(Path(out), base, multirun)  # launch.checks.COMMAND_CHECKS
-            jobs, swept, size = _expand(overrides,
-                                        {str(k): str(v) for k, v in sweeper_params.items()})
+            jobs, swept, size = _expand(overrides, sweeper_params)
             trials = OmegaConf.select(base, "hydra.sweeper.n_trials", default=None) \
                 if multirun else None
-            configs, plans = _check_jobs(jobs, config_name, searchpath,
-                                         None if args.cfg else context)
+            configs, plans = [], []
+            composer = JobComposer(config_name)
+            for job in jobs:
+                # hydra.searchpath decides which options exist, so it stays in every compose.
+                kept = [o for o in job if not o.lstrip("+~").startswith("hydra")
+                        or o.lstrip("+~").startswith("hydra.searchpath")]
+                cfg = to_config(composer.compose(searchpath(kept)))
+                if not args.cfg:  # launch.checks.CHECKS, in order (--cfg only prints)
+                    plans.append(check_job(cfg, context))
+                configs.append(cfg)
     except Exception as exc:  # composition and validation errors end here, as one line
         raise UserError(explain(exc, overrides)) from None
     finally:
@@ -371,29 +366,10 @@ def _compose_first(args: Any, config_name: str, overrides: list[str],
     return base, multirun, sweeper_params
 
 
-def _check_jobs(jobs: list[list[str]], config_name: str,
-                searchpath: Callable[[list[str]], list[str]],
-                context: CheckContext | None) -> tuple[list[Config], list[Plan | None]]:
-    """Each job composed, converted (validate: the config-only rules) and, unless `context`
-    is None (--cfg), checked (launch.checks.CHECKS, in order): its config and its plan."""
-    configs, plans = [], []
-    composer = JobComposer(config_name)
-    for job in jobs:
-        # hydra.searchpath decides which options exist, so it stays in every compose.
-        job_overrides = [o for o in job if not o.lstrip("+~").startswith("hydra")
-                         or o.lstrip("+~").startswith("hydra.searchpath")]
-        cfg = to_config(composer.compose(searchpath(job_overrides)))
-        if context is not None:
-            plans.append(check_job(cfg, context))
-        configs.append(cfg)
-    return configs, plans
-
-
 def warn_noop(pre: Preflight) -> None:
     """The on-policy warning (rlexp.job.guards.noop_warning), once per command: a run's and a
     dry run's, for a knob the user set, swept, or chose through an experiment file."""
-    warning = noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun)
-    if warning:
+    if warning := noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun):
         print(f"rlexp: warning: {warning}", file=sys.stderr, flush=True)
 
 

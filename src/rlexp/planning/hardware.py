@@ -1,13 +1,10 @@
 """Devices and meshes: the one place where the hardware profile meets JAX.
 
-At start-up, in this order: `setup_platform(hw)` before JAX creates its backend (the platform;
-with hardware.emulate=true, the profile's device count faked on CPU), `init_distributed(hw)`
-when the job starts (joins the other processes of a multi-controller run), `role_meshes(hw)`
-when the engine builds (checks the visible devices, returns one mesh per Tunix role).
-
-Runtimes (`hardware.runtime`): single (one process sees every device), multi_controller (one
-process per host, started by mpirun, srun, Cloud TPU/GKE or JAX_COORDINATOR_ADDRESS +
-JAX_NUM_PROCESSES + JAX_PROCESS_ID: `detect_launch`) and pathways (planning/pathways.py).
+At start-up, in this order: `setup_platform` before JAX creates its backend (hardware.emulate:
+the profile's devices faked on CPU), `init_distributed` (joins a multi-controller run's
+processes), `role_meshes` when the engine builds (checks the devices, one mesh per Tunix role).
+hardware.runtime: single (one process), multi_controller (one process per host; its launchers:
+`detect_launch`) or pathways (planning/pathways.py).
 
 Nothing here imports jax (1.4 s) at module level: plans and `run.dry_run=true` start no backend.
 """
@@ -24,15 +21,12 @@ import numpy as np
 
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
+from rlexp.base.runtime import COORDINATOR_ENV, COUNT_ENV, INDEX_ENV, Launch, detect_launch
 from rlexp.config.schema import Config, HardwareConfig, MeshConfig
 from rlexp.planning import pathways
 
 if TYPE_CHECKING:
     import jax
-
-MESH_AXES = ("fsdp", "tp")
-# The leading axis of a rollout mesh split into sampler replicas (rollout.replicas > 1).
-REPLICA_AXIS = "replica"
 
 # The XLA flag that makes the CPU client expose N virtual devices; read once, when JAX
 # creates its CPU backend, so it has to be in the environment before that.
@@ -60,10 +54,9 @@ def expected_platform(hw: HardwareConfig) -> str:
 
 def platform_env(hw: HardwareConfig, environ: Mapping[str, str],
                  vllm_share: float = 0.0) -> dict[str, str]:
-    """The environment changes `setup_platform` makes (pure). CPU runs pin JAX_PLATFORMS=cpu (no
-    probing for TPU/GPU plugins) and ask for the profile's device count; GPUs raise JAX's
-    preallocation to GPU_MEMORY_FRACTION unless the user set it, less `vllm_share` (vLLM stops
-    at start-up unless that share of the GPU is free)."""
+    """The environment changes `setup_platform` makes (pure). JAX_PLATFORMS=cpu: no probing for
+    TPU/GPU plugins. `vllm_share`: left out of JAX's GPU preallocation (vLLM stops at start-up
+    unless that share of the GPU is free)."""
     if pathways.uses_pathways(hw):  # Pathways single-controller (planning/pathways.py)
         return pathways.proxy_env(environ)
     platform = expected_platform(hw)
@@ -134,16 +127,10 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 
 
 # JAX's config option for cross-process CPU collectives, as its environment variable.
 _CPU_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
-# Which process this is, from its launcher's variables (rlexp.base.runtime, read before any
-# heavy import by `python -m rlexp`'s first line).
-COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = runtime.COORDINATOR_ENV, runtime.COUNT_ENV, runtime.INDEX_ENV
-Launch, detect_launch = runtime.Launch, runtime.detect_launch
 
 
 def check_launch(hw: HardwareConfig, launch: Launch) -> None:
-    """One line (UserError) when the processes started do not fit hardware.runtime: a
-    multi-controller profile started as one plain process, a process count other than
-    hardware.hosts, several processes for a one-process runtime, a split mesh."""
+    """One line (UserError) when the processes started do not fit hardware.runtime."""
     name = f"hardware={hw.name}"
     if multi_controller(hw):
         if hw.split == "split":
@@ -182,10 +169,8 @@ def check_launch(hw: HardwareConfig, launch: Launch) -> None:
 
 def init_distributed(hw: HardwareConfig) -> None:
     """Join the other processes of a multi-controller run and record this one's index and the
-    count (rlexp.base.runtime.process_index; process 0 alone writes and logs). Idempotent. A
-    coordinator that does not answer within hardware.join_timeout_s, or processes that do not
-    all join, end in one line; jax.distributed's heartbeat (hardware.heartbeat_timeout_s) ends
-    every process when one is lost instead of a hang in a collective."""
+    count (rlexp.base.runtime; process 0 alone writes and logs). Idempotent. jax.distributed's
+    heartbeat ends every process when one is lost instead of a hang in a collective."""
     if pathways.uses_pathways(hw):  # one controller: the proxy backend, never jax.distributed
         pathways.initialize()
     if not multi_controller(hw):
@@ -212,11 +197,8 @@ def init_distributed(hw: HardwareConfig) -> None:
             where = os.environ.get(COORDINATOR_ENV) or f"the one {launch.launcher} names"
             text = str(exc).strip()
             first = text.splitlines()[0][:160] if text else type(exc).__name__
-            raise UserError(
-                f"process {'?' if launch.index is None else launch.index} of {hw.hosts} could "
-                f"not join the coordinator at {where} within hardware.join_timeout_s="
-                f"{hw.join_timeout_s}: {first}; check that process 0 runs and that its "
-                "address and port are reachable") from None
+            index = "?" if launch.index is None else launch.index
+            raise _join_failed(hw, index, where, first) from None
     runtime.set_process(jax.process_index(), jax.process_count())
     if jax.process_count() != hw.hosts:
         raise UserError(f"hardware={hw.name} runs {hw.hosts} processes (hardware.hosts) but "
@@ -236,12 +218,14 @@ def _wait_for_coordinator(hw: HardwareConfig, address: str, launch: Launch) -> N
                 return
         except (OSError, ValueError) as exc:
             if time.monotonic() >= deadline:
-                raise UserError(
-                    f"process {launch.index} of {hw.hosts} could not join the coordinator at "
-                    f"{address} within hardware.join_timeout_s={hw.join_timeout_s}: "
-                    f"{exc.strerror or exc}; check that process 0 runs and that its address "
-                    "and port are reachable") from None
+                raise _join_failed(hw, launch.index, address, exc.strerror or exc) from None
         time.sleep(0.5)
+
+
+def _join_failed(hw: HardwareConfig, index: object, where: str, detail: object) -> UserError:
+    return UserError(f"process {index} of {hw.hosts} could not join the coordinator at {where} "
+                     f"within hardware.join_timeout_s={hw.join_timeout_s}: {detail}; check that "
+                     "process 0 runs and that its address and port are reachable")
 
 
 def any_process(flag: bool) -> bool:
@@ -326,8 +310,7 @@ def process_lines(hw: HardwareConfig) -> list[str]:
 
 
 def device_mismatch(hw: HardwareConfig, platform: str, count: int, kind: str) -> str | None:
-    """One line saying how the visible devices (as JAX reports them) differ from the profile,
-    or None if they fit."""
+    """One line saying how the visible devices differ from the profile, or None if they fit."""
     want_platform = expected_platform(hw)
     kind_ok = (hw.emulate or hw.device_kind is None
                or re.fullmatch(hw.device_kind, kind) is not None)
@@ -388,17 +371,15 @@ def replica_mesh(mesh: MeshConfig, replicas: int = 1) -> MeshConfig:
 
 def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
               replicas: int = 1) -> "jax.sharding.Mesh":
-    """A ("fsdp", "tp") mesh over exactly `devices` (the rules keep the shapes fitting).
-    replicas > 1 (data-parallel samplers, MaxText's inference_replicas): a ("replica", "fsdp",
-    "tp") mesh of shape (replicas, fsdp / replicas, tp), each replica a block of consecutive
-    devices holding a whole copy (Tunix's models shard over fsdp and tp only): MaxText's
-    inference mesh of ici_data_parallelism x ici_tensor_parallelism."""
+    """A ("fsdp", "tp") mesh over exactly `devices`; replicas > 1 (MaxText's inference_replicas):
+    ("replica", "fsdp", "tp"), each replica consecutive devices holding a whole copy (Tunix's
+    models shard over fsdp and tp only), as MaxText's ici_data x ici_tensor_parallelism mesh."""
     import jax
     from jax.experimental import mesh_utils
 
     one = replica_mesh(mesh, replicas)
     shape = (mesh.fsdp, mesh.tp) if replicas == 1 else (replicas, one.fsdp, one.tp)
-    axes = MESH_AXES if replicas == 1 else (REPLICA_AXIS, *MESH_AXES)
+    axes = ("fsdp", "tp") if replicas == 1 else ("replica", "fsdp", "tp")
     try:
         # Topology-aware order on TPU (tp along the fastest ICI links).
         grid = mesh_utils.create_device_mesh(shape, list(devices), allow_split_physical_axes=True)

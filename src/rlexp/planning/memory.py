@@ -1,16 +1,16 @@
 """Per-device memory of a GRPO/GSPO run, estimated from the config before anything compiles.
 
-Pure arithmetic (no JAX): `run.dry_run=true` prints it and a run that cannot fit stops with
-exit 2. The items follow what Tunix holds on each device:
+Pure arithmetic (no JAX), for planning/plan.py. The items follow what Tunix holds per device:
 
 trainer devices (policy + reference, the trainer mesh; Tunix shards every weight on fsdp x tp)
   policy      params x model.param_dtype bytes (the trained master weights)
   reference   params x model.dtype bytes when algo.beta > 0 (Tunix drops it at beta = 0)
-  optimizer   AdamW's two moments in the param dtype (optax's default)
+  optimizer   AdamW's two moments in the param dtype (optax.adamw's mu_dtype=None)
   gradients   params x param bytes with gradient accumulation (optax.MultiSteps' accumulator);
               without, XLA fuses each weight's gradient into its AdamW update (the optimizer is
               donated): measured, the step needs no gradient-sized buffer.
   new weights params x param bytes: the updated weights before the old ones are released
+              (Tunix's jitted step donates the optimizer state, not the model)
   activations what the backward pass keeps (ACTIVATION_* below, or REMAT_* with train.remat),
               sharded over fsdp (the batch; only when it divides) and tp
   logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes, same sharding
@@ -69,7 +69,6 @@ GIB = 1024**3
 # The forward runs in model.dtype: Tunix's qwen3 and qwen2 cast their weights to it,
 # rlexp.engine.tunix_patches.use_compute_dtype makes the other families do the same.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-# AdamW: first and second moment, each in the param dtype (optax.adamw's mu_dtype=None).
 OPTIMIZER_MOMENTS = 2
 
 # Elements the jitted update keeps live per token per layer, as multiples of each width
@@ -137,10 +136,9 @@ def micro_batch_prompts(cfg: Config) -> int:
     return batch_sizes(cfg)[1]
 
 
-def divisors(n: int, below: int | None = None) -> list[int]:
-    """The divisors of n, largest first (those below `below` when given)."""
-    top = n if below is None else min(n, below - 1)
-    return [d for d in range(top, 0, -1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of n, largest first."""
+    return [d for d in range(n, 0, -1) if n % d == 0]
 
 
 def rollout_micro_prompts(cfg: Config) -> int:
@@ -249,8 +247,7 @@ class MemoryPlan:
 def memory_plan(cfg: Config) -> MemoryPlan:
     m, h, r, a = cfg.model, cfg.hardware, cfg.rollout, cfg.algo
     n = param_count(m)
-    pb = DTYPE_BYTES[m.param_dtype]
-    cb = DTYPE_BYTES[m.dtype]
+    pb, cb = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
     on_cpu = expected_platform(h) == "cpu"
     ab = 4 if on_cpu else cb
     logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES
@@ -268,8 +265,6 @@ def memory_plan(cfg: Config) -> MemoryPlan:
         "reference": n * cb / t_shards if a.beta > 0 else 0.0,
         "optimizer": n * OPTIMIZER_MOMENTS * pb / t_shards,
         "gradients": n * pb / t_shards if micro < mini else 0.0,
-        # Tunix's jitted step donates the optimizer state but not the model: the updated
-        # weights are new buffers while the old ones are still alive.
         "new weights": n * pb / t_shards,
         "activations": rows * seq * m.embed_dim * (activation_units(m, seq, cfg.train.remat)
                                                    + ACTIVATION_TOKEN_H) * ab / act_shards,
@@ -291,8 +286,7 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     else:
         rollout = {
             "rollout weights": 0.0 if shares_trainer_weights(cfg) else n * pb / r_shards,
-            "kv cache": replica_rows * r.kv_cache_size * m.num_layers * 2 * m.num_kv_heads
-            * m.head_dim * cb,
+            "kv cache": replica_rows * r.kv_cache_size * kv_bytes_per_token(m, tp=1),
             "sampler logits": replica_rows * r.max_prompt_length * m.vocab_size * 4
             / _batch_shards(one, replica_rows),
             "vllm reserve": 0.0,
@@ -349,8 +343,7 @@ def vllm_plan(cfg: Config, sequences: int, resident: float,
         kv, held = cap - resident - weights, resident
     elif backend == "gpu":
         kv, held = cap - weights - acts, 0.0
-    else:  # vllm-cpu: rlexp sets EngineArgs.kv_cache_memory_bytes to the cap
-        # (engine/vllm_rollout.cpu_kv_cache_bytes); VLLM_CPU_KVCACHE_SPACE (GiB) overrides it.
+    else:  # vllm-cpu (module docstring; engine/vllm_rollout.cpu_kv_cache_bytes)
         if cpu_kv_gib is None:
             try:
                 cpu_kv_gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""))
@@ -403,14 +396,13 @@ def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float]
     n, nl = param_count(m), lora_param_count(m)
     pb, tm = DTYPE_BYTES[m.param_dtype], cfg.hardware.trainer_mesh
     shards = tm.fsdp * tm.tp
-    trainer["policy"] = (n + nl) * pb / shards
+    trainer["policy"] = trainer["new weights"] = (n + nl) * pb / shards
     trainer["reference"] = 0.0
     trainer["optimizer"] = nl * OPTIMIZER_MOMENTS * pb / shards
     # optax.MultiSteps' acc_grads: Tunix's RL trainer wraps the optimizer in it whenever
     # train_micro_batch_size is given (rlexp always gives it; every_k = 1 included), so the
     # optimizer state holds one adapter-sized accumulator besides the two moments (measured).
     trainer["gradients"] = nl * pb / shards
-    trainer["new weights"] = (n + nl) * pb / shards
     adapted = len(adapted_projections(m)) * m.num_layers
     trainer["activations"] += act_bytes_per_unit * adapted * m.lora.rank
     if rollout["rollout weights"]:  # a separate sampler copy: base and adapters
@@ -425,11 +417,9 @@ def sharding_problem(cfg: Config) -> str | None:
     qwen3 adds head_dim for its q/k norms)."""
     m, h = cfg.model, cfg.hardware
     dims = get_family(m.family).tp_dims(m)
-    for role in ("trainer_mesh", "rollout_mesh"):
+    for role, replicas in (("trainer_mesh", 1), ("rollout_mesh", cfg.rollout.replicas)):
         mesh: MeshConfig = getattr(h, role)
-        replicas = cfg.rollout.replicas if role == "rollout_mesh" else 1
-        fsdp = replica_mesh(mesh, replicas).fsdp
-        if m.embed_dim % fsdp:
+        if m.embed_dim % replica_mesh(mesh, replicas).fsdp:
             each = f" / rollout.replicas={replicas}" if replicas > 1 else ""
             return (f"hardware.{role}.fsdp={mesh.fsdp}{each} does not divide model.embed_dim="
                     f"{m.embed_dim} (model={m.name} hardware={h.name}); pick a divisor")

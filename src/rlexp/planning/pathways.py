@@ -31,7 +31,6 @@ PROXY_PLATFORM = "proxy"
 # Where the Pathways proxy listens on the head pod (xpk create-pathways starts it beside the
 # job's container); a JAX_BACKEND_TARGET already in the environment wins.
 DEFAULT_BACKEND_TARGET = "grpc://127.0.0.1:29000"
-EXTRA = "rlexp[pathways]"  # the optional dependency that provides pathwaysutils
 
 
 def uses_pathways(hw: HardwareConfig) -> bool:
@@ -70,7 +69,7 @@ def initialize() -> None:
         import pathwaysutils
     except ImportError:
         raise UserError(f"hardware.runtime={RUNTIME} needs pathwaysutils: pip install "
-                        f"'{EXTRA}' in the image the Pathways head runs") from None
+                        "'rlexp[pathways]' in the image the Pathways head runs") from None
     import jax
     from jax._src import xla_bridge  # private, but the only way to ask without starting one
 

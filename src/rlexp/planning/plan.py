@@ -142,9 +142,7 @@ def utilization_fix(cfg: Config) -> float | None:
         return None
     now = cfg.rollout.hbm_utilization
     for u in sorted((k / 100 for k in range(1, 100)), key=lambda u: (abs(u - now), -u)):
-        trial = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout,
-                                                                     hbm_utilization=u))
-        if u != now and memory_plan(trial).fits:
+        if u != now and memory_plan(_with(cfg, "rollout", hbm_utilization=u)).fits:
             return u
     return None
 
@@ -198,8 +196,9 @@ def _host_problem(cfg: Config, mem: MemoryPlan) -> str | None:
             f"emulate with a smaller model (e.g. model=tiny) or use the real hardware")
 
 
-def _with(cfg: Config, **train: object) -> Config:
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **train))
+def _with(cfg: Config, section: str, **changes: object) -> Config:
+    changed = dataclasses.replace(getattr(cfg, section), **changes)
+    return dataclasses.replace(cfg, **{section: changed})
 
 
 def fitting_fix(cfg: Config) -> str | None:
@@ -209,10 +208,10 @@ def fitting_fix(cfg: Config) -> str | None:
     t = cfg.train
     mini, current = batch_sizes(cfg)
     for remat in [t.remat] + (["full"] if t.remat != "full" else []):
-        for micro in [current, *divisors(mini, below=current)]:
+        for micro in [current, *(d for d in divisors(mini) if d < current)]:
             if micro == current and remat == t.remat:
                 continue
-            if memory_plan(_with(cfg, micro_batch_size=micro, remat=remat)).fits:
+            if memory_plan(_with(cfg, "train", micro_batch_size=micro, remat=remat)).fits:
                 parts = [f"train.micro_batch_size={micro}"] if micro != current else []
                 parts += [f"train.remat={remat}"] if remat != t.remat else []
                 return " ".join(parts)
@@ -223,7 +222,7 @@ def largest_fitting_micro(cfg: Config) -> int | None:
     """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
     fits; None when not even one prompt does."""
     for micro in divisors(batch_sizes(cfg)[0]):
-        if memory_plan(_with(cfg, micro_batch_size=micro)).fits:
+        if memory_plan(_with(cfg, "train", micro_batch_size=micro)).fits:
             return micro
     return None
 

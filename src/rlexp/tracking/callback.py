@@ -37,7 +37,7 @@ from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
 from rlexp.tracking.conventions import standard_tags, sweep_display_name, swept_keys
 from rlexp.tracking.environment import git_commit
 from rlexp.tracking.links import run_link
-from rlexp.tracking.listener import clean_params, clean_tags, now_ms, warn
+from rlexp.tracking.listener import TERMINAL, clean_params, clean_tags, now_ms, warn
 from rlexp.tracking.remote_jobs import tracker_uri
 
 SUMMARY_CSV = "summary.csv"
@@ -208,9 +208,8 @@ class SweepCallback(Callback):
         exp_id = store.experiment_id(client, experiment, uri)
         tags = clean_tags({"sweep": name, "rlexp.sweep_id": name,
                            "rlexp.sweep_dir": str(self.sweep_dir), "rlexp.role": "sweep",
-                           "overrides": redact_text(" ".join(overrides))})
-        tags["rlexp.dir_name"] = name
-        tags.update(clean_tags(parent_source_tags(self.sweep_dir)))
+                           "overrides": " ".join(overrides), "rlexp.dir_name": name,
+                           **parent_source_tags(self.sweep_dir)})
         run = client.create_run(exp_id, run_name=sweep_display_name(
             overrides, self._swept, name), tags=tags)
         swept = dict(o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
@@ -279,9 +278,8 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
     ended, gives the parent its summary and final status once `expected` children have ended
     (two at once set the same status); returns it, None while children are still running."""
     client = store.client(uri)
-    children = compare.child_runs(client, parent_id)
-    rows = [compare.row_from_run(client, r, None) for r in children]
-    ended = [r.status for r in rows if r.status in ("FINISHED", "FAILED", "KILLED")]
+    rows = [compare.row_from_run(client, r, None) for r in compare.child_runs(client, parent_id)]
+    ended = [r.status for r in rows if r.status in TERMINAL]
     if len(ended) < expected:
         return None
     status = parent_status(ended, True)

@@ -92,18 +92,17 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
     steps = _float(tags.get("rlexp.steps_done"))
     # A sweep job's swept values as typed (tags sweep.<key>: 'algo' = 'gspo', a group choice
     # that no param holds), over its config params.
-    values = {**dict(run.data.params),
-              **{k[len("sweep."):]: v for k, v in tags.items() if k.startswith("sweep.")}}
+    swept = {k[len("sweep."):]: v for k, v in tags.items() if k.startswith("sweep.")}
     return Row(
         name=info.run_name or info.run_id[:8], run_id=info.run_id, status=info.status,
-        values=values, final_reward=_last(curves.get(REWARD)),
+        values={**run.data.params, **swept}, final_reward=_last(curves.get(REWARD)),
         final_accuracy=_last(curves.get(ACCURACY)), best_accuracy=_best(curves.get(ACCURACY)),
         best_reward=_best(curves.get(REWARD)),
         metric=_last(curves.get(metric)) if metric else None,
         steps=int(steps) if steps is not None else max(reward_steps) if reward_steps else None,
         wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves,
         stopped=tags.get("rlexp.stopped"),
-        swept=sorted(k[len("sweep."):] for k in tags if k.startswith("sweep.")))
+        swept=sorted(swept))
 
 
 def _float(text: str | None) -> float | None:
@@ -150,7 +149,6 @@ def row_from_summary(path: Path) -> Row | None:
         return None
     # eval_before is the step-0 model: never the best accuracy of training
     after = _accuracy(s.get("eval_after"))
-    # The loop's summary: train_final = the metrics of the last training step.
     final = s.get("train_final") if isinstance(s.get("train_final"), dict) else {}
     reward = final.get(REWARD)
     return Row(
@@ -308,9 +306,8 @@ class Group:
 
     def values_of(self, attr: str) -> dict[str, float]:
         """seed -> the finished runs' value of a Row attribute (finite ones)."""
-        values = {seed: getattr(row, attr) for seed, row in self.finished()}
-        return {seed: float(v) for seed, v in values.items()
-                if isinstance(v, (int, float)) and math.isfinite(v)}
+        return {seed: float(v) for seed, row in self.finished()
+                if isinstance(v := getattr(row, attr), (int, float)) and math.isfinite(v)}
 
     def stats(self, attr: str) -> seed_stats.Summary | None:
         values = self.values_of(attr)
@@ -361,16 +358,15 @@ def group_rows(rows: list[Row], swept: list[str] | None = None,
 def find_group(groups: list[Group], spec: str) -> Group:
     """The group a --baseline names: 'algo=grpo', 'beta=0', 'grpo' (its label)."""
     key, sep, value = spec.partition("=")
-    hits = []
-    for group in groups:
+
+    def named(group: Group) -> bool:
         if not sep:
-            if group.label == spec:
-                hits.append(group)
-            continue
+            return group.label == spec
         full = resolve_key(key.strip(), list(group.values))
-        if full is not None and naming.short_value(group.values[full]) == \
-                naming.short_value(value.strip()):
-            hits.append(group)
+        return full is not None and (naming.short_value(group.values[full])
+                                     == naming.short_value(value.strip()))
+
+    hits = [g for g in groups if named(g)]
     if len(hits) != 1:
         choices = ", ".join(repr(g.label) for g in groups)
         what = "matches no group" if not hits else f"matches {len(hits)} groups"
@@ -431,7 +427,7 @@ def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accura
 
 def default_baseline(groups: list[Group]) -> Group | None:
     """The first group, when there are groups to compare with it and seeds to pair."""
-    if len(groups) < 2 or not any(len(g.finished()) > 0 for g in groups[1:]):
+    if len(groups) < 2 or not any(g.finished() for g in groups[1:]):
         return None
     return groups[0]
 

@@ -19,9 +19,8 @@ from rlexp.base.redact import is_secret_key
 from rlexp.config import naming
 from rlexp.config.naming import identity_overrides
 
-# Imported inside functions, on purpose: mlflow (2.3 s) and pandas are imported where a dataset
-# input or the system-metrics monitor is made: tracking.warm_up loads MLflow on a thread while the
-# engine builds.
+# Imported inside functions, on purpose: mlflow (2.3 s) and pandas, where a dataset input or the
+# system-metrics monitor is made (tracking.warm_up loads MLflow on a thread as the engine builds).
 
 log = logging.getLogger("rlexp")
 
@@ -34,11 +33,9 @@ NAME_GROUPS = ("algo", "model", "dataset", "hardware")
 def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[str, str]:
     """{'sweep.algo.beta': '0.04'}: a sweep job's swept values in full (its run name has
     them abbreviated)."""
-    if swept is None:
-        return {}
-    swept = set(swept)
-    pairs = [o.lstrip("+~").split("=", 1) for o in overrides if "=" in o]
-    return {f"sweep.{k}": v for k, v in pairs if k in swept and not is_secret_key(k)}
+    keys = set(swept or ())
+    return {f"sweep.{k}": v for k, v in naming.override_values(overrides).items()
+            if k in keys and not is_secret_key(k)}
 
 
 def display_name(run_name: str | None, choices: Mapping[str, str], overrides: Iterable[str],
@@ -50,10 +47,8 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
         return run_name
     pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
     pairs = [(k, v) for k, v in pairs if not is_secret_key(k)]
-    if swept is not None:
-        picked = naming.label(dict(pairs), list(swept), MAX_RUN_NAME)
-        if picked:
-            return picked
+    if swept is not None and (picked := naming.label(dict(pairs), list(swept), MAX_RUN_NAME)):
+        return picked
     base = "-".join(str(choices[g]) for g in NAME_GROUPS if choices.get(g))
     # What the command changed leads (a group choice by its value, a key by its short name);
     # whole tokens only: past the room, '+N' says how many were left out.
@@ -98,8 +93,7 @@ def standard_tags(tags: Mapping[str, str], extra: Mapping[str, Any]) -> dict[str
     commit = tags.get("git.commit")
     if commit and commit != "unknown":
         out["mlflow.source.git.commit"] = commit
-    command = tags.get("command")
-    if command:
+    if command := tags.get("command"):
         dirty = " (uncommitted changes)" if tags.get("git.dirty") == "true" else ""
         out["mlflow.note.content"] = (f"`{command}`\n\nrun dir: {extra.get('run_dir', '')}"
                                       f"\n\ngit: {commit or 'unknown'}{dirty}")

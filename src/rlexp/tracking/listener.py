@@ -132,8 +132,6 @@ class MlflowListener(Listener):
         self._done = 0
         self._stopping = False
         self._writer: threading.Thread | None = None
-        self._offline = False
-        self._last_ok = True
         # Series left out because they cannot vary in this run (names, prefixes).
         self._constant_names, self._constant_prefixes = constant
         self._system_every_s = system_metrics_every_s
@@ -159,9 +157,10 @@ class MlflowListener(Listener):
         if link is not None and same_store(link.uri, self.uri):
             link.uri = self.uri  # tracking.json keeps the URI with its credentials masked
         # One MLflow run per run dir: a rerun reopens it, also when it restarts from step 0
-        # (no checkpoint yet, or checkpoint_every=0).
-        if link is not None and link.uri == self.uri and \
-                (link.run_id is not None or _has_start(self.run_dir)):
+        # (no checkpoint yet, or checkpoint_every=0); a run never created, if its start record
+        # is spooled.
+        if link is not None and link.uri == self.uri and (link.run_id is not None or any(
+                r["kind"] == "start" for r in Spool(self.run_dir / SPOOL_FILE).read())):
             # restarted: no checkpoint was restored (the loop starts over from step 0)
             self._reopen(link, info.start_step,
                          restarted=info.start_step == 0 and not info.extra.get("resumed"))
@@ -302,7 +301,7 @@ class MlflowListener(Listener):
         with self._cv:  # re-entrant (RLock): _request takes it again
             target = self._request()
             served = self._cv.wait_for(lambda: self._done >= target, timeout)
-        return served and self._last_ok
+        return served and self._failure is None
 
     def _request(self) -> int:
         with self._cv:
@@ -318,7 +317,7 @@ class MlflowListener(Listener):
                 target, stopping = self._requested, self._stopping
                 if stopping and target <= self._done:
                     return  # stopped with nothing asked for (a crash in tests, or the end)
-            self._last_ok = self._write()
+            self._write()
             with self._cv:
                 self._done = max(self._done, target)
                 self._cv.notify_all()
@@ -332,18 +331,16 @@ class MlflowListener(Listener):
             sent = self.run.flush(self._gate)
         except Exception as exc:  # tracking must never stop training
             self._say_dropped()
-            self._failure = exc
-            if not self._offline:
-                self._offline = True
+            if self._failure is None:
                 what = "unreachable" if store.is_outage(exc) else "refused a write"
                 warn(f"MLflow store {self.uri} {what} ({store.first_line(exc)}); training goes "
                      f"on, records are kept in {self.run_dir / SPOOL_FILE} and retried every "
                      f"{self.flush_every_s:g}s (or: python -m rlexp.sync {self.run_dir})")
+            self._failure = exc
             return False
         self._say_dropped()
-        self._failure = None
-        if self._offline:
-            self._offline = False
+        if self._failure is not None:
+            self._failure = None
             print(f"rlexp: tracking: MLflow store reachable again; sent {sent} spooled records",
                   file=sys.stderr, flush=True)
         return True
@@ -396,7 +393,7 @@ class MlflowListener(Listener):
         if inputs:
             self.run.add(record("inputs", datasets=inputs))
 
-    def _reopen(self, link: Link, start_step: int, restarted: bool = False) -> None:
+    def _reopen(self, link: Link, start_step: int, restarted: bool) -> None:
         """Resume from the checkpoint at `start_step`: same MLflow run, nothing twice."""
         link.gated = self.gated
         # Steps up to the old gate were released to the store (or still wait in the spool, and
@@ -493,7 +490,6 @@ class MlflowListener(Listener):
         self._request()
 
     def _keep_environment(self, dirty: bool) -> None:
-        """environment.json and requirements.txt, and diff.patch when the checkout is dirty."""
         try:
             env = redact_obj(environment())
             self.run.add(record("json", artifact_file="environment.json", data=env))
@@ -508,11 +504,9 @@ class MlflowListener(Listener):
 
     def _dataset_inputs(self, datasets: dict | None) -> list[dict]:
         """{'name', 'source', 'train': [examples], 'eval': [...]} -> MLflow dataset inputs."""
-        if not datasets:
-            return []
         out = []
         for context in ("train", "eval"):
-            if datasets.get(context):
+            if (datasets or {}).get(context):
                 try:
                     out.append(dataset_input(f"{datasets['name']}-{context}",
                                              str(datasets.get("source", datasets["name"])),
@@ -545,15 +539,10 @@ def log_file_only(name: str) -> None:
     logger.propagate = False
 
 
-# MLflow's switch for the progress bar of artifact downloads.
-PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-
-
 def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | None:
     """The MLflow run of `run_dir` as a rerun finds it (store.find_run), with its summary.json
     artifact under "summary" (None if missing). None when there is no such run or the store
     cannot answer now. Never raises, and never creates a store or a run."""
-    run_dir = Path(run_dir)
     link = Link.load(run_dir)
     hint = link.run_id if link is not None and same_store(link.uri, uri) else None
     path = store.sqlite_path(uri)
@@ -568,28 +557,20 @@ def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | N
         run = client.get_run(rid)
     except Exception:  # unreachable or refused: the caller falls back on the checkpoint
         return None
-    bar = os.environ.get(PROGRESS_BAR)
-    os.environ[PROGRESS_BAR] = "false"  # MLflow draws a bar for each download otherwise
+    from unittest import mock  # here: it imports asyncio (~40 ms)
+
+    # MLflow draws a progress bar for each artifact download otherwise (restored after).
+    no_bar = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with mock.patch.dict(os.environ, no_bar), tempfile.TemporaryDirectory() as tmp:
             local = client.download_artifacts(rid, "summary.json", tmp)
             summary = json.loads(Path(local).read_text())
     except Exception:  # never sent (the run ended before it), or unreadable
         summary = None
-    finally:
-        if bar is None:
-            os.environ.pop(PROGRESS_BAR, None)
-        else:
-            os.environ[PROGRESS_BAR] = bar
     return {"run_id": rid, "status": run.info.status, "start_time": run.info.start_time,
             "end_time": run.info.end_time, "tags": dict(run.data.tags),
             "metrics": dict(run.data.metrics),
             "summary": summary if isinstance(summary, dict) else None}
-
-
-def _has_start(run_dir: Path) -> bool:
-    """A run that was never created can be resumed only if its start record is spooled."""
-    return any(r["kind"] == "start" for r in Spool(run_dir / SPOOL_FILE).read())
 
 
 def _jsonable(value: Any) -> Any:

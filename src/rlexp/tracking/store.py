@@ -94,7 +94,6 @@ def prepare_store(uri: str) -> None:
               f"{first_line(exc)}", flush=True)
 
 
-# Stores being prepared on a thread while the job builds its engine (prepare_in_background).
 _background: dict[str, threading.Thread] = {}
 
 
@@ -205,7 +204,15 @@ def _classify(uri: str, timeout: float) -> str:
         return f"wrong: the port in {redact_uri(parts.netloc)} is not a number"
     if scheme in ("http", "https"):
         return _classify_http(uri, parts.scheme, host, port, timeout)
-    return _classify_db(host, port, timeout)
+    if not host:
+        return "ok"  # a database on a local socket (?host=/var/run/postgresql)
+    if (why := _lookup(host, port, timeout)) is not None:
+        return why
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return _network_error(exc, f"{host}:{port}", timeout)
+    return "ok"
 
 
 def _classify_sqlite(uri: str) -> str:
@@ -251,8 +258,7 @@ def _lookup(host: str, port: int, timeout: float) -> str | None:
     thread.join(timeout)
     if thread.is_alive():
         return f"down: the name lookup of {host} did not answer within {timeout:g}s"
-    exc = result.get("error")
-    return None if exc is None else _lookup_failed(host, exc)
+    return _lookup_failed(host, result["error"]) if result else None
 
 
 def _lookup_failed(host: str, exc: BaseException) -> str:
@@ -297,18 +303,6 @@ def _network_error(exc: BaseException, where: str, timeout: float) -> str:
     return f"down: {where} cannot be reached ({getattr(last, 'strerror', None) or last})"
 
 
-def _classify_db(host: str | None, port: int, timeout: float) -> str:
-    if not host:
-        return "ok"  # a local socket (?host=/var/run/postgresql)
-    if (why := _lookup(host, port, timeout)) is not None:
-        return why
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as exc:
-        return _network_error(exc, f"{host}:{port}", timeout)
-    return "ok"
-
-
 def _classify_http(uri: str, scheme: str, host: str | None, port: int, timeout: float) -> str:
     """One GET of PROBE_ENDPOINT through MLflow's own request (mlflow.utils.rest_utils): the
     credentials, auth plugin, TLS settings and proxies of every write, no retry."""
@@ -341,15 +335,14 @@ def _judge_answer(status: int, content_type: str, body: bytes) -> str:
         data = json.loads(body.decode("utf-8")) if body.strip() else None
     except ValueError:
         data = None
-    mlflow_error = isinstance(data, dict) and "error_code" in data
     if status in (401, 403):
         return (f"wrong: the store refused access (HTTP {status}): check the credentials "
                 f"(user:password in the URI, MLFLOW_TRACKING_USERNAME/PASSWORD or "
                 f"MLFLOW_TRACKING_TOKEN)")
     if status >= 500 or status in (408, 429):
         return f"down: the store answered HTTP {status} (a server that is stopping or busy)"
-    if 200 <= status < 300 and isinstance(data, dict) or mlflow_error:
-        return "ok"
+    if isinstance(data, dict) and (200 <= status < 300 or "error_code" in data):
+        return "ok"  # MLflow's JSON: its answer, or its own error
     what = "an HTML page" if "html" in content_type.lower() or body.lstrip()[:1] == b"<" \
         else f"HTTP {status} {content_type or 'without a content type'}"
     return (f"wrong: it answers with {what}, not MLflow's REST API (HTTP {status} for "
@@ -401,11 +394,9 @@ def _usable(template: Path) -> bool:
     if not template.is_file():
         return False
     try:
-        with sqlite3.connect(f"file:{template}?mode=ro", uri=True) as db:
-            ok = bool(db.execute("SELECT version_num FROM alembic_version").fetchall()) and \
+        with contextlib.closing(sqlite3.connect(f"file:{template}?mode=ro", uri=True)) as db:
+            return bool(db.execute("SELECT version_num FROM alembic_version").fetchall()) and \
                 not db.execute("SELECT 1 FROM experiments").fetchall()
-        db.close()
-        return ok
     except sqlite3.Error:
         return False
 
@@ -421,10 +412,8 @@ def client(uri: str) -> "MlflowClient":
     # MLflow prints "🏃 View run NAME at: URL" and "🧪 View experiment at: URL" to stdout each
     # time a run of an http store ends (tracking/_tracking_service/client.py, _log_url): rlexp
     # says the run's link once, itself (links.run_link). Forced where the URL has credentials.
-    if redact_uri(uri) != uri:
-        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-    else:
-        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    quiet = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+    os.environ[quiet] = "true" if redact_uri(uri) != uri else os.environ.get(quiet, "true")
     return MlflowClient(tracking_uri=uri)
 
 
@@ -474,9 +463,8 @@ def is_outage(exc: BaseException) -> bool:
         seen.add(id(cause))
         if getattr(cause, "error_code", None) in REFUSALS:
             return False
-        if isinstance(cause, OSError) and not isinstance(cause, (ConnectionError, TimeoutError,
-                                                                 socket.gaierror)) \
-                and cause.errno in _LASTING_ERRNOS:
+        transient = isinstance(cause, (ConnectionError, TimeoutError, socket.gaierror))
+        if isinstance(cause, OSError) and not transient and cause.errno in _LASTING_ERRNOS:
             return False
         cause = cause.__cause__ or cause.__context__
     return True
@@ -544,13 +532,10 @@ def find_run(mlflow_client: "MlflowClient", experiment: str, run_dir: Path,
     from mlflow.exceptions import MlflowException
 
     where = str(Path(run_dir).resolve())
-    if hint:
-        try:
-            run = mlflow_client.get_run(hint)
-            if run.data.tags.get(RUN_DIR_TAG) in (None, where):
+    if hint:  # a hint deleted, or another store's id: search by the dir instead
+        with contextlib.suppress(MlflowException):
+            if mlflow_client.get_run(hint).data.tags.get(RUN_DIR_TAG) in (None, where):
                 return hint
-        except MlflowException:
-            pass  # deleted, or another store's id: search by the dir instead
     exp = mlflow_client.get_experiment_by_name(experiment)
     if exp is None:
         return None
