@@ -79,11 +79,15 @@ def client(uri) -> MlflowClient:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def shared_run_cache(tmp_path_factory):
+def shared_run_cache(tmp_path_factory, worker_id):
     """$RLEXP_CACHE_DIR (the default run.cache_dir) for every run the session starts: the
     tiny model's programs compile once into its JAX cache instead of once per test dir, as
-    a user's runs share outputs/cache. Tests about the cache pass run.cache_dir themselves."""
-    path = tmp_path_factory.mktemp("run-cache")
+    a user's runs share outputs/cache. The xdist workers of one pytest run share it (their
+    temp dirs' parent), as a sweep's concurrent jobs share one cache: a program or warm start
+    one worker made, the other loads. Tests about the cache pass run.cache_dir themselves."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base if worker_id == "master" else base.parent) / "run-cache"
+    path.mkdir(exist_ok=True)
     before = os.environ.get("RLEXP_CACHE_DIR")
     os.environ["RLEXP_CACHE_DIR"] = str(path)
     yield path
