@@ -69,15 +69,23 @@ class Listeners(Listener):
             except Exception as exc:  # observers must never stop training
                 log.warning("%s.%s failed: %s", type(listener).__name__, hook, exc)
 
+    def on_run_start(self, info: RunInfo) -> None:
+        self._each("on_run_start", info)
 
-def _fan_out(hook: str) -> Any:
-    def method(self: Listeners, *args: Any, **kwargs: Any) -> None:
-        self._each(hook, *args, **kwargs)
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self._each("on_metrics", step, metrics)
 
-    method.__name__, method.__qualname__ = hook, f"Listeners.{hook}"
-    return method
+    def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None:
+        self._each("on_eval", step, metrics, samples)
 
+    def on_rollouts(self, step: int, rows: list[dict]) -> None:
+        self._each("on_rollouts", step, rows)
 
-# Every hook of Listener, on Listeners, calls it on each listener.
-for _hook in [name for name in vars(Listener) if name.startswith("on_")]:
-    setattr(Listeners, _hook, _fan_out(_hook))
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        self._each("on_checkpoint", step, path)
+
+    def on_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self._each("on_artifact", path, artifact_path)
+
+    def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
+        self._each("on_run_end", status, summary)

@@ -539,6 +539,9 @@ def log_file_only(name: str) -> None:
     logger.propagate = False
 
 
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
 def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | None:
     """The MLflow run of `run_dir` as a rerun finds it (store.find_run), with its summary.json
     artifact under "summary" (None if missing). None when there is no such run or the store
@@ -557,16 +560,19 @@ def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | N
         run = client.get_run(rid)
     except Exception:  # unreachable or refused: the caller falls back on the checkpoint
         return None
-    from unittest import mock  # here: it imports asyncio (~40 ms)
-
-    # MLflow draws a progress bar for each artifact download otherwise (restored after).
-    no_bar = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    bar = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"  # MLflow draws a bar for each download otherwise
     try:
-        with mock.patch.dict(os.environ, no_bar), tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:
             local = client.download_artifacts(rid, "summary.json", tmp)
             summary = json.loads(Path(local).read_text())
     except Exception:  # never sent (the run ended before it), or unreadable
         summary = None
+    finally:
+        if bar is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = bar
     return {"run_id": rid, "status": run.info.status, "start_time": run.info.start_time,
             "end_time": run.info.end_time, "tags": dict(run.data.tags),
             "metrics": dict(run.data.metrics),
