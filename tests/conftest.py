@@ -95,3 +95,15 @@ def shared_run_cache(tmp_path_factory, worker_id):
         os.environ.pop("RLEXP_CACHE_DIR", None)
     else:
         os.environ["RLEXP_CACHE_DIR"] = before
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(shared_run_cache):
+    """SmolLM2-135M converted once for the whole session, in the shared run cache, where a
+    `model=smollm2-135m` run converts it too: each conversion is 7.6 s of a busy CPU."""
+    from helpers import require_smollm2
+    from rlexp.inputs.smollm2 import ensure_converted
+
+    require_smollm2()
+    return ensure_converted(shared_run_cache)
+

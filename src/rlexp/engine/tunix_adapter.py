@@ -92,9 +92,12 @@ def optimizer(cfg: Config) -> optax.GradientTransformation:
 def rollout_configs(cfg: Config) -> dict[Any, base_rollout.RolloutConfig]:
     """TRAIN samples with rollout.*; EVAL is re-set per call (eval_sampling). TRAIN asks for the
     sampler's per-token log-probs, whichever engine: the trainer/sampler gap is logged every
-    step and algo.rollout_correction needs them. On the vanilla sampler they cost nothing
-    measurable: the default tiny run, 3 alternating repeats on a 2-core CPU, 0.6864 CPU s/step
-    without them vs 0.6787 with (bench/overhead.py --ab-no-sampler-logprobs)."""
+    step and algo.rollout_correction needs them. Their cost on the vanilla sampler
+    (bench/overhead.py --ab-no-sampler-logprobs, the default tiny run): nothing measurable on
+    a 2-core CPU (0.6864 CPU s/step without them vs 0.6787 with, 3 alternating repeats), but
+    0.0339 vs 0.0489 s/step on an H100 (30 steps), where rlexp without them runs at 0.975 of
+    bare Tunix's step and with them at 1.41: most of it in the decode loop (0.0279 vs 0.0199
+    s/step in the sampler, --trace)."""
     r = cfg.rollout
     if r.name == "vllm":
         return {Mode.TRAIN: dataclasses.replace(make_rollout_config(cfg), return_logprobs=True),
