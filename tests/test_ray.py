@@ -175,10 +175,11 @@ def ray_head(tmp_path_factory):
         shutil.rmtree(temp, ignore_errors=True)
 
 
-# Batches and evaluation that split over cpu-2host's 4-device mesh (as tests/test_slurm.py).
+# Batches and evaluation that split over cpu-2host's 4-device mesh, 8 completion tokens
+# (as tests/test_slurm.py, which says why).
 TWO_HOST = ["train.steps=2", "train.batch_size=4", "eval.num_samples=4", "dataset.num_eval=4",
             "eval.pass_k=1", "run.progress=false", "model.warm_start_steps=0",
-            "model.vocab_size=128"]
+            "model.vocab_size=128", "rollout.max_completion_length=8"]
 
 
 @pytest.mark.slow
