@@ -106,4 +106,3 @@ def smollm2_dir(shared_run_cache):
 
     require_smollm2()
     return ensure_converted(shared_run_cache)
-

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import require_smollm2
 from rlexp.config.schema import Config
 from rlexp.config.validate import validate
 
@@ -174,8 +173,7 @@ def test_dedicated_pad_avoids_every_prompt_token():
 
 
 @pytest.mark.slow
-def test_no_smollm2_prompt_token_is_masked_in_prefill(smollm2_dir):
-    require_smollm2()
+def test_no_smollm2_prompt_token_is_masked_in_prefill(smollm2_dir):  # requires SmolLM2
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
     from rlexp.inputs import model_files as models

