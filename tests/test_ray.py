@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from conftest import require
 from rlexp.tracking.ui import free_port
-from sweep_helpers import explain, finished_sweep, only_sweep_dir, rlexp
+from sweep_helpers import TWO_HOST, explain, finished_sweep, only_sweep_dir, rlexp
 
 from hydra_plugins.rlexp_ray_launcher.ray_launcher import (Layout, bundles, job_layout,
                                                            process_env, worker_env)
@@ -175,13 +175,6 @@ def ray_head(tmp_path_factory):
         shutil.rmtree(temp, ignore_errors=True)
 
 
-# Batches and evaluation that split over cpu-2host's 4-device mesh, 8 completion tokens
-# (as tests/test_slurm.py, which says why).
-TWO_HOST = ["train.steps=2", "train.batch_size=4", "eval.num_samples=4", "dataset.num_eval=4",
-            "eval.pass_k=1", "run.progress=false", "model.warm_start_steps=0",
-            "model.vocab_size=128", "rollout.max_completion_length=8"]
-
-
 @pytest.mark.slow
 def test_ray_launcher_runs_a_sweep_with_a_two_process_job_under_one_parent(tmp_path, ray_head):
     """hardware=cpu-2host as a sweep: one job of two Ray tasks, one per host, joined by
@@ -190,7 +183,7 @@ def test_ray_launcher_runs_a_sweep_with_a_two_process_job_under_one_parent(tmp_p
     cover (tests/test_launchers.py runs one-process jobs through the other launchers)."""
     t0 = time.perf_counter()
     proc = rlexp(["-m", "hydra/launcher=rlexp_ray", f"hydra.launcher.address={ray_head}",
-                  "hardware=cpu-2host", *TWO_HOST], tmp_path)
+                  *TWO_HOST], tmp_path)
     assert proc.returncode == 0, explain(proc)
     assert "(2 process(es), 1 CPU, 0 GPU each)" in proc.stdout + proc.stderr
     sweep_dir = only_sweep_dir(tmp_path)

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from slurm_fixture import slurm  # noqa: F401 - the fixture
-from sweep_helpers import (TINY, explain, finished_sweep, mlflow_children, only_sweep_dir, rlexp,
-                           summaries, toy_reports, write_toy_app)
+from sweep_helpers import (TINY, TWO_HOST, explain, finished_sweep, mlflow_children,
+                           only_sweep_dir, rlexp, summaries, toy_reports, write_toy_app)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
 
@@ -182,15 +182,6 @@ def test_a_multi_controller_job_is_one_slurm_job_of_one_task_per_host(tmp_path):
     assert {r["SLURM_JOB_ID"] for r in by_hw["two"]} != {by_hw["one"][0]["SLURM_JOB_ID"]}
     assert len({r["SLURM_JOB_ID"] for r in by_hw["two"]}) == 1  # ...of one SLURM job
     assert all(r["SLURM_STEP_NUM_TASKS"] == "2" for r in by_hw["two"]), by_hw["two"]
-
-
-# What a cpu-2host job can take: batches and evaluation split over its 4-device mesh. 8
-# completion tokens, not 24: each decode step all-gathers the fsdp-sharded weights through
-# gloo's TCP collectives, and a 2-step job under mpirun took 43.8 CPU-s instead of 54.3.
-TWO_HOST = ["hardware=cpu-2host", "train.steps=2", "train.batch_size=4", "eval.num_samples=4",
-            "dataset.num_eval=4", "eval.pass_k=1", "run.progress=false",
-            "model.warm_start_steps=0", "model.vocab_size=128",
-            "rollout.max_completion_length=8"]
 
 
 def test_a_two_process_sweep_on_slurm_is_one_child_run_per_job(tmp_path):

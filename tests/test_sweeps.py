@@ -330,10 +330,11 @@ def test_a_long_single_run_name_keeps_whole_tokens():
 
 # 6 jobs in one process: a short warm start per seed (formatted answers: rewards that differ
 # per run), then 2 steps of 4 prompts instead of the recipe's 32, evaluated before and after
-# only (the group table and the paired difference read the final evaluation).
+# only (the group table and the paired difference read the final evaluation), untracked (the
+# table comes from the jobs' summaries; tests/test_report.py reads it from MLflow runs).
 SEED_SWEEP = ["-m", "algo=grpo,gspo", "train.seed=0,1,2", "train.steps=2", "train.batch_size=4",
               "eval.num_samples=8", "dataset.num_eval=8", "eval.pass_k=2",
-              "model.warm_start_steps=100", "hydra/launcher=basic"]
+              "model.warm_start_steps=100", "hydra/launcher=basic", "tracker=none"]
 
 
 @pytest.mark.slow
