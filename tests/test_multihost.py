@@ -127,12 +127,14 @@ def test_each_process_of_a_run_locks_its_own_file_and_a_second_launch_is_refused
 # ------------------------------------------------------------------- slow: real processes
 
 MPIRUN = shutil.which("mpirun")
-STEPS = 6
-# Cheap runs: the tiny model after 100 warm-start steps instead of the recipe's 300 (enough
-# for formatted answers: rewards that vary within a group, reward_std 0.3-0.55; the 300 took
-# 28-30 s of the emulated run on a busy 2-core CPU; the two-process runs load it from the
-# cache), 8 prompts a step (2 per device of the 4-device mesh) instead of 32, a small greedy +
-# pass@1 evaluation before and after only, a checkpoint every 2 steps.
+STEPS = 4
+# Cheap runs: 4 steps (process 1 is killed once step 3 is done, after step 2's checkpoint;
+# the rerun resumes there and trains 3 and 4); the tiny model after 100 warm-start steps
+# instead of the recipe's 300 (enough for formatted answers: rewards that vary within a
+# group, reward_std 0.3-0.55; the 300 took 28-30 s of the emulated run on a busy 2-core CPU;
+# the two-process runs load it from the cache); 8 prompts a step (2 per device of the
+# 4-device mesh) instead of 32; a small greedy + pass@1 evaluation before and after only; a
+# checkpoint every 2 steps.
 ARGS = ("hardware=cpu-2host", f"train.steps={STEPS}", "model.warm_start_steps=100",
         "train.batch_size=8", "eval.every=0", "train.checkpoint_every=2", "eval.num_samples=8",
         "eval.pass_k=1")
@@ -237,7 +239,7 @@ def test_a_lost_process_then_an_mpirun_rerun_make_one_run_equal_to_the_emulated_
     history = _history(two_dir, run_dir)
     got = _train_steps(history)
     assert "train/loss" in got and "train/reward_mean" in got
-    for name, points in got.items():  # every metric: each of the 6 steps exactly once
+    for name, points in got.items():  # every metric: each of the 4 steps exactly once
         assert [s for s, _ in points] == list(range(1, STEPS + 1)), name
     want = _train_steps(_history(emulated_dir, next((emulated_dir / "outputs" / "runs").iterdir())))
     for name in ("train/loss", "train/reward_mean"):
