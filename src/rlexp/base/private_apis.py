@@ -84,7 +84,8 @@ def _code_names(code: Any) -> set[str]:
 
 
 def _self_targets(node: ast.AST) -> Iterator[str]:
-    """"a" for `self.a = ...`, "a.b" for `self.a.b = ...`, inside node (tuples unpacked)."""
+    """What node's code assigns to self: `self.a = ...` gives "a", `self.a.b = ...` "a.b"
+    (tuple targets unpacked; an annotation without a value assigns nothing)."""
     for child in ast.walk(node):
         targets = child.targets if isinstance(child, ast.Assign) else \
             [child.target] if isinstance(child, ast.AnnAssign) and child.value else []
