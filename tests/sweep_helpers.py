@@ -45,14 +45,14 @@ FAULT_SITECUSTOMIZE = textwrap.dedent('''
     if _seed is not None:
         import rlexp.job.loop as _loop
 
-        _run = _loop.run
+        _run = _loop.train_steps
 
         def run(cfg, *args, **kwargs):
             if str(cfg.train.seed) == _seed:
                 raise RuntimeError(f"injected failure (train.seed={cfg.train.seed})")
             return _run(cfg, *args, **kwargs)
 
-        _loop.run = run
+        _loop.train_steps = run
 ''')
 
 

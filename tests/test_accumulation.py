@@ -1,5 +1,5 @@
 """Gradient accumulation and the loss's divisors: micro-batch 1 and micro-batch = mini-batch
-give the same update (rlexp.engine.algo_registry.normalise_over_windows), and Dr.GRPO's
+give the same update (rlexp.engine.learner.Learner._prepare_data), and Dr.GRPO's
 constant is rows x rollout.max_completion_length whatever the masks."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import numpy as np
 import optax
 import pytest
 
-from rlexp.algo.losses import LossSettings, aggregate, policy_loss, truncated_rows
+from rlexp.algo.losses import aggregate, policy_loss, truncated_rows
 from rlexp.config.schema import AlgoConfig
 
 from rlexp.engine import algo_registry as registry  # noqa: E402  (a broken import fails here, never skips)
+from rlexp.engine.learner import WindowQueue  # noqa: E402
 from tunix.rl.grpo.grpo_learner import TrainExample  # noqa: E402
 
 G, PROMPTS, T, V, EOS, BUDGET = 4, 2, 6, 5, 4, 6
@@ -124,7 +125,7 @@ def test_window_queue_passes_every_micro_batch_windowed_in_order():
             self.items.append(item)
 
     out = Queue()
-    q = registry.WindowQueue(out, lambda exs: registry.with_window(exs, settings, EOS))
+    q = WindowQueue(out, lambda exs: registry.with_window(exs, settings, EOS))
     for item in ([a], [b], [b], [a], None):  # num_iterations=2, the second pass shuffled
         q.put(item)
     assert out.items[-1] is None and len(out.items) == 5
@@ -147,8 +148,8 @@ def test_dr_grpo_divides_by_rows_times_the_budget_whatever_the_masks():
     assert float(aggregate(x, kept, "sequence-mean-token-scale", budget=8)) == pytest.approx(
         total / (8 * 8))
     assert float(aggregate(x, kept, "sequence-mean-token-scale")) == pytest.approx(total / (8 * T))
-    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0, kl_estimator="k3",
-                     loss_agg="sequence-mean-token-scale", mask_truncated=True)
+    s = AlgoConfig(ratio_level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0,
+                   kl_estimator="k3", loss_agg="sequence-mean-token-scale", mask_truncated=True)
     lp = jnp.zeros((8, T))
     adv1 = jnp.ones(8)
     loss, _ = policy_loss(lp, None, None, adv1, jnp.asarray(mask), s,

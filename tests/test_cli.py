@@ -353,7 +353,7 @@ def test_third_party_noise_is_dropped_and_real_warnings_kept():
 
 
 def test_already_finished_names_the_commit_and_the_way_to_rerun():
-    from rlexp.job.experiment import already_finished
+    from rlexp.job.resume import already_finished
 
     line = already_finished(Path("outputs/runs/x"),
                             {"started": 0.0, "wall_s": 1.0, "git_commit": "a" * 40},

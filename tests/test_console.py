@@ -180,13 +180,14 @@ def test_on_a_terminal_a_sweeps_job_draws_no_bar_and_sends_its_lines_to_the_laun
 
 def test_a_stopped_sweep_job_tells_the_launcher_killed_not_failed(tmp_path, hydra_like_logging,
                                                                   capsys):
-    from rlexp.job.experiment import Observers, _listeners
+    from rlexp.job.disk import Observers
+    from rlexp.job.listeners import listeners_for
 
     cfg = Config()
     cfg.tracker.name = "none"
     env = SweepEnv(size=2, keys=[], relay=tmp_path, terminal=False).to_env()
     with job_output(1, [], environ=env):  # the job returns (NaN): the sweep's others go on
-        listeners = _listeners(cfg, tmp_path)  # the run's own, this job's among them
+        listeners = listeners_for(cfg, tmp_path)  # the run's own, this job's among them
         assert listeners[-1] is sweep_messages.current_job()
         Observers(listeners, tmp_path).on_run_end("KILLED", {"steps_done": 3})
     (end,) = [r for r in map(json.loads, (tmp_path / "1.jsonl").read_text().splitlines())

@@ -245,9 +245,9 @@ def test_a_full_disk_mid_save_stops_failed_in_one_line_then_resumes(tmp_path, mo
 
 
 def test_a_full_disk_in_a_listener_stops_the_run_at_that_step(tmp_path, monkeypatch, capsys):
-    from rlexp.job import experiment
+    from rlexp.job import listeners
 
-    real = experiment.ProgressFile.on_metrics
+    real = listeners.ProgressFile.on_metrics
 
     def progress(self, step, metrics):
         if step == 3:  # progress.json's temporary file cannot be written
@@ -255,7 +255,7 @@ def test_a_full_disk_in_a_listener_stops_the_run_at_that_step(tmp_path, monkeypa
             raise OSError(errno.ENOSPC, "No space left on device")
         real(self, step, metrics)
 
-    monkeypatch.setattr(experiment.ProgressFile, "on_metrics", progress)
+    monkeypatch.setattr(listeners.ProgressFile, "on_metrics", progress)
     run_dir, start = _job(tmp_path, monkeypatch)
     with pytest.raises(SystemExit) as stopped:
         start()
@@ -469,7 +469,7 @@ def test_orbax_save_on_a_full_tmpfs_stops_cleanly_and_resumes(small_disk, tmp_pa
     """The real engine and orbax: the disk fills after step 2 with less room than a
     checkpoint (the free-space check before each save is switched off, so orbax itself
     runs out of space half-way through writing step 2)."""
-    from rlexp.job import experiment
+    from rlexp.job import listeners
     from rlexp.job.experiment import JobContext, run
     from rlexp.job.resume import Checkpointer
     from rlexp.launch.preflight import preflight
@@ -479,7 +479,7 @@ def test_orbax_save_on_a_full_tmpfs_stops_cleanly_and_resumes(small_disk, tmp_pa
     monkeypatch.setattr(logging, "raiseExceptions", logging.raiseExceptions)
     real_check = Checkpointer._check_room
     monkeypatch.setattr(Checkpointer, "_check_room", lambda self: None)
-    real = experiment.ProgressFile.on_metrics
+    real = listeners.ProgressFile.on_metrics
     fillers = []
 
     def progress(self, step, metrics):
@@ -487,7 +487,7 @@ def test_orbax_save_on_a_full_tmpfs_stops_cleanly_and_resumes(small_disk, tmp_pa
         if step == 2 and not fillers:
             fillers.append(_fill(small_disk, 600_000))
 
-    monkeypatch.setattr(experiment.ProgressFile, "on_metrics", progress)
+    monkeypatch.setattr(listeners.ProgressFile, "on_metrics", progress)
     (cfg,) = preflight([*SMALL, "train.steps=4", "train.checkpoint_every=1",
                         f"hydra.run.dir={small_disk / 'run'}"]).jobs
     run_dir = small_disk / "run"

@@ -74,7 +74,7 @@ def runs(tmp_path_factory):
         eng = engine_lib.build(cfg, make_plan(cfg), run_dir)
         before = eng.policy_state()
         rec = Recorder()
-        summary = loop.run(cfg, eng, Listeners([rec]), run_dir)
+        summary = loop.train_steps(cfg, eng, Listeners([rec]), run_dir)
         out[name] = dict(cfg=cfg, engine=eng, before=before, after=eng.policy_state(),
                          rec=rec, summary=summary)
     return out

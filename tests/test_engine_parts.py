@@ -125,15 +125,19 @@ def test_prompt_encoding_is_memoized_and_unchanged():
     from tunix.generate.sampler import Sampler
     from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-    from rlexp.engine.tunix_adapter import memoize_prompt_encoding
+    from rlexp.engine.rollout.vanilla import MemoizedEncoding
     from rlexp.inputs.tokenizer import CharTokenizer
 
-    sampler = SimpleNamespace(tokenizer=TokenizerAdapter(CharTokenizer(128)))
-    want = [Sampler.tokenize(sampler, p).tolist() for p in ("1+2=", "3+4=")]
     calls = []
-    encode = sampler.tokenizer.encode
-    sampler.tokenizer.encode = lambda text, **kw: calls.append(text) or encode(text, **kw)
-    memoize_prompt_encoding(SimpleNamespace(rollout=SimpleNamespace(_sampler=sampler)), limit=8)
+
+    class Counting(CharTokenizer):
+        def encode(self, text: str, **kw: object) -> list[int]:
+            calls.append(text)
+            return super().encode(text, **kw)
+
+    plain = SimpleNamespace(tokenizer=TokenizerAdapter(CharTokenizer(128)))
+    want = [Sampler.tokenize(plain, p).tolist() for p in ("1+2=", "3+4=")]
+    sampler = SimpleNamespace(tokenizer=MemoizedEncoding(Counting(128), limit=8))
     got = [Sampler.tokenize(sampler, p).tolist() for p in ("1+2=", "3+4=") * 4]
     assert got == want * 4
     assert calls == ["1+2=", "3+4="]  # each distinct prompt encoded once

@@ -16,8 +16,8 @@ import pytest
 
 from helpers import cli
 from rlexp.base.errors import UserError
-from rlexp.config.schema import ModelConfig
-from rlexp.config.validate import CHOICES
+from rlexp.config.schema import Config, ModelConfig
+from rlexp.config.validate import knobs
 from rlexp.families import families, get
 from rlexp.inputs.model_files import check_hf_config
 
@@ -69,9 +69,10 @@ def test_nothing_outside_the_family_modules_branches_on_a_family_name():
 def test_every_family_module_is_a_choice_and_names_its_tunix_code():
     modules = sorted(p.stem for p in FAMILY_DIR.glob("*.py") if p.stem not in ("__init__", "family"))
     assert sorted(families()) == modules
-    assert set(CHOICES["model.family"].values) == set(modules)
+    family = {key: spec for key, _, spec, _ in knobs(Config())}["model.family"]
+    assert set(family.values(ModelConfig())) == set(modules)
     assert {"llama3", "qwen3", "qwen2", "gemma3", "gemma2", "cohere"} <= set(modules)
-    with pytest.raises(KeyError):  # validate's CHOICES refuses it first, in one line
+    with pytest.raises(KeyError):  # model.family's choices refuse it first, in one line
         get("mamba")
 
 # --------------------------------------------------------- export = Tunix's loader, inverted

@@ -216,18 +216,19 @@ def test_job_env_comes_from_the_parent_file(tmp_path):
 
 
 def test_a_remote_job_finds_its_parent_in_the_environment(tmp_path, monkeypatch):
-    from rlexp.job.experiment import JobContext, _parent
+    from rlexp.job.experiment import JobContext
+    from rlexp.job.listeners import parent
 
     job = JobContext(run_dir=tmp_path / "run", name="run", choices={}, overrides=[])
     monkeypatch.delenv("RLEXP_PARENT_RUN_ID", raising=False)
-    assert _parent(job) == {}
+    assert parent(job) == {}
     monkeypatch.setenv("RLEXP_PARENT_RUN_ID", "p123")
-    assert _parent(job) == {"parent_run_id": "p123"}
+    assert parent(job) == {"parent_run_id": "p123"}
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "parent_run.json").write_text(json.dumps({"run_id": "local", "uri": "x"}))
     job.sweep_dir = sweep  # a job of a local multirun: the sweep dir's parent wins
-    assert _parent(job) == {"parent_run_id": "local"}
+    assert parent(job) == {"parent_run_id": "local"}
 
 
 def test_the_last_remote_child_closes_the_parent(tmp_path):

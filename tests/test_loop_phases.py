@@ -1,6 +1,8 @@
 """The loop's phases in order (rlexp.job.loop): evaluations, checkpoints and a SIGTERM's
 preemption at the steps the module docstring promises, with the real Checkpointer over the
-fake engine's JSON store; and every function of rlexp.job stays short enough to read."""
+fake engine's JSON store; every function of rlexp.job stays short enough to read, the job's
+phases (rlexp.job.experiment) fit in one file of at most 400 lines, and no two functions of
+src/ and launchers/ share a name grep would confuse."""
 
 from __future__ import annotations
 
@@ -16,9 +18,14 @@ from rlexp.job.resume import Checkpointer, Preempted, StopFlag
 
 from fake_engine import FakeEngine, evaluate as fake_evaluate
 
-JOB = Path(__file__).resolve().parents[1] / "src" / "rlexp" / "job"
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "src" / "rlexp" / "job"
 # The longest a function of rlexp.job may be (lines, decorators and docstring included).
 MAX_LINES = 50
+# The longest job/experiment.py may be: the phases, the policies in modules of their own.
+MAX_PHASES_LINES = 400
+# Names too common to define twice: grep for `def run` must find the one function meant.
+UNIQUE_NAMES = ("build", "write_summary", "run")
 
 
 class Events(Listener):
@@ -50,7 +57,8 @@ def _run(tmp_path, monkeypatch, events, steps, eval_every, ckpt_every, sigterm_a
     engine = FakeEngine(cfg, curve=lambda s: s / 10, step_fn=step_fn)
     ckpt = Checkpointer(tmp_path / "checkpoints", 3, engine)
     try:
-        return loop.run(cfg, engine, Listeners([events]), tmp_path, checkpointer=ckpt, stop=stop)
+        return loop.train_steps(cfg, engine, Listeners([events]), tmp_path, checkpointer=ckpt,
+                                stop=stop)
     finally:
         ckpt.close()
 
@@ -101,3 +109,30 @@ def test_the_length_check_can_fail(tmp_path):
     long = tmp_path / "long.py"
     long.write_text("def f():\n" + "    x = 1\n" * MAX_LINES)
     assert _lengths(long) == {"long.py:f": MAX_LINES + 1}
+
+
+def test_the_job_phases_fit_in_one_short_file():
+    assert len((JOB / "experiment.py").read_text().splitlines()) <= MAX_PHASES_LINES
+
+
+def _defined(paths: list[Path], names: tuple[str, ...]) -> dict[str, list[str]]:
+    """Where each of `names` is defined as a function or method: {name: ['file:line', ...]}."""
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+                out.setdefault(node.name, []).append(f"{path}:{node.lineno}")
+    return out
+
+
+def test_no_two_functions_share_a_common_name():
+    paths = sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "launchers").rglob("*.py")])
+    assert len(paths) > 100  # the walk found the code
+    assert {k: v for k, v in _defined(paths, UNIQUE_NAMES).items() if len(v) > 1} == {}
+
+
+def test_the_name_check_can_fail(tmp_path):
+    (tmp_path / "a.py").write_text("def run():\n    pass\n")
+    (tmp_path / "b.py").write_text("class B:\n    def run(self):\n        pass\n")
+    found = _defined([tmp_path / "a.py", tmp_path / "b.py"], ("run",))
+    assert [where.rsplit("/", 1)[-1] for where in found["run"]] == ["a.py:1", "b.py:2"]

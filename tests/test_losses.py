@@ -12,7 +12,7 @@ import pytest
 
 from rlexp.algo.advantages import group_advantages
 from rlexp.algo.kl import kl_estimate
-from rlexp.algo.losses import LossSettings, aggregate, policy_loss
+from rlexp.algo.losses import aggregate, policy_loss
 from rlexp.config.schema import AlgoConfig
 from rlexp.engine import algo_registry as registry
 from tunix.rl import function_registry
@@ -75,8 +75,8 @@ def example(logp_shape=(4, 5), seed=0):
 
 
 def settings(level="token", eps=0.2, eps_high=0.28, beta=0.04, est="k3", agg="sequence-mean-token-mean"):
-    return LossSettings(level=level, epsilon=eps, epsilon_high=eps_high, beta=beta,
-                        kl_estimator=est, loss_agg=agg)
+    return AlgoConfig(ratio_level=level, epsilon=eps, epsilon_high=eps_high, beta=beta,
+                      kl_estimator=est, loss_agg=agg)
 
 
 # ------------------------------------------------------------------ hand-computed values
@@ -221,13 +221,13 @@ def test_dynamic_sampling_drops_equal_groups_from_token_mean():
     # two groups of 2 rows x 2 tokens; group 0 had equal rewards (advantages 0)
     logp = jnp.log(jnp.full((4, 2), 0.5))
     mask = jnp.ones((4, 2))
-    base = dict(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
+    base = dict(ratio_level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
                 loss_agg="token-mean")
     # on-policy, ratio 1: the per-token loss is -A
     adv = jnp.array([0.0, 0.0, 1.0, 0.5])
-    kept, _ = policy_loss(logp, None, None, adv, mask, LossSettings(**base))
+    kept, _ = policy_loss(logp, None, None, adv, mask, AlgoConfig(**base))
     dropped, _ = policy_loss(logp, None, None, adv, mask,
-                             LossSettings(**base, dynamic_sampling=True, group_size=2))
+                             AlgoConfig(**base, dynamic_sampling=True, num_generations=2))
     assert float(kept) == pytest.approx(-(2 * 1.0 + 2 * 0.5) / 8)  # 8 tokens
     assert float(dropped) == pytest.approx(-(2 * 1.0 + 2 * 0.5) / 4)  # group 0's 4 tokens dropped
 
@@ -249,8 +249,8 @@ def test_mask_truncated_drops_rows_without_eos():
                                   [False, True, False, False])
     logp = jnp.log(jnp.full((4, 3), 0.5))
     adv = jnp.array([1.0, 10.0, 1.0, 1.0])
-    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0, kl_estimator="k3",
-                     loss_agg="token-mean", mask_truncated=True)
+    s = AlgoConfig(ratio_level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0,
+                   kl_estimator="k3", loss_agg="token-mean", mask_truncated=True)
     loss, _ = policy_loss(logp, None, None, adv, mask, s, truncated_rows(ids, mask, eos))
     assert float(loss) == pytest.approx(-1.0)  # row 1 (advantage 10) is out: mean of -1s
 
@@ -260,8 +260,8 @@ def test_clip_ratio_low_high_region_hand_computed():
     # clipped, the max picks the unclipped side), 1.0
     old = jnp.log(jnp.array([[0.5, 0.2, 0.2, 0.3]]))
     logp = jnp.log(jnp.array([[0.25, 0.3, 0.3, 0.3]]))
-    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
-                     loss_agg="token-mean")
+    s = AlgoConfig(ratio_level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0,
+                   kl_estimator="k3", loss_agg="token-mean")
     adv = jnp.array([[-1.0, 1.0, -1.0, 1.0]])
     _, aux = policy_loss(logp, old, None, adv, jnp.ones((1, 4)), s)
     assert float(aux["clip_ratio/low_mean"]) == pytest.approx(0.25)
@@ -330,22 +330,22 @@ def test_on_policy_knobs_act_where_clip_knobs_do_not():
     adv[0:2] = 0.0  # group 0 (G=2) had equal rewards
 
     def grad(**over):
-        kw = dict(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
-                  loss_agg="token-mean")
+        kw = dict(ratio_level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0,
+                  kl_estimator="k3", loss_agg="token-mean")
         kw.update(over)
         truncated = jnp.array([False, False, False, True])
 
         def f(lp):
             return policy_loss(lp, None, None, jnp.asarray(adv), jnp.asarray(mask),
-                               LossSettings(**kw), truncated)[0]
+                               AlgoConfig(**kw), truncated)[0]
 
         return np.asarray(jax.grad(f)(jnp.asarray(logp)))
 
     base = grad()
     np.testing.assert_array_equal(base, grad(epsilon=1e-3, epsilon_high=1e-3))
-    np.testing.assert_allclose(base, grad(level="sequence"), atol=1e-7)
+    np.testing.assert_allclose(base, grad(ratio_level="sequence"), atol=1e-7)
     for knob in (dict(loss_agg="sequence-mean-token-scale"),
-                 dict(dynamic_sampling=True, group_size=2), dict(mask_truncated=True)):
+                 dict(dynamic_sampling=True, num_generations=2), dict(mask_truncated=True)):
         assert np.abs(grad(**knob) - base).max() > 1e-4, knob
     assert {"algo.loss_agg", "algo.dynamic_sampling", "algo.mask_truncated",
             "algo.scale_rewards"} <= set(guards.ON_POLICY_KEYS)
@@ -368,13 +368,13 @@ def test_masked_quantile_matches_numpy_linear_quantile():
 
 
 def _loss_grad(loss, logp, old, adv, mask, **over):
-    kw = dict(level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
+    kw = dict(ratio_level="token", epsilon=0.2, epsilon_high=0.28, beta=0.0, kl_estimator="k3",
               loss_agg="token-mean", loss=loss)
     kw.update(over)
 
     def f(lp):
         return policy_loss(lp, None if old is None else jnp.asarray(old), None,
-                           jnp.asarray(adv), jnp.asarray(mask), LossSettings(**kw))[0]
+                           jnp.asarray(adv), jnp.asarray(mask), AlgoConfig(**kw))[0]
 
     return np.asarray(jax.grad(f)(jnp.asarray(logp)))
 
@@ -423,8 +423,9 @@ def test_top_entropy_quantile_and_entropy_bonus_hand_computed():
     the bonus is -coef x their mean entropy, with gradient -coef/2 on each."""
     logp = jnp.zeros((1, 4))
     ent = jnp.array([[0.1, 0.5, 1.0, 2.0]])
-    s = LossSettings(level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0, kl_estimator="k3",
-                     loss_agg="token-mean", top_entropy_quantile=0.5, entropy_coef=0.1)
+    s = AlgoConfig(ratio_level="token", epsilon=0.2, epsilon_high=0.2, beta=0.0,
+                   kl_estimator="k3", loss_agg="token-mean", top_entropy_quantile=0.5,
+                   entropy_coef=0.1)
 
     def f(lp, e):
         return policy_loss(lp, None, None, jnp.ones(1), jnp.ones((1, 4)), s, entropy=e)[0]
@@ -458,15 +459,3 @@ def test_the_algorithms_sweep_runs_every_shipped_algorithm_off_policy():
     swept = set(str(params.algo).split(","))
     assert swept == {p.stem for p in (conf_dir() / "algo").glob("*.yaml")} == set(algorithms())
     assert str(params["algo.num_iterations"]) == "2" and "train.seed" in params
-
-
-def test_loss_settings_defaults_equal_the_config_schemas():
-    """LossSettings repeats AlgoConfig's loss knobs (algo sits below config): a default changed
-    on one side only would make a direct LossSettings(...) differ from a run's settings."""
-    import dataclasses
-
-    from_config = LossSettings.from_algo(AlgoConfig())
-    own = {f.name: f.default for f in dataclasses.fields(LossSettings)
-           if f.default is not dataclasses.MISSING}
-    shared = {k: v for k, v in own.items() if k not in ("level", "epsilon_high", "group_size")}
-    assert shared and {k: getattr(from_config, k) for k in shared} == shared

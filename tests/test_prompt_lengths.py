@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 
 from rlexp.base.errors import UserError
-from rlexp.config.schema import DatasetConfig
-from rlexp.config.validate import RANGES
+from rlexp.config.schema import Config, DatasetConfig
+from rlexp.config.validate import knobs
 from rlexp.data import build_splits
 from rlexp.data.lengths import PromptLengths, check_prompt_lengths, prompt_lengths
 from rlexp.data.loaders import Problem, RawSplits
@@ -74,7 +74,8 @@ def test_build_splits_records_every_prompt_length_before_the_cut():
 
 def test_the_fraction_defaults_to_five_percent_and_must_lie_in_0_1(compose_config):
     assert DatasetConfig().max_truncated_fraction == 0.05
-    assert RANGES["dataset.max_truncated_fraction"] == "[0, 1]"
+    ranges = {key: spec.range for key, _, spec, _ in knobs(Config())}
+    assert ranges["dataset.max_truncated_fraction"] == "[0, 1]"
     assert compose_config("dataset.max_truncated_fraction=0").dataset.max_truncated_fraction == 0
 
 

@@ -272,7 +272,7 @@ def test_crash_before_the_first_checkpoint_keeps_one_run(uri, client, tmp_path, 
 
 
 def test_summary_of_a_rerun_keeps_what_the_earlier_attempt_knew():
-    from rlexp.job.experiment import carry_over
+    from rlexp.job.resume import carry_over
 
     earlier = {"status": "KILLED", "error": "preempted", "steps_done": 6, "wall_s": 50.0,
                "eval_before": {"eval/accuracy": 0.2}, "train_final": {"train/loss": 0.5},
@@ -371,7 +371,7 @@ def test_check_finite_names_the_bad_metric():
 
 def test_a_failure_line_names_the_reward_its_exception_and_where_in_the_loop():
     from rlexp.data.rewards import RewardFailed, Term
-    from rlexp.job.experiment import failure_line
+    from rlexp.job.failure import failure_line
     from rlexp.job.loop import PhaseTimer, _note_where
 
     def grader(prompts, completions, answers, **_):

@@ -278,7 +278,7 @@ def test_vanilla_sampler_and_trainer_agree_at_the_rollout_temperature(tmp_path):
     cfg = validate(cfg)
     eng = engine_lib.build(cfg, make_plan(cfg), tmp_path / "run")
     rec = Recorder()
-    loop.run(cfg, eng, Listeners([rec]), tmp_path / "run")
+    loop.train_steps(cfg, eng, Listeners([rec]), tmp_path / "run")
     m = rec.metrics[-1][1]
     assert 0 <= m["rollout/logprob_diff"] < 1e-4, m["rollout/logprob_diff"]
     assert m["rollout/logprob_diff_max"] < 1e-3
@@ -287,7 +287,7 @@ def test_vanilla_sampler_and_trainer_agree_at_the_rollout_temperature(tmp_path):
 
 
 def test_whitened_advantages_are_whitened_over_the_completion_tokens():
-    """after_scoring's first step (REINFORCE++): per-row scores -> [B, T] advantages with mean
+    """The learner's first step after scoring (REINFORCE++): per-row scores -> [B, T] advantages with mean
     0 and unbiased variance 1 over the completion tokens, 0 elsewhere."""
     data = inputs()
     mask = data["ragged"]
@@ -299,15 +299,14 @@ def test_whitened_advantages_are_whitened_over_the_completion_tokens():
     kept = got[mask > 0]
     assert got.shape == (B, T) and abs(kept.mean()) < 1e-5 and abs(kept.std(ddof=1) - 1) < 1e-5
     assert (got[mask == 0] == 0).all()
-    assert registry.whiten_over_tokens(type("L", (), {"algo_config": registry.algo_settings(
-        AlgoConfig(name="grpo"))})) is None  # the group estimator: no whitening step
 
 
 @pytest.mark.slow
-def test_one_hook_whitens_then_hands_the_sampler_log_probs(tmp_path):
-    """The real learner, REINFORCE++ with a correction: Tunix's method carries one rlexp hook
-    (after_scoring, under the probe's timer), and the batch it returns is whitened over the
-    completion tokens and carries the sampler's log-probs (both steps ran, in order)."""
+def test_the_learner_whitens_then_hands_the_sampler_log_probs(tmp_path, monkeypatch):
+    """The real learner, REINFORCE++ with a correction: rlexp's subclasses of Tunix's learner,
+    cluster and trainer (Tunix's trainer class set back once built), and the batch the
+    learner returns is whitened over the completion tokens and carries the sampler's log-probs
+    (both steps ran, in order), with the probe's timings and per-update values recorded."""
     from test_engine import tiny_config
 
     from rlexp import engine as engine_lib
@@ -318,25 +317,22 @@ def test_one_hook_whitens_then_hands_the_sampler_log_probs(tmp_path):
     cfg.algo.advantage, cfg.algo.rollout_correction = "reinforce_pp", "token_truncate"
     cfg = validate(cfg)
     eng = engine_lib.build(cfg, make_plan(cfg), tmp_path / "run")
-    from tunix.rl.grpo.grpo_learner import GRPOLearner
+    from tunix.rl import trainer as rl_trainer
 
-    def cell(fn, name):  # what a wrapper closes over
-        return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+    from rlexp.engine import learner as learner_lib
 
-    timed = eng.learner._generate_and_compute_advantage  # the probe's, around the hook
-    hook = cell(timed, "prepare")
-    assert hook.__name__ == "prepare_then_steps"
-    assert cell(hook, "prepare").__func__ is GRPOLearner._generate_and_compute_advantage
-    assert [s.__name__ for s in cell(hook, "steps")] == ["whitened", "with_rollout_logps"]
+    with_sampler_logps = registry.with_sampler_logps
+    assert isinstance(eng.learner, learner_lib.Learner) and eng.learner.whiten
+    assert isinstance(eng.cluster, learner_lib.Cluster)
+    assert isinstance(eng.cluster.actor_trainer, learner_lib.ActorTrainer)
+    assert rl_trainer.Trainer is learner_lib.ActorTrainer.__base__
     seen = []
-
-    def keep(*args, **kw):
-        seen.append(timed(*args, **kw))
-        return seen[-1]
-
-    eng.learner._generate_and_compute_advantage = keep
-    eng.train_step(eng.splits.train_batch(0, cfg.train.batch_size, cfg.train.seed),
-                   engine_lib.rollout_key(cfg.train.seed, 1))
+    monkeypatch.setattr(registry, "with_sampler_logps",
+                        lambda *a, **kw: seen.append(with_sampler_logps(*a, **kw)) or seen[-1])
+    m = eng.train_step(eng.splits.train_batch(0, cfg.train.batch_size, cfg.train.seed),
+                       engine_lib.rollout_key(cfg.train.seed, 1))
+    assert 0 < m["time/rollout_s"] < m["time/prepare_s"] and m["train/updates"] >= 1
+    assert "rollout/logprob_diff" in m and "train/grad_norm" in m
     out = seen[0]
     assert isinstance(out, registry.RolloutExample) and out.sampler_logps is not None
     mask = np.asarray(out.completion_mask) > 0

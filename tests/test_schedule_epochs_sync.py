@@ -123,7 +123,7 @@ def _learner(cluster: _Cluster, separate_copy: bool) -> SimpleNamespace:
 @pytest.mark.parametrize("sync_every, expected", [(1, [1, 2, 3, 4, 5, 6, 7]), (3, [3, 6]),
                                                   (8, [])])
 def test_step_runner_syncs_every_nth_step(sync_every, expected):
-    from rlexp.engine.tunix_adapter import StepRunner
+    from rlexp.engine.learner import StepRunner
 
     cluster = _Cluster()
     runner = StepRunner(_learner(cluster, separate_copy=True), batch_size=4, sync_every=sync_every)
@@ -134,7 +134,7 @@ def test_step_runner_syncs_every_nth_step(sync_every, expected):
 
 
 def test_step_runner_never_syncs_a_shared_copy():
-    from rlexp.engine.tunix_adapter import StepRunner
+    from rlexp.engine.learner import StepRunner
 
     cluster = _Cluster()
     runner = StepRunner(_learner(cluster, separate_copy=False), batch_size=4)

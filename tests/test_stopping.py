@@ -76,8 +76,8 @@ def _run(cfg, curve, tmp_path, monkeypatch, stops=None, step_fn=lambda: None):
     monkeypatch.setattr(loop, "evaluate", fake_evaluate)  # the name the loop calls
     engine = FakeEngine(cfg, curve=curve, step_fn=step_fn)
     rec = Recorder()
-    stops = stops or stopping.build(cfg.train.early_stop, cfg.train.prune, None, "job")
-    summary = loop.run(cfg, engine, Listeners([rec]), tmp_path, stops=stops)
+    stops = stops or stopping.make_stops(cfg.train.early_stop, cfg.train.prune, None, "job")
+    summary = loop.train_steps(cfg, engine, Listeners([rec]), tmp_path, stops=stops)
     return summary, rec
 
 

@@ -579,7 +579,9 @@ def test_run_link_is_the_ui_page_when_a_server_is_known(tmp_path):
     from rlexp.tracking.links import announce_ui, run_link, withdraw_ui
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert run_link(uri, "3", "abc") == f"run abc in {uri} (open it with: python -m rlexp.ui)"
+    # a store other than the default one: the command names it
+    assert run_link(uri, "3", "abc") == \
+        f"run abc in {uri} (open it with: python -m rlexp.ui --uri {uri})"
     assert run_link("http://mlflow.lab:5000/", "3", "abc") == \
         "http://mlflow.lab:5000/#/experiments/3/runs/abc?workflowType=machine_learning"
     announced = announce_ui(uri, "http://127.0.0.1:5123")  # rlexp.ui serves this store
@@ -643,7 +645,7 @@ def test_training_rollouts_reach_the_listeners(every, tracker, expected, tmp_pat
     cfg.tracker.name, cfg.tracker.log_completions_every = tracker, every
     monkeypatch.setattr(loop, "evaluate", fake_evaluate)
     rec = Rollouts()
-    loop.run(cfg, FakeEngine(cfg, curve=lambda s: 0.1), Listeners([rec]), tmp_path)
+    loop.train_steps(cfg, FakeEngine(cfg, curve=lambda s: 0.1), Listeners([rec]), tmp_path)
     assert rec.steps == expected
 
 

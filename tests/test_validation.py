@@ -1,11 +1,15 @@
-"""Validation has one home: the CHOICES/RANGES tables name real fields, every named rule
-refuses with its own words, each choice tuple is spelled once in src, the loss's settings
-follow the algorithm config by field name, and pre-flight runs its checks from one list."""
+"""Validation has one home: each field's range or choices are declared with the field and
+nowhere else, every named rule refuses with its own words, each choice tuple is spelled once
+in src, the loss reads the algorithm config itself, and pre-flight runs its checks from one
+list."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
+import typing
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,32 +19,79 @@ from rlexp.algo import choices as algo_choices
 from rlexp.algo.algorithm import algorithms
 from rlexp.base.errors import UserError
 from rlexp.config.rules import RULES
+from rlexp.base.knobs import valid_of
 from rlexp.config.schema import AlgoConfig, Config
-from rlexp.config.validate import CHOICES, RANGES, leaves, numeric_keys, validate
+from rlexp.config.validate import knobs, validate
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "rlexp"
 
 
-def _has_field(dotted: str) -> bool:
-    """The dotted key names a schema field (a list field counts through its item type)."""
-    import typing
+def schema_fields(schema: type = Config, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (its field, its type: Optional and list unwrapped) of every leaf field of
+    the schema; a list of sections counts through its item type (reward.functions.weight)."""
+    out = {}
+    for f in dataclasses.fields(schema):
+        hint = typing.get_type_hints(schema)[f.name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        inner = args[0] if typing.get_origin(hint) in (list, typing.Union) else hint
+        if dataclasses.is_dataclass(inner):
+            out.update(schema_fields(inner, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = (f, inner)
+    return out
 
-    schema: Any = Config
-    for part in dotted.split("."):
-        hints = typing.get_type_hints(schema)
-        if part not in hints:
-            return False
-        schema = hints[part]
-        args = [a for a in typing.get_args(schema) if a is not type(None)]
-        if typing.get_origin(schema) is list or args and dataclasses.is_dataclass(args[0]):
-            schema = args[0]
-    return True
+
+def test_every_numeric_field_declares_its_range_with_it():
+    """Each int/float field (Optional and list ones too; bools are not) carries its interval in
+    its own metadata, and a keys_of choice names a field of its own section."""
+    fields = schema_fields()
+    numeric = sorted(k for k, (_, kind) in fields.items() if kind in (int, float))
+    assert len(numeric) > 100 and "run.dry_run" not in numeric  # bools are not numbers here
+    assert {"train.learning_rate", "hardware.trainer_mesh.fsdp", "run.profile_steps",
+            "reward.functions.weight"} <= set(numeric)
+    assert [k for k in numeric if not valid_of(fields[k][0]).range] == []
+    assert [k for k, (f, kind) in fields.items() if valid_of(f).range and k not in numeric] == []
+    for key, (f, _) in fields.items():
+        if valid_of(f).keys_of:
+            assert f"{key.rpartition('.')[0]}.{valid_of(f).keys_of}" in fields, key
 
 
-def test_every_table_key_is_a_schema_field():
-    keys = [*CHOICES, *RANGES, *(s.keys_of for s in CHOICES.values() if s.keys_of)]
-    assert [k for k in keys if not _has_field(k)] == []
-    assert set(RANGES) == set(numeric_keys())
+def test_no_range_or_choice_is_declared_outside_its_field():
+    """A field's range and choices live in its `knob`, nowhere else: no dict keyed by dotted
+    config keys (a second table of ranges or choices) in src, and no other class repeats three
+    or more of a config section's fields with their (non-null) defaults, as LossSettings
+    repeated 14 of AlgoConfig's."""
+    sections = {f.name for f in dataclasses.fields(Config)}
+    tables = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant)
+                        and isinstance(k.value, str) and re.fullmatch(r"[a-z_]+(\.\w+)+", k.value)
+                        and k.value.split(".")[0] in sections]
+                if len(keys) >= 2:
+                    tables.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    declared: dict[str, dict[str, Any]] = {}  # section class -> field -> default
+    stack = [Config]
+    while stack:
+        schema = stack.pop()
+        declared[schema.__name__] = {f.name: f.default for f in dataclasses.fields(schema)
+                                     if f.default not in (dataclasses.MISSING, None)}
+        stack += [t for hint in typing.get_type_hints(schema).values()
+                  for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)]
+    repeats = []
+    for path in sorted(SRC.rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef) or cls.name in declared:
+                continue
+            own = {n.target.id: n.value for n in cls.body if isinstance(n, ast.AnnAssign)
+                   and isinstance(n.target, ast.Name) and isinstance(n.value, ast.Constant)}
+            for section, defaults in declared.items():
+                same = [k for k, v in own.items() if k in defaults and v.value == defaults[k]]
+                if len(same) >= 3:
+                    repeats.append(f"{path.relative_to(SRC)}: {cls.name} repeats {section}'s "
+                                   f"{', '.join(same)}")
+    assert tables + repeats == []
 
 
 def test_the_defaults_keep_every_rule():
@@ -219,15 +270,15 @@ def _refuses(check: Callable[[Config], Any], cfg: Config) -> bool:
 def test_choices_refuse_with_the_valid_values(key, value, message):
     cfg = Config()
     section, _, name = key.rpartition(".")
-    setattr(leaves(cfg, section)[0][1], name, value)
+    setattr(attrgetter(section)(cfg), name, value)
     with pytest.raises(UserError) as err:
         validate(cfg)
     assert str(err.value) == message
 
 
 def test_a_saved_runs_unknown_family_is_refused_by_the_same_choice(tmp_path):
-    """An export reads a run dir's model section, which no validate() saw: the CHOICES rule
-    refuses its model.family (rlexp.families.get is a plain lookup)."""
+    """An export reads a run dir's model section, which no validate() saw: model.family's choices
+    refuse it (rlexp.families.get is a plain lookup)."""
     from rlexp.engine.export import run_model
 
     (tmp_path / ".hydra").mkdir()
@@ -262,7 +313,8 @@ def test_a_bad_gpu_type_is_blamed_before_the_figures_it_zeroes():
 
 
 def _choice_sets() -> dict[frozenset[str], str]:
-    found = {frozenset(spec.values): key for key, spec in CHOICES.items() if len(spec.values) > 1}
+    found = {frozenset(spec.choices): key for key, _, spec, _ in knobs(Config())
+             if isinstance(spec.choices, tuple) and len(spec.choices) > 1}
     for name in dir(algo_choices):
         value = getattr(algo_choices, name)
         if name.isupper() and isinstance(value, tuple):
@@ -289,44 +341,20 @@ def test_no_choice_tuple_is_spelled_twice():
 # ---------------------------------------------------------------------- loss settings
 
 
-def test_every_loss_setting_comes_from_the_algo_config_by_name():
-    from rlexp.algo import losses
-
-    algo_fields = {f.name for f in dataclasses.fields(AlgoConfig)}
-    names = [losses.ALGO_CONFIG_NAMES.get(f.name, f.name)
-             for f in dataclasses.fields(losses.LossSettings)]
-    assert [n for n in names if n not in algo_fields] == []
+def test_the_loss_reads_the_algo_config_with_its_nulls_filled():
     algo = AlgoConfig(name="gspo", beta=0.1, epsilon=0.3, num_generations=6, loss_agg="token-mean",
                       kl_estimator="k1", dynamic_sampling=True, mask_truncated=True)
-    s = losses.LossSettings.from_algo(algo)
-    assert s == losses.LossSettings(level="sequence", epsilon=0.3, epsilon_high=0.3, beta=0.1,
-                                    kl_estimator="k1", loss_agg="token-mean",
-                                    dynamic_sampling=True, group_size=6, mask_truncated=True)
-    assert losses.LossSettings.from_algo(AlgoConfig(ratio_level="sequence",
-                                                    epsilon_high=0.28)).epsilon_high == 0.28
-
-
-def test_a_new_loss_knob_is_a_field_in_both_and_nothing_else():
-    from rlexp.algo import losses
-
-    @dataclasses.dataclass(frozen=True)
-    class WiderSettings(losses.LossSettings):
-        new_knob: float = 0.0
-
-    @dataclasses.dataclass
-    class WiderAlgo(AlgoConfig):
-        new_knob: float = 0.5
-
-    assert WiderSettings.from_algo(WiderAlgo(new_knob=0.7)).new_knob == 0.7
+    assert algo.for_loss() == dataclasses.replace(algo, ratio_level="sequence", epsilon_high=0.3)
+    assert AlgoConfig(ratio_level="sequence", epsilon_high=0.28).for_loss().epsilon_high == 0.28
+    assert AlgoConfig().for_loss().ratio_level == "token"
 
 
 def test_tunix_settings_carry_the_loss_settings_and_name_every_choice():
-    from rlexp.algo.losses import LossSettings
     from rlexp.engine import algo_registry as registry
 
     algo = AlgoConfig(name="dapo", epsilon_high=0.28, loss_agg="sequence-mean-token-sum")
     settings = registry.algo_settings(algo)
-    assert settings.loss == LossSettings.from_algo(algo)
+    assert settings.loss == algo.for_loss() and settings.advantage == algo.advantage
     assert (settings.beta, settings.epsilon, settings.num_generations) == (
         algo.beta, algo.epsilon, algo.num_generations)
     assert settings.loss_agg_mode == "seq-mean-token-sum"

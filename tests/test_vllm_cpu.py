@@ -28,7 +28,7 @@ import pytest
 
 from conftest import require
 from helpers import cli, cli_env, has_vllm, history
-from rlexp.engine import vllm_rollout
+from rlexp.config.rollouts import vllm as vllm_rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("RLEXP_VLLM_VENV", "/opt/rlexp-vllm"))

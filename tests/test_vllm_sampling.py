@@ -10,6 +10,7 @@ which sets `temperature` always and `top_p`/`top_k`/`seed` only when they are no
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-from rlexp.engine import vllm_rollout
+from rlexp.engine.rollout import rollout_backend
+from rlexp.engine.rollout import vllm_parts
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -132,7 +134,7 @@ def vllm_cfg(compose_config):
 def _rollout_config(cfg: Any, temperature: Optional[float] = None) -> Any:
     from tunix.rl.rollout import base_rollout
 
-    fields = vllm_rollout.vllm_rollout_config(cfg, temperature=temperature)
+    fields = rollout_backend(cfg).rollout_fields(temperature)
     return base_rollout.RolloutConfig(**fields)
 
 
@@ -143,19 +145,19 @@ def test_the_training_settings_are_valid_vllm_sampling_params(vllm_cfg):
 
 
 def test_every_sampler_call_gets_an_int_seed_from_the_key_stream(vllm_cfg):
-    """Failed before the fix: SamplingKeys put a JAX PRNG key (uint32[2]) in the seed."""
+    """Failed before the fix: SamplingKeys put a JAX PRNG key (uint32[2]) in the seed. Each
+    TorchVllmRollout.generate call passes request_seed of the backend's next key."""
     from rlexp.engine import rollout_key
-    from rlexp.engine.tunix_adapter import SamplingKeys
 
     rc = _rollout_config(vllm_cfg())
     rollout = FakeVllmRollout()
-    keys = SamplingKeys()
-    keys.attach(SimpleNamespace(rollout=rollout))
+    keys = rollout_backend(vllm_cfg()).keys
 
     def seeds_of_step(step: int, calls: int = 2) -> list[int]:
         keys.reset(rollout_key(0, step))
         for i in range(calls):
-            rollout.generate([f"p{i}"], rc)
+            seed = vllm_parts.request_seed(keys.next())
+            rollout.generate([f"p{i}"], dataclasses.replace(rc, seed=seed))
         return [p.seed for p in rollout.params[-calls:]]
 
     first = seeds_of_step(5)
@@ -168,18 +170,14 @@ def test_every_sampler_call_gets_an_int_seed_from_the_key_stream(vllm_cfg):
 
 def test_on_tpu_no_per_request_seed_reaches_vllm(compose_config):
     """tpu-inference refuses a per-request seed (tpu_inference/platforms/tpu_platform.py
-    validate_request: "JAX does not support per-request seed."): the engine's seed instead."""
-    from rlexp.engine import rollout_key
-    from rlexp.engine.tunix_adapter import SamplingKeys
-
+    validate_request: "JAX does not support per-request seed."): the engine's seed instead.
+    The vllm_tpu backend hands Tunix its own VllmRollout, by name: no rlexp key reaches it."""
     cfg = compose_config("rollout=vllm", "model=qwen3-0.6b", "model.path=/ckpt",
                          "hardware=v6e-8", "rollout.tensor_parallel_size=8", "train.seed=7")
     rc = _rollout_config(cfg)
     assert rc.rollout_vllm_kwargs == {"seed": 7}  # vLLM's engine-wide seed (EngineArgs.seed)
+    assert rollout_backend(cfg).engine() == "vllm"
     rollout = FakeVllmRollout()
-    keys = SamplingKeys()
-    keys.attach(SimpleNamespace(rollout=rollout))
-    keys.reset(rollout_key(7, 0))
     rollout.generate(["p"], rc)
     assert rollout.params[0].seed is None and sampling_type(rollout.params[0]) == "RANDOM"
 
@@ -188,14 +186,14 @@ def test_greedy_evaluation_is_temperature_zero_under_vllm(vllm_cfg):
     """Failed before the fix: greedy set top_p=None, which VllmSampler skips, so vLLM sampled
     at eval.temperature (0.7)."""
     from rlexp.engine import TunixEngine, eval_key
-    from rlexp.engine.tunix_adapter import Mode, SamplingKeys
+    from rlexp.engine.tunix_adapter import Mode
 
     cfg = vllm_cfg()
     rollout = FakeVllmRollout()
     cluster = FakeCluster(rollout, {Mode.EVAL: _rollout_config(cfg, cfg.eval.temperature)})
     engine = TunixEngine(cfg=cfg, tokenizer=None, splits=None, terms=[], cluster=cluster,
                          learner=None, probe=None, step_runner=SimpleNamespace(rollout_rows=2),
-                         keys=SamplingKeys(), schedule=None, updates_per_step=1)
+                         rollout=rollout_backend(cfg), schedule=None, updates_per_step=1)
     prompts = ["a", "b", "c"]
     assert engine.generate(prompts, eval_key(0), greedy=True) == ["out:a", "out:b", "out:c"]
     assert [sampling_type(p) for p in rollout.params] == ["GREEDY", "GREEDY"]
@@ -207,19 +205,17 @@ def test_greedy_evaluation_is_temperature_zero_under_vllm(vllm_cfg):
 
 def test_vanilla_greedy_keeps_tunixs_top_p_none_convention(compose_config):
     """The vanilla sampler decodes greedily when top_p is None (tunix/generate/sampler.py)."""
-    from rlexp.engine.tunix_adapter import eval_sampling
-
-    cfg = compose_config("rollout.top_p=0.95", "eval.temperature=0.7")
-    assert eval_sampling(cfg, greedy=True) == {"top_p": None}
-    assert eval_sampling(cfg, greedy=False) == {"top_p": 0.95, "temperature": 0.7}
+    backend = rollout_backend(compose_config("rollout.top_p=0.95", "eval.temperature=0.7"))
+    assert backend.eval_sampling(greedy=True) == {"top_p": None}
+    assert backend.eval_sampling(greedy=False) == {"top_p": 0.95, "temperature": 0.7}
 
 
 def test_row_seeds_differ_within_a_call_and_repeat_across_runs():
-    seeds = vllm_rollout.row_seeds(12345, 64)
+    seeds = vllm_parts.row_seeds(12345, 64)
     assert len(set(seeds)) == 64 and all(type(s) is int and 0 <= s < 2**31 for s in seeds)
-    assert vllm_rollout.row_seeds(12345, 64) == seeds
-    assert vllm_rollout.row_seeds(12345, 4) == seeds[:4]  # a row's seed ignores the call size
-    assert vllm_rollout.row_seeds(12346, 4) != seeds[:4]
+    assert vllm_parts.row_seeds(12345, 64) == seeds
+    assert vllm_parts.row_seeds(12345, 4) == seeds[:4]  # a row's seed ignores the call size
+    assert vllm_parts.row_seeds(12346, 4) != seeds[:4]
 
 
 def test_one_seed_per_row_reaches_llm_generate():
@@ -239,15 +235,14 @@ def test_one_seed_per_row_reaches_llm_generate():
         def clone(self) -> "Params":
             return Params(**vars(self))
 
-    llm = Llm()
-    vllm_rollout.seed_rows(llm)
+    llm = vllm_parts.RowSeeds(Llm())
     shared = Params(seed=99, temperature=0.9)
     assert llm.generate(prompts=["q"] * 4, sampling_params=shared, use_tqdm=False) == ["x"] * 4
-    assert [p.seed for p in llm.got] == vllm_rollout.row_seeds(99, 4)
+    assert [p.seed for p in llm.got] == vllm_parts.row_seeds(99, 4)
     assert {p.temperature for p in llm.got} == {0.9} and shared.seed == 99
     unseeded = Params(seed=None)
     llm.generate(prompts=["q"] * 4, sampling_params=unseeded)
-    assert llm.got is unseeded  # nothing to spread: vLLM's own RNG
+    assert llm.got is unseeded  # nothing to spread: vLLM's own RNG (`got`: the LLM's own)
 
 
 def test_the_mirror_matches_tunixs_sampler():

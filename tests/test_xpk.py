@@ -79,15 +79,17 @@ def test_resolved_overrides_make_the_sweep_file_explicit():
 
 
 def test_argv_create_vs_pathways_and_dry_run():
-    common = dict(xpk=["xpk"], command="python -m rlexp hardware=v6e-8", cluster="c",
-                  project="p", zone="us-east5-b", docker_image="img:1", base_docker_image=None,
-                  script_dir=None, priority="low", num_slices=2, max_restarts=0,
-                  env={"A": "1"}, extra_args=["--spot"])
-    a = xc.build_argv(name="w", tpu_type="v6e-8", pathways=False, dry_run=True, **common)
+    params = dict(xpk="xpk", cluster="c", docker_image="img:1", base_docker_image=None,
+                  script_dir=None, num_slices=2, max_restarts=0, extra_args=["--spot"])
+    common = dict(command="python -m rlexp hardware=v6e-8", project="p", zone="us-east5-b",
+                  priority="low", env={"A": "1"})
+    a = xc.build_argv(params, name="w", tpu_type="v6e-8", pathways=False, dry_run=True,
+                      **common)
     assert a[:3] == ("xpk", "workload", "create") and a[-1] == "--dry-run"
     assert a[a.index("--tpu-type") + 1] == "v6e-8" and a[a.index("--num-slices") + 1] == "2"
     assert a[a.index("--docker-image") + 1] == "img:1" and "--spot" in a
-    b = xc.build_argv(name="w", tpu_type="v5p-64", pathways=True, dry_run=False, **common)
+    b = xc.build_argv(params, name="w", tpu_type="v5p-64", pathways=True, dry_run=False,
+                      **common)
     assert b[2] == "create-pathways" and "--dry-run" not in b
     cmd = xc.shell_command("python -m rlexp", ["dataset.path='/x y'", "a=1"])
     assert shlex.split(cmd) == ["python", "-m", "rlexp", "dataset.path='/x y'", "a=1"]
@@ -119,9 +121,11 @@ def test_the_pathways_recipes_ask_for_high_priority_and_a_bad_one_is_refused(com
 
 
 def test_the_priorities_are_xpks_and_the_schemas(xpk_bin):
-    from rlexp.config.validate import CHOICES
+    from rlexp.config.schema import Config
+    from rlexp.config.validate import knobs
 
-    assert CHOICES["run.priority"].values == xc.PRIORITIES
+    assert {key: spec for key, _, spec, _ in knobs(Config())}["run.priority"].choices == \
+        xc.PRIORITIES
     help_text = subprocess.run([xpk_bin, "workload", "create", "--help"], capture_output=True,
                                text=True, timeout=120).stdout
     choices = re.search(r"--priority \{([^}]*)\}", help_text)
@@ -129,33 +133,36 @@ def test_the_priorities_are_xpks_and_the_schemas(xpk_bin):
 
 
 def test_secrets_are_named_in_an_env_file_never_given_by_value():
+    from rlexp.base.errors import UserError
+    from rlexp.base.secret_env import launcher_secrets
+
     environ = {"HF_TOKEN": "hf_abcdef123456", "WANDB_API_KEY": "k" * 12, "HOME": "/root"}
-    assert xc.launcher_secrets(["HF_TOKEN", "WANDB_API_KEY", "HF_TOKEN"], [], environ,
+    assert launcher_secrets(["HF_TOKEN", "WANDB_API_KEY", "HF_TOKEN"], [], environ,
                                {"A": "1"}) == ["HF_TOKEN", "WANDB_API_KEY"]
     for names, env, needle in ((["HF-TOKEN"], {}, "not an environment variable name"),
                                (["HOME"], {}, "HOME is not named like a secret"),
                                (["HF_TOKEN"], {"HF_TOKEN": "x"}, "also in the jobs' environment"),
                                (["GH_TOKEN"], {}, "GH_TOKEN is not set in this environment")):
-        with pytest.raises(ValueError, match=f"hydra.launcher.secrets: .*{needle}"):
-            xc.launcher_secrets(names, [], environ, env)
+        with pytest.raises(UserError, match=f"hydra.launcher.secrets: .*{needle}"):
+            launcher_secrets(names, [], environ, env)
     # secrets_if_set (default [HF_TOKEN]): forwarded when set here, and not in the jobs' env
-    assert xc.launcher_secrets([], ["HF_TOKEN"], environ, {}) == ["HF_TOKEN"]
-    assert xc.launcher_secrets([], ["HF_TOKEN"], {"HOME": "/root"}, {}) == []
-    assert xc.launcher_secrets([], ["HF_TOKEN"], environ, {"HF_TOKEN": "x"}) == []
+    assert launcher_secrets([], ["HF_TOKEN"], environ, {}) == ["HF_TOKEN"]
+    assert launcher_secrets([], ["HF_TOKEN"], {"HOME": "/root"}, {}) == []
+    assert launcher_secrets([], ["HF_TOKEN"], environ, {"HF_TOKEN": "x"}) == []
     text = xc.env_file_text({"A": "1", "URI": "http://h:5000/x?y=1"}, ["HF_TOKEN"])
     assert text == "A=1\nURI=http://h:5000/x?y=1\nHF_TOKEN\n"
     assert "hf_abcdef" not in text
     with pytest.raises(ValueError, match="hydra.launcher.env: B's value spans several lines"):
         xc.env_file_text({"B": "x\ny"}, ["HF_TOKEN"])
     assert xc.shown_env({"A": "1"}, ["HF_TOKEN"]) == "A=1 HF_TOKEN=***"
-    common = dict(xpk=["xpk"], name="w", tpu_type="v6e-8", pathways=False, command="c",
-                  cluster="c", project="p", zone="z", docker_image="i", base_docker_image=None,
-                  script_dir=None, priority="high", num_slices=1, max_restarts=0,
-                  env={"A": "1"}, extra_args=[], dry_run=False)
-    argv = xc.build_argv(**common, env_file="/tmp/x/workload.env")
+    params = dict(xpk="xpk", cluster="c", docker_image="i", base_docker_image=None,
+                  script_dir=None, num_slices=1, max_restarts=0, extra_args=[])
+    common = dict(name="w", tpu_type="v6e-8", pathways=False, command="c", project="p",
+                  zone="z", priority="high", env={"A": "1"}, dry_run=False)
+    argv = xc.build_argv(params, **common, env_file="/tmp/x/workload.env")
     assert argv[argv.index("--env-file") + 1] == "/tmp/x/workload.env" and "--env" not in argv
     assert argv[argv.index("--priority") + 1] == "high"
-    assert "--env-file" not in xc.build_argv(**common)  # no secrets: --env NAME=value
+    assert "--env-file" not in xc.build_argv(params, **common)  # no secrets: --env NAME=value
 
 
 # --------------------------------------------------------------------- real xpk, dry run

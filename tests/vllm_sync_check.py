@@ -1,5 +1,5 @@
 """Run by tests/test_vllm_cpu.py under the vLLM environment's Python (/opt/rlexp-vllm/bin/python):
-one vLLM engine (rlexp.engine.vllm_engine.TorchVllmRollout on the tiny model with head_dim 32,
+one vLLM engine (rlexp.engine.rollout.vllm_engine.TorchVllmRollout on the tiny model, head_dim 32,
 vLLM's smallest CPU head size), then weight syncs through it. Prints one JSON object:
 
   greedy_a, greedy_b, greedy_back  greedy completions (token ids) from policy A (the engine's
@@ -36,8 +36,9 @@ def main() -> None:
     from hydra import compose, initialize_config_dir
 
     from rlexp.config.convert import to_config
-    from rlexp.engine import tunix_models, vllm_rollout
-    from rlexp.engine.vllm_engine import TorchVllmRollout
+    from rlexp.engine import tunix_models
+    from rlexp.engine.rollout import SamplingKeys, rollout_backend
+    from rlexp.engine.rollout.vllm_engine import TorchVllmRollout
     from rlexp.inputs.model_files import build_tokenizer
     from rlexp.planning.hardware import role_meshes
     from tunix.rl.rollout import base_rollout
@@ -50,13 +51,14 @@ def main() -> None:
     policy_a = tunix_models.build_model(cfg.model, mesh, 0)
     policy_b = tunix_models.build_model(cfg.model, mesh, 1)
     tok = build_tokenizer(cfg.model)
-    rc = vllm_rollout.make_rollout_config(cfg)
+    rc = rollout_backend(cfg).rollout_config()
+    keys = SamplingKeys()  # a seed per call, spread over its rows
+    keys.reset(jax.random.PRNGKey(1234))
     start = time.perf_counter()
-    rollout = TorchVllmRollout(policy_a, tok, mesh, rc, cfg)
+    rollout = TorchVllmRollout(policy_a, tok, mesh, rc, cfg, keys)
     start_s = time.perf_counter() - start
-    vllm_rollout.seed_rows(rollout.sampler.llm)
     greedy = dataclasses.replace(rc, temperature=0.0)
-    sampled = dataclasses.replace(rc, temperature=1.0, seed=1234)
+    sampled = dataclasses.replace(rc, temperature=1.0)
 
     def tokens(config: base_rollout.RolloutConfig, prompts: list[str] = PROMPTS) -> list[list[int]]:
         return [t.tolist() for t in rollout.generate(prompts, config).tokens]
@@ -72,8 +74,11 @@ def main() -> None:
         rollout.policy = policy  # the trainer's side of the comparison
         trainer = np.asarray(rollout.get_per_token_logps(
             jax.numpy.asarray(out.left_padded_prompt_tokens), jax.numpy.asarray(completions)))
-        return max(float(np.max(np.abs(np.asarray(lp) - trainer[i, :len(lp)])))
-                   for i, lp in enumerate(out.logprobs))
+        # up to a sampled pad id: the trainer's forward masks it (attention and loss), vLLM
+        # does not, so the tokens after it are scored in two contexts
+        ends = [next((j for j, t in enumerate(row) if t == pad), len(row)) for row in out.tokens]
+        return max(float(np.max(np.abs(np.asarray(lp[:end]) - trainer[i, :end]), initial=0.0))
+                   for i, (lp, end) in enumerate(zip(out.logprobs, ends)))
 
     result = {"start_s": start_s, "greedy_a": tokens(greedy), "logp_gap_a": logp_gap(policy_a)}
     rollout.update_params(nnx.state(policy_b, nnx.Param))

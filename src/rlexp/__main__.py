@@ -18,7 +18,7 @@ def _say_starting() -> None:
     ours = os.path.basename(sys.argv[0]) == "rlexp" or sys.argv[0].endswith(
         os.path.join("rlexp", "__main__.py"))
     if not ours or quiet & set(argv) or os.environ.get("RLEXP_SUPERVISED") \
-            or os.environ.get("RLEXP_VLLM_RERUN"):  # re-run in the vLLM venv: said already
+            or os.environ.get("RLEXP_VLLM_RERUN"):  # re-run in a backend's Python: said already
         return
     from rlexp.base.runtime import detect_launch  # standard library only: no delay
 
@@ -44,7 +44,7 @@ from rlexp.base.errors import UserError, fail
 from rlexp.base.redact import RedactedStream, install_log_redaction, mask_argv, unmask_config
 from rlexp.config.convert import to_config
 from rlexp.config.paths import conf_dir
-from rlexp.engine.vllm_rollout import rerun_in_vllm_venv
+from rlexp.config.rollouts import rerun_elsewhere
 from rlexp.job import experiment
 from rlexp.job import sweep_messages
 from rlexp.job.console import quiet_third_party
@@ -102,7 +102,7 @@ def main() -> None:
         return
     launching = pre is not None and not pre.print_only
     if launching and not pre.context.jobs_run_elsewhere:
-        rerun_in_vllm_venv(pre.jobs, argv)  # rollout=vllm, vLLM only in its venv: no return
+        rerun_elsewhere(pre.jobs, argv)  # rollout=vllm, vLLM only in its venv: no return
     if launching:
         # setup_platform: the processes fit hardware.runtime
         _refusing(launch.index, preflight.before_launch, pre)

@@ -59,63 +59,17 @@ arXiv:2506.01939); `entropy_coef` subtracts coef x the mean entropy of those tok
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from rlexp.algo import algorithm
 from rlexp.algo.choices import LOSS_AGGREGATIONS, LOSSES, RATIO_LEVELS
 from rlexp.algo.kl import kl_estimate
+from rlexp.algo.settings import AlgoConfig
 
-# LossSettings fields that the algorithm's config (AlgoConfig) names otherwise.
-ALGO_CONFIG_NAMES = {"level": "ratio_level", "group_size": "num_generations"}
 # Log-ratios are clipped before exp() so one wild token cannot overflow (as Tunix does).
 MAX_LOG_RATIO = 20.0
-
-
-@dataclass(frozen=True)
-class LossSettings:
-    """The loss's knobs: each field is the AlgoConfig field of its name (ALGO_CONFIG_NAMES
-    aside), documented in rlexp.config.schema; the module docstring gives the maths."""
-
-    level: str
-    epsilon: float
-    epsilon_high: float
-    beta: float
-    kl_estimator: str
-    loss_agg: str
-    dynamic_sampling: bool = False
-    group_size: int = 1
-    mask_truncated: bool = False
-    loss: str = "ppo_clip"
-    sapo_temperature_pos: float = 1.0
-    sapo_temperature_neg: float = 1.05
-    vespo_k_pos: float = 2.0
-    vespo_lambda_pos: float = 3.0
-    vespo_k_neg: float = 3.0
-    vespo_lambda_neg: float = 2.0
-    clip_cov_ratio: float = 2e-4
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    kl_cov_ratio: float = 2e-4
-    ppo_kl_coef: float = 1.0
-    entropy_coef: float = 0.0
-    top_entropy_quantile: float = 1.0
-
-    @classmethod
-    def from_algo(cls, algo: Any) -> LossSettings:
-        """The settings of an rlexp.config AlgoConfig (duck-typed: algo sits below config);
-        ratio_level null = the algorithm's own, epsilon_high null = epsilon."""
-        values = {f.name: getattr(algo, ALGO_CONFIG_NAMES.get(f.name, f.name))
-                  for f in dataclasses.fields(cls)}
-        if values["level"] is None:
-            values["level"] = algorithm.get(algo.name).ratio_level
-        if values["epsilon_high"] is None:
-            values["epsilon_high"] = values["epsilon"]
-        return cls(**values)
 
 
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
@@ -182,7 +136,7 @@ def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int,
 
 
 def kept_mask(mask: jnp.ndarray, advantages: jnp.ndarray, truncated: jnp.ndarray | None,
-              s: LossSettings) -> jnp.ndarray:
+              s: AlgoConfig) -> jnp.ndarray:
     """The completion mask [B, T] the loss aggregates over: the rows of an all-zero-advantage
     group (dynamic sampling) and truncated rows (mask_truncated) are zeroed (the engine counts
     a window's divisors from the same)."""
@@ -192,8 +146,8 @@ def kept_mask(mask: jnp.ndarray, advantages: jnp.ndarray, truncated: jnp.ndarray
     adv = adv if adv.ndim == 1 else adv[:, 0]
     keep = jnp.ones(adv.shape, jnp.float32)
     if s.dynamic_sampling:
-        varied = (adv.reshape(-1, s.group_size) != 0).any(axis=-1)
-        keep = keep * jnp.repeat(varied, s.group_size).astype(jnp.float32)
+        varied = (adv.reshape(-1, s.num_generations) != 0).any(axis=-1)
+        keep = keep * jnp.repeat(varied, s.num_generations).astype(jnp.float32)
     if s.mask_truncated and truncated is not None:
         keep = keep * (1.0 - truncated.astype(jnp.float32))
     return mask.astype(jnp.float32) * keep[:, None]
@@ -237,12 +191,12 @@ def _covariance(adv: jnp.ndarray, logp: jnp.ndarray, mask: jnp.ndarray) -> jnp.n
 
 
 def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: jnp.ndarray,
-                   s: LossSettings, rollout_weights: jnp.ndarray | None = None
+                   s: AlgoConfig, rollout_weights: jnp.ndarray | None = None
                    ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """[B, T] policy-term loss of s.loss, and the ratio and the 0/1 'this token's update was
     clipped' used for the diagnostics. `adv` is [B, 1] or [B, T]. `rollout_weights` is read
     by VESPO only (policy_loss weights the others' result)."""
-    ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.level))
+    ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.ratio_level))
     lo, hi = 1.0 - s.epsilon, 1.0 + s.epsilon_high
     m = mask.astype(jnp.float32)
     if s.loss in ("ppo_clip", "luspo", "clip_cov"):
@@ -294,16 +248,17 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
 
 
 def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.ndarray | None,
-                advantages: jnp.ndarray, mask: jnp.ndarray, s: LossSettings,
+                advantages: jnp.ndarray, mask: jnp.ndarray, s: AlgoConfig,
                 truncated: jnp.ndarray | None = None, budget: int | None = None,
                 divisors: Divisors | None = None, entropy: jnp.ndarray | None = None,
                 rollout_weights: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B] (or
-    [B, T], REINFORCE++'s). None means: `old_logp` on-policy (ratio 1), `ref_logp` no KL term
-    (reported as 0), `rollout_weights` ([B, T] or [B, 1], no gradient) no correction.
-    `truncated` [B] is for s.mask_truncated; `budget`, `divisors`: see aggregate (aux stays
-    this batch's means); `entropy` [B, T] (its gradient is the entropy bonus's) is needed by
+    [B, T], REINFORCE++'s), under the algo settings `s` as AlgoConfig.for_loss gives them
+    (the module docstring gives the maths). None means: `old_logp` on-policy (ratio 1),
+    `ref_logp` no KL term (reported as 0), `rollout_weights` ([B, T] or [B, 1], no gradient)
+    no correction. `truncated` [B] is for s.mask_truncated; `budget`, `divisors`: see
+    aggregate (aux stays this batch's means); `entropy` [B, T] (its gradient is the entropy bonus's) is needed by
     entropy_coef and top_entropy_quantile."""
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)

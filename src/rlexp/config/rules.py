@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from rlexp.algo import algorithm
+from rlexp.config.rollouts import rollout_spec
 from rlexp.config.schema import Config
 from rlexp.families import get as get_family
 
@@ -280,18 +281,10 @@ def _epochs_steps_in_range(cfg: Config) -> Optional[Refusal]:
                    f" / train.batch_size={t.batch_size}), more than train.steps' {MAX_STEPS}")
 
 
-def shares_trainer_weights(cfg: Config) -> bool:
-    """The vanilla sampler on the trainer's very mesh (colocated, same shape, one replica):
-    Tunix then shares one copy of the weights between them and never syncs."""
-    r, h = cfg.rollout, cfg.hardware
-    return (r.name == "vanilla" and h.split == "colocated" and h.trainer_mesh == h.rollout_mesh
-            and r.replicas == 1)
-
-
 def _sync_every_needs_a_sampler_copy(cfg: Config) -> Optional[Refusal]:
     # A shared copy is always current: spacing syncs out would silently change nothing.
     r = cfg.rollout
-    if r.sync_every == 1 or not shares_trainer_weights(cfg):
+    if r.sync_every == 1 or not rollout_spec(cfg).shares_trainer_weights(cfg):
         return None
     return Refusal("rollout.sync_every", r.sync_every,
                    "has no effect: the sampler shares the trainer's weights (rollout=vanilla on "
@@ -310,38 +303,22 @@ def _sync_every_within_steps(cfg: Config) -> Optional[Refusal]:
 
 
 def _vllm_parallelism(cfg: Config) -> Optional[Refusal]:
-    # vLLM's tensor x data parallel replicas tile the rollout mesh, and tensor parallelism
-    # splits the attention heads evenly (vLLM refuses otherwise, after minutes of start-up).
-    r, m, devices = cfg.rollout, cfg.model, rollout_devices(cfg)
+    r = cfg.rollout
     for key, size in (("tensor_parallel_size", r.tensor_parallel_size),
                       ("data_parallel_size", r.data_parallel_size)):
         if size == 0:
             return Refusal(f"rollout.{key}", 0, "must be >= 1, or -1 (derived from the rollout "
                            "devices, as Tunix does)")
-    if r.name != "vllm":
-        return None
-    if r.tensor_parallel_size * r.data_parallel_size != devices:
-        return Refusal("rollout.tensor_parallel_size", r.tensor_parallel_size,
-                       f"times rollout.data_parallel_size={r.data_parallel_size} it must equal "
-                       f"the {devices} devices of hardware.rollout_mesh "
-                       f"(hardware={cfg.hardware.name}); -1 derives a size from the other "
-                       f"(both -1: TP {devices}, DP 1)")
-    if m.num_heads % r.tensor_parallel_size:
-        return Refusal("rollout.tensor_parallel_size", r.tensor_parallel_size,
-                       f"does not divide model.num_heads={m.num_heads} (model={m.name})")
-    return None
+    return rollout_spec(cfg).parallelism_refusal(cfg)
 
 
 def _replicas_split_the_rollout_mesh(cfg: Config) -> Optional[Refusal]:
     r, mesh = cfg.rollout, cfg.hardware.rollout_mesh
     if r.replicas == 1:
         return None
-    if r.name != "vanilla":
-        return Refusal("rollout.replicas", r.replicas,
-                       f"rollout={r.name} runs its replicas as rollout.data_parallel_size "
-                       "(vLLM's data parallelism): use rollout.replicas=1")
-    if mesh.fsdp % r.replicas == 0:
-        return None
+    refusal = rollout_spec(cfg).replicas_refusal(cfg)
+    if refusal is not None or mesh.fsdp % r.replicas == 0:
+        return refusal
     valid = ", ".join(str(d) for d in range(1, mesh.fsdp + 1) if mesh.fsdp % d == 0)
     return Refusal("rollout.replicas", r.replicas,
                    f"must divide hardware.rollout_mesh.fsdp={mesh.fsdp} (each replica takes "
@@ -395,11 +372,7 @@ def _lora_targets(cfg: Config) -> Optional[Refusal]:
 
 
 def _lora_rollout(cfg: Config) -> Optional[Refusal]:
-    if not cfg.model.lora.rank or cfg.rollout.name == "vanilla":
-        return None
-    return Refusal("rollout.name", cfg.rollout.name,
-                   "LoRA (model.lora.rank > 0) samples with rollout=vanilla: rlexp does not "
-                   "pass adapters to vLLM yet")
+    return rollout_spec(cfg).lora_refusal(cfg) if cfg.model.lora.rank else None
 
 
 # In order: the first refusal is the one reported.

@@ -5,11 +5,12 @@ typed `Engine` protocol. `build()` refuses only what needs the built tokenizer (
 lengths) or the installed Tunix (BUILD_CHECKS); pre-flight checked every other input
 (rlexp.launch.checks). What it loads (paths, tokenizer, dataset) still fails in one line.
 
-Modules: tunix_adapter (the Tunix cluster and GRPO learner, one step), tunix_models (the policy as
+Modules: learner (rlexp's subclasses of Tunix's GRPOLearner and RLCluster, in one order;
+one global step), tunix_adapter (optimizer, schedule, the cluster's config), tunix_models (the policy as
 a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once), tunix_patches
 (rlexp's numerics patches to Tunix), algo_registry (rlexp's losses plugged into Tunix),
-vllm_rollout (rollout=vllm's settings, no vllm import), vllm_engine (vLLM in the run's process on
-CPU/GPU, weight syncs), checkpoint_store (orbax through Tunix), lora (model.lora's adapters
+rollout (a backend per rollout engine: vanilla, vllm, vllm_tpu; sampling configs, per-call
+keys, weight syncs), checkpoint_store (orbax through Tunix), lora (model.lora's adapters
 through qwix), warm_start, weights (flat parameter names), export (the policy as a Hugging Face
 dir), probes (host-side step metrics), profile (JAX traces), protocol (the Engine interface the
 job sees), cohere (Aya Expanse's Cohere model in Flax NNX on Tunix's interface: Tunix has none).
@@ -68,8 +69,9 @@ class TunixEngine:
     learner: Any
     probe: Any
     step_runner: Any
-    # Fresh sampling key per sampler call, derived from the key the loop passes.
-    keys: Any
+    # The rollout backend (rlexp.engine.rollout): its keys, fresh per sampler call, derive
+    # from the key the loop passes.
+    rollout: Any
     schedule: Any
     updates_per_step: int
     start_step: int = 0
@@ -78,7 +80,7 @@ class TunixEngine:
     after_step: Any = None
 
     def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
-        self.keys.reset(key)
+        self.rollout.keys.reset(key)
         self.probe.reset()
         self.step_runner(batch)
         if self.after_step is not None:
@@ -94,11 +96,11 @@ class TunixEngine:
     def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
         """With the EVAL rollout config, chunked to the training rollout batch so the sampler
         reuses the compiled program of training."""
-        from rlexp.engine.tunix_adapter import Mode, eval_sampling
+        from rlexp.engine.tunix_adapter import Mode
 
         rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
-        self.keys.reset(key)
-        for name, value in eval_sampling(self.cfg, greedy).items():  # vLLM: greedy = temperature 0
+        self.rollout.keys.reset(key)
+        for name, value in self.rollout.eval_sampling(greedy).items():
             setattr(rc, name, value)
         chunk = self.step_runner.rollout_rows
         padded = list(prompts) + [prompts[-1]] * (-len(prompts) % chunk)
@@ -119,7 +121,7 @@ class TunixEngine:
 
 def rollout_key(seed: int, step: int) -> Any:
     """The sampling key of global step `step`: fresh every step (Tunix 0.1.7's vanilla
-    rollout reuses one key; engine/tunix_adapter.py), pure."""
+    rollout reuses one key; engine/rollout/__init__.py), pure."""
     import jax
 
     return jax.random.fold_in(jax.random.PRNGKey(seed), step)
@@ -177,8 +179,8 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     with runtime.loading():  # JAX, Flax, Tunix: most of the objects a job's process holds
         from tunix.generate.tokenizer_adapter import TokenizerAdapter
 
-        from rlexp.engine import algo_registry as registry
-        from rlexp.engine import tunix_adapter
+        from rlexp.engine import learner as learner_lib, tunix_adapter
+        from rlexp.engine.rollout import rollout_backend
 
     _check_installed_tunix()
     tok = TokenizerAdapter(raw_tok)
@@ -215,16 +217,14 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
         after_step = None
         reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
     probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
-    cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes)
+    rollout = rollout_backend(cfg)
+    cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes, probe, rollout)
     reward_fns = rewards.tunix_reward_fns(terms, probe.record_reward)
-    learner = tunix_adapter.make_learner(cfg, cluster, reward_fns)
-    probe.attach(learner, cluster, registry.AUX_KEYS)
+    learner = learner_lib.make_learner(cfg, cluster, reward_fns)
     info.update(lora.counts(cluster.actor_trainer.model))  # params/total, params/trainable
-    keys = tunix_adapter.SamplingKeys()
-    keys.attach(cluster)
-    runner = tunix_adapter.StepRunner(learner, cfg.train.batch_size, cfg.rollout.sync_every)
+    runner = learner_lib.StepRunner(learner, cfg.train.batch_size, cfg.rollout.sync_every)
     return TunixEngine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
-                  learner=learner, probe=probe, step_runner=runner, keys=keys,
+                  learner=learner, probe=probe, step_runner=runner, rollout=rollout,
                   schedule=tunix_adapter.host_lr_schedule(cfg),
                   updates_per_step=tunix_adapter.updates_per_step(cfg), info=info,
                   after_step=after_step)

@@ -153,50 +153,25 @@ class StepProbe:
         if prompt_tokens is not None:
             self.prompt_tokens += int(np.count_nonzero(np.asarray(prompt_tokens) != pad_id))
 
-    def attach(self, learner: Any, cluster: Any, aux_keys: tuple[str, ...]) -> None:
-        """Wrap the three Tunix calls whose results a step's metrics need (instance-level)."""
-        probe = self
-        trainer = cluster.actor_trainer
-        post = trainer._post_process_train_step
+    def record_update(self, loss: Any, grad_norm: Any, aux: dict[str, Any]) -> None:
+        """One policy update's loss, gradient norm and aux values (device arrays)."""
+        self.updates["loss"].append(loss)
+        self.updates["grad_norm"].append(grad_norm)
+        for k, v in aux.items():
+            self.updates[k].append(v)
 
-        def post_process(aux: Any) -> None:
-            post(aux)
-            buf = trainer._buffered_train_metrics
-            probe.updates["loss"].append(buf.losses[-1])
-            probe.updates["grad_norm"].append(buf.additional_metrics["grad_norm"][0][-1])
-            for k in aux_keys:
-                if k in aux:
-                    probe.updates[k].append(aux[k])
+    def record_generate(self, seconds: float, out: Any, pad_id: int) -> None:
+        """One sampler call (a Tunix RolloutOutput) and its host seconds."""
+        self.rollout_s += seconds
+        self.texts.extend(out.text)
+        self.record_rollout(out.tokens, out.left_padded_prompt_tokens, pad_id)
 
-        trainer._post_process_train_step = post_process
-        # Tunix would log aux["pg_clipfrac"], which our loss does not produce.
-        trainer.with_rl_metrics_to_log({})
-
-        prepare = learner._generate_and_compute_advantage
-
-        def timed_prepare(*args: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
-            out = prepare(*args, **kw)
-            probe.prepare_s += time.perf_counter() - t
-            training_input = args[0] if args else kw.get("training_input", {})
-            probe.prompts.extend(str(p) for p in training_input.get("prompts", ()))
-            probe.advantages.append(out.advantages)
-            return out
-
-        learner._generate_and_compute_advantage = timed_prepare
-
-        generate = cluster.generate
-        pad_id = cluster.rollout.pad_id()
-
-        def timed_generate(*args: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
-            out = generate(*args, **kw)
-            probe.rollout_s += time.perf_counter() - t
-            probe.texts.extend(out.text)
-            probe.record_rollout(out.tokens, out.left_padded_prompt_tokens, pad_id)
-            return out
-
-        cluster.generate = timed_generate
+    def record_prepare(self, seconds: float, prompts: Sequence[Any], advantages: Any) -> None:
+        """One batch sampled, scored and finished for the loss: its host seconds, prompts (one
+        per completion) and advantages (a device array)."""
+        self.prepare_s += seconds
+        self.prompts.extend(str(p) for p in prompts)
+        self.advantages.append(advantages)
 
     def metrics(self) -> dict[str, float]:
         """Step metrics with rlexp's stable names; the one device->host fetch of the step."""

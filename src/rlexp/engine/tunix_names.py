@@ -7,9 +7,15 @@ here, not there, because the per-family names come from rlexp.families):
 tests/test_tunix_contract.py checks each in the fast tier, tests/test_private_apis.py fails on a
 private name used in src/ that no list holds, and `rlexp.engine.build` runs `problems()` so a Tunix
 upgrade stops with one line naming what changed instead of a traceback deep in a step.
+
+The engine extends Tunix by subclassing (engine/learner.py); `PATCHES` lists the process-wide
+changes it still makes, each where Tunix offers no hook: tests/test_engine_extension.py fails on
+a function set on another object's attribute anywhere else in rlexp.engine.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from rlexp.base import private_apis
 from rlexp.base.private_apis import PrivateApi, check
@@ -20,11 +26,12 @@ TESTED_VERSION = "0.1.7"
 
 
 def Name(owner: str, name: str, kind: str, params: tuple[str, ...] | None = None,  # noqa: N802
-         positional: bool = False, why: str = "") -> PrivateApi:
+         positional: bool = False, why: str = "", read_by: str | None = None) -> PrivateApi:
     """A Tunix entry: `owner` is "module:Class" or "module"; `params` are checked by keyword
     unless `positional`."""
     return PrivateApi("google-tunix", TESTED_VERSION, owner, name, kind, params,
-                      used_by="src/rlexp/engine/", why=why, positional=positional)
+                      used_by="src/rlexp/engine/", why=why, positional=positional,
+                      read_by=read_by)
 
 
 _LEARNER = "tunix.rl.rl_learner:RLLearner"
@@ -37,7 +44,7 @@ _CKPT = "tunix.sft.checkpoint_manager:CheckpointManager"
 _ROLLOUT_CONFIG = "tunix.rl.rollout.base_rollout:RolloutConfig"
 
 NAMES: tuple[PrivateApi, ...] = (
-    # engine/tunix_adapter.py StepRunner: one global step without RLLearner.train's loop.
+    # engine/learner.py StepRunner: one global step without RLLearner.train's loop.
     Name(_LEARNER, "_training_config", "attribute", why="mini/micro batch sizes"),
     Name(_LEARNER, "_rollout_micro_batch_size", "attribute", why="rollout micro-batch"),
     Name(_LEARNER, "_compute_logps_micro_batch_size", "attribute", why="logps micro-batch"),
@@ -61,35 +68,41 @@ NAMES: tuple[PrivateApi, ...] = (
     Name(_CKPT, "save", "method",
          ("step", "model", "optimizer", "save_only_lora_params", "force", "custom_metadata")),
     Name(_CKPT, "maybe_restore", "method", ("model", "optimizer", "step")),
-    # engine/probes.py: per-update metrics and rollout timing, wrapped on the instances.
-    Name(_PEFT, "_post_process_train_step", "method", ("aux",), True, why="probe wraps it"),
-    Name(_PEFT, "_buffered_train_metrics", "attribute", why="probe reads loss, grad_norm"),
+    # engine/learner.py: rlexp's subclasses override these hooks (per-update metrics, rollout
+    # timing, rlexp's steps after sampling).
+    Name(_PEFT, "_post_process_train_step", "method", ("aux",), True,
+         why="ActorTrainer hands each update's aux to the probe"),
+    Name(_PEFT, "_buffered_train_metrics", "attribute", why="ActorTrainer reads loss, grad_norm"),
     Name("tunix.sft.peft_trainer:MetricsBuffer", "losses", "field", why="probe"),
     Name("tunix.sft.peft_trainer:MetricsBuffer", "additional_metrics", "field",
          why="probe reads ['grad_norm']"),
     Name("tunix.rl.trainer:Trainer", "with_rl_metrics_to_log", "method", ("rl_metrics_to_log",),
-         why="probe turns off Tunix's aux logging"),
-    Name(_GRPO, "_generate_and_compute_advantage", "method", ("training_input", "mode"),
-         why="probe times it and reads the completion mask; algo_registry.after_scoring "
-             "runs rlexp's steps on its output (whitening, the sampler's log-probs)"),
+         why="Learner turns off Tunix's aux logging"),
+    Name(_GRPO, "_generate_and_compute_advantage", "method", ("training_input", "mode"), True,
+         why="Learner overrides it: rlexp's steps after sampling (whitening, the sampler's "
+             "log-probs, the probe)"),
     Name(_CLUSTER, "generate", "method", ("prompts", "mode", "micro_batch_size"),
-         why="probe wraps it; evaluation calls it"),
-    # engine/tunix_adapter.py SamplingKeys and trap 5 (old log-probs at the temperature).
-    Name(_CLUSTER, "rollout", "property", why="SamplingKeys patches rollout.generate"),
+         why="Cluster overrides it (probe timing, a TRAIN call's log-probs); evaluation calls it"),
+    Name(_CLUSTER, "_init_cluster", "method", (), why="Cluster builds its trainers in it"),
+    Name("tunix.rl.rl_cluster", "rl_trainer", "global", read_by="RLCluster._init_cluster",
+         why="_init_cluster builds the actor trainer as rl_trainer.Trainer (PATCHES)"),
+    # engine/rollout/vanilla.py: its Rollout subclass (fresh keys; trap 5, old log-probs at the
+    # temperature) and the learner's pad/eos reads.
+    Name(_CLUSTER, "rollout", "property", why="the learner reads the rollout's pad and eos ids"),
     # VanillaRollout's only: rlexp reads no VllmRollout._sampler (its module imports vllm, so
     # that entry could not be checked here; tests/test_private_apis.py keeps the reads vanilla).
     Name(_VANILLA, "_sampler", "attribute",
          why="old log-probs at the sampling temperature; prompt ids memoized"),
     Name(_VANILLA, "generate", "method", ("prompts", "rollout_config"), True,
-         why="SamplingKeys wraps it with a fresh seed"),
+         why="rollout.vanilla.Rollout overrides it: a fresh key per call"),
     Name(_VANILLA, "get_per_token_logps", "method", ("prompt_tokens", "completion_tokens"),
-         True, why="replaced to pass the temperature"),
+         True, why="rollout.vanilla.Rollout overrides it to pass the temperature"),
     Name("tunix.generate.sampler:Sampler", "model_def_and_state", "method", ()),
     Name("tunix.generate.sampler:Sampler", "tokenizer", "attribute",
          why="prompt ids memoized (tokenize once per distinct prompt)"),
     Name("tunix.generate.sampler:Sampler", "tokenize", "method", ("input_string",), True,
          why="calls tokenizer.encode(text) and copies the ids"),
-    Name(_ROLLOUT_CONFIG, "seed", "field", why="SamplingKeys replaces it per call"),
+    Name(_ROLLOUT_CONFIG, "seed", "field", why="the backends' SamplingKeys set it per call"),
     # engine/tunix_models.py: the RoPE base patch (attention calls the module global), for the
     # families whose patches name rope_theta.
     *(Name(f"{f.tunix_package}.model", "apply_rope", "function",
@@ -106,7 +119,7 @@ NAMES: tuple[PrivateApi, ...] = (
     *(Name(f"{f.tunix_package}.{f.loader_module}", "create_model_from_safe_tensors", "function",
            ("file_dir", "config", "mesh", "dtype"), why="model.path loader")
       for f in families().values()),
-    # engine/algo_registry.py normalise_over_windows: a window's micro-batches, then its divisors.
+    # engine/learner.py Learner._prepare_data: a window's micro-batches, then its divisors.
     Name(_LEARNER, "_prepare_data", "method", ("iterator", "data_queue", "mode"),
          why="WindowQueue stands in for its training data queue"),
     Name("tunix.rl.queue.data_queue:SimpleDataQueue", "put", "method", ("item",), True,
@@ -122,8 +135,8 @@ NAMES: tuple[PrivateApi, ...] = (
                 "ref_per_token_logps", "old_per_token_logps")),
     *(Name("tunix.rl.rollout.base_rollout:RolloutOutput", f, "field", why="probe, evaluation")
       for f in ("text", "tokens", "left_padded_prompt_tokens")),
-    # engine/algo_registry.py correct_rollouts (a step of after_scoring): the sampler's
-    # log-probs, the trainer's forward.
+    # engine/learner.py Learner.with_sampler_logps: the sampler's log-probs, the trainer's
+    # forward.
     Name("tunix.rl.rollout.base_rollout:RolloutOutput", "logprobs", "field",
          why="the sampler's per-token log-probs (trainer/sampler gap, rollout correction)"),
     Name(_ROLLOUT_CONFIG, "return_logprobs", "field", why="asks the sampler for them"),
@@ -135,6 +148,39 @@ NAMES: tuple[PrivateApi, ...] = (
           "stop_gradient", "return_logits", "temperature")),
 )
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """A change rlexp makes that every object of a class (or every reader of a module global)
+    in the process sees."""
+
+    # What is replaced: "module:Class.attribute" or "module.global".
+    target: str
+    # The function of rlexp.engine that sets it (and sets it back): "module.function".
+    by: str
+    # Why no hook, argument or subclass of the library's does it.
+    why: str
+
+
+PATCHES: tuple[Patch, ...] = (
+    Patch("tunix.models.<family>.model:DecoderLayer.__call__", "tunix_patches.use_training_remat",
+          "train.remat: Tunix's RematConfig.DECODER crashes in the sampler, and the model class "
+          "builds its DecoderLayers itself (no argument names the layer class)"),
+    Patch("tunix.models.<family>.model:<model_class>.__call__, "
+          "tunix.generate.sampler:Sampler.dtype", "tunix_patches.use_compute_dtype",
+          "model.dtype below model.param_dtype: llama3 and gemma3 have no compute dtype in 0.1.7, "
+          "and VanillaRollout builds the Sampler that sizes its KV cache by Sampler.dtype"),
+    Patch("tunix.models.<family>.model.apply_rope", "tunix_models.use_rope_theta",
+          "model.rope_theta: the attention calls the module's apply_rope without the config's "
+          "theta"),
+    Patch("tunix.rl.trainer.Trainer", "learner.Cluster._init_cluster",
+          "RLCluster builds its trainers as rl_trainer.Trainer, with no argument for the class: "
+          "ActorTrainer while it builds, then set back"),
+    Patch("sys.unraisablehook", "checkpoint_store.quiet_orbax_failures",
+          "Python's hook for exceptions raised in other threads, where orbax echoes a failed "
+          "save's error"),
+)
 
 def problems() -> list[str]:
     """One line per name that no longer matches (empty when all hold)."""

@@ -1,6 +1,6 @@
-"""Every change rlexp makes to Tunix at run time, in one module: the numerics of the trained
-model (mixed precision, training-only remat and the pad token). The private Tunix names these
-rely on are in tunix_names.
+"""The numerics of the trained model: mixed precision and training-only remat (process-wide
+patches of Tunix's classes, each listed with why no Tunix hook does it in tunix_names.PATCHES,
+the private names they read in tunix_names.NAMES), and the pad token.
 
 - Mixed precision (model.param_dtype vs model.dtype, as MaxText's weight_dtype vs dtype): the
   trained weights and AdamW's moments stay in param_dtype (float32), the forward computes in

@@ -97,7 +97,7 @@ _PHASE_NAMES = {"data": "the data of", "step": "", "evaluate": "the evaluation a
 
 def failed_at(exc: BaseException) -> str | None:
     """Where in the loop `exc` was raised ('at step 3', 'in the evaluation at step 0'), as
-    run() noted it; None when it did not come from the loop."""
+    train_steps() noted it; None when it did not come from the loop."""
     return getattr(exc, "_rlexp_failed_at", None)
 
 
@@ -110,9 +110,10 @@ def _note_where(exc: BaseException, phase: "PhaseTimer", step: int) -> None:
         setattr(exc, "_rlexp_failed_at", f"in {where} step {at}" if where else f"at step {at}")
 
 
-def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
-        checkpointer: "Checkpointer | None" = None, stop: "StopFlag | None" = None,
-        resumed: dict[str, Any] | None = None, stops: "Stops | None" = None) -> dict[str, Any]:
+def train_steps(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
+                checkpointer: "Checkpointer | None" = None, stop: "StopFlag | None" = None,
+                resumed: dict[str, Any] | None = None,
+                stops: "Stops | None" = None) -> dict[str, Any]:
     """Train cfg.train.steps global steps; returns the summary fields. `stops` (early stopping,
     sweep pruning) may end training sooner; Training says what the other arguments are."""
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
@@ -132,7 +133,7 @@ def run(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Path, *,
 
 @dataclass
 class Training:
-    """One call of run(): what its phases share."""
+    """One call of train_steps(): what its phases share."""
 
     cfg: Config
     engine: "Engine"

@@ -11,6 +11,12 @@ A full disk: before each save the free space is compared with the size of the ch
 before it (the plan's estimate for the first), and a save that fails with ENOSPC or
 RESOURCE_EXHAUSTED has its unfinished dir removed; either way `save` raises DiskFull and the
 checkpoints already committed stay as they are.
+
+A rerun learns the earlier attempt's state from the first readable of: summary.json, the MLflow
+run (tracking.json's id, else the run tagged rlexp.run_dir), the newest checkpoint (the loop's
+last one carries `eval_after`). A damaged or missing summary.json of a run that finished is
+said in one line and rebuilt from the others: the run is reported finished, never trained or
+reopened again (its MLflow run stays FINISHED).
 """
 
 from __future__ import annotations
@@ -23,13 +29,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from rlexp.engine import Engine
-
+from rlexp.base.files import read_json_object
 from rlexp.base.retention import prune_unusable
+from rlexp.base.summary import SUMMARY_FILE, read_summary, set_aside, write_summary
+from rlexp.config.schema import Config
 from rlexp.engine.checkpoint_store import (DiskFull, committed_steps, dir_bytes, disk_full,
                                            free_bytes, is_local, read_metadata,
                                            remove_unfinished)
+from rlexp.tracking import default_uri
+from rlexp.tracking.listener import recorded_run, warn
+
+if TYPE_CHECKING:
+    from rlexp.engine import Engine
+    from rlexp.job.experiment import JobContext
 
 log = logging.getLogger("rlexp")
 
@@ -149,3 +161,115 @@ def final_metadata(directory: Path) -> dict[str, Any] | None:
     steps = committed_steps(directory)
     meta = read_metadata(directory, steps[0]) if steps else None
     return meta if meta is not None and meta.get("eval_after") else None
+
+
+# Fields that describe one attempt: never taken from an earlier attempt's summary.
+ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed_from_step")
+
+
+def carry_over(previous: dict | None, summary: dict) -> dict:
+    """A rerun's summary keeps what the earlier attempt knew and this one does not (a rerun
+    killed at once has no metrics of its own): a rewritten summary.json, and the MLflow
+    artifact made from it, never lose results to an emptier one."""
+    empty = (None, {}, [], "")
+    out = dict(summary)
+    for key, value in (previous or {}).items():
+        if key not in ATTEMPT_FIELDS and out.get(key) in empty and value not in empty:
+            out[key] = value
+    return out
+
+
+def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
+    """The earlier attempt's summary, from where the module docstring says (None: a new run,
+    or one that stopped before its end and resumes). A damaged summary.json is set aside."""
+    path = job.run_dir / SUMMARY_FILE
+    previous = read_summary(job.run_dir)
+    if previous is not None:
+        return previous
+    damaged = path.exists()
+    final = final_metadata(checkpoints)
+    if not damaged and final is None:
+        return None  # no summary and training not done: a crash, the resume redoes the rest
+    recorded = (recorded_run(default_uri(cfg), cfg.tracker.experiment, job.run_dir)
+                if cfg.tracker.name == "mlflow" else None)
+    what = f"{path} is missing"
+    if damaged:
+        aside = set_aside(job.run_dir)  # kept for a post-mortem
+        what = f"{path} was damaged (kept as {aside.name})"
+    if recorded is not None:
+        rebuilt = _summary_from_mlflow(recorded, job, final)
+        source = f"MLflow run {recorded['run_id']} ({recorded['status']})"
+    elif damaged and final is not None:
+        rebuilt = _summary_from_checkpoint(final, job)
+        source = f"final checkpoint (step {final.get('step')})"
+    else:
+        if damaged:
+            warn(f"{what}; neither the MLflow run nor a final checkpoint says the run "
+                 "finished: it resumes")
+        return None
+    if rebuilt.get("status") == "FINISHED":
+        write_summary(job.run_dir, rebuilt)
+        warn(f"{what}; rebuilt from the {source}")
+    elif damaged:
+        warn(f"{what}; the {source} did not finish: it resumes")
+    return rebuilt
+
+
+def _summary_from_mlflow(recorded: dict, job: JobContext, final: dict | None) -> dict:
+    """summary.json as the MLflow run has it (its artifact), else from the run's fields."""
+    summary = dict(recorded.get("summary") or {})
+    status = recorded["status"]
+    if not summary:
+        start, end = recorded.get("start_time"), recorded.get("end_time")
+        steps = recorded.get("tags", {}).get("rlexp.steps_done")
+        summary = {"started": start / 1000 if start else None,
+                   "wall_s": (end - start) / 1000 if start and end else None,
+                   "steps_done": int(steps) if str(steps).isdigit() else
+                   (final or {}).get("step"),
+                   "objective": recorded.get("metrics", {}).get("eval/accuracy")}
+        if final is not None:
+            summary.update(eval_before=final.get("eval_before"),
+                           eval_after=final.get("eval_after"))
+    summary.update(job.identity(), status=status, mlflow_run_id=recorded["run_id"],
+                   rebuilt_from=f"MLflow run {recorded['run_id']}")
+    if status == "FINISHED":
+        summary["error"] = None
+    return summary
+
+
+def _summary_from_checkpoint(final: dict, job: JobContext) -> dict:
+    """A finished run's summary from its final checkpoint's metadata (the loop's last save)."""
+    eval_after = final.get("eval_after") or {}
+    link = read_json_object(job.run_dir / "tracking.json") or {}
+    return {**job.identity(), "status": "FINISHED", "error": None,
+            "steps_done": final.get("step"), "eval_before": final.get("eval_before") or {},
+            "eval_after": eval_after, "objective": eval_after.get("eval/accuracy"),
+            "mlflow_run_id": link.get("run_id"),
+            "rebuilt_from": f"checkpoint {final.get('step')}"}
+
+
+def forget_previous(run_dir: Path) -> None:
+    """run.resume=false: the old checkpoints, tracking link and summary no longer apply."""
+    for name in ("checkpoints", "tracking.json", "tracking_spool.jsonl", "summary.json"):
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
+    """A rerun of a finished command: which code finished it, and how to train again.
+    The run's identity is its config, not the code: a resume after a code change must
+    find its run dir, so a finished one is reported, not silently redone."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(previous["started"] + previous.get(
+        "wall_s", 0))) if isinstance(previous.get("started"), (int, float)) else "earlier"
+    then, now = previous.get("git_commit"), git.get("git.commit")
+    by = f" by commit {then[:10]}" if then and then != "unknown" else ""
+    changed = ""
+    if then and now and "unknown" not in (then, now) and then != now:
+        changed = f"; the code is now at {now[:10]}"
+    elif previous.get("git_dirty") == "true" or git.get("git.dirty") == "true":
+        changed = "; the checkout has uncommitted changes"
+    return (f"rlexp: {run_dir} already finished {when}{by}{changed}: add run.resume=false "
+            "to train it again (its checkpoints and summary are replaced)")

@@ -171,8 +171,8 @@ class Stops:
                 print(f"rlexp: warning: {type(stop).__name__}: {exc}", file=sys.stderr)
 
 
-def build(train_early_stop: EarlyStopConfig, train_prune: PruneConfig,
-          sweep_dir: Path | None, job_name: str) -> Stops:
+def make_stops(train_early_stop: EarlyStopConfig, train_prune: PruneConfig,
+               sweep_dir: Path | None, job_name: str) -> Stops:
     stops: list[Stop] = []
     if train_early_stop.metric is not None:
         stops.append(EarlyStop(train_early_stop))

@@ -27,13 +27,13 @@ from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
 from rlexp.base.redact import redact_uri
 from rlexp.base.secret_env import launcher_secrets
+from rlexp.config.rollouts import rollout_spec
 from rlexp.config.schema import Config
 from rlexp.data import rewards
 from rlexp.data.loaders import dataset_file, read_rows
 from rlexp.data.templates import PromptTemplate, shortest_answer
 from rlexp.engine.checkpoint_store import human_bytes, nearest_existing
 from rlexp.engine.export import find_checkpoint
-from rlexp.engine.vllm_rollout import check_vllm_available
 from rlexp.inputs.model_files import check_model, model_dir
 from rlexp.inputs.storage import check as check_output_uri
 from rlexp.planning.plan import Plan, checkpoint_bytes, make_plan
@@ -192,10 +192,11 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
 
 
 def check_rollout(cfg: Config, ctx: CheckContext) -> None:
-    """rollout=vllm imports vLLM (and tpu-inference on TPU) only when the engine builds, minutes
-    in: check them now (not for a dry run: the recipes that use vLLM plan on any machine)."""
-    if cfg.rollout.name == "vllm" and not ctx.jobs_run_elsewhere:
-        check_vllm_available(cfg)
+    """The rollout backend's own pre-flight (RolloutSpec.check: rollout=vllm imports vLLM, and
+    tpu-inference on TPU, only when the engine builds, minutes in); not for a dry run: the
+    recipes that use vLLM plan on any machine."""
+    if not ctx.jobs_run_elsewhere:
+        rollout_spec(cfg).check(cfg)
 
 
 def check_cache_dir(cfg: Config, ctx: CheckContext) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.base.runtime import COORDINATOR_ENV, COUNT_ENV, INDEX_ENV, Launch, detect_launch
+from rlexp.config.rollouts import rollout_spec
 from rlexp.config.schema import Config, HardwareConfig, MeshConfig
 from rlexp.planning import pathways
 
@@ -38,8 +39,8 @@ GPU_MEMORY_FRACTION = 0.95
 
 
 def vllm_gpu_share(cfg: Config) -> float:
-    """The GPU share rollout=vllm's engine takes for itself (0 without it)."""
-    return cfg.rollout.hbm_utilization if cfg.rollout.name == "vllm" else 0.0
+    """The GPU share the rollout backend's engine takes for itself (vLLM's; 0 for Tunix's)."""
+    return rollout_spec(cfg).gpu_share(cfg)
 
 
 def usable_hbm_fraction(hw: HardwareConfig) -> float:

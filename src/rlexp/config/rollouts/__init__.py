@@ -1,0 +1,116 @@
+"""Rollout backends, their Tunix-free half: one RolloutSpec per engine, chosen once by name.
+
+A backend is what differs between rollout engines, in two halves found by the same name: its
+RolloutSpec (here, no Tunix or JAX: start-up rules, pre-flight checks, the memory-plan share, the
+Python it runs in) and its engine half (the spec's `engine`, an rlexp.engine.rollout.RolloutBackend:
+sampling configs, the Tunix rollout class, per-call seeds, weight sync). Shipped: vanilla
+(Tunix's sampler), vllm (vLLM's torch build, CPU/GPU) and, for rollout=vllm on a TPU, vllm_tpu
+(Tunix's VllmRollout over tpu-inference). rollout.name is a shipped name (ROLLOUTS) or, as
+algo.name, the dotted path of a user's RolloutSpec subclass (README.md, "Rollout backends").
+No code outside a backend's modules asks which engine runs: it asks `rollout_spec(cfg)`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
+
+from rlexp.base.errors import UserError
+from rlexp.base.plugins import resolve
+
+if TYPE_CHECKING:
+    from rlexp.config.rules import Refusal
+    from rlexp.config.schema import Config
+
+# The shipped backends by rollout.name (imported when asked for: their modules import the rules,
+# which import this).
+ROLLOUTS = {"vanilla": "rlexp.config.rollouts.vanilla.VanillaSpec",
+            "vllm": "rlexp.config.rollouts.vllm.VllmSpec"}
+# Set in the environment of a command re-run in a backend's Python: it never re-runs itself.
+RERUN_ENV = "RLEXP_VLLM_RERUN"
+
+
+class RolloutSpec:
+    """A rollout backend's Tunix-free half; the defaults are Tunix's own sampler's."""
+
+    # Dotted path of the engine half: an rlexp.engine.rollout.RolloutBackend subclass.
+    engine: ClassVar[str]
+    # Dotted path of its share of the memory plan, fn(cfg, trainer bytes, rows a sampler call)
+    # -> (rollout bytes by item, rlexp.planning.memory.VllmPlan or None).
+    memory_share: ClassVar[str] = "rlexp.planning.memory.sampler_share"
+
+    def on(self, platform: str) -> RolloutSpec:
+        """The backend that runs this one on hardware.platform (vllm: vllm_tpu on a TPU)."""
+        return self
+
+    def shares_trainer_weights(self, cfg: Config) -> bool:
+        """The sampler reads the trainer's very weights: never synced, no copy planned."""
+        return False
+
+    def gpu_share(self, cfg: Config) -> float:
+        """The share of a GPU the engine takes outside JAX's preallocation."""
+        return 0.0
+
+    def parallelism_refusal(self, cfg: Config) -> Optional[Refusal]:
+        """rollout.tensor/data_parallel_size against the rollout mesh (rules.py)."""
+        return None
+
+    def replicas_refusal(self, cfg: Config) -> Optional[Refusal]:
+        """rollout.replicas > 1 where the engine cannot run them (rules.py)."""
+        return None
+
+    def lora_refusal(self, cfg: Config) -> Optional[Refusal]:
+        """model.lora where the engine cannot sample with adapters (rules.py)."""
+        return None
+
+    def check(self, cfg: Config) -> None:
+        """Pre-flight (rlexp.launch.checks): UserError when the engine cannot run here."""
+
+    def python(self, cfg: Config) -> Optional[str]:
+        """The Python the job must run in when this one cannot (rerun_elsewhere), else None."""
+        return None
+
+    def rerun_line(self, python: str) -> str:
+        return f"running the command with {python}"
+
+
+def rollout_names() -> tuple[str, ...]:
+    """The shipped backends' names (rollout.name's choices; a dotted path is valid too)."""
+    return tuple(ROLLOUTS)
+
+
+@functools.cache
+def spec_class(name: str) -> type[RolloutSpec]:
+    """The RolloutSpec subclass rollout.name names (UserError naming it when it is none)."""
+    found = resolve(ROLLOUTS.get(name, name), "rollout.name", want_callable=False)
+    if not (isinstance(found, type) and issubclass(found, RolloutSpec)):
+        raise UserError(f"rollout.name={name!r}: not an rlexp.config.rollouts.RolloutSpec "
+                        f"subclass (got {found!r})")
+    return found
+
+
+def rollout_spec(cfg: Config) -> RolloutSpec:
+    """The backend cfg's rollouts run on: rollout.name's, on hardware.platform."""
+    return spec_class(cfg.rollout.name)().on(cfg.hardware.platform)
+
+
+def rerun_elsewhere(jobs: Sequence[Config], argv: Sequence[str]) -> None:
+    """Re-run this command (os.execve) in the Python its jobs' backend needs when this one
+    cannot run them (RolloutSpec.python: rollout=vllm's venv); returns when they run here.
+    rlexp.__main__ calls it after the pre-flight (which composed every job: an experiment file
+    can choose the backend too) and before anything is written: no run dir, MLflow run or lock
+    is left."""
+    needs: dict[str, RolloutSpec] = {}
+    for job in jobs:
+        spec = rollout_spec(job)
+        python = spec.python(job)
+        if python is not None:
+            needs[python] = spec
+    if len(needs) != 1:
+        return  # none needs another Python (or two do: the pre-flight refused that)
+    python, spec = needs.popitem()
+    print(f"rlexp: {spec.rerun_line(python)}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execve(python, [python, "-m", "rlexp", *argv], {**os.environ, RERUN_ENV: "1"})

@@ -1,0 +1,27 @@
+"""rollout=vllm on a TPU: Tunix's own VllmRollout over tpu-inference's JAX backend, beside Tunix
+in the run's Python (the engine half, rlexp.engine.rollout.vllm_tpu). vLLM's rules, plan and
+GPU share are rollout=vllm's; its pre-flight also needs tpu-inference."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from rlexp.base.errors import UserError
+from rlexp.config.rollouts import RolloutSpec
+from rlexp.config.rollouts.vllm import VANILLA, VllmSpec
+from rlexp.config.schema import Config
+
+
+class VllmTpuSpec(VllmSpec):
+    engine = "rlexp.engine.rollout.vllm_tpu.VllmTpuBackend"
+
+    def on(self, platform: str) -> RolloutSpec:
+        return self
+
+    def check_installed(self, cfg: Config, here: bool) -> None:
+        super().check_installed(cfg, here)
+        if not cfg.hardware.emulate and importlib.util.find_spec("tpu_inference") is None:
+            raise UserError("rollout=vllm on TPU needs tpu-inference, and no release installs "
+                            "beside Tunix 0.1.7: every tpu-inference from 0.11.1 to 0.32.0 pins "
+                            "qwix==0.1.1 or 0.1.2, Tunix 0.1.7 needs qwix>=0.1.6 (0.32.0 also "
+                            f"needs Python >= 3.12 and jax 0.11.2); {VANILLA}")

@@ -1,0 +1,267 @@
+"""rlexp's learner: Tunix's GRPOLearner and RLCluster as subclasses, and one global step.
+
+Tunix builds its learner to be extended this way: RLLearner declares the hooks abstract
+(tunix/rl/rl_learner.py, 0.1.7) and GRPOLearner overrides them. `Learner` overrides two, each
+with its steps in one order:
+
+`_generate_and_compute_advantage` (one merged batch of prompts, every sampler call):
+  1. GRPOLearner samples (`Cluster.generate`: timed by the probe, a TRAIN call's per-token
+     log-probs kept), scores with the reward functions and computes the advantages with the
+     estimator registered by name (algo_registry.advantage_estimator);
+  2. REINFORCE++(-baseline): the advantages are whitened over the batch's completion tokens
+     (algo_registry.whitened), which the estimator's signature cannot see;
+  3. TRAIN: the sampler's log-probs go to the loss, which logs the trainer/sampler gap (and with
+     algo.rollout_correction corrects it);
+  4. the probe records the time of 1-3, the prompts and the advantages.
+`_prepare_data`: with gradient accumulation, a window's training micro-batches pass through a
+  WindowQueue, which gives each its window's divisors.
+
+Rollout correction: the loss compares the sampler's per-token log-probs with the trainer's old
+ones: Tunix's old-logps pass when num_iterations > 1, else its own forward, which on a rollout's
+only update runs the weights the rollout was scored against (optax.MultiSteps changes them only
+at the window's end): no extra forward. Off-policy with an engine other than the vanilla
+sampler, Tunix's old log-probs would be the engine's own; the trainer's replace them (one
+forward without gradient at the rollout temperature, as TRL 1.16 computes its old log-probs
+whenever its vLLM correction is on).
+
+Gradient accumulation: Tunix 0.1.7 wraps the optimizer in optax.MultiSteps, which averages the
+micro-batch gradients, and each micro-batch loss would divide by its own kept tokens (or rows);
+the WindowQueue divides by the window's instead, so micro-batch 1 and micro-batch = mini-batch
+give the same update.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any, Callable, Sequence
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from tunix.rl import common, rl_cluster as rl_cluster_lib, trainer as rl_trainer
+from tunix.rl.grpo.grpo_learner import GRPOLearner
+
+from rlexp.algo import rollout_correction as rc
+from rlexp.algo.choices import TOKEN_LEVEL_ADVANTAGES
+from rlexp.config.schema import Config
+from rlexp.engine import algo_registry as registry
+from rlexp.engine.probes import StepProbe
+
+Mode = rl_cluster_lib.Mode
+
+
+class ActorTrainer(rl_trainer.Trainer):
+    """Tunix's RL trainer that hands each policy update's loss, gradient norm and aux values
+    (device arrays) to the probe."""
+
+    def __init__(self, *args: Any, probe: StepProbe, **kw: Any):
+        super().__init__(*args, **kw)
+        self.probe = probe
+
+    def _post_process_train_step(self, aux: Any) -> None:
+        super()._post_process_train_step(aux)
+        buf = self._buffered_train_metrics
+        self.probe.record_update(buf.losses[-1], buf.additional_metrics["grad_norm"][0][-1],
+                                 {k: aux[k] for k in registry.AUX_KEYS if k in aux})
+
+
+class Cluster(rl_cluster_lib.RLCluster):
+    """Tunix's RLCluster with an ActorTrainer, whose sampler calls the probe times, keeping a
+    TRAIN call's per-token log-probs for the learner (GRPOLearner returns none)."""
+
+    def __init__(self, *, probe: StepProbe, old_logps_from_trainer: bool, **kw: Any):
+        self.probe = probe
+        # RolloutBackend.old_logps_from_trainer: else the learner scores the old log-probs.
+        self.old_logps_from_trainer = old_logps_from_trainer
+        self.kept_logprobs: Any = None
+        super().__init__(**kw)
+
+    def _init_cluster(self) -> None:
+        # RLCluster builds its trainers from its module's rl_trainer.Trainer, with no argument
+        # for the class: ours while it builds (tunix_names.PATCHES).
+        with mock.patch.object(rl_trainer, "Trainer",
+                               functools.partial(ActorTrainer, probe=self.probe)):
+            super()._init_cluster()
+
+    def generate(self, prompts: Any, mode: Any = Mode.TRAIN, **kw: Any) -> Any:
+        start = time.perf_counter()
+        out = super().generate(prompts, mode=mode, **kw)
+        if mode == Mode.TRAIN:
+            self.kept_logprobs = out.logprobs
+        self.probe.record_generate(time.perf_counter() - start, out, self.rollout.pad_id())
+        return out
+
+    def take_logprobs(self) -> Any:
+        """The latest TRAIN call's per-token log-probs (None: none kept), then forgotten."""
+        rows, self.kept_logprobs = self.kept_logprobs, None
+        return rows
+
+
+class Learner(GRPOLearner):
+    """GRPOLearner with rlexp's steps after sampling and in data preparation (the module
+    docstring says which, in order)."""
+
+    rl_cluster: Cluster
+
+    def __init__(self, rl_cluster: Cluster, algo_config: registry.AlgoSettings,
+                 reward_fns: list[Callable[..., list[float]]]):
+        super().__init__(rl_cluster=rl_cluster, algo_config=algo_config, reward_fns=reward_fns)
+        self.probe = rl_cluster.probe
+        # Tunix would log aux["pg_clipfrac"], which our loss does not produce.
+        rl_cluster.actor_trainer.with_rl_metrics_to_log({})
+        self.whiten = algo_config.advantage in TOKEN_LEVEL_ADVANTAGES
+        steps = self._training_config.get_with_default("gradient_accumulation_steps", 1)
+        self.windowed = bool(steps) and steps > 1
+        self.with_window = functools.partial(registry.with_window, algo_config=algo_config,
+                                             eos_id=rl_cluster.rollout.eos_id())
+
+    def _generate_and_compute_advantage(self, training_input: Any,
+                                        mode: Any = Mode.TRAIN) -> Any:
+        start = time.perf_counter()
+        example = super()._generate_and_compute_advantage(training_input, mode)
+        if self.whiten:
+            example = registry.whitened(example)
+        example = self.with_sampler_logps(example, mode)
+        self.probe.record_prepare(time.perf_counter() - start, training_input.get("prompts", ()),
+                                  example.advantages)
+        return example
+
+    def with_sampler_logps(self, example: Any, mode: Any) -> Any:
+        """A TRAIN example as a RolloutExample with the sampler's log-probs (and, off the
+        vanilla sampler with old log-probs, the trainer's as its old ones)."""
+        rows, c = self.rl_cluster.take_logprobs(), self.algo_config.correction
+        if mode != Mode.TRAIN:
+            return example
+        if rows is None:  # the sampler gave none: fine unless a correction needs them
+            if c.enabled:
+                raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
+                                   "per-token log-probs, and this rollout engine returned none")
+            return example
+        cluster = self.rl_cluster
+        [sampler] = on_trainer_mesh(cluster,
+                                    rc.sampler_logps(rows, example.completion_ids.shape[1]))
+        trainer = None
+        if example.old_per_token_logps is not None and not cluster.old_logps_from_trainer:
+            micro = (self._compute_logps_micro_batch_size or 0) * self.algo_config.num_generations
+            trainer = trainer_logps(cluster, example.prompt_ids, example.completion_ids,
+                                    cluster.rollout.pad_id(), cluster.rollout.eos_id(),
+                                    self.algo_config.temperature, micro)
+        return registry.with_sampler_logps(example, sampler, trainer)
+
+    def _prepare_data(self, *args: Any, data_queue: Any, mode: Any = Mode.TRAIN,
+                      **kw: Any) -> None:
+        if self.windowed and mode == Mode.TRAIN:
+            data_queue = WindowQueue(data_queue, self.with_window)
+        return super()._prepare_data(*args, data_queue=data_queue, mode=mode, **kw)
+
+
+class WindowQueue:
+    """Tunix's training data queue for one accumulation window: holds what _prepare_data puts
+    (each [example], num_iterations times) until the None that ends the window, then passes it
+    on, windowed, in order: the trainer starts once the window is complete (with split meshes
+    it could start on the first: the price of the exact divisor)."""
+
+    def __init__(self, queue: Any, annotate: Callable[[list[Any]], list[Any]]):
+        self.queue, self.annotate, self.items = queue, annotate, []
+
+    def put(self, item: Any) -> None:
+        if item is not None:
+            self.items.append(item)
+            return
+        try:
+            distinct = list({id(ex): ex for batch in self.items for ex in batch}.values())
+            windowed = dict(zip(map(id, distinct), self.annotate(distinct)))
+            for batch in self.items:
+                self.queue.put([windowed[id(ex)] for ex in batch])
+        finally:
+            self.items = []
+            self.queue.put(None)  # always: the trainer waits for it
+
+
+def on_trainer_mesh(cluster: Any, *arrays: Any) -> list[Any]:
+    """The arrays [B, ...] as global arrays of the same shape on the trainer's mesh, rows split
+    over its data axes as Tunix splits its log-prob passes' inputs (sharding_utils.shard_input's
+    PartitionSpec(*data_sharding_axis); replicated when the rows do not divide evenly)."""
+    mesh = cluster.r2m[rl_cluster_lib.Role.ACTOR]
+    axis = tuple(cluster.cluster_config.training_config.data_sharding_axis)
+    return [rows_on_mesh(x, mesh, axis) for x in arrays]
+
+
+def rows_on_mesh(x: Any, mesh: jax.sharding.Mesh, axis: tuple[Any, ...]) -> jax.Array:
+    """`x` (every row) as a global array of x's own shape split over `axis` of the mesh. Each
+    process of a multi-controller run holds the whole rollout (Tunix's sampler returns every row
+    to every process); shard_input would read it as the process's share of the rows: a
+    [processes x B] array beside the trainer's [B] ones, which fails in the loss."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x
+    x = np.asarray(x)
+    spec = jax.sharding.PartitionSpec(*axis)
+    divides = x.ndim >= len(spec) and all(
+        x.shape[i] % int(np.prod([mesh.shape[n] for n in (a if isinstance(a, tuple) else (a,))]))
+        == 0 for i, a in enumerate(spec) if a is not None)
+    sharding = jax.sharding.NamedSharding(mesh, spec if divides else
+                                          jax.sharding.PartitionSpec())
+    return jax.make_array_from_process_local_data(sharding, x, global_shape=x.shape)
+
+
+def trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, pad_id: int, eos_id: int,
+                  temperature: float, micro: int) -> Any:
+    """[B, T] log-probs of the completion tokens under the trainer's current weights, at the
+    rollout temperature (the loss's own forward, without gradient), `micro` rows at a time."""
+    graphdef, state = nnx.split(cluster.actor_trainer.model)
+    prompt_ids, completion_ids = on_trainer_mesh(cluster, prompt_ids, completion_ids)
+    n = completion_ids.shape[0]
+    with cluster.r2m[rl_cluster_lib.Role.ACTOR]:
+        return jnp.concatenate([
+            common.compute_per_token_logps(
+                graphdef, state, prompt_tokens=prompt_ids[i:i + micro],
+                completion_tokens=completion_ids[i:i + micro], pad_id=pad_id, eos_id=eos_id,
+                stop_gradient=True, return_logits=False, temperature=temperature)
+            for i in range(0, n, micro or n)], axis=0)
+
+
+def make_learner(cfg: Config, cluster: Cluster,
+                 reward_fns: Sequence[Callable[..., list[float]]]) -> Learner:
+    settings = registry.algo_settings(cfg.algo, budget=cfg.rollout.max_completion_length)
+    return Learner(rl_cluster=cluster, algo_config=settings, reward_fns=list(reward_fns))
+
+
+class StepRunner:
+    """One iteration of RLLearner.train (tunix/rl/rl_learner.py, 0.1.7): GRPOLearner.train()
+    owns the whole loop and closes the cluster at the end (writing Tunix's metrics, clearing
+    jax.monitoring listeners); rlexp's loop stops after every step to evaluate, log and save."""
+
+    def __init__(self, learner: GRPOLearner, batch_size: int, sync_every: int = 1):
+        self.learner = learner
+        # Copy the trainer's weights to the sampler after every sync_every-th global step
+        # (rollout.sync_every; MaxText's inference_rollouts), when the two hold separate copies.
+        self.sync_every = sync_every
+        tc = learner._training_config
+        self.full = batch_size
+        self.mini = tc.mini_batch_size or batch_size
+        self.micro = tc.train_micro_batch_size or self.mini
+        learner._rollout_micro_batch_size = learner._rollout_micro_batch_size or self.micro
+        learner._compute_logps_micro_batch_size = (learner._compute_logps_micro_batch_size
+                                                   or self.micro)
+        self.grad_acc = tc.get_with_default("gradient_accumulation_steps", 1)
+        self.service = math.lcm(learner._rollout_micro_batch_size,
+                                learner._compute_logps_micro_batch_size)
+        # Rows per sampler call: Tunix merges micro-batches up to the service size, never
+        # past a mini-batch (it stops after one mini-batch's micro-batches).
+        self.rollout_rows = (min(learner._rollout_micro_batch_size, self.mini)
+                             * learner.algo_config.num_generations)
+
+    def __call__(self, batch: dict[str, Any]) -> None:
+        L = self.learner
+        it = iter([batch])
+        if self.micro != self.full:
+            it = L._create_micro_batch_iterator(it, self.micro)
+        L._run_global_step(self.full, self.mini, self.service, self.grad_acc, it, None, False)
+        if L.should_sync_weights and (L.rl_cluster.global_steps + 1) % self.sync_every == 0:
+            L.rl_cluster.sync_weights()  # also counts the step
+        else:
+            L.rl_cluster.global_steps += 1

@@ -1,0 +1,88 @@
+"""Rollout backends, their engine half: what RLCluster is given for a rollout engine.
+
+One RolloutBackend subclass per engine, named by its Tunix-free half's `engine`
+(rlexp.config.rollouts.RolloutSpec, found by rollout.name): vanilla (Tunix's sampler), vllm
+(vLLM's torch build, CPU/GPU), vllm_tpu (Tunix's VllmRollout over tpu-inference). A backend
+gives the cluster its rollout configs (TRAIN, EVAL) and its rollout engine (Tunix's name, or an
+rlexp subclass of Tunix's BaseRollout that takes the backend's per-call keys and syncs the
+weights its own way), and evaluation its sampling fields. `rollout_backend(cfg)` chooses it,
+once per build. Modules: vanilla, vllm (its configs), vllm_engine (its rollout over vLLM's
+LLM; imports vllm), vllm_parts (its seeds and weight mapping, without vllm), vllm_tpu.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable
+
+import jax
+from tunix.rl.rollout import base_rollout
+
+from rlexp.base.errors import UserError
+from rlexp.base.plugins import resolve
+from rlexp.config.rollouts import RolloutSpec, rollout_spec
+from rlexp.config.schema import Config, RolloutConfig
+
+
+class SamplingKeys:
+    """A fresh PRNG key for every sampler call: Tunix 0.1.7's vanilla rollout reuses one key on
+    every call, and its sampler donates RolloutConfig.seed with the sampling state, so one key
+    per step would repeat the same noise in every micro-batch and crash on the second (deleted
+    buffer). Keys are fold_in(base, n) for the n-th call since `reset(base)`: a pure function of
+    (seed, step, call)."""
+
+    def __init__(self) -> None:
+        self.reset(None)
+
+    def reset(self, base: Any) -> None:
+        self.base, self.calls = base, 0
+
+    def next(self) -> Any:
+        self.calls += 1
+        return jax.random.fold_in(self.base, self.calls)
+
+
+def sampling_fields(r: RolloutConfig, temperature: float) -> dict[str, Any]:
+    """The fields of Tunix's RolloutConfig that every rollout engine sets from rollout.*."""
+    return {"max_tokens_to_generate": r.max_completion_length, "temperature": temperature,
+            "top_p": 1.0 if r.top_p is None else r.top_p, "top_k": r.top_k,
+            "max_prompt_length": r.max_prompt_length, "kv_cache_size": r.kv_cache_size}
+
+
+class RolloutBackend(abc.ABC):
+    """A rollout backend's engine half (its spec: the Tunix-free half)."""
+
+    # Whether Tunix's old log-probs (num_iterations > 1) are the trainer's own forward: the
+    # vanilla sampler scores them with the trainer's weights; another engine scores them with
+    # its own, and the learner replaces them with the trainer's (rlexp.engine.learner).
+    old_logps_from_trainer: bool = False
+
+    def __init__(self, cfg: Config, spec: RolloutSpec):
+        self.cfg, self.spec = cfg, spec
+        # The keys of the sampler calls, reset by the loop at every step and evaluation.
+        self.keys = SamplingKeys()
+
+    @abc.abstractmethod
+    def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
+        """ClusterConfig.rollout_config: TRAIN samples with rollout.*, EVAL is re-set per call
+        (eval_sampling). TRAIN asks for the sampler's per-token log-probs, whichever engine:
+        the trainer/sampler gap is logged every step and algo.rollout_correction needs them."""
+
+    @abc.abstractmethod
+    def eval_sampling(self, greedy: bool) -> dict[str, Any]:
+        """RolloutConfig fields an evaluation call sets: greedy, or sampled at eval.temperature."""
+
+    @abc.abstractmethod
+    def engine(self) -> str | Callable[..., base_rollout.BaseRollout]:
+        """ClusterConfig.rollout_engine: a name Tunix builds, or what builds a BaseRollout
+        from RLCluster's (rollout_actor, tokenizer, mesh, rollout_config)."""
+
+
+def rollout_backend(cfg: Config) -> RolloutBackend:
+    """The engine half of cfg's rollout backend (rlexp.config.rollouts.rollout_spec)."""
+    spec = rollout_spec(cfg)
+    found = resolve(spec.engine, "rollout.name")
+    if not (isinstance(found, type) and issubclass(found, RolloutBackend)):
+        raise UserError(f"rollout.name={cfg.rollout.name!r}: its engine {spec.engine!r} is not "
+                        "an rlexp.engine.rollout.RolloutBackend subclass")
+    return found(cfg, spec)

