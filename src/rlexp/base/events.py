@@ -1,8 +1,5 @@
-"""The listener interface between the training loop and everything that observes it.
-
-The loop emits events; the console, summary.json and MLflow are listeners. Nothing in the
-training path imports a tracker: it only calls `Listeners`.
-"""
+"""The listener interface: the loop emits events; the console, summary.json and MLflow listen.
+Nothing in the training path imports a tracker: it only calls `Listeners`."""
 
 from __future__ import annotations
 

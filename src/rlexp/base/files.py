@@ -1,8 +1,6 @@
-"""Files that readers never see half-written: write a temporary sibling, then os.replace.
-
-rename(2) swaps a name in one step, so a reader (or a process that dies mid-write) finds the
-old file or the new one; so does a dir filled under a temporary name, as long as the
-destination is missing or empty. Also remove_dry_run_dir.
+"""Files that readers never see half-written: write a temporary sibling, then os.replace
+(rename(2) swaps a name in one step; a dir too, when the destination is missing or empty).
+Also remove_dry_run_dir.
 """
 
 from __future__ import annotations

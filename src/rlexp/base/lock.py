@@ -1,15 +1,11 @@
 """One process at a time in a run dir or a sweep dir: an flock on <dir>/rlexp.lock.
 
-Two identical commands resolve to the same dir (its name is a function of the overrides), so
-without this they would both write the same checkpoints, spool and MLflow run. The lock is
-taken before rlexp writes anything in the dir and held for the life of the job (or sweep).
-Stale-safe: the kernel drops an flock when its holder dies (SIGKILL, OOM); the file only says
-who holds it, for the second command's message. flock works across hosts on NFSv4 (Linux maps
-it to POSIX locks) and on Lustre mounted with -o flock.
-
-Process i > 0 of a multi-controller run locks <dir>/rlexp.<i>.lock, so the processes of one
-run never refuse each other while a second launch of it is refused in every process (shared
-filesystem or per-host disks). Also rlexp's two flock idioms for a file: try_flock, flocked.
+Two identical commands resolve to the same dir (named from the overrides) and would write the
+same checkpoints, spool and MLflow run. The lock is taken before rlexp writes in the dir and
+held for the job's life; the kernel drops it when its holder dies, and the file only names the
+holder. flock works across hosts on NFSv4 and on Lustre mounted with -o flock. Process i > 0
+of a multi-controller run locks rlexp.<i>.lock: a run's processes never refuse each other,
+while a second launch is refused in every process. Also try_flock and flocked.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""User code named by a dotted path (Hydra's `_target_` convention), resolved with one-line errors.
-
-Used for reward functions (reward.functions[]._target_), dataset builders and extractors
-(dataset._target_, dataset.extractor) and user algorithms (algo.name); a name that does not
-import is a UserError naming the key, found at start-up, never mid-run.
+"""User code named by a dotted path (Hydra's `_target_` convention), resolved with one-line
+errors (a UserError naming the key, at start-up): rewards, dataset builders and extractors,
+user algorithms.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Every private name of a library that rlexp relies on, and the one checker for all of them.
 
-A private name is an underscore name (`DictConfig._get_node`) or anything under a private module
-(`hydra._internal`, `jax._src`). rlexp uses one only where no public API does the job; each is
-listed here (Tunix's in rlexp.engine.tunix_names, which needs the model families) with where,
-why and the version it was read from. `check` tests an entry against what is installed:
-tests/test_private_apis.py runs it on every entry (Tunix's: tests/test_tunix_contract.py and
-rlexp.engine.build) and fails on any unlisted private use in src/ or launchers/.
+A private name is an underscore name or anything under a private module (`jax._src`), used only
+where no public API does the job; each is listed here (Tunix's in rlexp.engine.tunix_names)
+with where, why and the version read. tests/test_private_apis.py `check`s every entry and
+fails on any unlisted private use in src/ or launchers/.
 """
 
 from __future__ import annotations
@@ -31,17 +29,15 @@ class PrivateApi:
     owner: str
     # The attribute, function, class, dataclass field or global.
     name: str
-    # function or method (callable, `params` checked) | global (a module global of type
-    # `shape`) | class | attribute (set as self.<name> in the class or a base) | field (of a
-    # dataclass) | property.
+    # function | method | global (of type `shape`) | class | attribute (set as self.<name> in
+    # the class or a base) | field (of a dataclass) | property.
     kind: str
-    # Parameters rlexp passes (after self); None = not checked. Positional: the first ones, in
-    # this order; else by keyword (each must exist).
+    # Parameters rlexp passes (after self; None = not checked), by position or by keyword.
     params: tuple[str, ...] | None = None
     # global: the type the value must have.
     shape: type | None = None
-    # A function or method of the owner ("launch", "Class.method") that must still name it
-    # when it runs, so that setting or patching the name changes what that code does.
+    # A function of the owner ("launch", "Class.method") that must still read the name, so
+    # that patching it changes what that code does.
     read_by: str | None = None
     # Where rlexp uses it (files or dotted rlexp names).
     used_by: str = ""
@@ -101,10 +97,9 @@ def _self_targets(node: ast.AST) -> Iterator[str]:
 
 @functools.cache
 def _assigned_by_class(file: str) -> dict[str, frozenset[str]]:
-    """{class __qualname__: what its source assigns to self} for one source file, parsed once:
-    inspect.getsource parses the whole module again for every class it is asked for. Measured,
-    the Tunix check (rlexp.engine.tunix_names, once per run): 0.19 s with getsource, 0.04 s
-    this way (2-core CPU, modules already imported, median of 3)."""
+    """{class __qualname__: what its source assigns to self} for one source file, parsed once
+    (inspect.getsource parses the module again per class). The Tunix check, once per run:
+    0.19 s with getsource, 0.04 s this way (2-core CPU, median of 3)."""
     found: dict[str, frozenset[str]] = {}
 
     def visit(node: ast.AST, prefix: str) -> None:

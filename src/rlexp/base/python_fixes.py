@@ -1,14 +1,11 @@
-"""Work-arounds for bugs in the Python interpreter rlexp runs on, each gated to the versions
-that have the bug, so a fixed interpreter runs the standard library untouched.
+"""Work-arounds for Python interpreter bugs, each gated to the versions that have it.
 
-CPython 3.11.0-3.11.7 and 3.12.0, gh-106905: `ast.parse` keeps its recursion-depth counter
-in interpreter-wide state, so two threads parsing at once (a thread switch inside the C
-conversion, e.g. while a finaliser runs) raise "SystemError: AST constructor recursion depth
-mismatch". The standard library parses at run time: `inspect.signature` of a builtin
-(`_signature_fromstr`), `traceback`'s caret anchors (3.11), `ast.literal_eval`. An rlexp job
-does so on its main thread (JAX tracing) while its MLflow writer and store threads import and
-log; a two-process Ray job died of it in CI (Python 3.11.7). Fixed upstream in 3.11.8 and
-3.12.1 by a counter per call; here every `ast.parse` is serialised by one re-entrant lock.
+CPython 3.11.0-3.11.7 and 3.12.0, gh-106905: `ast.parse` keeps its recursion-depth counter in
+interpreter-wide state, so two threads parsing at once raise "SystemError: AST constructor
+recursion depth mismatch". `inspect.signature` of a builtin, `traceback` and
+`ast.literal_eval` parse at run time, on the main thread and MLflow's threads alike: a
+two-process Ray job died of it in CI (3.11.7). Fixed in 3.11.8 and 3.12.1; here every
+`ast.parse` takes one re-entrant lock.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ def ast_parse_is_thread_unsafe(version: tuple[int, ...] = tuple(sys.version_info
 
 
 def serialise_ast_parse() -> None:
-    """Make `ast.parse` take one process-wide re-entrant lock (once; a no-op where the
-    interpreter is fixed). Re-entrant: a finaliser that runs inside a parse and parses
-    again on the same thread nests, which the shared counter survives."""
+    """Make `ast.parse` take one process-wide lock (once; a no-op on a fixed interpreter).
+    Re-entrant: a finaliser that parses inside a parse nests, which the counter survives."""
     if not ast_parse_is_thread_unsafe() or getattr(ast.parse, _PATCHED, False):
         return
     parse, lock = ast.parse, threading.RLock()

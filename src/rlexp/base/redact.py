@@ -1,18 +1,13 @@
 """Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs.
 
-Three kinds of secret are masked wherever rlexp writes (params, tags, summary.json,
-tracking.json) and leave the command line before Hydra saves it (mask_argv):
-  - credentials inside a URI: the userinfo (`postgresql://user:PW@host`, `https://TOKEN@host`)
-    and sensitive query parameters (`?token=`, `&sig=`, `X-Amz-Signature=`), any scheme;
-  - the value of a secret-named key (`tracker.api_key=...`, `+hydra.job.env_set.HF_TOKEN=...`,
-    `Authorization: Bearer ...`), and that value wherever else it reappears;
-  - the values of secret-named environment variables ($HF_TOKEN, ...).
+Masked wherever rlexp writes, and taken out of the command line before Hydra saves it
+(mask_argv): URI credentials (`postgresql://user:PW@host`, `?token=`, `&sig=`), the value of a
+secret-named key (`tracker.api_key=...`, `Authorization: Bearer ...`) wherever it reappears,
+and the values of secret-named environment variables ($HF_TOKEN, ...).
 
 A key is secret when its LAST word is a secret word (or its last two words a secret pair):
-`HF_TOKEN`, `access_token`, `passkey`, `AWS_SECRET_ACCESS_KEY` are secrets, while
-`token_budget`, `train/token_count`, `eval/token_accuracy`, `secret_sauce_weight` and
-`model.tokenizer` are ordinary names (a word test anywhere in the name, or a substring test,
-would hide them from the store).
+`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY` are; `token_budget`, `eval/token_accuracy` and
+`model.tokenizer` are not (a test on any word, or a substring, would hide them from the store).
 """
 
 from __future__ import annotations
@@ -151,15 +146,11 @@ def remember(*texts: str | None) -> None:
         install_log_redaction()
 
 
-# ------------------------------------------------- secrets kept out of what Hydra writes
-# Hydra saves the command line's overrides as soon as it starts, before any job or callback
-# runs: <run dir>/.hydra/{config,overrides,hydra}.yaml, <sweep dir>/multirun.yaml, submitit's
-# pickled jobs. Masking those files afterwards leaves them in clear whenever the command stops
-# first (a launcher that refuses the sweep, a crash). So a secret leaves the override before
-# Hydra sees it: mask_argv puts a placeholder (`***1***`) in its place, and the real values
-# travel in the environment (SECRETS_ENV, {placeholder: value} as base64 JSON), which every job
-# inherits (a local or joblib worker, sbatch's --export=ALL, Ray's runtime_env, an xpk pod's
-# env), and each job puts them back (unmask_config, unmask; store.resolve_uri).
+# Hydra saves the overrides (.hydra/*.yaml, multirun.yaml, submitit's pickles) before any job
+# or callback runs, so masking those files later leaves them in clear when the command stops
+# first. So mask_argv puts a placeholder (`***1***`) in the override, the real values travel in
+# the environment every job inherits (SECRETS_ENV: {placeholder: value} as base64 JSON), and
+# each job puts them back (unmask_config, unmask; store.resolve_uri).
 SECRETS_ENV = "RLEXP_MASKED_SECRET"
 _PLACEHOLDER = re.compile(r"\*\*\*\d+\*\*\*")
 
@@ -290,8 +281,8 @@ _current: tuple[Any, set[str]] | None = None
 
 
 def current_secrets() -> set[str]:
-    """secret_values(), recomputed only when the environment, argv or what remember() learned
-    changed (scanning the environment costs ~0.2 ms: too much for every console line)."""
+    """secret_values(), recomputed only when the environment, argv or _learned changed
+    (scanning the environment costs ~0.2 ms: too much for every console line)."""
     global _current
     key = (len(_learned), tuple(sys.argv), hash(frozenset(os.environ.items())))
     if _current is None or _current[0] != key:
@@ -378,8 +369,7 @@ def scrub_run_dir(run_dir: Path) -> None:
 
 
 def scrub_sweep_dir(sweep_dir: Path) -> None:
-    """The sweep's multirun.yaml (the whole multirun config: `+hydra.job.env_set.HF_TOKEN=...`
-    in clear)."""
+    """The sweep's multirun.yaml (`+hydra.job.env_set.HF_TOKEN=...` in clear)."""
     scrub_files([Path(sweep_dir) / "multirun.yaml"])
 
 
@@ -407,11 +397,8 @@ _factory_installed = False
 
 
 def install_log_redaction() -> None:
-    """Mask secrets in every line this process shows or logs once it knows one: log records
-    (Hydra's launchers log each job's overrides; a library's exc_info), Python warnings and
-    whatever is written to sys.stdout/sys.stderr (Hydra's error reports, a library's prints).
-    Installed only when the command, the environment or remember() hold a secret, so ordinary
-    runs pay nothing; idempotent."""
+    """Mask secrets in log records (exc_info too), warnings and sys.stdout/stderr, once this
+    process knows a secret (ordinary runs pay nothing); idempotent."""
     global _factory_installed
     if _factory_installed or not secret_values():
         return

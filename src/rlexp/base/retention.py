@@ -1,10 +1,6 @@
-"""Keep-N pruning of what runs leave on disk: unusable checkpoints and the warm-start cache.
-
-- `<step>.unusable-<unix time>` dirs: checkpoints that failed to restore, moved aside for a
-  post-mortem (rlexp.job.resume).
-- Warm-start cache (<run.cache_dir>/warm_start/<key>/params.npz): pruned when a run adds or
-  uses an entry (loading one marks it used); half-written entries (no params.npz yet) are left
-  alone until their temporary files are STALE_TMP_S old.
+"""Keep-N pruning of what runs leave on disk: `<step>.unusable-<unix time>` checkpoint dirs
+(moved aside by rlexp.job.resume) and the warm-start cache, pruned when a run adds or uses an
+entry (half-written entries are left until STALE_TMP_S old).
 """
 
 from __future__ import annotations

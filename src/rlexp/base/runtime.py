@@ -1,11 +1,8 @@
-"""What an rlexp process does with Python's own machinery: the cyclic garbage collector
-(frozen_heap, loading), how a finished command leaves (skip_teardown), which process of a
-multi-controller run this is (process_index, is_main_process) and the supervisor that turns a
-lost peer's native abort into one line (supervise).
+"""The process itself: the garbage collector (frozen_heap, loading), how a command leaves
+(skip_teardown), which process of a multi-controller run this is, and `supervise`.
 
 Measured on a 2-core CPU with gc.callbacks, one tiny run (16.7 s): full collections took
-2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (each full pass walks
-every object loaded so far, and the heap grows to ~570k objects).
+2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (~570k objects).
 """
 
 from __future__ import annotations
@@ -29,21 +26,15 @@ _frozen_after_full = 0
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Keep what exists before the job (imported modules, caches) out of the cyclic garbage
-    collector while the job runs. Tunix 0.1.7 calls gc.collect() four times per job
-    (tunix/rl/rl_cluster.py: RLCluster.__init__, _load_model for actor and reference;
-    tunix/sft/utils.py show_hbm_usage) and once per log-prob pass when the actor is
-    offloaded; each walked every object JAX, Tunix and MLflow had loaded: 0.44 s each, 14 of
-    64 s in an 8-job tiny sweep (cProfile).
+    """Keep what exists before the job out of the cyclic collector while the job runs. Tunix
+    0.1.7 calls gc.collect() four times per job (tunix/rl/rl_cluster.py, tunix/sft/utils.py
+    show_hbm_usage), each walking everything JAX, Tunix and MLflow loaded: 0.44 s each, 14 of
+    64 s in an 8-job tiny sweep (cProfile). Cycles through frozen objects wait for a full pass
+    once the frozen heap grew by a quarter, CPython's rule for its oldest generation
+    (Modules/gcmodule.c, long_lived_pending). The heap is left as found.
 
-    The job's garbage is collected when it ends, still without walking the frozen heap; cycles
-    through an object frozen before the job wait for a full pass (0.4 s after a tiny job) at a
-    later job's start, once the frozen heap grew by a quarter: CPython's rule for its oldest
-    generation (Modules/gcmodule.c, long_lived_pending). The heap is left as found.
-
-    Measured with `loading` (both on vs both off), a 2-step default run on a warm cache, 2-core
-    CPU, median of 3 paired runs: 13.3 s of CPU instead of 15.1 s (1.8 s a job; wall 39.8 s
-    instead of 47.4 s on a machine loaded by other work, ratio 0.86)."""
+    With `loading`, a 2-step default run on a warm cache, 2-core CPU, median of 3 paired runs:
+    13.3 s of CPU instead of 15.1 s (wall 39.8 s instead of 47.4 s, ratio 0.86)."""
     global _jobs_in_process, _in_job, _frozen_after_full
 
     was_frozen = gc.get_freeze_count() > 0
@@ -68,11 +59,9 @@ def frozen_heap() -> Iterator[None]:
 
 @contextmanager
 def loading() -> Iterator[None]:
-    """No cyclic collection while a large import runs (it leaves almost no cyclic garbage:
-    under 1,000 objects per full pass in the run above), then, inside a job, freeze what it
-    loaded so the job's collections (Tunix's four) skip it (`frozen_heap` hands it back at
-    the end); elsewhere, a test or a bench building an engine by hand, the collector is only
-    paused. Its saving is measured with frozen_heap's."""
+    """No cyclic collection during a large import (it leaves under 1,000 cyclic objects per
+    full pass), then, inside a job, freeze what it loaded so the job's collections skip it;
+    elsewhere the collector is only paused. Measured with frozen_heap."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -89,25 +78,20 @@ _exit_status = 0
 
 
 def skip_teardown() -> None:
-    """Leave with os._exit once the exit handlers registered after this call have run,
-    skipping the interpreter's teardown (clearing every module, a last full collection,
-    freeing XLA's objects: 1-2 s after a tiny run). Python first waits for non-daemon threads
-    (an async checkpoint, MLflow's logging queue), then runs atexit handlers last-registered
-    first, so every library's (MLflow's, loky's, JAX's, which shuts jax.distributed down) runs
-    before this one: call it first, before they are imported (rlexp.__main__), and only in a
-    command's own process (pytest would leave with it).
+    """Leave with os._exit after the other exit handlers, skipping the interpreter's teardown
+    (1-2 s after a tiny run). atexit runs last-registered first, so call this before MLflow,
+    loky and JAX are imported (rlexp.__main__), and only in a command's own process (pytest
+    would leave with it). Non-daemon threads are still waited for.
 
-    Measured, a 2-step default run on a warm cache, 2-core CPU shared with other work, median
-    of 3 paired runs: 39.8 s instead of 44.0 s (wall ratio 0.90), 13.8 s of CPU instead of
-    15.4 s."""
+    A 2-step default run on a warm cache, 2-core CPU, median of 3 paired runs: 39.8 s instead
+    of 44.0 s (wall ratio 0.90), 13.8 s of CPU instead of 15.4 s."""
     atexit.register(_leave)
 
 
 @contextmanager
 def exit_status() -> Iterator[None]:
-    """Record the status the command's body ends with, for skip_teardown's os._exit: 0, a
-    SystemExit's code (1 for a message), 130 for Ctrl-C, 1 for any other exception (Python
-    prints it before the exit handlers run)."""
+    """Record the body's exit status for skip_teardown: 0, a SystemExit's code (1 for a
+    message), 130 for Ctrl-C, 1 for any other exception."""
     global _exit_status
     try:
         yield
@@ -135,10 +119,8 @@ def exit_at_once(code: int) -> NoReturn:
 
 # ------------------------------------------------------------------------------ processes
 
-# This process's index and the process count (set by rlexp.planning.hardware.init_distributed
-# when the job starts; 0 of 1 until then and for every one-process runtime).
+# This process's index and the process count (set by hardware.init_distributed; 0 of 1 until).
 _process = (0, 1)
-
 
 # The explicit route: JAX_COORDINATOR_ADDRESS is JAX's own; the count and id are rlexp's
 # (jax.distributed.initialize takes them as arguments only).
@@ -225,14 +207,12 @@ def lost_processes(native: bytes) -> str | None:
 
 
 def supervise(argv: Sequence[str], index: int | None, count: int | None) -> NoReturn:
-    """Run this command again as a child and watch it: one process of a multi-controller run.
+    """Run this command again as a child and watch it (one process of a multi-controller run).
 
-    When another process of the run dies, jax.distributed's coordination service ends the
-    survivors (its heartbeat, hardware.heartbeat_timeout_s, or the coordinator's socket
-    closing) with a C++ abort and a page of native stack that no Python handler sees. Native
-    lines of the child's stderr are held back and, when it dies that way, replaced by one line
-    naming the lost process. The child dies with this process (PR_SET_PDEATHSIG) and gets the
-    signals it receives (mpirun and SLURM send SIGTERM); the exit status is the child's."""
+    A lost peer makes jax.distributed's coordination service end the survivors with a C++
+    abort and a page of native stack no Python handler sees: the child's native stderr lines
+    are held back and, when it dies that way, replaced by one line naming the lost process.
+    The child dies with this process and gets its signals; the exit status is the child's."""
     import signal
     import subprocess
 

@@ -1,7 +1,5 @@
-"""Secrets a launcher hands to jobs on other machines by name (hydra.launcher.secrets of the
-xpk launcher): environment variables of the launching process that go to the jobs without
-their values on any command line or in any output. Checked in pre-flight
-(rlexp.launch.checks.check_launcher) and again by the launcher, as one line each."""
+"""Secrets a launcher hands to remote jobs by name (hydra.launcher.secrets): environment
+variables that reach the jobs without their values on any command line or output."""
 
 from __future__ import annotations
 
@@ -17,12 +15,10 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def launcher_secrets(secrets: Iterable[Any], if_set: Iterable[Any], environ: Mapping[str, str],
                      env: Mapping[str, Any]) -> list[str]:
-    """What a launcher forwards, without repeats: every name of hydra.launcher.secrets, and
-    those of hydra.launcher.secrets_if_set that are set here and not in the jobs' `env` (by
-    default HF_TOKEN: gated weights such as Llama's need it; without it, nothing is sent).
-    Each must be an environment variable name, set in `environ`, named like a secret
-    (is_secret_key: HF_TOKEN, WANDB_API_KEY, ...) so that rlexp masks its value wherever it
-    prints it, here and in the job, and not also in `env`; else a UserError naming it."""
+    """What a launcher forwards, without repeats: hydra.launcher.secrets, and those of
+    secrets_if_set (HF_TOKEN by default) set here and not in the jobs' `env`. Each must be a
+    variable name, set, named like a secret (so rlexp masks its value) and not also in `env`;
+    else a UserError naming it."""
     key = "hydra.launcher.secrets"
     optional = [n for n in if_set if str(n) in environ and str(n) not in env]
     out: list[str] = []

@@ -1,6 +1,5 @@
-"""<run dir>/summary.json, a run's record: the only module that writes it (the job at its end, a
-rebuilt one on a rerun, `python -m rlexp.sync` naming the MLflow run), so every writer redacts,
-replaces atomically and leaves no temporary file behind."""
+"""<run dir>/summary.json, a run's record: the only module that writes it, so every writer
+redacts and replaces it atomically."""
 
 from __future__ import annotations
 

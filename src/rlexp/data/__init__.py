@@ -1,13 +1,8 @@
-"""Data: problems from a dataset, rendered into prompts, served in a seeded, stateless order.
+"""Data: problems from a dataset, rendered into prompts, served in a seeded, stateless order,
+and the rewards that score completions. The order of training batches is a pure function of
+(seed, step): resuming at step k needs no iterator state, only k.
 
-The order of training batches is a pure function of (seed, step): resuming at step k needs
-no iterator state, only k. Modules: loaders (dataset builders), templates (prompts),
-extract (answers from text), rewards (the reward plug-ins and their built-ins), reward_sets
-(`reward=NAME`: the seed workloads' own rewards, MaxText's and EasyDeL's), maxtext_grading
-(MaxText's current answer normalisation and math_verify correctness), verify_timeout
-(math-verify's timeouts), lengths (prompts over rollout.max_prompt_length, counted at start).
-
-Layer: data (problems, prompts, rewards). May import rlexp.config, rlexp.algo, rlexp.base.
+Layer: data. May import rlexp.config, rlexp.algo, rlexp.base.
 """
 
 from __future__ import annotations

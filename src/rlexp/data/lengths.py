@@ -1,9 +1,5 @@
-"""Prompt lengths against rollout.max_prompt_length, counted once at start (pure).
-
-The sampler keeps only the last rollout.max_prompt_length tokens of a prompt: a prompt cut
-that way loses its question, and a run whose prompts are mostly cut trains on noise (every
-metric 0).
-"""
+"""Prompt lengths against rollout.max_prompt_length, counted once at start (pure): the sampler
+keeps a prompt's last tokens, so a run of mostly cut prompts trains on noise."""
 
 from __future__ import annotations
 

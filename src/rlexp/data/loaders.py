@@ -1,10 +1,8 @@
 """Dataset builders: `dataset._target_` names one, called as fn(DatasetConfig).
 
-Built-ins: `arithmetic` and `gsm_symbolic` (reasoning-gym, offline) and `generic` (a local
-jsonl/json/parquet/csv file or a `datasets` name; gsm8k is an instance of it). A builder
-returns RawSplits, or rows (dicts) that `splits_from_rows` maps (dataset.question_field,
-answer_field, extractor) and splits (eval_split, or a held-out share). Train and eval are
-disjoint by question text and seeded by dataset.seed, so all jobs of a sweep see the same data.
+Built-ins: `arithmetic` and `gsm_symbolic` (reasoning-gym, offline) and `generic` (a local file
+or a `datasets` name). A builder returns RawSplits, or rows that `splits_from_rows` maps and
+splits. Train and eval are disjoint by question and seeded by dataset.seed (one data for a sweep).
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ from rlexp.config.schema import DatasetConfig
 from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number,
                                 gsm8k_final_answer, gsm8k_reasoning, parse_number, regex_answer)
 
-# Imported inside functions, on purpose: reasoning_gym (2.6 s), datasets (1.7 s) and pyarrow are
-# imported where a builder needs them: a run reads one kind of dataset.
+# Imported inside functions, on purpose: reasoning_gym (2.6 s), datasets (1.7 s) and pyarrow.
 
 
 @dataclass(frozen=True)
@@ -69,10 +66,9 @@ def dataset_file(d: DatasetConfig) -> Path | None:
 
 
 def load_problems(d: DatasetConfig, cache_dir: str | None = None) -> RawSplits:
-    """The dataset's train/eval problems from its builder (dataset._target_). A built-in
-    procedural dataset, a pure function of the DatasetConfig and the reasoning-gym version, is
-    generated once into <cache_dir>/data/: `import reasoning_gym` alone takes 1.9 s on a 2-core
-    CPU (it imports every task family), generating 2000 + 64 problems 0.2 s, reading ~10 ms."""
+    """The dataset's train/eval problems. A built-in procedural dataset (a pure function of the
+    config and reasoning-gym's version) is generated once into <cache_dir>/data/: `import
+    reasoning_gym` takes 1.9 s on a 2-core CPU, generating 2064 problems 0.2 s, reading ~10 ms."""
     if cache_dir is None or "://" in cache_dir or d._target_ not in GENERATED_DATASETS:
         return _build(d)
     path = _cache_path(d, cache_dir)
@@ -115,9 +111,6 @@ def _build(d: DatasetConfig) -> RawSplits:
         raise UserError(f"dataset._target_={d._target_!r}: must return RawSplits or an iterable "
                         f"of rows (dicts), got {type(out).__name__}") from None
     return splits_from_rows(rows, None, d)
-
-
-# ------------------------------------------------------------------------- procedural
 
 
 def _procedural_splits(d: DatasetConfig,
@@ -170,9 +163,6 @@ def gsm_symbolic(d: DatasetConfig) -> RawSplits:
             yield Problem(row["question"], canonical_number(value), gsm8k_reasoning(cot))
 
     return _procedural_splits(d, make)
-
-
-# ---------------------------------------------------------------------------- generic
 
 
 def generic(d: DatasetConfig) -> RawSplits:
@@ -268,10 +258,8 @@ def _disjoint(train: list[Problem], held: list[Problem], d: DatasetConfig,
 
 
 def read_rows(path: Path) -> tuple[list[Any], tuple[str, ...]]:
-    """Rows of a jsonl/json/parquet/csv file, plus the lines that could not be parsed (jsonl:
-    "line N: the JSON error"; they are skipped, and pre-flight names the first).
-    Pre-flight reads the file (its errors end the command before a run dir exists) and the
-    job reads it again: one parse per file version and process."""
+    """Rows of a jsonl/json/parquet/csv file, plus the jsonl lines that could not be parsed
+    ("line N: error"; skipped). Parsed once per file version and process (pre-flight, job)."""
     stat = path.stat()
     rows, bad = _parse_rows(path.resolve(), stat.st_mtime_ns, stat.st_size)
     return list(rows), bad

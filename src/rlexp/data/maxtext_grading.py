@@ -1,15 +1,11 @@
 """MaxText's math grading at its newest stored commit (github.com/AI-Hypercomputer/maxtext
-e591f30cbbf2, 2026-08-22; utils_rl.py last changed at dc8b0abe68af, 2026-08-14): answer
-extraction, normalisation and math_verify equivalence, as src/maxtext/trainers/post_train/rl/
-utils_rl.py (normalize_final_answer, fix_latex_escaping, extract_answer, check_correctness)
-and math_verify_pool.py (verify_math_worker) write them. The tables and regexes are copied
-as they are, quirks included (e.g. "a " and "an " are deleted anywhere in an answer, so
-"banana " loses letters): these functions are what MaxText's rewards and evaluation score.
+e591f30cbbf2, 2026-08-22; utils_rl.py last changed at dc8b0abe68af): answer extraction,
+normalisation and math_verify equivalence, as src/maxtext/trainers/post_train/rl/utils_rl.py
+and math_verify_pool.py write them. Tables and regexes are copied with their quirks ("a " and
+"an " are deleted anywhere, so "banana " loses letters): this is what MaxText scores.
 
-One difference: MaxText grades in a pool of spawned processes under a 120 s timeout per batch
-(rl.yml math_verify_timeout), a timed-out item keeping its default score; here math_verify
-runs in-process with its own per-call timeout (`verify_timeout.math_verify_timeout`), and a
-timed-out call scores as not equal.
+One difference: MaxText grades in spawned processes under a 120 s timeout per batch; here
+math_verify runs in-process with its per-call timeout, and a timed-out call is not equal.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from rlexp.data.verify_timeout import math_verify_timeout
+from rlexp.data.rewards import math_verify_timeout
 
 # Imported inside functions, on purpose: math_verify (and sympy, ~1 s) is optional
 # (pip install 'rlexp[math]') and only these graders need it.

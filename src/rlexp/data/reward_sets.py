@@ -1,18 +1,12 @@
 """Reward sets that reproduce other frameworks' rewards, score for score (conf/reward/*.yaml).
 
-`maxtext_*`: MaxText's GSM8K GRPO rewards as of the commits rlexp's MaxText recipes follow
-(src/MaxText/rl/utils_rl.py at a4de80cc5; the same functions and constants are in
-src/MaxText/examples/grpo_llama3_1_*_demo*.py at fa273e9e1 and grpo_llama3_demo.py at
-28e5097ac). Their constants are keyword arguments, defaulting to those commits' rl.yml.
-`maxtext_current_*`: MaxText's rewards at its newest stored commit (e591f30cb, 2026-08-22;
-src/maxtext/trainers/post_train/rl/utils_rl.py, configs/post_train/rl.yml): three functions,
-no check_answer, check_numbers graded by math_verify (rlexp.data.maxtext_grading), and
-other constants (format 0.1, answer 1.0, no penalties).
-`easydel_*`: the two rewards of EasyDeL's GRPO tutorial (tutorials/post-training/
-group_relative_policy_optimization/launch.py at e2e6dccc), run on NuminaMath-TIR.
-tests/test_seed_rewards.py runs the sources' own functions on the same completions.
-
-Every function has the plug-in signature fn(prompts, completions, answers, **kwargs).
+`maxtext_*`: MaxText's GSM8K GRPO rewards (src/MaxText/rl/utils_rl.py at a4de80cc5; the same
+in examples/grpo_llama3_1_*_demo*.py at fa273e9e1 and grpo_llama3_demo.py at 28e5097ac),
+constants as keyword arguments defaulting to that rl.yml. `maxtext_current_*`: at e591f30cb
+(src/maxtext/trainers/post_train/rl/utils_rl.py): no check_answer, check_numbers graded by
+math_verify, other constants. `easydel_*`: EasyDeL's GRPO tutorial (tutorials/post-training/
+group_relative_policy_optimization/launch.py at e2e6dccc). tests/test_seed_rewards.py runs the
+sources' own functions on the same completions. Signature: fn(prompts, completions, answers).
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ import functools
 import re
 from typing import Any, Sequence
 
-from rlexp.data.verify_timeout import math_verify_timeout
+from rlexp.data.rewards import math_verify_timeout
 
 # MaxText rl.yml (a4de80cc5) "Reward" block.
 MAXTEXT_CONSTANTS = {
@@ -131,8 +125,6 @@ def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
     return [score(maxtext_first_number(c), ref) for c, ref in zip(completions, answers)]
 
 
-# ------------------------------------------------------------- MaxText at e591f30cb
-
 # rl.yml (src/maxtext/configs/post_train/rl.yml at e591f30cb, lines 190-198) "Reward" block.
 # The ratio rewards are still in rl.yml but no function reads them any more.
 MAXTEXT_CURRENT_CONSTANTS = {
@@ -208,8 +200,6 @@ def maxtext_current_check_numbers(prompts: Sequence[str], completions: Sequence[
 
     return [score(g.extract_answer(c), ref) for c, ref in zip(completions, answers)]
 
-
-# ----------------------------------------------------------------------------- EasyDeL
 
 _THINK_FIRST = re.compile(r"^<think>.*?</think>", re.DOTALL)
 

@@ -1,10 +1,8 @@
 """Rewards as plug-ins: `reward.functions` lists `{_target_, weight, name, kwargs}` entries.
 
-A reward function (a dotted `_target_`) is called as fn(prompts, completions, answers,
-**kwargs) and returns one float per completion, like TRL's reward_funcs. The run's reward is
-sum_i weight_i * fn_i(...), each term reported as train/reward/<name>. `terms()` resolves and
-probes the entries before anything runs; `tunix_reward_fns` adapts them to the call Tunix's
-learner makes: fn(prompts, completions, answer=..., **kwargs).
+A reward function is called as fn(prompts, completions, answers, **kwargs) -> one float per
+completion (TRL's reward_funcs); the reward is sum_i weight_i * fn_i, each term logged as
+train/reward/<name>. `terms()` resolves and probes them before anything runs.
 """
 
 from __future__ import annotations
@@ -12,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
+import logging
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -21,7 +21,6 @@ from rlexp.base.errors import UserError
 from rlexp.base.plugins import first_line as _first_line, resolve
 from rlexp.config.schema import RewardConfig
 from rlexp.data.extract import extract_answer, plain_number
-from rlexp.data.verify_timeout import math_verify_timeout
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
@@ -42,6 +41,23 @@ def format_approx(completion: str, answer: str, template: str = "answer",
     if template == "reasoning":
         tags = [f"<{reasoning_tag}>", f"</{reasoning_tag}>", *tags]
     return sum(completion.count(t) == 1 for t in tags) / len(tags)
+
+
+def _no_timeout_notice(record: logging.LogRecord) -> bool:
+    """Drops math-verify's notice that its timeout is off (said on every call off the main
+    thread, where the off timeout is deliberate)."""
+    return "Timeout is disabled" not in record.getMessage()
+
+
+def math_verify_timeout() -> int | None:
+    """Seconds for math-verify's parse/verify timeouts: 5 on the main thread; None (off)
+    elsewhere, since its timeout is a SIGALRM, which only the main thread may set (the
+    learner may call rewards from a worker thread)."""
+    if threading.current_thread() is threading.main_thread():
+        return 5
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_no_timeout_notice)  # a no-op when already there
+    return None
 
 
 # Signs that a non-number answer is written as mathematics (LaTeX or an expression).
@@ -122,9 +138,6 @@ def math_verify(completion: str, answer: str, **_: object) -> float:
         return 0.0
 
 
-# ------------------------------------------------------------- built-ins, plug-in signature
-
-
 def _batched(score: Callable[..., float], name: str) -> Callable[..., list[float]]:
     def fn(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
            **kwargs: Any) -> list[float]:
@@ -150,8 +163,6 @@ def overlong_penalty(prompts: Sequence[str], completions: Sequence[str], answers
     start = max_length - buffer
     return [0.0 if n <= start else max(-1.0, (start - n) / buffer) for n in completion_lengths]
 
-
-# ----------------------------------------------------------------------------- the list
 
 # Targets that cannot run without math-verify (checked before anything runs).
 NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verify_reward",
@@ -204,9 +215,8 @@ class Term:
 
 def terms(cfg: RewardConfig, template: str = "answer", reasoning_tag: str = "reasoning",
           probed: bool = True) -> list[Term]:
-    """The weighted reward terms of a run, resolved and probed (unless probed=False: the
-    engine's build, after pre-flight probed them); zero-weight entries dropped. Every function
-    also gets template= and reasoning_tag= (the format rewards check them)."""
+    """The weighted reward terms, resolved and probed (unless pre-flight did); zero weights
+    dropped. Every function also gets template= and reasoning_tag=."""
     context = {"template": template, "reasoning_tag": reasoning_tag}
     chosen: list[Term] = []
     for i, entry in enumerate(cfg.functions):

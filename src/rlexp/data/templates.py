@@ -1,10 +1,8 @@
 """Prompt templates: what the policy sees, and the reference completion warm start imitates.
 
-`reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, final answer
-in <answer>); `answer` asks for the <answer> block only (short completions for the tiny
-model). dataset.reasoning_tag=think gives DeepSeek-R1's <think>...</think>. Instruct
-checkpoints get the text wrapped in their tokenizer's chat template (model.chat_template=true):
-the instruction as the system message.
+`reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, then
+<answer>); `answer` asks for the <answer> block only. With a chat template the instruction is
+the system message.
 """
 
 from __future__ import annotations

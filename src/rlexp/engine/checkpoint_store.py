@@ -1,14 +1,10 @@
 """Engine state on disk: orbax through Tunix's CheckpointManager, plus Tunix's step counters.
 
-A checkpoint holds the policy parameters (with model.lora: the adapters alone), the optimizer
-state and, in its metadata, the step counters of Tunix's learner, actor trainer and cluster.
-Tunix's final save drops its global step (tunix/sft/peft_trainer.py, 0.1.7: close() saves
-without custom metadata), so rlexp keeps its own step in the metadata and sets these counters
-back on restore. The resume policy (which checkpoint, what to do with an unusable one) is
-rlexp.job.resume's.
-
-Also, without importing orbax: `disk_full` (anywhere in an exception's chain), the unfinished
-and committed saves on disk, and `quiet_orbax_failures`.
+A checkpoint holds the policy (with model.lora: the adapters alone), the optimizer state and,
+in its metadata, the step counters of Tunix's learner, trainer and cluster: Tunix's final save
+drops its global step (tunix/sft/peft_trainer.py close(), 0.1.7), so rlexp sets them back on
+restore. Which checkpoint to resume is rlexp.job.resume's. Also, without orbax: `disk_full`,
+the unfinished and committed saves on disk, and `quiet_orbax_failures`.
 """
 
 from __future__ import annotations
@@ -51,10 +47,8 @@ class DiskFull(OSError):
     def __init__(self, path: str | Path, free: int | None):
         path = os.path.abspath(path) if is_local(path) else str(path)
         super().__init__(errno.ENOSPC, f"no space left on the disk of {path}", path)
-        # Where the write failed (a file or the checkpoint dir), absolute.
-        self.path = path
-        # Bytes free on that disk when it failed (None: cannot be measured, e.g. gs://).
-        self.free = free
+        self.path = path  # where the write failed (a file or the checkpoint dir), absolute
+        self.free = free  # bytes free on that disk then (None: not measurable, e.g. gs://)
 
     def describe(self) -> str:
         free = "unknown space" if self.free is None else human_bytes(self.free)
@@ -162,8 +156,6 @@ def dir_bytes(path: str | Path) -> int:
     return total
 
 
-# ---------------------------------------------------------------- a failed save's chatter
-
 # Log lines of orbax's background threads (absl, one per thread) and asyncio ("exception was
 # never retrieved") that repeat what the save raised.
 _ABSL_NOISE = ("_SignalingThread.run() raised an exception",
@@ -268,10 +260,9 @@ class EngineCheckpoints:
             cluster.sync_weights()
 
     def _global_counters(self) -> None:
-        """Multi-controller runs: orbax saves and restores global arrays only (every process
-        writes its shards), but the optimizer's step counter starts as an array on one local
-        device (flax nnx.Optimizer). Make such arrays replicated over the trainer's mesh; their
-        value is the same in every process. A no-op in a one-process run."""
+        """Multi-controller runs: orbax handles global arrays only, but nnx.Optimizer's step
+        counter starts on one local device: replicate such arrays over the trainer's mesh
+        (their value is the same in every process)."""
         import jax
         from flax import nnx
         from tunix.rl.rl_cluster import Role

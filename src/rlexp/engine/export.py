@@ -2,15 +2,10 @@
 
     python -m rlexp.export <run dir | checkpoint dir | MLflow run id> [--out DIR]
 
-writes model.safetensors (sharded past 4 GiB, with model.safetensors.index.json),
-config.json and the tokenizer files: the layout `transformers` and rlexp's own loader
-(`model.path=DIR`) read. A run does the same at its end (run.export=true) into
-<run dir>/export and logs it to MLflow as the artifact `model`.
-
-The parameter mapping is the family's (rlexp.families: `ModelFamily.to_hf_weights`), the
-inverse of Tunix's loader of that family (tunix/models/<family>/params*.py,
-`_get_key_and_transform_mapping`); config.json is the source's own, or the family's
-(`ModelFamily.hf_config`) for a random-init model.
+writes model.safetensors (sharded past 4 GiB), config.json and the tokenizer files, as
+`transformers` and `model.path=DIR` read them; a run does the same at its end (run.export)
+and logs it to MLflow as the artifact `model`. The parameter mapping is the family's
+(`ModelFamily.to_hf_weights`, the inverse of tunix/models/<family>/params*.py).
 """
 
 from __future__ import annotations
@@ -60,19 +55,15 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 _MLFLOW_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
-# ------------------------------------------------------------------------------- writing
-
-
 def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
     """Tunix parameters (dotted or orbax names) -> Hugging Face state dict (numpy)."""
     return get(m.family).to_hf_weights(flat, m)
 
 
 def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig, source: Path | None) -> Path:
-    """The HF model dir `out` (replaced atomically): weights, config.json, tokenizer files.
-    source: the local model.path dir the run started from (its config/tokenizer are reused).
-    A LoRA policy (model.lora) is merged into plain weights, or with model.lora.adapters_only
-    written as PEFT adapters alone (rlexp.engine.lora)."""
+    """The HF model dir `out` (replaced whole): weights, config.json, tokenizer files, reusing
+    those of `source` (the local model.path dir). A LoRA policy is merged, or with
+    model.lora.adapters_only written as PEFT adapters alone."""
     if lora.has_adapters(flat):
         if m.lora.adapters_only:
             return lora.write_adapters(out, flat, m)
@@ -130,10 +121,9 @@ def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
 
 
 def write_char_tokenizer(out: Path, vocab_size: int) -> None:
-    """rlexp's character tokenizer as a `tokenizers` BPE without merges (one token per
-    character, same ids; ids past the alphabet are placeholders), with the
-    tokenizer_config.json `AutoTokenizer` reads. Written without importing transformers
-    (1.2 s, at the end of every tiny run); tests/test_export.py loads it with transformers."""
+    """rlexp's character tokenizer as a `tokenizers` BPE without merges (same ids), with the
+    tokenizer_config.json `AutoTokenizer` reads; written without importing transformers (1.2 s
+    at the end of every tiny run)."""
     from tokenizers import Tokenizer, decoders, models
 
     specials = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>",
@@ -149,9 +139,6 @@ def write_char_tokenizer(out: Path, vocab_size: int) -> None:
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 30,
               "clean_up_tokenization_spaces": False, **specials}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-
-# ----------------------------------------------------------------------- origins and runs
 
 
 def find_checkpoint(spec: str, tracking_uri: str | None = None) -> Path:
@@ -207,8 +194,8 @@ def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
 
 
 def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
-    """The model section and run.cache_dir a run dir was made with (.hydra/config.yaml).
-    Only these two are read, so a run made by an older rlexp still exports."""
+    """The model section and run.cache_dir of a run dir (.hydra/config.yaml): only these, so a
+    run made by an older rlexp still exports."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         raise UserError(f"{run_dir}: no .hydra/config.yaml (not an rlexp run dir)")

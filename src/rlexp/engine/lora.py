@@ -1,17 +1,12 @@
 """LoRA (model.lora): low-rank adapters on the policy's projections through qwix, as Tunix does.
 
-`apply` calls qwix as Tunix's CLI does (tunix/cli/utils/model.py `apply_lora_to_model`, 0.1.7).
-qwix clones the module graph (nnx.clone: the base arrays are shared, not copied) and intercepts
-each matched projection's einsum/dot_general with `y + (x @ A) @ B * alpha / rank`, A
-(he_uniform) and B (zeros) as `nnx.LoRAParam`s named `<weight>_lora_a` / `_lora_b`. The rest
-follows from Tunix's own handling of a model with LoRAParams (tunix/sft/peft_trainer.py,
-rl/rl_cluster.py): the optimizer is `nnx.Optimizer(model, tx, wrt=nnx.LoRAParam)` and the
-gradient is taken with respect to the adapters only; weight syncs move the adapters only; and
-a reference model on the actor's mesh shares the actor's backbone, so the base module itself
+`apply` calls qwix as tunix/cli/utils/model.py `apply_lora_to_model` (0.1.7): qwix clones the
+module graph (base arrays shared) and adds `(x @ A) @ B * alpha / rank` to each matched
+projection, A and B as `nnx.LoRAParam`s `<weight>_lora_a` / `_lora_b`. Tunix then optimizes
+and syncs the adapters only (tunix/sft/peft_trainer.py, rl/rl_cluster.py), and the base module
 is the reference (no second copy, as tunix/cli/grpo_main.py passes it).
 
-Pure NumPy here (merge, PEFT layout, counts); jax, flax and qwix are imported where a model is
-adapted: pre-flight imports rlexp.engine and never needs them.
+Pure NumPy here; jax, flax and qwix are imported where a model is adapted (pre-flight never).
 """
 
 from __future__ import annotations
@@ -38,9 +33,6 @@ PROJECTIONS = tuple(dict.fromkeys(DECODER_PROJECTIONS + GEMMA_PROJECTIONS))
 A_SUFFIX, B_SUFFIX = "_lora_a", "_lora_b"
 # PEFT's adapter files (peft/utils/constants.py SAFETENSORS_WEIGHTS_NAME, CONFIG_NAME).
 PEFT_WEIGHTS, PEFT_CONFIG = "adapter_model.safetensors", "adapter_config.json"
-
-
-# ------------------------------------------------------------------------------ the model
 
 
 def apply(m: ModelConfig, base: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
@@ -79,11 +71,9 @@ def apply(m: ModelConfig, base: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
 class BaseLink:
     """After every update, point the policy's frozen weights back at the base's own arrays.
 
-    Measured (Tunix 0.1.7, flax 0.12): the actor trainer's `nnx.jit` train step returns every
-    weight of the model as a new buffer, the frozen base included (bit-identical values), so
-    after the first step the policy would hold one copy of the base and the reference (and
-    the sampler's first state) another. Re-pointing the policy drops the step's copy: policy,
-    reference and sampler share one base again."""
+    Measured (Tunix 0.1.7, flax 0.12): the train step returns every weight as a new buffer,
+    the frozen base included, so the policy would hold a second copy of the base; re-pointing
+    it drops that copy: policy, reference and sampler share one base again."""
 
     def __init__(self, policy: Any, base: Any):
         from flax import nnx
@@ -105,9 +95,6 @@ def counts(model: Any) -> dict[str, int]:
     return {"params/total": total, "params/trainable": adapters or total}
 
 
-# --------------------------------------------------------------------------- pure maths
-
-
 def adapter_names(flat: dict[str, Any]) -> list[str]:
     return [k for k in flat if k.endswith(A_SUFFIX) or k.endswith(B_SUFFIX)]
 
@@ -121,11 +108,9 @@ def layout(a_dims: tuple[int, ...], b_dims: tuple[int, ...],
     """The axes of (A's dims, B's dims) in the order of a weight of `shape`, for transpose.
 
     qwix (providers/lora.py `_parse_einsum_str_for_lora`) gives A the weight's contracting
-    dims and B the others, each in the weight's order: llama3/qwen3 weights list the
-    contracting dims first (q/k/v [embed, heads, head_dim], o [heads, head_dim, embed], MLP
-    kernels [in, out]: the identity); Gemma's q_einsum [heads, embed, head_dim] and
-    kv_einsum [2, kv_heads, embed, head_dim] interleave them. The one interleaving whose sizes
-    match, else ValueError (two would be ambiguous)."""
+    dims and B the others, in the weight's order: llama3/qwen3 list the contracting dims first
+    (the identity); Gemma's q_einsum [heads, embed, hd] and kv_einsum interleave them. The one
+    interleaving whose sizes match, else ValueError (two would be ambiguous)."""
     n, k = len(shape), len(a_dims)
     if tuple(shape) == tuple(a_dims) + tuple(b_dims):
         return tuple(range(n))

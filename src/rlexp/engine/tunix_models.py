@@ -1,7 +1,5 @@
-"""The policy model as a Tunix module (the family's Tunix config, the RoPE-theta patch, random
-init, clone): tiny is a small Qwen3-shaped decoder, randomly initialised; model.path is local
-Hugging Face safetensors loaded with the family's Tunix loader after rlexp.inputs.model_files
-checked the directory and config.json.
+"""The policy model as a Tunix module: the family's Tunix config, the RoPE-theta patch, random
+init (tiny) or the family's Tunix loader on model.path's safetensors, and clone.
 """
 
 from __future__ import annotations

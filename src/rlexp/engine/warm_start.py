@@ -1,10 +1,9 @@
 """Warm start: a short supervised stage on the training split's reference completions.
 
-A randomly initialised model never writes "<answer>", so RL would start at reward 0 and
-learn nothing. A few hundred steps of next-token training on reference answers teach the
-format (and some arithmetic); RL then improves accuracy. The result is cached under
-<run.cache_dir>/warm_start/<hash>/params.npz, the hash covering everything that determines
-it, so every job of a sweep (and every rerun) reuses it.
+A randomly initialised model never writes "<answer>", so RL would start at reward 0. A few
+hundred next-token steps on reference answers teach the format; RL then improves accuracy.
+Cached under <run.cache_dir>/warm_start/<hash of all its inputs>/params.npz for every job of
+a sweep and every rerun.
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ VERSION = 2
 
 
 def seed_matters(cfg: Config) -> bool:
-    """A randomly initialised model (model.path null) starts from weights drawn with
-    train.seed, so its warm start differs per seed. Loaded weights do not: their warm start
-    reads its batches in a fixed order, and one cache entry serves every seed of a sweep."""
+    """A random-init model (model.path null) draws its weights with train.seed, so its warm
+    start differs per seed; loaded weights share one cache entry across seeds."""
     return cfg.model.path is None
 
 
@@ -123,10 +121,9 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
           progress: Any = None) -> list[float]:
     """`steps` AdamW steps of sequence_loss on seeded batches of `examples`; returns losses.
 
-    The steps run inside jax.lax.scan, `chunk` per call, on batches built ahead: one dispatch
-    and no host sync per chunk instead of per step. 300 tiny steps on a 2-core CPU: 16.7 s
-    instead of 29.8 s for a jitted call per step, with bit-identical weights.
-    progress(steps done, last loss), if given, after each chunk (one host sync a chunk)."""
+    `chunk` steps per jax.lax.scan call: one dispatch and host sync per chunk. 300 tiny steps
+    on a 2-core CPU: 16.7 s instead of 29.8 s for a jitted call per step, bit-identical
+    weights. progress(steps done, last loss) after each chunk."""
     import jax
     import optax
     from flax import nnx
@@ -158,8 +155,7 @@ def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: flo
 
 def save_params(model: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # per-process temporary name + atomic rename: concurrent sweep jobs that all trained the
-    # warm start never read (or write) half a file
+    # per-process temporary name + atomic rename: concurrent sweep jobs never see half a file
     tmp = path.with_name(f"params.{os.getpid()}.tmp.npz")
     host = {k: to_host(v) for k, v in params(model).items()}  # every process (a gather); 0 writes
     if not runtime.is_main_process():

@@ -1,7 +1,5 @@
-"""An nnx model's parameters as one flat {name: array} dict, and back: the warm-start cache
-(npz, names joined with "/"), the engine's policy snapshot and run.init_from (orbax checkpoint
-names, joined with ".") all read and write weights through it.
-"""
+"""An nnx model's parameters as one flat {name: array} dict, and back (the warm-start cache,
+the policy snapshot and run.init_from read and write weights through it)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Cohere (config.json model_type `cohere`: Aya Expanse, Command R): rlexp's own Flax NNX model
-(rlexp.engine.cohere, on Tunix's model interface; Tunix 0.1.7 has none).
+"""Cohere (Aya Expanse, Command R): rlexp's own model (rlexp.engine.cohere; Tunix has none).
 
-config.json (transformers' models/cohere) must have no attention biases, default RoPE and a
-SiLU MLP; `use_qk_norm` (model.qk_norm) is Command R+'s per-head q/k LayerNorms. Export keeps
-transformers' names, so the Llama-layout mapping applies; the one norm per layer has no
-post-attention twin.
+config.json must have no attention biases, default RoPE and a SiLU MLP; `use_qk_norm` is
+Command R+'s per-head q/k LayerNorms. Export uses the Llama-layout mapping.
 """
 
 from __future__ import annotations

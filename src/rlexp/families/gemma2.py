@@ -1,11 +1,7 @@
-"""Gemma 2 (tunix/models/gemma, whose safetensors loader reads Gemma 2 checkpoints:
-tunix/models/gemma/params_safetensors.py). Gemma 1 checkpoints (model_type `gemma`) are not
-this family: their `post_attention_layernorm` is the pre-MLP norm, which that loader puts in
-Gemma 2's post-attention slot, so Tunix 0.1.7 would run them with the wrong norms.
-
-config.json must agree with what Tunix's Gemma fixes (unsupported()): e.g. queries scaled by
-head_dim^-0.5 (query_pre_attn_scalar = head_dim, true of 2B and 9B; 27B's is not and is
-refused). The model computes in its weights' dtype (patch compute_dtype).
+"""Gemma 2 (tunix/models/gemma and its params_safetensors.py loader). Not Gemma 1 (`gemma`):
+its `post_attention_layernorm` is the pre-MLP norm, which that loader puts in Gemma 2's
+post-attention slot. config.json must agree with what Tunix's Gemma fixes (unsupported()):
+e.g. query_pre_attn_scalar = head_dim (2B, 9B; not 27B). Computes in its weights' dtype.
 """
 
 from __future__ import annotations

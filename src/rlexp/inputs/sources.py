@@ -26,8 +26,7 @@ from rlexp.base.plugins import first_line
 # Imported inside functions, on purpose: huggingface_hub and fsspec are imported only for a hub id
 # or a bucket URL (fsspec's gs:// backend is the optional rlexp[gcs]).
 
-# Hugging Face repo ids: `name` or `org/name`, letters, digits, '-', '_', '.'; we require the
-# org (a bare word is far more likely a relative dir). Optional `@revision` (branch/tag/sha).
+# Hugging Face repo ids `org/name[@revision]`; a bare `name` is far more likely a relative dir.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://(.+)$")
 # Files a model dir needs; the rest of a repo (README, onnx/, original/) is not copied.
@@ -65,9 +64,8 @@ def parse(spec: str) -> Source:
 
 
 def check(spec: str, cache_dir: str) -> Path | None:
-    """Pre-flight, never downloading (a hub id reads only the local cache): the local dir
-    (checked later by the loader), the cached hub snapshot or bucket copy, or None (it will be
-    downloaded)."""
+    """Pre-flight, never downloading: the local dir, the cached hub snapshot or bucket copy, or
+    None (it will be downloaded)."""
     src = parse(spec)
     if src.kind == "local":
         return Path(src.target).expanduser()
@@ -86,9 +84,6 @@ def fetch(spec: str, cache_dir: str) -> Path:
     if src.kind == "hub":
         return _hub_download(src)
     return copy_tree(src, cache_dir)
-
-# ---------------------------------------------------------------------------------- hub
-
 
 def _hub_cached(src: Source) -> Path | None:
     """The snapshot dir of a cached hub id (refs/<rev> -> snapshots/<sha>), else None; reads
@@ -124,9 +119,6 @@ def _hub_download(src: Source) -> Path:
                         f"({type(exc).__name__}: {first_line(exc)[:160]}); check the id, the "
                         f"revision and HF_TOKEN for gated models") from None
 
-# ------------------------------------------------------------------------------ buckets
-
-
 def _filesystem(src: Source):
     import fsspec
 
@@ -151,9 +143,8 @@ def _copy_dir(src: Source, cache_dir: str) -> Path:
 
 
 def copy_tree(src: Source, cache_dir: str) -> Path:
-    """Copy the model files under a URL into the run cache once (marker file written last;
-    a partial copy is removed and redone; concurrent copies go through per-process temp dirs
-    and an atomic rename)."""
+    """Copy the model files under a URL into the run cache once (marker written last; a
+    partial copy is redone; concurrent copies use per-process temp dirs and a rename)."""
     dest = _copy_dir(src, cache_dir)
     if (dest / COMPLETE).is_file():
         return dest

@@ -1,12 +1,8 @@
 """Run outputs on a bucket: `run.output_uri=gs://bucket/prefix`.
 
-The run dir stays on the local disk (Hydra's files, the log, the tracking spool, the lock);
-what must outlive the machine goes under <output_uri>/<run name>/:
-  checkpoints/   written and read by orbax itself (tensorstore's gcs driver for gs://), so a
-                 rerun of the same command on another machine resumes from there
-  summary.json   copied after the run's end
-  export/        the Hugging Face export, copied after the run's end
-Copies go through fsspec (gcsfs for gs://, the `gcs` extra); any fsspec URL works the same.
+The run dir stays local; what must outlive the machine goes under <output_uri>/<run name>/:
+checkpoints/ (orbax writes and reads them there, so a rerun elsewhere resumes), and
+summary.json and export/ copied at the run's end through fsspec (any fsspec URL).
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Pathways single-controller: one process drives every TPU of a multi-host slice.
 
-On a Pathways slice (`xpk workload create-pathways`) the job's container is the head: it runs
-no TPU itself and reaches the slice's chips through the IFRT proxy that Pathways' sidecar
-serves on the same pod. MaxText's RL trainer runs this way (src/maxtext/configs/post_train/
-rl.yml: `use_pathways: True`, `skip_jax_distributed_system: True`; src/maxtext/trainers/
-post_train/rl/train_rl.py calls `pathwaysutils.initialize()`), and its xpk command line sets
-`JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://127.0.0.1:29000 ENABLE_PATHWAYS_PERSISTENCE=1`.
-
-rlexp does the same through rlexp.planning.hardware: `setup_platform` puts `proxy_env` in the
-environment before JAX is imported (JAX reads JAX_PLATFORMS and JAX_BACKEND_TARGET once, at
-import); `init_distributed` calls `initialize`, which registers pathwaysutils' "proxy" backend
-(JAX itself has none) and orbax's Pathways array handler. There is one controller, so
-jax.distributed is never initialized. Nothing here imports JAX at module level.
+On a Pathways slice (`xpk workload create-pathways`) the job's container is the head: it
+reaches the slice's chips through the IFRT proxy on the same pod. MaxText's RL trainer runs so
+(src/maxtext/configs/post_train/rl.yml `use_pathways: True`; post_train/rl/train_rl.py calls
+`pathwaysutils.initialize()`). rlexp.planning.hardware does the same: `proxy_env` before JAX
+is imported (it reads JAX_PLATFORMS once), then `initialize`, which registers the "proxy"
+backend and orbax's Pathways array handler; jax.distributed is never initialized.
 """
 
 from __future__ import annotations

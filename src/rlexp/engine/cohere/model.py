@@ -1,13 +1,9 @@
 """The Cohere decoder (transformers' CohereForCausalLM) on Tunix's model interface.
 
-Laid out as Tunix 0.1.7's llama3 and qwen3 (tunix/models/{llama3,qwen3}/model.py), so Tunix's
-sampler, log-prob code, rlexp's remat wrapper, LoRA (qwix) and export see the same names:
-Einsum q/k/v/o projections ([embed, heads, head_dim] and [heads, head_dim, embed]), nnx.Linear
-MLP projections, `__call__(input_tokens, positions, cache, attention_mask)` -> (float32
-logits, cache), `init_cache`, and DecoderLayer.block taking __call__'s parameters. Einsum,
-Embedder, shard, RematConfig and the cache layout are Tunix's qwen3's own, imported: weights are
-kept in ModelConfig.param_dtype and the forward computes in ModelConfig.dtype (no compute_dtype
-patch), and the RoPE base is the config's (no rope_theta patch).
+Laid out as Tunix 0.1.7's llama3 and qwen3 (tunix/models/{llama3,qwen3}/model.py), so the
+sampler, log-prob code, remat, LoRA (qwix) and export see the same names and call signature;
+Einsum, Embedder, shard, RematConfig, ShardingConfig and the cache layout are qwen3's own.
+Weights are kept in param_dtype, the forward computes in dtype, the RoPE base is the config's.
 """
 
 from __future__ import annotations
@@ -20,43 +16,13 @@ import jaxtyping
 from flax import nnx
 from jax import numpy as jnp
 from tunix.models.qwen3.model import (  # importing it also sets up Tunix's sharding environment
-    K_MASK, Cache, Einsum, Embedder, LayerCache, RematConfig, shard)
+    K_MASK, Cache, Einsum, Embedder, LayerCache, RematConfig, ShardingConfig, shard)
 from tunix.utils import compat
-
-
-@dataclasses.dataclass(slots=True, frozen=True)
-class ShardingConfig:
-    """Partition specs over Tunix's ("fsdp", "tp") mesh axes, as Tunix's llama3 shards."""
-
-    emb_vd: Tuple[str | None, ...]
-    emb_dv: Tuple[str | None, ...]
-    q_weight_dnh: Tuple[str | None, ...]
-    kv_weight_dnh: Tuple[str | None, ...]
-    o_weight_nhd: Tuple[str | None, ...]
-    ffw_weight_df: Tuple[str | None, ...]
-    ffw_weight_fd: Tuple[str | None, ...]
-    norm_weight: Tuple[str | None, ...]
-    head_norm_weight: Tuple[str | None, ...]
-    act_btd: Tuple[str | None, ...]
-    act_btf: Tuple[str | None, ...]
-    act_btnh: Tuple[str | None, ...]
-
-    @staticmethod
-    def get_default_sharding(is_sampling: bool = False) -> "ShardingConfig":
-        fsdp = "fsdp" if not is_sampling else None
-        return ShardingConfig(
-            emb_vd=("tp", fsdp), emb_dv=(fsdp, "tp"), q_weight_dnh=(fsdp, "tp", None),
-            kv_weight_dnh=(fsdp, "tp", None), o_weight_nhd=("tp", None, fsdp),
-            ffw_weight_df=(fsdp, "tp"), ffw_weight_fd=("tp", fsdp), norm_weight=("tp",),
-            head_norm_weight=("tp", None), act_btd=("fsdp", None, None if is_sampling else "tp"),
-            act_btf=("fsdp", None, "tp"), act_btnh=("fsdp", None, "tp", None))
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """A Cohere decoder (config.json: num_hidden_layers, vocab_size, hidden_size,
-    intermediate_size, num_attention_heads, head_dim, num_key_value_heads, rope_theta,
-    layer_norm_eps, logit_scale, use_qk_norm, tie_word_embeddings)."""
+    """A Cohere decoder (config.json's numbers, named as Tunix's llama3 config)."""
 
     num_layers: int
     vocab_size: int
@@ -123,8 +89,8 @@ class Attention(nnx.Module):
         self.v_proj = Einsum("BSD,DKH->BSKH", (D, K, H), sharding=s.kv_weight_dnh, **kw)
         self.o_proj = Einsum("BTNH,NHD->BTD", (N, H, D), sharding=s.o_weight_nhd, **kw)
         if config.use_qk_norm:
-            norm = dict(norm_eps=config.norm_eps, rngs=rngs, sharding=s.head_norm_weight,
-                        param_dtype=config.param_dtype)
+            norm = dict(norm_eps=config.norm_eps, rngs=rngs, param_dtype=config.param_dtype,
+                        sharding=(*s.rms_norm_weight, None))  # [heads, head_dim]
             self.q_norm = LayerNorm((N, H), **norm)
             self.k_norm = LayerNorm((K, H), **norm)
         self.scale = H ** -0.5
@@ -202,7 +168,7 @@ class DecoderLayer(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.input_layernorm = LayerNorm((config.embed_dim,), norm_eps=config.norm_eps,
-                                         rngs=rngs, sharding=config.shd_config.norm_weight,
+                                         rngs=rngs, sharding=config.shd_config.rms_norm_weight,
                                          param_dtype=config.param_dtype)
         self.attn = Attention(config, rngs=rngs)
         self.mlp = MLP(config, rngs=rngs)
@@ -232,7 +198,7 @@ class Cohere(nnx.Module):
         self.layers = compat.ModuleList([DecoderLayer(config, rngs=rngs)
                                          for _ in range(config.num_layers)])
         self.final_norm = LayerNorm((config.embed_dim,), norm_eps=config.norm_eps, rngs=rngs,
-                                    sharding=s.norm_weight, param_dtype=config.param_dtype)
+                                    sharding=s.rms_norm_weight, param_dtype=config.param_dtype)
         if not config.weight_tying:
             self.lm_head = Einsum("BTD,DV->BTV", (config.embed_dim, config.vocab_size),
                                   rngs=rngs, sharding=s.emb_dv, dtype=config.dtype,
