@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,8 +66,13 @@ def rows(text: str) -> list[list[str]]:
     return [line.split() for line in text.split("\n\n")[0].splitlines()[2:]]
 
 
+def files(directory: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime_ns for p in directory.rglob("*") if p.is_file()}
+
+
 def test_report_of_a_sweep_dir(sweep):
     uri, sweep_dir = sweep
+    before = files(sweep_dir)
     text, png = report(str(sweep_dir))
     header = text.splitlines()[0].split("  ")
     assert [h.strip() for h in header if h.strip()] == [
@@ -75,17 +82,19 @@ def test_report_of_a_sweep_dir(sweep):
         ["beta0.04", "0.04", "1.04", "0.36", "0.36", "4", "2", "FINISHED"],
         ["beta0.1", "0.1", "1.1", "0.3", "0.5", "4", "2.1", "FINISHED"],
         ["beta0.0", "0.0", "1", "0.2", "0.2", "4", "2", "FINISHED"]]
-    assert png == sweep_dir / "comparison.png" and png.read_bytes()[:4] == b"\x89PNG"
+    # its PNGs in a directory of their own: reading a sweep changes none of its files
+    assert png.parent != sweep_dir and png.read_bytes()[:4] == b"\x89PNG"
+    assert files(sweep_dir) == before
 
 
 def test_report_by_parent_run_id_and_metric(sweep, tmp_path, monkeypatch):
     uri, sweep_dir = sweep
     monkeypatch.chdir(tmp_path)
     parent = parent_run_id(sweep_dir)
-    text, png = report(parent, uri=uri, metric="eval/pass_at_k")
+    text, png = report(parent, uri=uri, metric="eval/pass_at_k", out=tmp_path / "plots")
     assert "final eval/pass_at_k" in text.splitlines()[0]
     assert [r[0] for r in rows(text)] == ["beta0.0", "beta0.04", "beta0.1"]  # 1.0 > 0.96 > 0.9
-    assert png == tmp_path / f"comparison-{parent}.png" and png.exists()
+    assert png == tmp_path / "plots" / "comparison.png" and png.exists()
     text, _ = report(parent, uri=uri, metric="train/reward_mean", ascending=True)
     assert [r[0] for r in rows(text)] == ["beta0.0", "beta0.04", "beta0.1"]
 
@@ -115,11 +124,11 @@ def test_report_of_an_untracked_sweep_reads_summaries(tmp_path):
     assert not (tmp_path / "absent.db").exists()  # reading never creates a store
 
 
-def test_cli_prints_table_and_png_path(sweep, capsys):
+def test_cli_prints_table_and_png_path(sweep, capsys, tmp_path):
     _, sweep_dir = sweep
-    main([str(sweep_dir)])
+    main([str(sweep_dir), "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "beta0.04" in out and f"curves: {sweep_dir / 'comparison.png'}" in out
+    assert "beta0.04" in out and f"curves: {tmp_path / 'comparison.png'}" in out
     with pytest.raises(SystemExit) as exc:
         main(["no-such-experiment", "--uri", f"sqlite:///{sweep_dir.parent.parent / 'mlflow.db'}"])
     assert exc.value.code == 2
@@ -189,9 +198,10 @@ def test_legend_sits_outside_the_plots(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Figure, "savefig", keep)
     runs = [(f"beta={b}, epsilon={e}", {"train/reward_mean": [(s, s * b) for s in range(1, 9)],
-                                        "eval/accuracy": [(s, e) for s in range(1, 9)]}, b)
-            for b in range(4) for e in range(3)]
-    assert plots.plot_compare(runs, ["train/reward_mean", "eval/accuracy"], tmp_path / "c.png")
+                                        "eval/accuracy": [(s, e) for s in range(1, 9)]},
+             f"beta={b}") for b in range(4) for e in range(3)]
+    assert plots.plot_compare(runs, ["train/reward_mean", "eval/accuracy"], tmp_path / "c.png",
+                              plots.group_colors([f"beta={b}" for b in range(4)]))
     fig = saved["fig"]
     renderer = fig.canvas.get_renderer()
     assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
@@ -272,7 +282,11 @@ def test_a_seed_sweep_ends_with_its_group_table_and_the_report_agrees(seeds_swee
     assert list(ended) == ["grpo", "gspo"], end  # one line a group, in the sweep's order
     paired = [line for line in end.splitlines() if line.startswith("final acc, gspo - grpo")]
     assert len(paired) == 1 and "3 seeds" in paired[0]
-    assert end.rstrip().splitlines()[-1].startswith("rlexp: sweep seeds: 6 runs FINISHED;")
+    last = end.rstrip().splitlines()[-3:]
+    assert last[0].startswith("rlexp: sweep seeds: 6 runs FINISHED; MLflow run "), end
+    assert last[0].endswith(f" in {uri}")
+    assert last[1] == f"  open it with: python -m rlexp.ui --uri {uri}"  # not the default
+    assert last[2] == f"  tables: {sweep_dir.resolve() / 'summary.md'}"
     main([str(sweep_dir)])
     printed = capsys.readouterr().out
     assert group_lines(printed) == ended  # the same numbers, from the store
@@ -283,15 +297,15 @@ def test_a_seed_sweep_ends_with_its_group_table_and_the_report_agrees(seeds_swee
         mean, std, low, high = map(float, re.findall(r"\d\.\d{3}", line)[:4])
         assert mean == pytest.approx(x.mean(), abs=6e-4)
         assert std == pytest.approx(x.std(ddof=1), abs=6e-4)
-        ci = stats.bootstrap((x,), np.mean, method="percentile", n_resamples=99999,
-                             rng=np.random.default_rng(0)).confidence_interval
-        assert (low, high) == pytest.approx((ci.low, ci.high), abs=0.05 * np.ptp(x) + 6e-4)
+        ci = stats.ttest_1samp(x, 0).confidence_interval(0.95)
+        assert (low, high) == pytest.approx((ci.low, ci.high), abs=6e-4)
         best = re.findall(r"\d\.\d{3}", line)[4]  # best acc: after step 0 only (not 0.9)
         assert float(best) == pytest.approx(mean, abs=6e-4)
     a, b = (np.array([final_accuracy(g, s) for s in SEEDS]) for g in ALGOS)
-    p = stats.permutation_test((b, a), lambda x, y, axis=-1: np.mean(x - y, axis=axis),
-                               permutation_type="samples", vectorized=True).pvalue
-    assert f"{(b - a).mean():+.3f}" in paired[0] and f"p = {p:.2g}," in paired[0]
+    test = stats.ttest_rel(b, a)  # gspo - grpo is 0.04 on every seed (rounding apart)
+    ci = test.confidence_interval(0.95)
+    assert test.pvalue < 1e-3 and \
+        f"{(b - a).mean():+.3f} [{ci.low:+.3f}, {ci.high:+.3f}], p < 0.001," in paired[0]
 
 
 def test_the_parent_carries_the_comparison_and_children_their_group(seeds_sweep):
@@ -301,7 +315,8 @@ def test_the_parent_carries_the_comparison_and_children_their_group(seeds_sweep)
     client = store.client(uri)
     parent = client.get_run(parent_run_id(sweep_dir))
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"groups.json", "groups.png", "summary.md", "comparison.png"} <= artifacts
+    assert {"groups.json", "groups.png", "summary.md", "comparison.png",
+            "forest.png"} <= artifacts
     table = json.loads(Path(client.download_artifacts(parent.info.run_id, "groups.json",
                                                       str(sweep_dir / "dl"))).read_text())
     assert table["columns"][:3] == ["group", "n", "final acc"]
@@ -328,7 +343,7 @@ def test_runs_of_different_groups_never_share_a_colour(seeds_sweep, tmp_path, mo
     monkeypatch.setattr(Figure, "savefig",
                         lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k))[1])
     report(str(sweep_dir))
-    comparison = saved[0]  # comparison.png, then groups.png
+    comparison = saved[0]  # comparison.png, then groups.png and forest.png
     colour = {line.get_label(): to_hex(line.get_color())
               for line in comparison.axes[0].get_lines()}
     assert len(colour) == 6
@@ -336,5 +351,71 @@ def test_runs_of_different_groups_never_share_a_colour(seeds_sweep, tmp_path, mo
     assert all(len(c) == 1 for c in by_group.values()) and \
         by_group["grpo"] != by_group["gspo"], colour
     bands = saved[1]
-    assert len({to_hex(line.get_color()) for line in bands.axes[0].get_lines()}) == 2
+    assert {line.get_label(): to_hex(line.get_color()) for line in bands.axes[0].get_lines()} \
+        == {g: c.pop() for g, c in by_group.items()}  # each group's colour in both plots
     assert len(bands.axes[0].collections) == 2  # one CI band a group
+    assert "t-interval" in bands.texts[0].get_text() and "bootstrap" not in \
+        bands.texts[0].get_text()
+
+
+def test_sixteen_groups_get_distinct_hues():
+    import colorsys
+
+    from rlexp.tracking.plots import group_colors
+
+    colors = group_colors([f"g{i}" for i in range(16)])
+    hues = sorted(colorsys.rgb_to_hls(*c)[0] * 360 for c in colors.values())
+    gaps = np.diff(hues + [hues[0] + 360])
+    assert len(hues) == 16 and gaps.min() >= 22.4
+    assert group_colors(["a", "b"])["a"] == group_colors(["a", "b", "c"])["a"]  # baseline
+
+
+# ------------------------------------------------------------------------------ readable ends
+
+
+def rlexp_report(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlexp.report", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_usages_end_in_one_line_with_exit_2(sweep, tmp_path):
+    from helpers import one_line_exit_2
+
+    uri, sweep_dir = sweep
+    one_line_exit_2(rlexp_report(str(sweep_dir), "--metric", "nonsense", cwd=tmp_path),
+                    "--metric 'nonsense'", "eval/accuracy", "eval/pass_at_k")
+    one_line_exit_2(rlexp_report("/nonexistent/sweep", cwd=tmp_path),
+                    "no directory /nonexistent/sweep")
+    ui = subprocess.run([sys.executable, "-m", "rlexp.ui", "--port", "0"], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=120)
+    one_line_exit_2(ui, f"no MLflow store at {tmp_path.resolve() / 'outputs' / 'mlflow.db'}")
+    assert not (tmp_path / "outputs").exists()  # rlexp.ui never creates a store
+
+
+def test_one_seed_per_group_says_to_add_seeds_in_one_line():
+    rows = [compare.Row(name=f"b{i}", run_id=None, status="FINISHED",
+                        values={"algo.beta": str(i)}, final_accuracy=0.3 + i / 100)
+            for i in range(13)]
+    groups = compare.group_rows(rows, ["algo.beta"])
+    lines = compare.paired_lines(groups, groups[0])
+    assert lines == ["final acc: one seed per group, no spread to judge a difference by: add "
+                     "train.seed=0,1,2 to the sweep"]
+    assert "one seed per group" in compare.band_title(groups, "sweep")
+
+
+def test_many_groups_fit_100_columns_sorted_baseline_first_with_holm():
+    rows = [compare.Row(name=f"{algo}-{seed}", run_id=None, status="FINISHED",
+                        values={"algo": algo, "algo.beta": "0.04", "train.seed": str(seed)},
+                        final_accuracy=0.3 + 0.01 * i + 0.02 * seed, best_accuracy=0.5,
+                        final_reward=1.0 + seed, best_reward=2.0 + 0.1 * seed)
+            for i, algo in enumerate(["reinforce_pp_baseline", "grpo", "gspo", "dr_grpo"])
+            for seed in range(3)]
+    rows[4].values["algo.beta"] = "0.1"  # a second swept key: longer labels
+    groups, table, paired = compare.group_report(rows, ["algo", "algo.beta", "train.seed"])
+    text = table + "\n" + paired
+    assert max(map(len, text.splitlines())) <= compare.WIDTH, text
+    assert groups[0].label.startswith("reinforce_pp_baseline")  # the sweep's first: baseline
+    means = [g.stats("final_accuracy").mean for g in groups[1:]]
+    assert means == sorted(means, reverse=True)
+    words = " ".join(paired.split())
+    assert "p < 0.001 (Holm < 0.001)" in words and "Holm: p adjusted for the 3 comparisons" in words

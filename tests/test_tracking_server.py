@@ -35,6 +35,10 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self) -> "Server":
+        from rlexp.tracking import prepare_store
+
+        self.db.parent.mkdir(parents=True, exist_ok=True)
+        prepare_store(f"sqlite:///{self.db}")  # rlexp.ui serves a store, never creates one
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rlexp.ui", "--port", str(self.port), "--uri",

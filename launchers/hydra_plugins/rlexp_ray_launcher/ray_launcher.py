@@ -262,10 +262,9 @@ class RlexpRayLauncher(Launcher):
                  f"{sweep_dir}")
 
         # The sweep's store and parent run reach every process (as the SLURM launcher does).
-        from rlexp.tracking.remote_jobs import ENV_JOBS, job_env
+        from rlexp.tracking.remote_jobs import job_env
 
-        env = job_env(sweep_dir, len(job_overrides))
-        env.pop(ENV_JOBS, None)  # this process waits for the jobs and closes the parent
+        env = job_env(sweep_dir, None)  # no job count: this process closes the parent
         # What the workers need to import rlexp and the plugins where they are not installed.
         # RLEXP_MASKED_SECRET: the secrets kept out of the overrides (rlexp.base.redact).
         env.update({k: os.environ[k] for k in ("PYTHONPATH", "RLEXP_MASKED_SECRET")

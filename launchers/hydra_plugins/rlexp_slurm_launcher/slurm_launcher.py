@@ -1,9 +1,13 @@
 """Submitit launchers whose resources come from each job's `hardware` group.
 
-hydra-submitit-launcher submits the whole sweep as one job array of one executor. Here each
-job's config is composed first (cheap, no JAX) and the jobs are grouped by the resources their
-hardware asks for, one job array with its own sbatch parameters per group. Everything else
-(the pickled job, run_job, requeue on timeout) is hydra-submitit-launcher's own code.
+hydra-submitit-launcher submits the whole sweep as one job array of one executor, instantiated
+once from the sweep's primary config: a preset interpolating `${hardware.cpus_per_task}` gives
+every job the first job's resources (measured: `hardware=a,b` with 1 and 2 CPUs both ran with
+SLURM_CPUS_PER_TASK=1). Here each job's config is composed first (cheap, no JAX) and the jobs
+are grouped by the resources their hardware asks for (cpus_per_task, gpus_per_node,
+timeout_min, partition; nodes and tasks per node from job_layout), one job array with its own
+sbatch parameters per group. Everything else (the pickled job, run_job, requeue on timeout) is
+hydra-submitit-launcher's own code.
 """
 
 # No `from __future__ import annotations`: see config.py.
@@ -41,15 +45,10 @@ def job_resources(params: Dict[str, Any], job_cfg: DictConfig,
 
 
 def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Dict[str, int]:
-    """SLURM nodes and tasks per node of one job, from its hardware; the launcher's
-    nodes / tasks_per_node win when set.
-
-    hardware.runtime=multi_controller runs one process per host (hardware.hosts) as srun's
-    tasks of one job (one sweep job, one child run), joined by jax.distributed through SLURM's
-    variables (jax/_src/clusters/slurm_cluster.py). Real hosts are one node each; CPU "hosts"
-    (cpu-2host: virtual devices) are processes of one node. Every other runtime, and
-    emulation, is one process.
-    """
+    """SLURM nodes and tasks per node of one job (the launcher's nodes / tasks_per_node win):
+    hardware.runtime=multi_controller runs one process per host as srun's tasks of one job,
+    joined by jax.distributed through SLURM's variables (jax/_src/clusters/slurm_cluster.py);
+    real hosts are a node each, CPU "hosts" (cpu-2host) processes of one node. Else one."""
     hw = OmegaConf.select(job_cfg, "hardware", default=None)
     hosts = int(OmegaConf.select(hw, "hosts", default=1) or 1) if hw is not None else 1
     multi = (hw is not None and hosts > 1 and not OmegaConf.select(hw, "emulate", default=False)
@@ -96,11 +95,9 @@ if BaseSubmititLauncher is not None:
             # Each job gets the sweep's store and parent run in its environment (sbatch and
             # the local executor pass the submitting environment on), so its run nests under
             # the parent even where the sweep dir's parent_run.json is not readable.
-            from rlexp.tracking.remote_jobs import ENV_JOBS, job_env
+            from rlexp.tracking.remote_jobs import job_env
 
-            env = job_env(sweep_dir, num_jobs)
-            env.pop(ENV_JOBS, None)  # this process waits for the jobs and closes the parent
-            os.environ.update(env)
+            os.environ.update(job_env(sweep_dir, None))  # no job count: we close the parent
 
             base_keys = set(OmegaConf.structured(BaseQueueConf).keys())
             init_keys = {"submitit_folder", "max_num_timeout"}

@@ -1,5 +1,2 @@
-"""rlexp's XPK launcher: `hydra/launcher=xpk` submits each sweep job as an xpk workload.
-
-Lives in the `hydra_plugins` namespace package (no __init__.py one level up) so Hydra's plugin
-scan finds it next to the installed plugins.
-"""
+"""rlexp's XPK launcher, `hydra/launcher=xpk`: each sweep job as an xpk workload. hydra_plugins
+has no __init__.py (a namespace package), so Hydra's plugin scan finds it beside installed ones."""

@@ -6,7 +6,7 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 # xpk's own validator (xpk/parser/validators.py: name_type): a DNS-1035-like label of at most
 # 40 characters. A name outside it makes `xpk workload create` exit 2 before doing anything.
@@ -111,35 +111,34 @@ def resolved_overrides(
     return kept + extra
 
 
-def build_argv(*, xpk: Sequence[str], name: str, tpu_type: str, pathways: bool, command: str,
-               cluster: str, project: Optional[str], zone: Optional[str],
-               docker_image: Optional[str], base_docker_image: Optional[str],
-               script_dir: Optional[str], priority: str, num_slices: int, max_restarts: int,
-               env: Mapping[str, str], extra_args: Iterable[str], dry_run: bool,
-               env_file: Optional[str] = None) -> tuple[str, ...]:
-    argv = [*xpk, "workload", "create-pathways" if pathways else "create",
-            "--workload", name, "--cluster", cluster, "--tpu-type", tpu_type,
-            "--num-slices", str(num_slices), "--priority", priority,
-            "--max-restarts", str(max_restarts), "--command", command]
+def build_argv(p: Mapping[str, Any], *, name: str, tpu_type: str, pathways: bool, command: str,
+               project: Optional[str], zone: Optional[str], priority: str,
+               env: Mapping[str, str], dry_run: bool, env_file: Optional[str] = None
+               ) -> tuple[str, ...]:
+    """The xpk call of one workload; `p` holds the launcher's settings (XpkLauncherConf)."""
+    argv = [*shlex.split(str(p["xpk"])), "workload", "create-pathways" if pathways else "create",
+            "--workload", name, "--cluster", p["cluster"], "--tpu-type", tpu_type,
+            "--num-slices", str(p["num_slices"]), "--priority", priority,
+            "--max-restarts", str(p["max_restarts"]), "--command", command]
     # xpk asks `gcloud config get` for a missing project/zone (and crashes in --dry-run with
     # no zone: zone_to_region(None)), so pass them whenever we know them.
     if project:
         argv += ["--project", project]
     if zone:
         argv += ["--zone", zone]
-    if docker_image:
-        argv += ["--docker-image", docker_image]
+    if p["docker_image"]:
+        argv += ["--docker-image", p["docker_image"]]
     else:  # xpk builds an image: base image + the script dir (the checkout) copied in
-        if base_docker_image:
-            argv += ["--base-docker-image", base_docker_image]
-        if script_dir:
-            argv += ["--script-dir", script_dir]
+        if p["base_docker_image"]:
+            argv += ["--base-docker-image", p["base_docker_image"]]
+        if p["script_dir"]:
+            argv += ["--script-dir", p["script_dir"]]
     if env_file:  # xpk takes --env or --env-file, not both: the file holds `env` too
         argv += ["--env-file", env_file]
     else:
         for key, value in env.items():
             argv += ["--env", f"{key}={value}"]
-    argv += list(extra_args)
+    argv += list(p["extra_args"] or [])
     if dry_run:
         argv.append("--dry-run")
     return tuple(argv)
@@ -168,19 +167,6 @@ def workload_priority(launcher: Optional[str], recipe: Optional[str]) -> str:
                              f"{', '.join(PRIORITIES)}")
         return str(value)
     return DEFAULT_PRIORITY
-
-
-def launcher_secrets(names: Sequence[str], if_set: Sequence[str], environ: Mapping[str, str],
-                     env: Mapping[str, str]) -> list[str]:
-    """hydra.launcher.secrets and the set ones of hydra.launcher.secrets_if_set, checked
-    (rlexp.base.secret_env.launcher_secrets): ValueError instead of UserError."""
-    from rlexp.base.errors import UserError
-    from rlexp.base.secret_env import launcher_secrets as checked
-
-    try:
-        return checked(names, if_set, environ, env)
-    except UserError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def env_file_text(env: Mapping[str, str], secrets: Sequence[str]) -> str:

@@ -6,7 +6,6 @@ needs a metric back (Optuna) cannot drive this launcher.
 """
 
 # No `from __future__ import annotations`: see config.py.
-import json
 import logging
 import os
 import shlex
@@ -23,11 +22,13 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlexp.base.errors import UserError
 from rlexp.base.files import read_json_object, remove_dry_run_dir, write_json_atomic
+from rlexp.base.redact import redact_text
+from rlexp.base.secret_env import launcher_secrets
 
-from .commands import (Workload, build_argv, env_file_text, is_launch_only, launcher_secrets,
-                       resolved_overrides, shell_command, shown_env, workload_name,
-                       workload_priority)
+from .commands import (Workload, build_argv, env_file_text, is_launch_only, resolved_overrides,
+                       shell_command, shown_env, workload_name, workload_priority)
 
 # rlexp.tracking.remote_jobs's names (not imported here: it takes 0.2 s, plugin scans included)
 ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"
@@ -35,7 +36,6 @@ ENV_URI, ENV_PARENT = "MLFLOW_TRACKING_URI", "RLEXP_PARENT_RUN_ID"
 log = logging.getLogger(__name__)
 
 WORKLOADS_FILE = "workloads.json"
-PARENT_RUN_FILE = "parent_run.json"
 # xpk's dry run announces each command it skips with this sentence, the command on the next line.
 _DRY_RUN_MARK = "not running since it is a dry run"
 
@@ -128,16 +128,11 @@ class XpkLauncher(Launcher):
         # The job's subdir is rlexp's deterministic name of the job (its identity overrides),
         # so the same job of the same sweep always maps to the same workload.
         name = workload_name(p["workload_prefix"], sweep_id, job_num, [subdir])
-        argv = build_argv(
-            xpk=shlex.split(str(p["xpk"])), name=name, tpu_type=tpu_type, pathways=pathways,
-            command=command, cluster=p["cluster"], project=project, zone=zone,
-            docker_image=p["docker_image"], base_docker_image=p["base_docker_image"],
-            script_dir=p["script_dir"],
-            priority=workload_priority(p["priority"],
-                                       OmegaConf.select(cfg, "run.priority", default=None)),
-            num_slices=p["num_slices"], max_restarts=p["max_restarts"],
-            env=self._workload_env(), extra_args=p["extra_args"] or [], dry_run=dry_run,
-            env_file=self.env_file)
+        priority = workload_priority(p["priority"],
+                                     OmegaConf.select(cfg, "run.priority", default=None))
+        argv = build_argv(p, name=name, tpu_type=tpu_type, pathways=pathways, command=command,
+                          project=project, zone=zone, priority=priority,
+                          env=self._workload_env(), dry_run=dry_run, env_file=self.env_file)
         return Workload(name=name, subcommand="create-pathways" if pathways else "create",
                         tpu_type=tpu_type, command=command, argv=argv, job_num=job_num,
                         overrides=list(overrides), job_subdir=subdir)
@@ -165,7 +160,7 @@ class XpkLauncher(Launcher):
             self._write_env_file()
             plans = [self._plan(list(o), initial_job_idx + i, sweep_dir.name)
                      for i, o in enumerate(job_overrides)]
-        except ValueError as exc:
+        except (ValueError, UserError) as exc:
             # A configuration mistake, not a crash: one line and exit code 2 (rlexp's rule
             # for user errors), no traceback, nothing submitted.
             print(f"rlexp: error: {exc}", file=sys.stderr, flush=True)
@@ -182,11 +177,11 @@ class XpkLauncher(Launcher):
 
         records = []
         for wl, (rc, error, seconds) in zip(plans, outcomes):
-            print(f"[xpk #{wl.job_num}] {_redacted(shlex.join(wl.argv))}", flush=True)
+            print(f"[xpk #{wl.job_num}] {redact_text(shlex.join(wl.argv))}", flush=True)
             if self.env_shown:
-                print(f"    env-file: {_redacted(self.env_shown)}", flush=True)
+                print(f"    env-file: {redact_text(self.env_shown)}", flush=True)
             if self.tracking_env:
-                print(f"    tracking: {_redacted(self.tracking_env.get(ENV_URI, ''))} "
+                print(f"    tracking: {redact_text(self.tracking_env.get(ENV_URI, ''))} "
                       f"parent run: {self.tracking_env.get(ENV_PARENT)}", flush=True)
             log_path = logs / f"{wl.name}.log"
             if dry_run:
@@ -200,7 +195,7 @@ class XpkLauncher(Launcher):
             records.append({
                 "workload": wl.name, "subcommand": wl.subcommand, "tpu_type": wl.tpu_type,
                 "job_num": wl.job_num, "job": wl.job_subdir, "overrides": wl.overrides,
-                "command": wl.command, "xpk_argv": [_redacted(a) for a in wl.argv],
+                "command": wl.command, "xpk_argv": [redact_text(a) for a in wl.argv],
                 "cluster": self.params["cluster"], "dry_run": dry_run, "state": state,
                 "returncode": rc, "error": error, "submit_s": round(seconds, 3),
                 "time": time.time(), "log": str(log_path),
@@ -211,7 +206,7 @@ class XpkLauncher(Launcher):
             remove_dry_run_dir(sweep_dir)
         else:
             _record_workloads(sweep_dir, records)
-            _tag_parent_run(sweep_dir, records)
+            self._tag_parent_run(records)
         return [self._job_return(wl, rc, error) for wl, (rc, error, _) in zip(plans, outcomes)]
 
     def _workload_env(self) -> dict:
@@ -260,7 +255,7 @@ class XpkLauncher(Launcher):
             log_path.write_text(out.decode() if isinstance(out, bytes) else str(out))
             return 124, f"xpk timed out after {exc.timeout} s", time.monotonic() - started
         # the workload's env may carry credentials (a tracking URL with a password)
-        log_path.write_text(_redacted(f"$ {shlex.join(wl.argv)}\n{proc.stdout}{proc.stderr}"))
+        log_path.write_text(redact_text(f"$ {shlex.join(wl.argv)}\n{proc.stdout}{proc.stderr}"))
         error = None if proc.returncode == 0 else _last_error_line(proc.stdout + proc.stderr)
         return proc.returncode, error, time.monotonic() - started
 
@@ -271,6 +266,27 @@ class XpkLauncher(Launcher):
         ret.return_value = (RuntimeError(f"xpk workload {wl.subcommand} {wl.name} exited {rc}: "
                                          f"{error}") if rc else wl.name)
         return ret
+
+
+    def _tag_parent_run(self, records: list[dict]) -> None:
+        """Tag the sweep's MLflow parent run (made by the tracking callback) with the
+        workloads; never fatal: the workloads exist whatever happens to this bookkeeping."""
+        run_id = self.tracking_env.get(ENV_PARENT)
+        if not run_id:
+            return
+        try:
+            import mlflow  # lazy: seconds of import, and only needed here
+
+            client = mlflow.MlflowClient(tracking_uri=self.tracking_env[ENV_URI])
+            client.set_tag(run_id, "xpk.workloads",
+                           ",".join(r["workload"] for r in records)[:5000])
+            client.set_tag(run_id, "xpk.cluster", str(records[0]["cluster"]) if records else "")
+            client.set_tag(run_id, "xpk.dry_run", str(any(r["dry_run"] for r in records)).lower())
+            failed = [r["workload"] for r in records if r["returncode"] != 0]
+            if failed:
+                client.set_tag(run_id, "xpk.failed", ",".join(failed)[:5000])
+        except Exception as exc:  # noqa: BLE001 - tracking must never break a submission
+            log.warning(f"could not tag the MLflow parent run {run_id}: {exc}")
 
 
 # -------------------------------------------------------------------------------- helpers
@@ -289,12 +305,6 @@ def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: b
     return {ENV_URI: resolve_uri(OmegaConf.select(config, "tracker.uri", default=None)),
             ENV_PARENT: "<the sweep's parent run, created at submission>",
             ENV_JOBS: str(num_jobs)}
-
-
-def _redacted(text: str) -> str:
-    from rlexp.base.redact import redact_text
-
-    return redact_text(text)
 
 
 def _task_part(cfg: DictConfig) -> dict:
@@ -332,27 +342,4 @@ def _record_workloads(sweep_dir: Path, records: list[dict]) -> None:
                                                  key=lambda r: r.get("job_num", 0))})
 
 
-def _tag_parent_run(sweep_dir: Path, records: list[dict]) -> None:
-    """Tag the sweep's MLflow parent run (made by the tracking callback) with the workloads;
-    never fatal: the workloads exist whatever happens to this bookkeeping."""
-    path = sweep_dir / PARENT_RUN_FILE
-    if not path.is_file():
-        return
-    try:
-        info = json.loads(path.read_text())
-        run_id = info.get("run_id") or info.get("parent_run_id")
-        if not run_id:
-            return
-        import mlflow  # lazy: seconds of import, and only needed here
-
-        client = mlflow.MlflowClient(tracking_uri=info.get("tracking_uri") or info.get("uri"))
-        names = ",".join(r["workload"] for r in records)
-        client.set_tag(run_id, "xpk.workloads", names[:5000])
-        client.set_tag(run_id, "xpk.cluster", str(records[0]["cluster"]) if records else "")
-        client.set_tag(run_id, "xpk.dry_run", str(any(r["dry_run"] for r in records)).lower())
-        failed = [r["workload"] for r in records if r["returncode"] != 0]
-        if failed:
-            client.set_tag(run_id, "xpk.failed", ",".join(failed)[:5000])
-    except Exception as exc:  # noqa: BLE001 - tracking must never break a submission
-        log.warning(f"could not tag the MLflow parent run from {path}: {exc}")
 

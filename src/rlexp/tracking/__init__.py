@@ -21,7 +21,7 @@ from rlexp.base.files import read_json_object
 from rlexp.tracking.conventions import constant_metrics
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import Link
-from rlexp.tracking.store import default_uri, prepare_in_background, prepare_store, resolve_uri
+from rlexp.tracking.store import default_uri, prepare_store, resolve_uri, warm_up
 
 if TYPE_CHECKING:
     from rlexp.config.schema import Config
@@ -46,13 +46,6 @@ def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
                           constant=constant_metrics(cfg.algo.num_iterations, t.batch_size,
                                                     t.mini_batch_size),
                           system_metrics_every_s=cfg.tracker.system_metrics_every_s)
-
-
-def warm_up(cfg: "Config") -> None:
-    """store.prepare_in_background for the run's store, before the engine is built."""
-    uri = default_uri(cfg)
-    if uri is not None:
-        prepare_in_background(uri)
 
 
 def parent_run_id(sweep_dir: Path) -> str | None:

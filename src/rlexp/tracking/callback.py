@@ -1,18 +1,14 @@
 """The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks).
 
 on_multirun_start creates (or, when the same sweep runs again, reopens) the parent run and
-writes <sweep dir>/parent_run.json; each job nests its run under it. on_multirun_end gives
-the parent the sweep's comparison, also written to the sweep dir (write_summary,
-log_comparison): seed groups (runs that differ only in train.seed) with mean ±std [95%
-bootstrap CI over seeds], differences from the first group paired by seed, mean curves with
-CI bands, and the per-run table; it copies no child's metrics. The sweep's output ends with
-the group table and the parent's link, and the parent gets its final status:
+writes <sweep dir>/parent_run.json; each job nests its run under it. on_multirun_end gives the
+parent the sweep's comparison, also written to the sweep dir (publish_comparison; it copies no
+child's metrics), prints the group table and the parent's link, and ends the parent:
   FAILED    a child failed or never ended (crash), or the sweep stopped early, or no child ran
   KILLED    otherwise, a child was killed (preempted: running the sweep again resumes it)
   FINISHED  every child finished
 A sweep that stops early (a job raised and Hydra exits) never reaches on_multirun_end; an
 atexit hook then closes the parent the same way, so it is not left RUNNING.
-
 Import-light: Hydra loads this module for every run; mlflow is imported when used.
 """
 
@@ -36,14 +32,12 @@ from rlexp.base.redact import placeholders, redact_text, redact_uri
 from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
 from rlexp.tracking.conventions import standard_tags, sweep_display_name, swept_keys
 from rlexp.tracking.environment import git_commit
-from rlexp.tracking.links import run_link
+from rlexp.tracking.links import run_link, uri_option
 from rlexp.tracking.listener import TERMINAL, clean_params, clean_tags, now_ms, warn
 from rlexp.tracking.remote_jobs import tracker_uri
 
 SUMMARY_CSV = "summary.csv"
 SUMMARY_MD = "summary.md"
-COMPARISON_PNG = "comparison.png"
-GROUPS_PNG = "groups.png"
 GROUPS_TABLE = "groups.json"
 
 
@@ -55,14 +49,22 @@ def parent_status(statuses: list[str], completed: bool) -> str:
     return "FINISHED" if completed else "FAILED"
 
 
-def write_summary(sweep_dir: Path, rows: list, title: str,
-                  swept: list[str] | None = None) -> tuple[list[Path], list, str]:
-    """summary.csv, summary.md, comparison.png and groups.png of a sweep's rows, in the sweep
-    dir; returns (the paths, the seed groups, the group table and paired lines as text)."""
-    from rlexp.tracking.report import group_report
+def _metric_name(text: str) -> str:
+    """A label as part of an MLflow metric name (letters, digits, _ - . : space only)."""
+    return re.sub(r"[^\w.\- :]", ":", text.replace("=", ":"))
+
+
+def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list, title: str,
+                       status: str, swept: list[str] | None = None) -> str:
+    """The sweep's comparison: summary.csv, summary.md, comparison.png, groups.png and
+    forest.png in `sweep_dir`, and in the parent run those files, the group table as a table
+    artifact, each group's mean curves as metrics mean/<group>/<metric> at their steps, the tag
+    rlexp.group on every child (MLflow's "Group by" then aggregates seeds) and its final
+    `status`. Returns the group table and paired lines as text."""
+    from mlflow.entities import Metric
 
     swept = swept or compare.swept_keys(rows)
-    groups, table, paired = group_report(rows, swept)  # in the sweep's order
+    groups, table, paired = compare.group_report(rows, swept)  # baseline first, then by acc
     ranked = compare.rank(rows, None)
     g_header, g_body = compare.group_table(groups)
     header, body = compare.table(ranked, None)
@@ -70,32 +72,12 @@ def write_summary(sweep_dir: Path, rows: list, title: str,
     paths[0].write_text(compare.to_csv(header, body))
     paths[1].write_text(
         f"# {title}\n\n## Seed groups\n\n" + compare.to_markdown(g_header, g_body)
-        + f"\n{compare.table_note(groups)}\n" + "".join(f"\n- {line}" for line in
-                                                       paired.splitlines())
-        + "\n\n## Runs\n\n" + compare.to_markdown(header, body))
-    if compare.plot(ranked, None, sweep_dir / COMPARISON_PNG, title=title, swept=swept):
-        paths.append(sweep_dir / COMPARISON_PNG)
-    if compare.plot_groups(groups, sweep_dir / GROUPS_PNG, title=title):
-        paths.append(sweep_dir / GROUPS_PNG)
-    return paths, groups, "\n".join(x for x in (table, paired) if x)
-
-
-def _metric_name(text: str) -> str:
-    """A label as part of an MLflow metric name (letters, digits, _ - . : space only)."""
-    return re.sub(r"[^\w.\- :]", ":", text.replace("=", ":"))
-
-
-def log_comparison(client: Any, parent_id: str, paths: list[Path], groups: list,
-                   status: str) -> None:
-    """The sweep's files, the group table as a table artifact, each group's mean curves as
-    metrics mean/<group>/<metric> at their steps, the tag rlexp.group on every child (MLflow's
-    "Group by" then aggregates seeds), and the parent's final status."""
-    from mlflow.entities import Metric
-
+        + f"\n{compare.table_note(groups)}\n" + (f"\n```\n{paired}\n```\n" if paired else "")
+        + "\n## Runs\n\n" + compare.to_markdown(header, body))
+    paths += compare.draw(ranked, groups, swept, sweep_dir, title).values()
     for path in paths:
         client.log_artifact(parent_id, str(path))
-    header, body = compare.group_table(groups)
-    client.log_table(parent_id, {h: [row[i] for row in body] for i, h in enumerate(header)},
+    client.log_table(parent_id, {h: [row[i] for row in g_body] for i, h in enumerate(g_header)},
                      GROUPS_TABLE)
     now = now_ms()
     metrics = [Metric(f"mean/{_metric_name(g.label)}/{m}", mean, now, step)
@@ -108,6 +90,7 @@ def log_comparison(client: Any, parent_id: str, paths: list[Path], groups: list,
             if row.run_id:
                 client.set_tag(row.run_id, "rlexp.group", group.label)
     client.set_terminated(parent_id, status)
+    return "\n".join(x for x in (table, paired) if x)
 
 
 def command_line() -> str:
@@ -233,23 +216,28 @@ class SweepCallback(Callback):
                 # jobs were submitted to a remote scheduler (xpk) and report as they run: the
                 # parent stays RUNNING and the last child to end closes it (close_if_complete)
                 print(f"rlexp: sweep {self.sweep_dir.name}: parent MLflow run {run_id} stays "
-                      f"RUNNING until its jobs report (python -m rlexp.report {run_id})",
+                      f"RUNNING until its jobs report (python -m rlexp.report {run_id}"
+                      f"{uri_option(self.parent['uri'])})",
                       flush=True)
                 return
             tracked = [compare.row_from_run(client, r, None)
                        for r in compare.child_runs(client, run_id)]
             rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
-            paths, groups, text = write_summary(self.sweep_dir, rows,
-                                                f"sweep {self.sweep_dir.name}", self._swept)
             status = parent_status([r.status for r in rows], completed)
-            log_comparison(client, run_id, paths, groups, status)
+            text = publish_comparison(client, run_id, self.sweep_dir, rows,
+                                      f"sweep {self.sweep_dir.name}", status, self._swept)
             # '4 runs FINISHED', or '1 of 2 runs FAILED' when not all ended with that status
             ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
                            for r in rows)
             some = f"{ended_so} of " if ended_so < len(rows) else ""
-            link = run_link(self.parent["uri"], self.parent.get("experiment_id"), run_id)
+            uri = self.parent["uri"]
+            link = run_link(uri, self.parent.get("experiment_id"), run_id, hint=False)
+            # the store's UI command and the tables on lines of their own (terminal width)
+            opener = "" if link.startswith("http") else \
+                f"\n  open it with: python -m rlexp.ui{uri_option(uri)}"
             self.end_line = (f"rlexp: sweep {self.sweep_dir.name}: {some}{len(rows)} runs "
-                             f"{status}; MLflow {link}; tables in {self.sweep_dir / SUMMARY_MD}")
+                             f"{status}; MLflow {link}{opener}\n  tables: "
+                             f"{self.sweep_dir / SUMMARY_MD}")
             print(f"{text}\n{self.end_line}", flush=True)
         except Exception as exc:  # never fatal
             warn(f"could not close the sweep's MLflow parent run ({store.first_line(exc)})")
@@ -263,11 +251,11 @@ def print_untracked_end(sweep_dir: Path) -> None:
         if not rows:
             return
         from rlexp.tracking import swept_keys as declared
-        from rlexp.tracking.report import group_report
 
-        _, table, paired = group_report(rows, declared(sweep_dir) or compare.swept_keys(rows))
+        _, table, paired = compare.group_report(rows, declared(sweep_dir)
+                                                or compare.swept_keys(rows))
         print("\n".join(x for x in (table, paired) if x) + f"\nrlexp: sweep {sweep_dir.name}: "
-              f"{len(rows)} runs; compare them with: python -m rlexp.report {sweep_dir}",
+              f"{len(rows)} runs\n  compare them with: python -m rlexp.report {sweep_dir}",
               flush=True)
     except Exception as exc:  # never fatal
         warn(f"no group table for the sweep ({store.first_line(exc)})")
@@ -284,8 +272,7 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
         return None
     status = parent_status(ended, True)
     with tempfile.TemporaryDirectory() as tmp:
-        paths, groups, _ = write_summary(Path(tmp), rows, f"sweep {parent_id}")
-        log_comparison(client, parent_id, paths, groups, status)
+        publish_comparison(client, parent_id, Path(tmp), rows, f"sweep {parent_id}", status)
     return status
 
 

@@ -1,5 +1,6 @@
 """Compare runs: one row per run, and one per seed group (runs that differ only in their seed)
-with mean, std, a bootstrap CI over seeds and the paired difference to a baseline (seed_stats).
+with mean, std, a t-interval over seeds and the paired difference to a baseline, and over
+several tasks or many seeds rliable's IQM and P(X > Y) (seed_stats).
 
 Rows come from MLflow and, for a sweep dir, from the jobs' summary.json files, so jobs tracked
 with tracker=none or whose store was unreachable still show up. Used by `python -m
@@ -11,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ from rlexp.base.errors import UserError
 from rlexp.base.files import read_json_object
 from rlexp.config import naming
 from rlexp.tracking import seed_stats
-from rlexp.tracking.plots import plot_bands, plot_compare
+from rlexp.tracking.plots import group_colors, plot_bands, plot_compare, plot_forest
 from rlexp.tracking.run import fetch_history
 
 if TYPE_CHECKING:
@@ -35,6 +37,8 @@ COMPARED = (REWARD, ACCURACY)
 # Parameters that differ between runs without being a choice (never shown as swept).
 NOT_SWEPT = frozenset({"run.dry_run", "run.progress", "run.resume", "tracker.uri",
                        "tracker.flush_every_s"})
+# Width of the text tables and lines (a terminal's, with room for a prefix).
+WIDTH = 100
 
 
 @dataclass
@@ -64,6 +68,8 @@ class Row:
     stopped: str | None = None
     # The keys its sweep varies, as its sweep.* tags name them (empty: unknown).
     swept: list[str] = field(default_factory=list)
+    # Last value of every metric it logged (what --metric may name).
+    finals: dict[str, float] = field(default_factory=dict)
 
 
 def _last(points: list[tuple[int, float]] | None) -> float | None:
@@ -102,7 +108,7 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
         steps=int(steps) if steps is not None else max(reward_steps) if reward_steps else None,
         wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves,
         stopped=tags.get("rlexp.stopped"),
-        swept=sorted(swept))
+        swept=sorted(swept), finals=dict(run.data.metrics))
 
 
 def _float(text: str | None) -> float | None:
@@ -136,21 +142,18 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
 # ------------------------------------------------------------------------------ from run dirs
 
 
-def _accuracy(evaluation: Any) -> float | None:
-    if not isinstance(evaluation, dict):
-        return None
-    value = evaluation.get(ACCURACY, evaluation.get("accuracy"))
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def row_from_summary(path: Path) -> Row | None:
     s = read_json_object(path)
     if s is None:
         return None
-    # eval_before is the step-0 model: never the best accuracy of training
-    after = _accuracy(s.get("eval_after"))
     final = s.get("train_final") if isinstance(s.get("train_final"), dict) else {}
     reward = final.get(REWARD)
+    # eval_before is the step-0 model: never the best accuracy of training
+    evaluation = s.get("eval_after") if isinstance(s.get("eval_after"), dict) else {}
+    after = evaluation.get(ACCURACY, evaluation.get("accuracy"))
+    after = float(after) if isinstance(after, (int, float)) else None
+    finals = {k: float(v) for k, v in {**final, **evaluation}.items()
+              if isinstance(v, (int, float))}
     return Row(
         name=str(s.get("name") or path.parent.name), run_id=s.get("mlflow_run_id"),
         status=str(s.get("status") or "RUNNING"),
@@ -158,7 +161,8 @@ def row_from_summary(path: Path) -> Row | None:
         final_reward=float(reward) if isinstance(reward, (int, float)) else None,
         final_accuracy=after, best_accuracy=after,
         steps=s.get("steps_done"), wall_s=s.get("wall_s"), run_dir=str(path.parent),
-        stopped=str(s["stop_reason"]).split(":", 1)[0] if s.get("stop_reason") else None)
+        stopped=str(s["stop_reason"]).split(":", 1)[0] if s.get("stop_reason") else None,
+        finals=finals)
 
 
 def summary_rows(sweep_dir: Path) -> list[Row]:
@@ -189,6 +193,8 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
         row.stopped = row.stopped or job.stopped
         for key, value in job.values.items():  # the overrides as typed ('algo' = 'gspo')
             row.values.setdefault(key, value)
+        for key, value in job.finals.items():
+            row.finals.setdefault(key, value)
     return out
 
 
@@ -235,11 +241,23 @@ def table(rows: list[Row], metric: str | None) -> tuple[list[str], list[list[str
     return header, body
 
 
-def to_text(header: list[str], body: list[list[str]]) -> str:
+def to_text(header: list[str], body: list[list[str]], width: int = WIDTH) -> str:
+    """Aligned columns; past `width` the columns after the first go on in further blocks
+    (each repeating the first column), so a line never wraps in a terminal that wide."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip()
-             for line in [header, ["-" * w for w in widths], *body]]
-    return "\n".join(lines)
+    blocks: list[list[int]] = [[]]
+    for i in range(1, len(header)):
+        used = sum(widths[j] + 2 for j in [0, *blocks[-1]])
+        if blocks[-1] and used + widths[i] > width:
+            blocks.append([])
+        blocks[-1].append(i)
+    texts = []
+    for block in blocks:
+        cols = [0, *block]
+        texts.append("\n".join(
+            "  ".join(str(line[j]).ljust(widths[j]) for j in cols).rstrip()
+            for line in [header, ["-" * w for w in widths], *body]))
+    return "\n\n".join(texts)
 
 
 def to_markdown(header: list[str], body: list[list[str]]) -> str:
@@ -261,12 +279,13 @@ def label(row: Row, swept: list[str]) -> str:
 
 
 def plot(rows: list[Row], metric: str | None, path: Path, title: str = "",
-         swept: list[str] | None = None, over: list[str] | None = None) -> bool:
-    """One line per run; the runs of one seed group share a colour (and differ in their
-    dashes), two groups never do."""
+         swept: list[str] | None = None, groups: list["Group"] | None = None) -> bool:
+    """One line per run; the runs of one seed group share the group's colour (as in every
+    plot of these groups) and differ in their dashes."""
     swept = swept_keys(rows) if swept is None else swept
     metrics = list(dict.fromkeys([*COMPARED, *([metric] if metric else [])]))
-    group_of = {id(r): i for i, g in enumerate(group_rows(rows, swept, over)) for r in g.rows}
+    groups = group_rows(rows, swept) if groups is None else groups
+    group_of = {id(r): g.label for g in groups for r in g.rows}
     lines = []
     seen: dict[str, int] = {}
     for row in rows:
@@ -276,8 +295,9 @@ def plot(rows: list[Row], metric: str | None, path: Path, title: str = "",
         # two runs with the same swept values (a rerun) are still two legend entries
         seen[text] = seen.get(text, 0) + 1
         lines.append((text if seen[text] == 1 else f"{text} #{seen[text]}", row.curves,
-                      group_of.get(id(row), 0)))
-    return plot_compare(lines, metrics, path, title=title)
+                      group_of.get(id(row), "")))
+    colors = {**group_colors([g.label for g in groups]), "": (0.5, 0.5, 0.5)}  # "": no group
+    return plot_compare(lines, metrics, path, colors, title=title)
 
 
 # ------------------------------------------------------------------------------ seed groups
@@ -289,6 +309,13 @@ GROUP_METRICS = (("final acc", "final_accuracy"), ("best acc", "best_accuracy"),
                  ("final reward", "final_reward"), ("best reward", "best_reward"))
 # Curves averaged per group (band plot, the parent run's mean/<group>/<metric> series).
 GROUP_CURVES = (ACCURACY, REWARD)
+# Keys whose values are tasks: the same configuration on several of them gets rliable's
+# aggregates over tasks.
+TASK_KEYS = ("dataset",)
+# Seeds per configuration from which one task gets those aggregates too.
+MANY_SEEDS = 10
+# What the one-seed line asks for.
+SEEDS_HINT = "train.seed=0,1,2"
 
 
 @dataclass
@@ -321,7 +348,7 @@ class Group:
         if not steps:
             return []
         matrix = np.array([[c[s] for s in steps] for c in curves], dtype=float)
-        low, high = seed_stats.bootstrap_band(matrix)
+        _, low, high, _ = seed_stats.t_columns(matrix)
         return [(int(s), float(m), float(lo), float(hi))
                 for s, m, lo, hi in zip(steps, matrix.mean(axis=0), low, high)]
 
@@ -400,40 +427,166 @@ def group_table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
 def table_note(groups: list[Group]) -> str:
     seeds = sorted({s for g in groups for s in g.seeds})
     shown = ", ".join(seeds[:8]) + (f", +{len(seeds) - 8}" if len(seeds) > 8 else "")
-    return (f"mean ±std [{seed_stats.CI_NAME}, percentile, {seed_stats.N_RESAMPLES} "
-            f"resamples] of each group's finished runs ({shown})")
+    return f"mean ±std [{seed_stats.CI_NAME}] of each group's finished runs ({shown})"
+
+
+def wrap(line: str) -> str:
+    """A line of text folded at WIDTH, its continuation indented."""
+    return textwrap.fill(line, WIDTH, subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-3 else "< 0.001"
+
+
+def pairs(groups: list[Group], baseline: Group, attr: str
+          ) -> list[tuple[Group, seed_stats.Paired | None]]:
+    """Each other group's difference from the baseline, paired by seed, with Holm-adjusted
+    p-values when there are several."""
+    base = baseline.values_of(attr)
+    others = [g for g in groups if g is not baseline]
+    found = [seed_stats.paired_difference(base, g.values_of(attr)) for g in others]
+    adjusted = iter(seed_stats.with_holm([p for p in found if p is not None]))
+    return [(g, None if p is None else next(adjusted)) for g, p in zip(others, found)]
 
 
 def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accuracy",
                  name: str = "final acc") -> list[str]:
     """Each other group against the baseline, paired by seed, in plain words:
     'final acc, gspo - grpo: +0.041 [-0.012, +0.090], p = 0.18, 5 seeds: not
-    distinguishable from seed noise'."""
-    base = baseline.values_of(attr)
+    distinguishable from seed noise'; one line when no group has two seeds to pair."""
+    found = pairs(groups, baseline, attr)
+    if found and all(p is None or p.n < 2 for _, p in found):
+        return [wrap(f"{name}: one seed per group, no spread to judge a difference by: add "
+                     f"{SEEDS_HINT} to the sweep")]
     lines = []
-    for group in groups:
-        if group is baseline:
-            continue
-        pair = seed_stats.paired_difference(base, group.values_of(attr))
+    for group, pair in found:
         head = f"{name}, {group.label} - {baseline.label}: "
         if pair is None:
-            lines.append(head + "no seed ran in both groups: nothing to pair")
+            lines.append(wrap(head + "no seed ran in both groups: nothing to pair"))
             continue
-        ci = (f" [{pair.low:+.3f}, {pair.high:+.3f}]" if pair.n > 1 else "")
-        lines.append(f"{head}{pair.mean:+.3f}{ci}, p = {pair.p:.2g}, {pair.n} seed"
-                     f"{'s' if pair.n != 1 else ''}: {seed_stats.verdict(pair)}")
+        ci = f" [{pair.low:+.3f}, {pair.high:+.3f}]" if pair.n > 1 else ""
+        holm = f" (Holm {_p(pair.holm)})" if pair.holm is not None else ""
+        p = f", p {'' if pair.p < 1e-3 else '= '}{_p(pair.p)}{holm}" if pair.n > 1 else ""
+        lines.append(wrap(f"{head}{pair.mean:+.3f}{ci}{p}, {pair.n} seed"
+                          f"{'s' if pair.n != 1 else ''}: {seed_stats.verdict(pair)}"))
+    tested = max((p.comparisons for _, p in found if p is not None), default=1)
+    note = (f"; Holm: p adjusted for the {tested} comparisons with {baseline.label}"
+            if tested > 1 else "")
+    return lines + [wrap(f"group - baseline over the seeds both ran [95% t-interval], p: "
+                         f"paired t-test{note}")]
+
+
+def aggregate_lines(groups: list[Group], baseline: Group | None, attr: str = "final_accuracy",
+                    name: str = "final acc") -> list[str]:
+    """rliable's aggregates where the groups span several tasks (TASK_KEYS) or MANY_SEEDS
+    seeds: per configuration (a group's values less its task) the IQM over its seeds and
+    tasks with a stratified-bootstrap CI, and P(X > baseline) with its own; [] otherwise.
+    Seeds are those every task of every configuration ran."""
+    def split(group: Group) -> tuple[str, str]:  # (configuration, task)
+        keys = list(group.values)
+        config = {k: v for k, v in group.values.items() if k not in TASK_KEYS}
+        task = {k: v for k, v in group.values.items() if k in TASK_KEYS}
+        return naming.label(config, keys) or "all", naming.label(task, keys) or "-"
+
+    configs: dict[str, dict[str, dict[str, float]]] = {}
+    for group in groups:
+        config, task = split(group)
+        configs.setdefault(config, {})[task] = group.values_of(attr)
+    tasks = sorted(set.intersection(*(set(t) for t in configs.values()))) if configs else []
+    seeds = sorted(set.intersection(*(set(v) for t in configs.values() for v in t.values()))
+                   ) if configs else []
+    if not tasks or not seeds or (len(tasks) < 2 and len(seeds) < MANY_SEEDS):
+        return []
+    scores = {c: np.array([[t[k][s] for k in tasks] for s in seeds]) for c, t in configs.items()}
+    base = split(baseline)[0] if baseline is not None and len(scores) > 1 else None
+    width = max(map(len, scores))
+    what = f"{len(tasks)} tasks ({', '.join(tasks)})" if len(tasks) > 1 else "one task"
+    lines = [wrap(f"{name} over {len(seeds)} seeds x {what}: IQM [95% stratified-bootstrap CI, "
+                  f"{seed_stats.N_RESAMPLES} resamples]" + (", P(X > baseline)" if base else ""))]
+    for config, x in scores.items():
+        low, high = seed_stats.stratified_bootstrap_ci(seed_stats.iqm, x)
+        line = f"  {config.ljust(width)}  {float(seed_stats.iqm(x)):.3f} [{low:.3f}, {high:.3f}]"
+        if base is not None and config != base:
+            y = scores[base]
+            p_low, p_high = seed_stats.stratified_bootstrap_ci(
+                seed_stats.probability_of_improvement, x, y)
+            line += (f"  P({config} > {base}) = "
+                     f"{float(seed_stats.probability_of_improvement(x, y)):.2f} "
+                     f"[{p_low:.2f}, {p_high:.2f}]")
+        lines.append(wrap(line))
     return lines
 
 
-def default_baseline(groups: list[Group]) -> Group | None:
-    """The first group, when there are groups to compare with it and seeds to pair."""
-    if len(groups) < 2 or not any(g.finished() for g in groups[1:]):
-        return None
-    return groups[0]
+def measure(metric: str | None) -> tuple[str, str]:
+    """(Row attribute, column name) of what groups are compared by: --metric, else accuracy."""
+    return ("metric", f"final {metric}") if metric else ("final_accuracy", "final acc")
+
+
+def group_report(rows: list[Row], swept: list[str] | None = None,
+                 over: list[str] | None = None, baseline: str | None = None,
+                 metric: str | None = None, ascending: bool = False
+                 ) -> tuple[list[Group], str, str]:
+    """(groups, the group table with its note, the paired-difference and aggregate lines): the
+    text the sweep's last lines, its parent run's summary.md and rlexp.report share. The
+    baseline (--baseline, else the first group when others finished) comes first, then the
+    other groups by their mean of the metric (best first; groups without one last)."""
+    groups = group_rows(rows, swept, over)
+    if baseline:
+        base: Group | None = find_group(groups, baseline)
+    else:
+        base = groups[0] if len(groups) > 1 and any(g.finished() for g in groups[1:]) else None
+    attr, name = measure(metric)
+
+    def key(group: Group) -> tuple[bool, float]:
+        stats = group.stats(attr)
+        return stats is None, 0.0 if stats is None else (
+            stats.mean if ascending else -stats.mean)
+
+    groups = ([base] if base is not None else []) + sorted(
+        (g for g in groups if g is not base), key=key)
+    table = to_text(*group_table(groups)) + "\n" + wrap(table_note(groups))
+    lines = paired_lines(groups, base, attr, name) if base else []
+    lines += aggregate_lines(groups, base, attr, name)
+    return groups, table, "\n".join(lines)
+
+
+def band_title(groups: list[Group], title: str) -> str:
+    """'<title>: mean over seeds, band = <CI>', or what one seed a group leaves to draw."""
+    spread = any(len(g.finished()) > 1 for g in groups)
+    what = (f"mean over seeds, band = {seed_stats.CI_NAME}" if spread
+            else f"one seed per group (no band: add {SEEDS_HINT})")
+    return f"{title}: {what}" if title else what
 
 
 def plot_groups(groups: list[Group], path: Path, title: str = "") -> bool:
-    """Mean curves with their CI band per group (GROUP_CURVES), one colour a group."""
+    """Mean curves with their CI band per group (GROUP_CURVES), in each group's colour."""
     drawn = [(g.label, {m: g.curve(m) for m in GROUP_CURVES}) for g in groups]
-    return plot_bands(drawn, list(GROUP_CURVES), path,
-                      title=f"{title}: mean over seeds, band = {seed_stats.CI_NAME}".strip(": "))
+    return plot_bands(drawn, list(GROUP_CURVES), path, group_colors([g.label for g in groups]),
+                      title=band_title(groups, title))
+
+
+def plot_paired(groups: list[Group], baseline: Group | None, path: Path, title: str = "",
+                attr: str = "final_accuracy", name: str = "final acc") -> bool:
+    """Forest plot: each group's paired difference from the baseline with its t-interval;
+    False when no group has two seeds to pair."""
+    if baseline is None:
+        return False
+    found = [(g.label, p.mean, p.low, p.high) for g, p in pairs(groups, baseline, attr)
+             if p is not None and p.n > 1]
+    return plot_forest(found, group_colors([g.label for g in groups]), path,
+                       xlabel=f"{name}: group - {baseline.label} [{seed_stats.CI_NAME}]",
+                       title=title)
+
+
+def draw(rows: list[Row], groups: list[Group], swept: list[str], folder: Path, title: str,
+         metric: str | None = None) -> dict[str, Path]:
+    """comparison.png (the runs, ranked), groups.png and forest.png in `folder`: those drawn,
+    by name."""
+    paths = {name: folder / f"{name}.png" for name in ("comparison", "groups", "forest")}
+    drawn = {"comparison": plot(rows, metric, paths["comparison"], title, swept, groups),
+             "groups": plot_groups(groups, paths["groups"], title),
+             "forest": plot_paired(groups, groups[0] if groups else None, paths["forest"],
+                                   title, *measure(metric))}
+    return {name: path for name, path in paths.items() if drawn[name]}

@@ -61,14 +61,23 @@ def known_ui(uri: str) -> str | None:
     return url.rstrip("/")
 
 
-def run_link(uri: str, experiment_id: str | None, run_id: str | None) -> str:
-    """The run's UI page when a server is known, else 'run <id> in <store>' and how to see it."""
+def uri_option(uri: str) -> str:
+    """' --uri <store>' for a command that must reach `uri`, '' when it is the default store
+    (what the command finds without one, from this directory)."""
+    return "" if uri == store.resolve_uri(None) else f" --uri {redact_uri(uri)}"
+
+
+def run_link(uri: str, experiment_id: str | None, run_id: str | None,
+             hint: bool = True) -> str:
+    """The run's UI page when a server is known, else 'run <id> in <store>' and (hint) how to
+    see it."""
     if run_id is None:
         return f"not created yet (store {redact_uri(uri)} unreachable; records are spooled)"
     base = known_ui(uri)
     if base is not None and experiment_id:
         return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
-    return f"run {run_id} in {redact_uri(uri)} (open it with: python -m rlexp.ui)"
+    where = f"run {run_id} in {redact_uri(uri)}"
+    return f"{where} (open it with: python -m rlexp.ui{uri_option(uri)})" if hint else where
 
 
 def run_dir_link(run_dir: Path) -> str | None:

@@ -1,27 +1,19 @@
 """The MLflow listener: loop events -> spooled records -> batched writes by a writer thread.
 
-The loop pays only for appending a record to the spool (~0.02 ms a step); a background
-thread writes ready records with log_batch (MLflow's sqlite store costs ~0.15 ms per metric
-point however it is sent, so writing on the loop's thread would cost ~3 ms a step at 20
-metrics; JAX releases the GIL while it computes, so the writer runs in those gaps).
-
-Why not MLflow's own asynchronous logging (log_batch(..., synchronous=False)): with the same
-spool in front of it, it cost a 30 ms step more than this writer (bench/tracking_step.py,
-medians of 3 on a loaded 2-core CPU: +4.8 and +6.5 ms against +3.0 and +1.7 ms in two
-runs), and it sends only metrics, params and tags: creating the run, artifacts and the final
-status would still need a thread of ours, or block the loop while a store is down. Its
-buffering takes whole seconds (MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS), a failed batch is
-logged as an error and never retried, and a logging thread that dies leaves
-RunOperations.wait() waiting for ever.
+The loop pays only for appending a record to the spool (~0.02 ms a step); a background thread
+writes ready records with log_batch (MLflow's sqlite store costs ~0.15 ms per metric point, so
+~3 ms a step at 20 metrics on the loop's thread; JAX releases the GIL while it computes, so
+the writer runs in those gaps). MLflow's own asynchronous logging cost a 30 ms step more
+(bench/tracking_step.py, medians of 3 on a loaded 2-core CPU: +4.8 and +6.5 ms against +3.0
+and +1.7 ms), sends only metrics, params and tags, buffers for whole seconds, never retries a
+failed batch, and a logging thread that dies leaves RunOperations.wait() waiting for ever.
 
 Exactly once across crashes and resumes: with checkpointing on, metrics of step s are written
 only once a checkpoint at step >= s exists (the gate). A run resumed from a checkpoint at
 step S reopens the same MLflow run, writes the spooled metrics of steps <= S and drops the
 later ones, which the loop produces again. Without checkpointing, metrics are written every
-tracker.flush_every_s seconds and at the end.
-
-Never fatal: a store that cannot be reached leaves the records in the spool; the writer
-retries every flush_every_s, and `python -m rlexp.sync <run dir>` replays what is left.
+tracker.flush_every_s seconds and at the end. Never fatal: an unreachable store leaves the
+records in the spool, retried every flush_every_s or replayed by `python -m rlexp.sync`.
 """
 
 from __future__ import annotations

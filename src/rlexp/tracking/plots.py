@@ -1,13 +1,20 @@
 """Curves as PNG files: one run (curves.png), several runs (comparison.png), seed groups' mean
-curves with their confidence bands (groups.png). Drawn on matplotlib's Agg canvas, never
-pyplot: no global figure state, no GUI backend, safe while unwinding from a signal.
+curves with their confidence bands (groups.png), paired differences from a baseline
+(forest.png). Drawn on matplotlib's Agg canvas, never pyplot: no global figure state, no GUI
+backend, safe while unwinding from a signal. A group has one colour in all of them
+(group_colors).
 """
 
 from __future__ import annotations
 
+import colorsys
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Imported inside functions, on purpose: matplotlib (1.1 s) is imported only when curves are drawn
 # at the end of a run.
@@ -22,27 +29,32 @@ def plot_run(history: History, panels: Mapping[str, Sequence[str]], path: Path,
     return _draw(lines, path, title, legend_size=8)
 
 
-def palette(n: int) -> list:
-    """n distinct colours: tab10 up to 10, tab20 up to 20, then evenly spaced hues."""
-    from matplotlib import colormaps
+Color = tuple[float, float, float]
+# The first hue (blue: the baseline's) and the lightness and saturation of all.
+FIRST_HUE, LIGHTNESS, SATURATION = 0.6, 0.42, 0.8
 
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    if n <= 20:
-        return [colormaps["tab20"](i) for i in range(n)]
-    return [colormaps["hsv"](i / n) for i in range(n)]
+
+def palette(n: int) -> list[Color]:
+    """n colours of evenly spaced hues from blue: 16 differ by 22.5 degrees of hue or more,
+    where tab20 pairs a dark and a light shade of one hue."""
+    return [colorsys.hls_to_rgb((FIRST_HUE + i / max(n, 1)) % 1, LIGHTNESS, SATURATION)
+            for i in range(n)]
+
+
+def group_colors(groups: Sequence[str]) -> dict[str, Color]:
+    """A colour per group, keyed by its label, in this order (the baseline first): every plot
+    given the same groups colours them alike."""
+    return dict(zip(groups, palette(len(groups))))
 
 
 DASHES = ("-", "--", ":", "-.")
 
 
-def plot_compare(runs: Sequence[tuple[str, History, int]], metrics: Sequence[str], path: Path,
-                 title: str = "") -> bool:
+def plot_compare(runs: Sequence[tuple[str, History, str]], metrics: Sequence[str], path: Path,
+                 colors: Mapping[str, Color], title: str = "") -> bool:
     """One panel per metric, one line per run (labelled by its swept values); runs of one
-    group (the third item) share a colour and differ in their dashes."""
-    groups = sorted({g for _, _, g in runs})
-    colors = dict(zip(groups, palette(len(groups))))
-    members: dict[int, int] = {}
+    group (the third item, a key of `colors`) share its colour and differ in their dashes."""
+    members: dict[str, int] = {}
     style = {}
     for label, _, group in runs:
         style[label] = (colors[group], DASHES[members.get(group, 0) % len(DASHES)])
@@ -53,13 +65,32 @@ def plot_compare(runs: Sequence[tuple[str, History, int]], metrics: Sequence[str
 
 def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, float, float,
                                                                        float]]]]],
-               metrics: Sequence[str], path: Path, title: str = "") -> bool:
+               metrics: Sequence[str], path: Path, colors: Mapping[str, Color],
+               title: str = "") -> bool:
     """One panel per metric; per group its mean curve and a shaded band between the CI's
-    bounds (points: (step, mean, low, high)); one colour a group."""
+    bounds (points: (step, mean, low, high)), in the group's colour."""
     lines = {m: [(label, curves[m]) for label, curves in groups if curves.get(m)]
              for m in metrics}
-    style = {label: (c, "-") for (label, _), c in zip(groups, palette(len(groups)))}
+    style = {label: (colors[label], "-") for label, _ in groups}
     return _draw(lines, path, title, legend_size=8, style=style)
+
+
+def plot_forest(rows: Sequence[tuple[str, float, float, float]], colors: Mapping[str, Color],
+                path: Path, xlabel: str, title: str = "") -> bool:
+    """One row per (group, difference, CI low, CI high), top down, a marker at the difference
+    and a bar over the interval in the group's colour, a line at 0; False if no row."""
+    if not rows:
+        return False
+    fig = _figure(6.5, 1.2 + 0.35 * len(rows))
+    ax = fig.subplots()
+    for y, (label, mean, low, high) in enumerate(rows):
+        ax.errorbar([mean], [-y], xerr=[[mean - low], [high - mean]], fmt="o", capsize=3,
+                    color=colors[label])
+    ax.axvline(0, color="0.4", linewidth=1, linestyle="--")
+    ax.set_yticks([-y for y in range(len(rows))], [label for label, *_ in rows], fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, path, title)
 
 
 def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
@@ -69,11 +100,7 @@ def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
     shown = {t: lines for t, lines in panels.items() if lines}
     if not shown:
         return False
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.5 * len(shown), 4.0), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = _figure(5.5 * len(shown), 4.0)
     axes = fig.subplots(1, len(shown), squeeze=False)[0]
     # One colour per label across panels (all distinct unless `style` groups them), and one
     # legend outside the axes (below them), so it never covers a curve however many runs.
@@ -98,6 +125,19 @@ def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
     fig.set_figheight(4.0 + 0.22 * -(-len(handles) // ncol))  # room for the legend's rows
     fig.legend(list(handles.values()), list(handles), loc="outside lower center",
                fontsize=legend_size, ncol=ncol, frameon=False)
+    return _save(fig, path, title)
+
+
+def _figure(width: float, height: float) -> "Figure":
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: "Figure", path: Path, title: str) -> bool:
     if title:
         fig.suptitle(title, fontsize=10)
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -73,15 +73,16 @@ def _device(path: Path) -> int:
     return os.stat(probe).st_dev
 
 
-def job_env(sweep_dir: Path, num_jobs: int) -> dict[str, str]:
+def job_env(sweep_dir: Path, num_jobs: int | None) -> dict[str, str]:
     """What each job of a sweep is given: the store and parent from <sweep dir>/parent_run.json
-    (made by the sweep callback), and the job count. Empty when tracking is off."""
+    (made by the sweep callback), and the job count, unless None (the launching process waits
+    for the jobs and closes the parent itself). Empty when tracking is off."""
     parent = read_json_object(Path(sweep_dir) / PARENT_FILE)
     if parent is None or not parent.get("run_id"):
         return {}
     # the file holds the URI's credentials as mask_argv's placeholders: the jobs get them back
-    return {ENV_URI: unmask(str(parent["uri"])), ENV_PARENT: str(parent["run_id"]),
-            ENV_JOBS: str(num_jobs)}
+    jobs = {ENV_JOBS: str(num_jobs)} if num_jobs is not None else {}
+    return {ENV_URI: unmask(str(parent["uri"])), ENV_PARENT: str(parent["run_id"]), **jobs}
 
 
 def parent_from_env() -> str | None:

@@ -1,16 +1,19 @@
 """Compare runs: `python -m rlexp.report <sweep dir | parent run id | experiment name>`.
 
 Prints one row per run, ranked by final eval accuracy or --metric; one row per seed group
-(runs that differ only in train.seed, or the --over keys) with mean ±std [95% bootstrap CI];
-each group's difference from --baseline (else the first group), paired by seed, with its CI
-and a permutation p-value. Writes comparison.png and groups.png (mean curves, CI bands) in the
-sweep dir, else ./comparison-<target>.png and ./groups-<target>.png.
+(runs that differ only in train.seed, or the --over keys) with mean ±std [95% t-interval],
+--baseline (else the sweep's first group) first and the others by the metric; each group's
+difference from the baseline, paired by seed, with its t-interval and the paired t-test's p
+(Holm-adjusted among several); over several tasks or many seeds, rliable's IQM and P(X > Y).
+Writes comparison.png, groups.png (mean curves, CI bands) and forest.png (paired differences)
+to --out, else to a new temporary directory: reading a sweep never changes its files.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import tempfile
 from pathlib import Path
 
 from rlexp.base.errors import UserError, fail
@@ -34,9 +37,15 @@ def _client(uri: str, required: bool):
     return store.client(uri)
 
 
-def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row], Path]:
-    """The rows to compare and where their PNG goes."""
+def collect(target: str, uri: str | None, metric: str | None) -> list[Row]:
+    """The rows to compare."""
     path = Path(target)
+    if path.is_file():
+        raise UserError(f"{target} is a file: name a sweep dir, a parent run id or an "
+                        "experiment")
+    if not path.exists() and ("/" in target or target.startswith(".")):
+        raise UserError(f"no directory {target} (name a sweep dir, a parent run id or an "
+                        "experiment)")
     if path.is_dir():
         # the store the sweep's parent run lives in, unless --uri names one
         saved = (read_json_object(path / PARENT_FILE) or {}).get("uri")
@@ -49,10 +58,9 @@ def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row]
         if not rows:
             raise UserError(f"{path} holds no runs (no summary.json below it, no MLflow "
                             "parent run)")
-        return rows, path / "comparison.png"
+        return rows
     uri = store.resolve_uri(uri)
     client = _client(uri, required=True)
-    out = Path.cwd() / f"comparison-{store.slug(target)[:40]}.png"
     if RUN_ID.fullmatch(target):
         from mlflow.exceptions import MlflowException
 
@@ -67,29 +75,30 @@ def collect(target: str, uri: str | None, metric: str | None) -> tuple[list[Row]
         if not runs:
             raise UserError(f"{target!r} is not a directory, a run id or an experiment with "
                             f"runs in {uri}")
-    return [compare.row_from_run(client, r, metric) for r in runs], out
+    return [compare.row_from_run(client, r, metric) for r in runs]
 
 
-def group_report(rows: list[Row], swept: list[str] | None = None,
-                 over: list[str] | None = None, baseline: str | None = None,
-                 metric: str | None = None) -> tuple[list["compare.Group"], str, str]:
-    """(groups, the group table with its note, the paired-difference lines): the text the
-    sweep's last lines, its parent run's summary.md and this report share."""
-    groups = compare.group_rows(rows, swept, over)
-    base = compare.find_group(groups, baseline) if baseline else \
-        compare.default_baseline(groups)
-    table = compare.to_text(*compare.group_table(groups)) + "\n" + compare.table_note(groups)
-    attr, name = ("metric", f"final {metric}") if metric else ("final_accuracy", "final acc")
-    paired = "\n".join(compare.paired_lines(groups, base, attr, name)) if base else ""
-    return groups, table, paired
+def check_metric(rows: list[Row], metric: str) -> None:
+    """--metric names a metric some run logged, else a UserError listing those that exist;
+    rows known by their summary.json take its final value."""
+    known = sorted({m for r in rows for m in r.finals} |
+                   {m for r in rows for m, points in r.curves.items() if points})
+    if metric not in known:
+        raise UserError(f"--metric {metric!r} is no metric of these runs; they have: "
+                        f"{', '.join(known) or 'none'}")
+    for row in rows:
+        if row.metric is None:
+            row.metric = row.finals.get(metric)
 
 
 def report(target: str, uri: str | None = None, metric: str | None = None,
            ascending: bool = False, over: list[str] | None = None,
-           baseline: str | None = None) -> tuple[str, Path | None]:
-    """(the run table, group table and paired differences as text, the PNG written or
-    None); groups.png is written beside the PNG."""
-    rows, png = collect(target, uri, metric)
+           baseline: str | None = None, out: Path | None = None) -> tuple[str, Path | None]:
+    """(the run table, group table and paired differences as text, comparison.png or None);
+    its PNGs go to `out` (made if missing), else to a new temporary directory."""
+    rows = collect(target, uri, metric)
+    if metric:
+        check_metric(rows, metric)
     path = Path(target)
     # as the sweep declared them (swept_keys.json), else the params that differ between rows
     swept = (swept_keys(path) if path.is_dir() else None) or compare.swept_keys(rows)
@@ -97,19 +106,21 @@ def report(target: str, uri: str | None = None, metric: str | None = None,
         if compare.resolve_key(key, swept) is None:
             raise UserError(f"--over {key!r} is not a key this sweep varies; it varies: "
                             f"{', '.join(swept) or 'nothing'}")
-    # groups in the sweep's order (its first group is the default baseline), runs ranked
-    groups, table, paired = group_report(rows, swept, over, baseline, metric)
+    groups, table, paired = compare.group_report(rows, swept, over, baseline, metric,
+                                                 ascending)
     rows = compare.rank(rows, metric, ascending)
-    title = path.name or target
-    drawn = compare.plot(rows, metric, png, title=title, swept=swept, over=over)
-    bands = png.with_name(png.name.replace("comparison", "groups", 1))
+    out = Path(out) if out else Path(tempfile.mkdtemp(prefix="rlexp-report-"))
+    out.mkdir(parents=True, exist_ok=True)
+    drawn = compare.draw(rows, groups, swept, out, path.name or target, metric)
     text = [compare.to_text(*compare.table(rows, metric)), "",
             f"seed groups ({len(groups)}):", table]
     if paired:
         text += ["", paired]
-    if compare.plot_groups(groups, bands, title=title):
-        text += ["", f"group curves: {bands}"]
-    return "\n".join(text), png if drawn else None
+    if "groups" in drawn:
+        text += ["", f"group curves: {drawn['groups']}"]
+    if "forest" in drawn:
+        text += [f"paired differences: {drawn['forest']}"]
+    return "\n".join(text), drawn.get("comparison")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,10 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", metavar="KEY=VALUE",
                         help="the group the others are compared with, paired by seed (e.g. "
                         "'algo=grpo'; default: the first group)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="where the PNGs go (default: a new temporary directory)")
     args = parser.parse_args(argv)
     try:
         text, png = report(args.target, args.uri, args.metric, args.ascending, args.over,
-                           args.baseline)
+                           args.baseline, args.out)
     except UserError as exc:
         fail(str(exc))
     print(text)

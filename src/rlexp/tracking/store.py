@@ -97,11 +97,12 @@ def prepare_store(uri: str) -> None:
 _background: dict[str, threading.Thread] = {}
 
 
-def prepare_in_background(uri: str) -> None:
-    """ensure_store on a thread while the job builds its engine (JAX, mostly outside the GIL):
-    the MLflow import (2.5 s) and a new store (0.3 s: _copy_schema) leave the path to the first
-    step. The listener waits for it (wait_prepared) and reports any error itself."""
-    if uri in _prepared or uri in _background:
+def warm_up(cfg: "Config") -> None:
+    """ensure_store of the run's store on a thread while the job builds its engine (JAX, mostly
+    outside the GIL): the MLflow import (2.5 s) and a new store (0.3 s: _copy_schema) leave the
+    path to the first step. The listener waits for it (wait_prepared) and reports any error."""
+    uri = default_uri(cfg)
+    if uri is None or uri in _prepared or uri in _background:
         return
 
     def prepare() -> None:

@@ -1,6 +1,7 @@
 """The MLflow UI on this machine: `python -m rlexp.ui [--port N] [--uri URI]`.
 
-Serves the store runs log to (tracker.uri, else $MLFLOW_TRACKING_URI, else outputs/mlflow.db)
+Serves the store runs log to (tracker.uri, else $MLFLOW_TRACKING_URI, else outputs/mlflow.db;
+a sqlite store that does not exist is refused, never created)
 on 127.0.0.1: MLflow's server app (mlflow.server.fastapi_app, as `mlflow server --workers 1`)
 in this process under uvicorn, job execution off (starts in seconds, ~0.5 GB). While it runs,
 runs of the same store print their page's URL (rlexp.tracking.links).
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.port and port_taken(args.port):
         fail(f"port {args.port} on {HOST} is taken (another MLflow UI or server?): use "
              "--port N with a free port, or --port 0 for any free one")
+    db = store.sqlite_path(uri)
+    if db is not None and not db.exists():  # as rlexp.report: reading never creates a store
+        fail(f"no MLflow store at {db} (use --uri or $MLFLOW_TRACKING_URI)")
     try:
         store.prepare_store(uri)
     except UserError as exc:
