@@ -169,7 +169,8 @@ def test_tunix_registry_resolves_to_rlexp_functions():
     assert function_registry.get_policy_loss_fn(cfg.policy_loss_fn) is registry.policy_loss_fn
     assert function_registry.get_advantage_estimator(cfg.advantage_estimator) is registry.advantage_fn
     # Tunix's own fields agree with ours (trap 5: Tunix's default KL is k1)
-    assert (cfg.kl_loss_mode, cfg.loss_algo, cfg.ratio_level) == ("mse_kl", "gspo-token", "sequence")
+    assert (cfg.kl_loss_mode, cfg.loss_algo, cfg.loss.ratio_level) == ("mse_kl", "gspo-token",
+                                                                "sequence")
     np.testing.assert_allclose(registry.advantage_fn(np.array([2.0, 0.0]), 2),
                                group_advantages(np.array([2.0, 0.0]), 2))
 
@@ -444,7 +445,7 @@ def test_registered_estimators_follow_algo_advantage(name):
     fn = function_registry.get_advantage_estimator(cfg.advantage_estimator)
     r = np.array([1.0, 0.0, 3.0, 3.0, 2.0, 0.0])
     np.testing.assert_allclose(fn(rewards=r, num_generations=2), advantages_by_name(name, r, 2))
-    assert cfg.advantage == name
+    assert cfg.loss.advantage == name
 
 
 def test_the_algorithms_sweep_runs_every_shipped_algorithm_off_policy():

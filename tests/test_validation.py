@@ -354,7 +354,7 @@ def test_tunix_settings_carry_the_loss_settings_and_name_every_choice():
 
     algo = AlgoConfig(name="dapo", epsilon_high=0.28, loss_agg="sequence-mean-token-sum")
     settings = registry.algo_settings(algo)
-    assert settings.loss == algo.for_loss() and settings.advantage == algo.advantage
+    assert settings.loss == algo.for_loss() and settings.loss.advantage == algo.advantage
     assert (settings.beta, settings.epsilon, settings.num_generations) == (
         algo.beta, algo.epsilon, algo.num_generations)
     assert settings.loss_agg_mode == "seq-mean-token-sum"

@@ -9,9 +9,8 @@ from typing import Any, Callable
 
 
 def _say_starting() -> None:
-    """The command's first line, before the imports below (2+ s on a busy machine): a piped
-    run or sweep is otherwise silent until its config is composed. Not for --help, --cfg and
-    the like (their output is the answer), nor a supervised process of a multi-host run."""
+    """The command's first line, before the imports below (2+ s on a busy machine); not for
+    --help, --cfg and the like (their output is the answer), nor a supervised process."""
     argv = sys.argv[1:]
     quiet = {"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info",
              "-sc", "--shell-completion", "-p", "--package"}
@@ -44,12 +43,12 @@ from rlexp.base.errors import UserError, fail
 from rlexp.base.redact import RedactedStream, install_log_redaction, mask_argv, unmask_config
 from rlexp.config.convert import to_config
 from rlexp.config.paths import conf_dir
-from rlexp.config.rollouts import rerun_elsewhere
+from rlexp.config.rollouts import rerun_elsewhere, rollout_spec
 from rlexp.job import experiment
 from rlexp.job import sweep_messages
 from rlexp.job.console import quiet_third_party
 from rlexp.launch import args, dry_run, preflight
-from rlexp.planning.hardware import setup_platform, vllm_gpu_share
+from rlexp.planning.hardware import setup_platform
 
 
 def _task(cfg: DictConfig) -> float | None:
@@ -60,7 +59,7 @@ def _task(cfg: DictConfig) -> float | None:
             unmask_config(cfg)  # the secrets main() kept out of Hydra's files
             config = to_config(cfg)
             # a no-op when pre-flight set it for the command
-            setup_platform(config.hardware, vllm_share=vllm_gpu_share(config))
+            setup_platform(config.hardware, vllm_share=rollout_spec(config).gpu_share(config))
         except UserError as exc:
             if job.sweep_dir is not None:  # never exit inside a sweep: the other jobs go on
                 raise
@@ -73,10 +72,9 @@ REFUSAL_DELAY_S = 3.0
 
 
 def _refusing(index: int | None, step: Callable[..., Any], *step_args: Any) -> Any:
-    """step(*step_args), its UserError a refusal before the run starts (exit 2). Every process of
-    a multi-process launch (mpirun -n 2) finds the same mistake: process 0 says it at once, the
-    others a moment later, by when the launcher (which ends every process when one fails) has
-    ended them: the line comes once. A mistake only another process finds is still said."""
+    """step(*step_args), its UserError a refusal (exit 2). Every process of a multi-process
+    launch finds the same mistake: process 0 says it at once, the others after a delay, by when
+    the launcher has ended them, so the line comes once."""
     try:
         return step(*step_args)
     except UserError as exc:
@@ -108,9 +106,8 @@ def main() -> None:
         _refusing(launch.index, preflight.before_launch, pre)
     if launching and pre.multirun:  # for the jobs' labels
         os.environ.update(sweep_messages.SweepEnv(size=pre.size, keys=list(pre.swept)).to_env())
-    # Hydra writes the overrides to .hydra/*.yaml and multirun.yaml (a sweep's pickled jobs
-    # too) before any job or callback runs: their secrets become placeholders first, the
-    # real values reaching the jobs through the environment (redact.mask_argv).
+    # Hydra writes the overrides to .hydra/*.yaml and multirun.yaml before any job runs: their
+    # secrets become placeholders, the real values reach the jobs through the environment.
     sys.argv[1:] = mask_argv(sys.argv[1:])
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(_task)
     if pre is not None and pre.print_only:  # --cfg prints the composed config: no credentials

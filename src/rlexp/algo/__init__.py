@@ -1,12 +1,8 @@
-"""Pure maths of the algorithms: advantage estimators (`advantages`: group, RLOO, REINFORCE++;
-NumPy only), KL estimators (`kl`), policy losses (PPO clip, CISPO, SAPO, GMPO, LUSPO, VESPO,
-Clip-Cov, KL-Cov) and entropy control (`losses`), and the trainer/sampler mismatch's measure
-and importance weights (`rollout_correction`); the last three are jax.numpy, plugged into
-Tunix by rlexp.engine.algo_registry. `choices` spells the algorithm's choices once and
-JAX-free, for the maths and the config validator; `settings` is the algo config section
-(AlgoConfig: each field's default and valid values), which the loss reads as it is.
-`algorithm` defines `Algorithm` (a ratio level and an advantage estimator) and finds them by
-name; `variants/` holds one module per named algorithm.
+"""Pure maths of the algorithms: advantage estimators (`advantages`, NumPy), KL estimators
+(`kl`), policy losses and entropy control (`losses`), the trainer/sampler mismatch's measure
+and weights (`rollout_correction`); the last three are jax.numpy, plugged into Tunix by
+rlexp.engine.algo_registry. `choices` spells the choices once, JAX-free; `settings` is the algo
+config section the loss reads; `algorithm` finds an `Algorithm` by name in `variants/`.
 
 Layer: algo, pure maths. May import rlexp.base only.
 """

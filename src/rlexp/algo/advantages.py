@@ -15,9 +15,8 @@ RLOOTrainer in tests/test_advantages.py):
                          completion tokens (verl's masked_whiten: token-weighted mean,
                          unbiased variance, + 1e-8)
   reinforce_pp_baseline  the same after subtracting the group mean (REINFORCE++-baseline)
-The REINFORCE++ pair needs the completion mask, so it is two steps: per-row scores from the
-rewards (`reinforce_pp_scores`), then `masked_whiten` to [B, T] advantages where the mask is
-known (rlexp.engine.algo_registry).
+The REINFORCE++ pair needs the completion mask: per-row scores (`reinforce_pp_scores`), then
+`masked_whiten` to [B, T] advantages where the mask is known (rlexp.engine.algo_registry).
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ STD_EPS = 1e-6
 
 
 def _groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
-    """Flat [num_prompts * group_size] rewards -> [num_prompts, group_size] float64; the
-    completions of one prompt are contiguous (the order Tunix's learner produces)."""
+    """Flat rewards, a prompt's contiguous -> [num_prompts, group_size] float64."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or r.size % group_size:
         raise ValueError(f"rewards of shape {r.shape} is not a multiple of group_size={group_size}")

@@ -1,13 +1,9 @@
 """The algorithm family: one module per algorithm in rlexp/algo/variants/, found by name.
 
-An algorithm is a name (algo.name, conf/algo/<name>.yaml holds its settings) plus what the
-shared clipped loss cannot express through settings: the default ratio level and the
-advantage estimator. Adding one = a module in variants/ defining `ALGORITHM = Algorithm(...)`
-+ a YAML in conf/algo/ (or in a --config-dir's algo/); outside rlexp, `algo.name` may be the
-dotted path of an Algorithm in the user's package. The loss knobs (algo.loss, clip range,
-loss_agg, scale_rewards, dynamic_sampling, mask_truncated, overlong shaping, entropy) are
-YAML values; `advantages` below is the estimator of algo.advantage=grpo (the shipped
-estimators rloo and reinforce_pp* are chosen by algo.advantage).
+An algorithm is a name (conf/algo/<name>.yaml holds its settings) plus what settings cannot
+express: the default ratio level and the advantage estimator of algo.advantage=grpo. Adding one
+= a module in variants/ defining `ALGORITHM = Algorithm(...)` + a YAML in conf/algo/; outside
+rlexp, `algo.name` may be the dotted path of an Algorithm in the user's package.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from rlexp.algo.advantages import group_advantages
 from rlexp.algo.choices import RATIO_LEVELS, TUNIX_LOSS_ALGOS
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
+
 
 def default_advantages(rewards: np.ndarray, group_size: int, scale: str) -> np.ndarray:
     return group_advantages(rewards, group_size, scale=scale)

@@ -8,11 +8,9 @@ acts on whole sequences. Both: loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 
 aggregated over the completion mask, plus beta * KL(pi || pi_ref) with the chosen estimator.
 On-policy (one update per rollout) r = 1 and both losses, and their gradients, coincide.
 
-DAPO (Yu et al. 2025, arXiv:2503.14476) and Dr.GRPO (Liu et al. 2025, arXiv:2503.20783) are
-settings of the same loss (conf/algo/dapo.yaml, dr_grpo.yaml). Dynamic sampling drops groups
-whose rewards are all equal (all advantages exactly 0) from the mask, so they do not dilute the
-token mean; `mask_truncated` drops completions that hit the budget without EOS (TRL's
-mask_truncated_completions).
+DAPO (arXiv:2503.14476) and Dr.GRPO (arXiv:2503.20783) are settings of the same loss. Dynamic
+sampling drops groups whose advantages are all 0 from the mask; `mask_truncated` drops
+completions that hit the budget without EOS (TRL's mask_truncated_completions).
 
 Divisors (checked against TRL 1.16's GRPOTrainer._compute_loss in tests/test_trl_oracle.py;
 the loss families below against it and verl 0.9.1 core_algos.py in tests/test_verl_oracle.py):
@@ -21,15 +19,10 @@ the loss families below against it and verl 0.9.1 core_algos.py in tests/test_ve
   sequence-mean-token-sum    the kept rows
   sequence-mean-token-scale  all rows x the completion budget (rollout.max_completion_length),
                              whatever the masks (Dr.GRPO; TRL "dr_grpo")
-With mask_truncated (or dynamic sampling) the GRPO/GSPO mean is over the rows left: 6 kept
-rows of 8 give 8/6 of TRL's "grpo", whose .mean() counts the masked rows as zeros. A
-convention: the kept rows are the batch the update learns from.
-
-Under gradient accumulation (train.micro_batch_size below the mini-batch; Tunix averages the
-micro-batch gradients with optax.MultiSteps) the kept-token and kept-row divisors are the
-whole accumulation window's counts over its number of micro-batches, so the accumulated
-update equals the update of the whole mini-batch at once (DAPO's and TRL's token-level
-normalisation over the accumulation window); rlexp.engine.algo_registry passes them.
+With mask_truncated (or dynamic sampling) the GRPO/GSPO mean is over the rows left (6 kept of 8
+give 8/6 of TRL's "grpo", which counts masked rows as zeros). Under gradient accumulation the
+divisors are the whole window's counts over its micro-batches (`Divisors`), so the accumulated
+update equals the whole mini-batch's (DAPO's and TRL's normalisation over the window).
 
 Loss families (algo.loss; per_token_loss):
   ppo_clip  the clipped surrogate above (GRPO, GSPO, DAPO, Dr.GRPO)
@@ -254,12 +247,10 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
                 rollout_weights: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B] (or
-    [B, T], REINFORCE++'s), under the algo settings `s` as AlgoConfig.for_loss gives them
-    (the module docstring gives the maths). None means: `old_logp` on-policy (ratio 1),
-    `ref_logp` no KL term (reported as 0), `rollout_weights` ([B, T] or [B, 1], no gradient)
-    no correction. `truncated` [B] is for s.mask_truncated; `budget`, `divisors`: see
-    aggregate (aux stays this batch's means); `entropy` [B, T] (its gradient is the entropy bonus's) is needed by
-    entropy_coef and top_entropy_quantile."""
+    [B, T]) under `s` as AlgoConfig.for_loss gives it. None means: `old_logp` on-policy (ratio
+    1), `ref_logp` no KL term, `rollout_weights` ([B, T] or [B, 1]) no correction. `truncated`
+    [B] is for s.mask_truncated; `budget`, `divisors`: see aggregate; `entropy` [B, T] is needed
+    by entropy_coef and top_entropy_quantile."""
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
     mask = kept_mask(mask, advantages, truncated, s)

@@ -1,20 +1,14 @@
 """Trainer/sampler mismatch: measured every step, corrected by importance weights on request.
 
-The sampler (Tunix's vanilla sampler, vLLM) scores the tokens it draws with its own kernels
-(a KV cache, other fusions, bf16), the trainer with a full forward pass, so pi_sampler(y_t)
-and pi_old(y_t) differ even with the same weights, and the policy gradient is then off-policy
-(Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training";
-TRL, verl and NeMo-RL correct it the same way). With d_t = (log pi_old(y_t) - log
-pi_sampler(y_t)) x mask_t, the weight is exp(d_t) per token (token_*) or exp(sum_t d_t) per
-sequence (sequence_*), then clipped to [clip_min, clip_max] (*_truncate) or set to 0 outside
-them (*_mask), as TRL 1.16 GRPOTrainer._generate_and_score_completions does. A bound left None
-is absent; tokens whose sampler log-prob is unknown (NaN) get d = 0, weight 1. The weight, a
-constant of the loss computed once per rollout, multiplies the per-token policy loss (VESPO
-instead adds its log to the sequence log-ratio of its gamma weight: TRL get_gamma_weights).
-Checked against TRL 1.16's own code in tests/test_rollout_correction.py.
-
-The measured gap, |log pi_old - log pi_sampler| over the completion tokens (mean and max; TRL
-sampling/sampling_logp_difference), is logged whatever the mode: ~1e-6 in float32 when the
+The sampler scores its tokens with its own kernels (a KV cache, other fusions, bf16), the trainer
+with a full forward, so pi_sampler and pi_old differ even with the same weights and the gradient
+is off-policy (Yao et al. 2025; TRL, verl and NeMo-RL correct it the same way). With d_t =
+(log pi_old(y_t) - log pi_sampler(y_t)) x mask_t, the weight is exp(d_t) per token (token_*) or
+exp(sum_t d_t) per sequence (sequence_*), clipped to [clip_min, clip_max] (*_truncate) or 0
+outside them (*_mask), as TRL 1.16 GRPOTrainer._generate_and_score_completions; an unknown (NaN)
+sampler log-prob gets weight 1. It multiplies the per-token policy loss (VESPO adds its log to
+its sequence log-ratio: TRL get_gamma_weights). Checked in tests/test_rollout_correction.py.
+The gap |log pi_old - log pi_sampler| is logged whatever the mode: ~1e-6 in float32 when the
 two run the same weights at the same temperature.
 """
 

@@ -1,6 +1,6 @@
-"""The algorithm's config section (algo.*): each field's type, default, valid values and meaning
-in one place. rlexp.config.schema types the `algo` node with it; the loss reads it as it is
-(`for_loss` fills its nulls), so no second list of the loss's knobs exists. JAX-free."""
+"""The algorithm's config section (algo.*), each field's type, default, valid values and meaning
+in one place: rlexp.config.schema types the `algo` node with it and the loss reads it
+(`for_loss` fills its nulls). JAX-free."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from rlexp.base.knobs import knob
 
 @dataclass
 class AlgoConfig:
-    # Algorithm of rlexp.algo.variants: grpo | gspo | dapo | dr_grpo, or a dotted path to a
-    # user's rlexp.algo.algorithm.Algorithm (its ratio level and advantage estimator).
+    # Algorithm of rlexp.algo.variants, or a dotted path to a user's Algorithm.
     name: str = knob("grpo", choices=algorithm.algorithms,
                      dotted="a dotted path to an rlexp.algo.algorithm.Algorithm")
     # Weight of the KL penalty to the reference model (0 drops the reference model).
@@ -27,25 +26,20 @@ class AlgoConfig:
     # Upper clip range: ratio <= 1 + epsilon_high (DAPO clip-higher); None = epsilon. Above 1:
     # CISPO's IS-weight cap (1 + 4 = TRL's 5.0).
     epsilon_high: Optional[float] = knob(None, range="(0, inf)")
-    # Completions sampled per prompt (the group of group-relative advantages): at least two;
-    # 1024 is past any recipe (DeepSeek-R1: 16) and each is a sampler row: more only exhausts
-    # memory.
+    # Completions sampled per prompt (the group); 1024 is past any recipe (DeepSeek-R1: 16).
     num_generations: int = knob(4, range="[2, 1024]")
-    # Policy updates per rollout batch (mu); 1 = on-policy, the ratio is then exactly 1. GRPO
-    # recipes: 1-4; the learning-rate table holds train.steps x this x mini-batches floats.
+    # Policy updates per rollout batch (mu; GRPO recipes 1-4); 1 = on-policy, ratio exactly 1.
     num_iterations: int = knob(1, range="[1, 64]")
     # KL estimator: k1 (log-ratio) | k2 (squared log-ratio / 2) | k3 (Schulman's unbiased).
     kl_estimator: str = knob("k3", choices=KL_ESTIMATORS)
-    # Loss aggregation: token-mean | sequence-mean-token-mean | sequence-mean-token-sum |
-    # sequence-mean-token-scale (Dr.GRPO: token sums / the completion budget). TRL's
-    # loss_type: grpo = sequence-mean-token-mean, dapo = token-mean, dr_grpo = ...-token-scale.
+    # Loss aggregation (rlexp.algo.losses); TRL's loss_type grpo = sequence-mean-token-mean,
+    # dapo = token-mean, dr_grpo = sequence-mean-token-scale (token sums / the budget).
     loss_agg: str = knob("sequence-mean-token-mean", choices=LOSS_AGGREGATIONS)
-    # Importance ratio per token (GRPO) or per sequence (GSPO; TRL importance_sampling_level);
-    # None = the algorithm's own.
+    # Importance ratio per token (GRPO) or sequence (GSPO; TRL importance_sampling_level).
     ratio_level: Optional[str] = knob(None, choices=RATIO_LEVELS,
                                       null="null (the algorithm's own)")
-    # Advantage std scaling (TRL scale_rewards): group | batch | none (Dr.GRPO). batch = the
-    # rewards Tunix scores in one call (rollout micro-batches merged, at most a mini-batch).
+    # Advantage std scaling (TRL scale_rewards): group | batch (the rewards Tunix scores in one
+    # call, at most a mini-batch) | none (Dr.GRPO).
     scale_rewards: str = knob("group", choices=REWARD_SCALES)
     # Drop completions cut at the budget (no EOS) from the loss (TRL mask_truncated_completions).
     mask_truncated: bool = False
@@ -56,11 +50,9 @@ class AlgoConfig:
     overlong_buffer: float = knob(0.0, range="[0, 1]")
     # DAPO overlong shaping: weight of the penalty (logged as train/reward/overlong).
     overlong_penalty: float = knob(1.0, range="[0, inf)")
-    # Policy-loss family (rlexp.algo.losses): ppo_clip (GRPO/GSPO/DAPO/Dr.GRPO) | cispo |
-    # sapo | gmpo | luspo | vespo | clip_cov | kl_cov (TRL loss_type / verl loss_mode).
+    # Policy-loss family (rlexp.algo.losses; TRL loss_type / verl loss_mode).
     loss: str = knob("ppo_clip", choices=LOSSES)
-    # Advantage estimator (rlexp.algo.advantages): grpo (group mean, scale_rewards) | rloo |
-    # reinforce_pp | reinforce_pp_baseline (verl adv_estimator).
+    # Advantage estimator (rlexp.algo.advantages; verl adv_estimator).
     advantage: str = knob("grpo", choices=ADVANTAGES)
     # SAPO gate temperature for tokens with A > 0 / A <= 0 (TRL sapo_temperature_pos/_neg).
     sapo_temperature_pos: float = knob(1.0, range="(0, inf)")
@@ -84,18 +76,15 @@ class AlgoConfig:
     # arXiv:2506.01939 keeps 0.2); 1 = every token.
     top_entropy_quantile: float = knob(1.0, range="[0, 1]")
     # Trainer/sampler mismatch correction (rlexp.algo.rollout_correction; TRL
-    # vllm_importance_sampling_mode): none | token_truncate | token_mask | sequence_truncate |
-    # sequence_mask. The gap is logged every step (rollout/logprob_diff, _max).
+    # vllm_importance_sampling_mode): none | token_/sequence_ truncate | mask.
     rollout_correction: str = knob("none", choices=ROLLOUT_CORRECTIONS)
     # Bounds of the importance weight pi_old / pi_sampler: clipped to them (*_truncate) or 0
     # outside them (*_mask); None = no bound (TRL vllm_importance_sampling_clip_min/_max).
-    # The rules want min below max, and one of them set when a mode is on.
     rollout_correction_clip_min: Optional[float] = knob(None, range="[0, inf)")
     rollout_correction_clip_max: Optional[float] = knob(3.0, range="(0, inf)")
 
     def for_loss(self) -> AlgoConfig:
-        """These settings as the loss reads them: ratio_level null = the algorithm's own,
-        epsilon_high null = epsilon."""
+        """As the loss reads them: null ratio_level = the algorithm's, epsilon_high = epsilon."""
         level = algorithm.get(self.name).ratio_level if self.ratio_level is None else \
             self.ratio_level
         high = self.epsilon if self.epsilon_high is None else self.epsilon_high

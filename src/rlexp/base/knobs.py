@@ -1,6 +1,5 @@
 """A config field declared once: `knob` makes a dataclass field whose metadata holds the values
-it takes (a numeric range or choices) beside its type and default; the comment above the field
-is its help. rlexp.config.validate reads every field's `Valid` generically."""
+it takes (a range or choices) beside its type and default; rlexp.config.validate reads them."""
 
 from __future__ import annotations
 
@@ -13,14 +12,11 @@ from typing import Any, Callable, Iterable, Optional, Union
 class Valid:
     """The values a field takes (None, an Optional field left unset, passes the range)."""
 
-    # Interval of a number ("[1, inf)": 1 or more; a list field's numbers each); it must be
-    # finite too.
+    # Interval of a finite number ("[1, inf)"; a list field's numbers each).
     range: Optional[str] = None
-    # The valid values, in the order a refusal lists them, or a function returning them (a
-    # registry's names, read when a config is validated).
+    # The valid values, in the order a refusal lists them, or a function returning them.
     choices: Union[tuple[str, ...], Callable[[], Iterable[str]]] = ()
-    # Instead of `choices`: the keys of this dict field of the same section (checked only when
-    # it has any).
+    # Instead of `choices`: the keys of this dict field of the same section (when it has any).
     keys_of: Optional[str] = None
     # Also valid: null, as a refusal words it ("null (the algorithm's own)").
     null: Optional[str] = None

@@ -1,9 +1,9 @@
 """Config layer: schema (the typed dataclasses registered in Hydra's ConfigStore), validate
-(each field's range or choices, then the rules), rules (the named cross-field rules), rollouts
-(each rollout backend's Tunix-free half: its rules, checks, memory share), convert
-(DictConfig -> validated Config), naming (run and sweep names, dotted params), paths (where the
-packaged conf/ and sweeps/ live). May import: rlexp.algo (the algo section, AlgoConfig) and
-rlexp.families (the choices of model.family), rlexp.base.
+(each field's range or choices, then the rules), rules (the named cross-field rules), refusal
+(what a rule or range returns), rollouts (each rollout backend's Tunix-free half: its rules,
+checks, memory share), convert (DictConfig -> validated Config), naming (run and sweep names,
+dotted params), paths (where the packaged conf/ and sweeps/ live). May import: rlexp.algo (the
+algo section, AlgoConfig) and rlexp.families (the choices of model.family), rlexp.base.
 """
 
 from rlexp.config.naming import register_resolvers

@@ -1,5 +1,5 @@
-"""A composed DictConfig -> the validated `Config`, once, at the entry point; nothing below the
-entry point sees a DictConfig. Unknown keys and OmegaConf's errors become one line."""
+"""A composed DictConfig -> the validated `Config`, once, at the entry point. Unknown keys and
+OmegaConf's errors become one line."""
 
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ from rlexp.base.errors import UserError
 from rlexp.config.schema import Config
 from rlexp.config.validate import validate
 
-
-# Set by the launching process's pre-flight (rlexp.launch.preflight.before_launch): the digests
-# of the validated configs of every job it checked. A job whose config is one of them is not
-# validated again; any other job, and one started without that pre-flight, is.
+# The digests of the configs the launching process's pre-flight validated (before_launch): a
+# job whose config is one of them is not validated again.
 VETTED_ENV = "RLEXP_VETTED_CONFIGS"
 
 
@@ -30,8 +28,7 @@ def config_digest(cfg: Config) -> str:
 
 @lru_cache(maxsize=None)
 def _sub_schema(schema: type, name: str) -> Optional[type]:
-    """The dataclass of field `name` of `schema` (None for a leaf or an unknown name). Cached:
-    a sweep converts every job's config, and resolving the hints evaluates them."""
+    """The dataclass of field `name` of `schema` (None for a leaf or an unknown name)."""
     hint = typing.get_type_hints(schema).get(name)
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
@@ -52,8 +49,7 @@ def unknown_key_message(dotted: str) -> str:
 
 
 def _unknown_keys(node: dict, schema: type, prefix: str) -> list[str]:
-    """Keys of `node` (the composed config as a plain container, unresolved: an interpolation
-    stays a string, named later by validation) that the schema lacks (`+algo.clip_eps=1`)."""
+    """Keys of `node` (the composed config, unresolved) that the schema lacks (`+algo.x=1`)."""
     names = {f.name for f in dataclasses.fields(schema)}
     bad = []
     for key, value in node.items():

@@ -1,9 +1,6 @@
-"""Run and sweep names, the deterministic dirs built from them, and the one label formatter.
-
-`label` ('gspo β=0.04 G=4') serves MLflow run names, plot legends, the sweep's terminal job
-labels and the report's group table, so one run reads the same everywhere. A run dir is a
-function of the command's overrides, so the same command finds (and resumes) the same dir; a
-sweep job's subdir is a function of its own overrides (so a rerun skips finished jobs).
+"""Run and sweep names, the deterministic dirs built from them, and the one label formatter
+(`label`, 'gspo β=0.04 G=4': run names, legends, job labels, the report's table). A run dir is
+a function of the command's overrides, so the same command finds (and resumes) the same dir.
 """
 
 from __future__ import annotations
@@ -96,9 +93,8 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# Keys a sweep varies, abbreviated as the GRPO/GSPO papers write them (Shao et al. 2024; Zheng
-# et al. 2025): β (KL weight), ε (clip), G (group size), μ (updates per batch); other keys go by
-# their last part. The full key=value pairs stay in the runs' params and tags.
+# Keys a sweep varies, abbreviated as the GRPO/GSPO papers write them; other keys go by their
+# last part.
 ABBREVIATIONS = {"beta": "β", "epsilon": "ε", "epsilon_high": "ε_high",
                  "num_generations": "G", "num_iterations": "μ", "learning_rate": "lr",
                  "batch_size": "B", "mini_batch_size": "mini_B", "temperature": "T",
@@ -125,8 +121,7 @@ def short_value(value: Any) -> str:
 
 def short_key(key: str, keys: Iterable[str] = ()) -> str:
     """'algo.beta' -> 'β'; a leaf two of `keys` share keeps as much of its path as tells them
-    apart ('trainer_mesh.fsdp' next to 'rollout_mesh.fsdp', 'train.seed' next to
-    'dataset.seed')."""
+    apart ('train.seed' next to 'dataset.seed')."""
     key = key.lstrip("+~")
     others = [k.lstrip("+~") for k in keys if k.lstrip("+~") != key]
     parts = key.split(".")

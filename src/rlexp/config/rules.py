@@ -1,39 +1,24 @@
-"""The named rules a Config must keep beyond its ranges and choices (rlexp.config.validate
-applies RULES in order after the tables). Each needs only the Config; checks that need files,
-user code, the plan or the data run in pre-flight (rlexp.launch.checks)."""
+"""The named rules a Config must keep beyond its fields' ranges and choices (validate applies
+RULES in order). Each needs only the Config; checks that need the world are pre-flight's."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from rlexp.algo import algorithm
+from rlexp.config.refusal import Refusal
 from rlexp.config.rollouts import rollout_spec
-from rlexp.config.schema import Config
+from rlexp.config.schema import MAX_STEPS, Config
 from rlexp.families import get as get_family
 
 
 @dataclass(frozen=True)
-class Refusal:
-    # Dotted key the message blames.
-    key: str
-    # The value as the message shows it (repr).
-    value: Any
-    # Why it is invalid ("must be >= 1").
-    why: str
-
-    @property
-    def message(self) -> str:
-        return f"{self.key}={self.value!r} is invalid: {self.why}"
-
-
-@dataclass(frozen=True)
 class Rule:
-    # Names the rule (tests, docs).
+    # Named in tests and README.md's rule table.
     name: str
-    # cfg -> a Refusal, or None when the config keeps the rule. May raise UserError in its
-    # own words (algo_imports: the user's module does not import).
+    # cfg -> a Refusal, or None when the config keeps the rule (or UserError in its own words).
     check: Callable[[Config], Optional[Refusal]]
 
 
@@ -115,9 +100,8 @@ def rollout_devices(cfg: Config) -> int:
 
 
 def sampler_call_prompts(cfg: Config) -> Optional[int]:
-    """Prompts per sampler call that the config fixes (None: the plan sizes it):
-    rollout.micro_batch_size, else rollout.per_device_batch_size x the rollout devices, at most
-    one mini-batch (each step samples its own prompts; MaxText buffers the rest of a big call)."""
+    """Prompts per sampler call the config fixes (None: the plan sizes it): rollout.
+    micro_batch_size, else per_device_batch_size x the rollout devices, at most a mini-batch."""
     r = cfg.rollout
     if r.per_device_batch_size is None:
         return r.micro_batch_size
@@ -213,9 +197,8 @@ def _answer_regex_compiles(cfg: Config) -> Optional[Refusal]:
     return None
 
 
-# MLflow's limits on names (mlflow/utils/validation.py MAX_EXPERIMENT_NAME_LENGTH; the runs
-# table's `name` column is String(250) in mlflow/store/tracking/dbmodels/models.py, which a
-# PostgreSQL or MySQL store enforces). A longer name failed at the first write, mid-run.
+# MLflow's limits on names (mlflow/utils/validation.py; the runs table's String(250) `name` in
+# dbmodels/models.py, enforced by PostgreSQL and MySQL): a longer name failed mid-run.
 MAX_EXPERIMENT_NAME = 500
 MAX_RUN_NAME = 250
 
@@ -263,13 +246,8 @@ def _meshes_fill_devices(cfg: Config) -> Optional[Refusal]:
 
 
 def epoch_steps(epochs: int, num_train: int, batch_size: int) -> int:
-    """Global steps of `epochs` passes over `num_train` prompts, `batch_size` a step: the
-    last step is full, taking its remaining prompts from the next pass (-(-a // b) = ceil)."""
+    """Global steps of `epochs` passes over `num_train` prompts (the last one full)."""
     return -(-epochs * num_train // batch_size)
-
-
-# train.steps' upper bound (validate.RANGES), which steps derived from train.epochs keep too.
-MAX_STEPS = 1_000_000
 
 
 def _epochs_steps_in_range(cfg: Config) -> Optional[Refusal]:
@@ -327,10 +305,9 @@ def _replicas_split_the_rollout_mesh(cfg: Config) -> Optional[Refusal]:
 
 
 def _replicas_need_an_accelerator(cfg: Config) -> Optional[Refusal]:
-    # JAX stages a copy into a layout replicated across devices through the host, and on the
-    # CPU Tunix's RLCluster.sync_weights forbids host transfers (transfer_guard
-    # disallow_explicit; none on TPUs and GPUs, and Pathways reshards device to device):
-    # measured, the first weight sync into 2 emulated replicas fails after the first step.
+    # JAX stages a copy into replicated layouts through the host, which Tunix's sync_weights
+    # forbids on the CPU (transfer_guard disallow_explicit): measured, the first weight sync
+    # into 2 emulated replicas fails after the first step.
     r, h = cfg.rollout, cfg.hardware
     if r.replicas == 1 or (h.platform != "cpu" and not h.emulate):
         return None
@@ -349,8 +326,7 @@ def _split_fractions(cfg: Config) -> Optional[Refusal]:
 
 
 def lora_projections(targets: str, family: str) -> list[str]:
-    """The projections of model.family (rlexp.families: `lora_projections`, module paths under
-    layers/<i>/) that the regex `targets` picks (qwix: re.fullmatch on the module path)."""
+    """The projections of model.family that `targets` picks (qwix: re.fullmatch on the path)."""
     return [p for p in get_family(family).lora_projections
             if re.fullmatch(targets, f"layers/0/{p}")]
 

@@ -1,9 +1,6 @@
-"""Typed schema of every config group, registered in Hydra's ConfigStore: data only.
-
-These dataclasses say which keys exist and, field by field, its type, default, valid values
-(a `knob`'s range or choices, which rlexp.config.validate checks) and meaning (the comment
-above it); conf/ holds the values. The algo section is rlexp.algo.settings' AlgoConfig, which
-the loss reads."""
+"""Typed schema of every config group, registered in Hydra's ConfigStore: each field's type,
+default, valid values (a `knob`, checked by rlexp.config.validate) and meaning (the comment
+above it); conf/ holds the values. The algo section is rlexp.algo.settings' AlgoConfig."""
 
 from __future__ import annotations
 
@@ -16,23 +13,19 @@ from omegaconf import OmegaConf
 from rlexp.algo.settings import AlgoConfig
 from rlexp.base.knobs import knob
 from rlexp.config.paths import sweeps_dir
-from rlexp.config.rollouts import rollout_names
+from rlexp.config.rollouts.names import rollout_names
 from rlexp.families import families
 
 # Compute and weight dtypes (model.dtype, model.param_dtype).
 DTYPES = ("float32", "bfloat16")
 # Whether a higher or a lower metric is better.
 MODES = ("max", "min")
-# train.steps' upper bound, which steps derived from train.epochs keep too (rlexp.config.rules):
-# 1M steps is 11 days at 1 s a step; the loop's learning-rate table holds one float per
-# optimizer update (10M: 0.5 GB), and past 2**63 NumPy cannot even index it ("ValueError:
-# Maximum allowed size exceeded" after the first evaluation).
+# train.steps' upper bound, derived steps' too (rules): 1M steps is 11 days at 1 s a step; the
+# learning-rate table holds a float per update (10M: 0.5 GB; past 2**63 NumPy cannot index it).
 MAX_STEPS = 1_000_000
-# Prompts per step or per call (RL recipes: 8-1024): 65536 x algo.num_generations completions
-# is far past any accelerator's memory; the bound keeps step x batch index arithmetic exact.
+# Prompts per step or per call (RL recipes: 8-1024): far past any accelerator's memory.
 MAX_BATCH = 65536
-# Token lengths: 131072 is the longest context of any shipped model (Llama 3.1, 128k); the KV
-# cache holds prompt and completion at their cap. Past that only the allocation fails.
+# Token lengths: the longest context of any shipped model (Llama 3.1, 128k).
 MAX_TOKENS = 131072
 # NumPy seeds are unsigned 32-bit.
 SEED_RANGE = "[0, 4294967295]"
@@ -40,16 +33,14 @@ SEED_RANGE = "[0, 4294967295]"
 
 @dataclass
 class LoraConfig:
-    # Rank of the low-rank adapters (0 = off: every weight trains), through qwix's LoraProvider
-    # as Tunix's CLI applies it (tunix/cli/utils/model.py): the frozen base weights are the
-    # reference model; the optimizer and checkpoints hold only the adapters.
+    # Rank of the low-rank adapters (0 = off), through qwix's LoraProvider as Tunix's CLI applies
+    # it (tunix/cli/utils/model.py): the frozen base is the reference; only adapters train.
     rank: int = knob(0, range="[0, 4096]")
     # Scale of the adapters' update: W + (alpha / rank) * A @ B (qwix, as PEFT's lora_alpha).
     alpha: float = knob(16.0, range="(0, inf)")
     # Regex (re.fullmatch) over module paths like "layers/0/attn/q_proj" picking the projections
-    # that get adapters; Tunix's llama3/qwen2/qwen3 names: q_proj k_proj v_proj o_proj
-    # (attention), gate_proj up_proj down_proj (MLP); Gemma's attention: q_einsum kv_einsum
-    # (qkv_einsum) attn_vec_einsum (rlexp.families: lora_projections).
+    # that get adapters (each family's lora_projections; Gemma's attention: q_einsum kv_einsum
+    # qkv_einsum attn_vec_einsum).
     targets: str = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
     # Export (run.export, python -m rlexp.export) the adapters alone, in PEFT's layout
     # (adapter_model.safetensors + adapter_config.json), instead of the merged model.
@@ -60,8 +51,7 @@ class LoraConfig:
 class ModelConfig:
     # Short name of the model profile (the option chosen in conf/model/).
     name: str = "tiny"
-    # Architecture family (a module of rlexp/families/: Tunix's model code, the Hugging Face
-    # mappings, the memory formula's inputs): llama3 | qwen3 | qwen2 | gemma3 | gemma2 | cohere.
+    # Architecture family (a module of rlexp/families/).
     family: str = knob("qwen3", choices=families)
     # Local directory with HF safetensors + config.json; None = random init (tiny only).
     path: Optional[str] = None
@@ -91,16 +81,14 @@ class ModelConfig:
     norm_eps: float = knob(1e-6, range="(0, 1)")
     # Output-logit factor, cohere only (config.json logit_scale; aya-expanse-8b: 0.125); 1 = none.
     logit_scale: float = knob(1.0, range="(0, inf)")
-    # Per-head q/k LayerNorms (Cohere's config.json use_qk_norm, Command R+). Read by the
-    # cohere family only (Qwen3 and Gemma 3 always have theirs).
+    # Per-head q/k LayerNorms, cohere only (config.json use_qk_norm, Command R+).
     qk_norm: bool = False
     # Longest context the model was trained for.
     max_position: int = knob(512, range="[1, inf)")
     # Compute dtype (activations, matmuls, the sampler's KV cache): float32 | bfloat16.
     dtype: str = knob("float32", choices=DTYPES)
-    # Dtype of the trained weights and AdamW's moments (MaxText's weight_dtype): float32 keeps
-    # a float32 master copy that small updates can change (bf16 has 8 mantissa bits: a 5e-6
-    # AdamW step changed 0.98% of SmolLM2's bf16 weights), the forward casts to model.dtype.
+    # Dtype of the trained weights and AdamW's moments (MaxText's weight_dtype): a float32
+    # master copy small updates can change (rlexp.engine.tunix_patches); the forward casts.
     param_dtype: str = knob("float32", choices=DTYPES)
     # Tokenizer: char (built in, offline) | hf (tokenizer.json in model.path).
     tokenizer: str = knob("char", choices=("char", "hf"))
@@ -138,14 +126,12 @@ class HardwareConfig:
     devices: int = knob(1, range="[1, inf)")
     # Hosts; under runtime=multi_controller one process each, holding devices / hosts devices.
     hosts: int = knob(1, range="[1, inf)")
-    # How the run reaches its devices (rlexp.planning.hardware): single (one process sees every
-    # device) | multi_controller (one process per host) | pathways (one process sees every
-    # host's devices through the Pathways proxy).
+    # single (one process sees every device) | multi_controller (one process per host) |
+    # pathways (one process sees every host's devices through the Pathways proxy).
     runtime: str = knob("single", choices=("single", "multi_controller", "pathways"))
     # multi_controller: seconds to wait for every process to join, then one line and exit.
     join_timeout_s: int = knob(60, range="[1, 3600]")
-    # multi_controller: seconds without a heartbeat after which a process counts as lost
-    # (jax.distributed's heartbeat_timeout_seconds; the others then stop, naming it).
+    # multi_controller: seconds without a heartbeat before a process counts as lost.
     heartbeat_timeout_s: int = knob(20, range="[2, 3600]")
     # High-bandwidth memory per JAX device, GiB.
     hbm_gib_per_device: float = knob(24.0, range="(0, inf)")
@@ -155,8 +141,7 @@ class HardwareConfig:
     device_kind: Optional[str] = None
     # GPU model when platform=gpu (h100 | h200): picks HBM, peak and kind from gpu_specs.
     gpu_type: Optional[str] = knob(None, keys_of="gpu_specs")
-    # Datasheet figures per GPU model (hbm_gib, peak_bf16_tflops, device_kind, ...), which
-    # conf/hardware/gpu.yaml interpolates by gpu_type; empty off GPU.
+    # Datasheet figures per GPU model, which conf/hardware/gpu.yaml picks by gpu_type.
     gpu_specs: dict[str, Any] = field(default_factory=dict)
     # Mesh of the trainer (policy + reference).
     trainer_mesh: MeshConfig = field(default_factory=MeshConfig)
@@ -186,9 +171,7 @@ class HardwareConfig:
 class DatasetConfig:
     # Name of the dataset option (conf/dataset/<name>.yaml, packaged or in a --config-dir).
     name: str = "arithmetic"
-    # Dotted path (Hydra's _target_) of a builder fn(DatasetConfig) -> RawSplits or rows (dicts)
-    # that the fields below turn into problems: rlexp.data.loaders.{arithmetic, gsm_symbolic,
-    # generic} or yours.
+    # Dotted path of a builder fn(DatasetConfig) -> RawSplits or rows (rlexp.data.loaders).
     _target_: str = "rlexp.data.loaders.arithmetic"
     # generic: local jsonl/json/parquet/csv file; None = `hub` (a `datasets` name).
     path: Optional[str] = None
@@ -241,9 +224,8 @@ class DatasetConfig:
     prompt: Optional[str] = None
     # File holding `prompt` (read at start); wins over dataset.prompt.
     prompt_file: Optional[str] = None
-    # Largest share of prompts longer than rollout.max_prompt_length (the sampler keeps their
-    # last tokens, cutting the question): more is an error naming a length that fits 99%, fewer
-    # one warning line; 0 = none may be cut.
+    # Largest share of prompts longer than rollout.max_prompt_length (the sampler cuts their
+    # start): more is an error naming a length that fits 99%, fewer a warning; 0 = none.
     max_truncated_fraction: float = knob(0.05, range="[0, 1]")
     # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
     operators: str = "+-"
@@ -272,29 +254,23 @@ class RolloutConfig:
     max_completion_length: int = knob(768, range=f"[1, {MAX_TOKENS}]")
     # KV-cache size in tokens: prompt + completion + 256 slack (MaxText's kv_cache_buffer).
     kv_cache_size: int = knob(1280, range=f"[2, {2 * MAX_TOKENS}]")
-    # Prompts per sampler call (and per reference/old log-prob pass); None = the train micro
-    # batch on the CPU, else planned from memory (rlexp.planning.memory.rollout_micro_prompts).
-    # Smaller values cap the KV cache and prefill logits in the memory plan.
+    # Prompts per sampler call (and log-prob pass); None = planned (memory.rollout_micro_prompts).
     micro_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
     # vllm: tensor-parallel size; -1 = the rollout devices over data_parallel_size (both -1:
-    # every rollout device, DP 1, as Tunix resolves them; 0 is left to the rules).
+    # every rollout device, DP 1, as Tunix resolves them).
     tensor_parallel_size: int = knob(1, range="[-1, inf)")
     # vllm: data-parallel size; -1 = the rollout devices over tensor_parallel_size.
     data_parallel_size: int = knob(1, range="[-1, inf)")
-    # rollout=vanilla: data-parallel samplers (MaxText's inference_replicas), each a whole copy
-    # of the weights over its share of the rollout mesh's fsdp axis (which this must divide),
-    # decoding its share of a call's rows; > 1 needs a TPU or GPU. rollout=vllm: 1 (vLLM's
-    # replicas are rollout.data_parallel_size).
+    # rollout=vanilla: data-parallel samplers (MaxText's inference_replicas), each a copy of the
+    # weights over its share of the rollout mesh's fsdp axis; > 1 needs a TPU or GPU.
     replicas: int = knob(1, range="[1, inf)")
     # Prompts per rollout device in one sampler call (MaxText's per_device_batch_size of the
     # inference config), at most one mini-batch a call; None = rollout.micro_batch_size decides.
     per_device_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
     # vllm: fraction of HBM vLLM may take.
     hbm_utilization: float = knob(0.4, range="(0, 1]")
-    # Copy the trainer's weights to the sampler every N global steps (MaxText's
-    # inference_rollouts; 1 = every step, at most train.steps) when the sampler holds its own
-    # copy (split hardware, another mesh or vLLM): rollouts then come from weights up to N-1
-    # steps old, uncorrected (the old log-probs are the trainer's).
+    # Copy the trainer's weights to a sampler holding its own every N global steps (MaxText's
+    # inference_rollouts): rollouts then come from weights up to N-1 steps old, uncorrected.
     sync_every: int = knob(1, range=f"[1, {MAX_STEPS}]")
 
 
@@ -313,11 +289,9 @@ class TrackerConfig:
     run_name: Optional[str] = None
     # Extra MLflow run tags, e.g. +tracker.tags.team=rl (values are redacted like params).
     tags: dict[str, str] = field(default_factory=dict)
-    # Longest interval, seconds, between samples of MLflow's system-metrics monitor (CPU, RAM,
-    # GPU, process RSS, JAX memory): 1 s at first, slowing to ~60 points a run; 0 = off.
+    # Longest interval, seconds, between MLflow system-metrics samples; 0 = off.
     system_metrics_every_s: float = knob(10.0, range="[0, inf)")
-    # Steps between training-rollout tables (prompt, completion, rewards, advantage, length,
-    # truncated: rollouts/step_*.json); None = at each evaluation (eval.every); 0 = off.
+    # Steps between rollout tables (rollouts/step_*.json); None = at each evaluation; 0 = off.
     log_completions_every: Optional[int] = knob(None, range="[0, inf)")
 
 
@@ -330,8 +304,7 @@ class RewardFunctionConfig:
     weight: float = knob(1.0, range="(-inf, inf)")
     # Logged as train/reward/<name>; None = the function's __name__.
     name: Optional[str] = None
-    # Keyword arguments passed to the function on every call (besides template and
-    # reasoning_tag, which every function gets from dataset.*).
+    # Keyword arguments passed on every call (besides dataset.template and reasoning_tag).
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -345,9 +318,8 @@ def _builtin_rewards() -> list[RewardFunctionConfig]:
 
 @dataclass
 class RewardConfig:
-    # Reward plug-ins, summed with their weights. Setting the list replaces it whole (Hydra
-    # list semantics); one weight: reward.functions.2.weight=2. rlexp.rewards has
-    # {format_exact,format_approx,answer_exact,answer_close,math_verify}_reward, overlong_penalty.
+    # Reward plug-ins, summed with their weights (a list replaces it whole; one weight:
+    # reward.functions.2.weight=2); rlexp.rewards has the shipped ones.
     functions: list[RewardFunctionConfig] = field(default_factory=_builtin_rewards)
     # The conf/reward set chosen (reward=maxtext, easydel_numina); None = the list above.
     name: Optional[str] = None
@@ -368,8 +340,7 @@ class EarlyStopConfig:
 
 @dataclass
 class PruneConfig:
-    # Prune sweep trials whose eval curve trails the other jobs': none | median (Optuna's
-    # MedianPruner over the sweep's jobs; needs the optuna extra). Sweep jobs only.
+    # Prune sweep jobs whose eval curve trails the others': none | median (Optuna's MedianPruner).
     pruner: str = knob("none", choices=("none", "median"))
     # The curve compared, reported at each evaluation.
     metric: str = "eval/accuracy"
@@ -394,16 +365,13 @@ class TrainConfig:
     # Peak learning rate. Real-model default 3e-6 (MaxText rl.yml, Tunix grpo_demo); the
     # tiny model's recipe (conf/recipe/tiny.yaml) uses 1e-3.
     learning_rate: float = knob(3e-6, range="(0, inf)")
-    # constant | cosine | warmup_cosine | linear (warm-up, then a straight line from
-    # learning_rate to end_learning_rate; EasyDeL's LINEAR scheduler).
+    # constant | cosine | warmup_cosine | linear (warm-up, then a line to end_learning_rate).
     lr_schedule: str = knob("warmup_cosine",
                             choices=("constant", "cosine", "warmup_cosine", "linear"))
     # Learning rate the decaying schedules reach after the last optimizer update; 0 = to zero.
     end_learning_rate: float = knob(0.0, range="[0, inf)")
     # Passes over the training prompts; when set, train.steps = ceil(epochs x dataset.num_train
-    # / train.batch_size) (the last step may take prompts of the next pass) and num_train must
-    # be the training set's size. None = train.steps as given. EasyDeL's GRPO tutorial: 3;
-    # the steps they make are held to train.steps' range too (rules: epochs_steps_in_range).
+    # / train.batch_size) (num_train must be the training set's size). EasyDeL's tutorial: 3.
     epochs: Optional[int] = knob(None, range="[1, 1000]")
     # Linear warm-up steps (warmup_cosine); the seeds warm up over 10% of the steps.
     warmup_steps: int = knob(10, range="[0, inf)")
@@ -412,9 +380,8 @@ class TrainConfig:
     grad_clip: float = knob(0.1, range="[0, inf)")
     # AdamW weight decay (MaxText/Tunix GRPO recipes: 0.1).
     weight_decay: float = knob(0.1, range="[0, inf)")
-    # Activation rematerialization of the training forward: none | full (recompute each layer
-    # in the backward pass) | dots_saveable (keep matmul outputs). The sampler never remats
-    # (Tunix's decoder remat crashed there). Default full, as MaxText's RL recipes remat.
+    # Activation rematerialization of the training forward (never the sampler's): none | full
+    # (recompute each layer in the backward) | dots_saveable (keep matmul outputs); MaxText's.
     remat: str = knob("full", choices=("none", "full", "dots_saveable"))
     # Seed of init, sampling and data order; shared by jobs of a sweep unless swept.
     seed: int = knob(0, range=SEED_RANGE)
@@ -457,17 +424,15 @@ class RunConfig:
     compilation_cache: bool = True
     # Warm-start cache entries kept under cache_dir (least recently used deleted first).
     cache_keep: int = knob(8, range="[1, inf)")
-    # [first, last] global steps traced by the JAX profiler into <run dir>/profile (logged
-    # as an artifact; TensorBoard/Perfetto read it); [] = off.
+    # [first, last] global steps traced by the JAX profiler into <run dir>/profile; [] = off.
     profile_steps: list[int] = knob(factory=list, range="[1, inf)")
     # Fork: start from another run's newest checkpoint (its run dir, a checkpoint dir or its
-    # MLflow run id) instead of model.path / random init + warm start; the origin is only read.
+    # MLflow run id); the origin is only read.
     init_from: Optional[str] = None
-    # At the end of a finished run, write the policy as a Hugging Face dir (<run dir>/export:
-    # safetensors, config.json, tokenizer) and log it to MLflow as artifact `model`.
+    # At the end of a finished run, write the policy as a Hugging Face dir (artifact `model`).
     export: bool = True
-    # Outputs that outlive the machine, e.g. gs://bucket/rlexp: checkpoints (and resumes) under
-    # <output_uri>/<run name>/checkpoints, summary.json and export/ copied at the end; null = off.
+    # Outputs that outlive the machine, e.g. gs://bucket/rlexp: checkpoints under
+    # <output_uri>/<run name>/checkpoints, summary.json and export/ copied at the end.
     output_uri: Optional[str] = None
     # The scheduler priority a launcher gives this run (xpk --priority): very-low | low |
     # medium | high | very-high; null = the launcher's own (hydra.launcher.priority wins).

@@ -1,7 +1,5 @@
-"""Validation of a Config, in one place: each field's own range or choices (the `knob` it is
-declared with in rlexp.config.schema and rlexp.algo.settings) checked generically, then the
-named cross-field rules (rlexp.config.rules). The first refusal is a UserError of one line,
-`key=value is invalid: why`."""
+"""Validation of a Config: each field's range or choices (its `knob`) checked generically, then
+the named cross-field rules; the first refusal is one line, `key=value is invalid: why`."""
 
 from __future__ import annotations
 
@@ -11,7 +9,8 @@ from typing import Any, Iterator, Optional
 
 from rlexp.base.errors import UserError
 from rlexp.base.knobs import Valid, valid_of
-from rlexp.config.rules import RULES, Refusal, epoch_steps, rollout_devices
+from rlexp.config.refusal import Refusal
+from rlexp.config.rules import RULES, epoch_steps, rollout_devices
 from rlexp.config.schema import Config
 
 
@@ -69,9 +68,8 @@ def range_refusal(cfg: Config) -> Optional[Refusal]:
 
 def resolve_parallel_sizes(tp: int, dp: int, devices: int) -> tuple[int, int]:
     """vLLM's tensor and data parallel sizes, a -1 derived as Tunix 0.1.7 does
-    (tunix/generate/utils.py resolve_parallelism_sizes, expert parallelism 1): both -1 is TP =
-    every rollout device and DP 1 (MaxText rl.yml's default); one -1 is the devices over the
-    other. A 0 stays for the rules to refuse."""
+    (tunix/generate/utils.py resolve_parallelism_sizes): both -1 is TP = every rollout device,
+    DP 1; one -1 is the devices over the other. A 0 stays for the rules to refuse."""
     if tp == -1 and dp == -1:
         return devices, 1
     if tp == -1 and dp > 0:
@@ -82,11 +80,10 @@ def resolve_parallel_sizes(tp: int, dp: int, devices: int) -> tuple[int, int]:
 
 
 def validate(cfg: Config) -> Config:
-    """The fields' choices (first: a choice can select other values, as a bad hardware.gpu_type
-    leaves the figures it selects at 0, which a range would blame), their ranges, then the
-    rules, in order: UserError (one line) for the first refusal. Between ranges and rules
-    (inputs in range, results checked by the rules) train.steps is derived from
-    train.epochs when set, and a vLLM parallel size of -1 from the rollout devices."""
+    """The fields' choices (first: a bad hardware.gpu_type leaves the figures it selects at 0,
+    which a range would blame), their ranges, then the rules: UserError for the first refusal.
+    Between ranges and rules train.steps is derived from train.epochs, and a vLLM parallel
+    size of -1 from the rollout devices."""
     for check in (choice_refusal, range_refusal):
         refusal = check(cfg)
         if refusal is not None:

@@ -1,19 +1,14 @@
 """The engine: data, tokenizer, models, Tunix cluster and learner, built from a Config.
 
 Everything in rlexp that imports Tunix lives in this subpackage; the rest of rlexp sees the
-typed `Engine` protocol. `build()` refuses only what needs the built tokenizer (prompt
-lengths) or the installed Tunix (BUILD_CHECKS); pre-flight checked every other input
-(rlexp.launch.checks). What it loads (paths, tokenizer, dataset) still fails in one line.
+typed `Engine` protocol (protocol). `build()` refuses only what needs the built tokenizer
+(prompt lengths) or the installed Tunix (BUILD_CHECKS); pre-flight checked every other input.
 
-Modules: learner (rlexp's subclasses of Tunix's GRPOLearner and RLCluster, in one order;
-one global step), tunix_adapter (optimizer, schedule, the cluster's config), tunix_models (the policy as
-a Tunix module), tunix_names (the Tunix names rlexp relies on, checked once), tunix_patches
-(rlexp's numerics patches to Tunix), algo_registry (rlexp's losses plugged into Tunix),
-rollout (a backend per rollout engine: vanilla, vllm, vllm_tpu; sampling configs, per-call
-keys, weight syncs), checkpoint_store (orbax through Tunix), lora (model.lora's adapters
-through qwix), warm_start, weights (flat parameter names), export (the policy as a Hugging Face
-dir), probes (host-side step metrics), profile (JAX traces), protocol (the Engine interface the
-job sees), cohere (Aya Expanse's Cohere model in Flax NNX on Tunix's interface: Tunix has none).
+Modules: learner (the Tunix subclasses, one global step), rollout (a backend per rollout engine),
+algo_registry (rlexp's losses plugged into Tunix), tunix_adapter (optimizer, cluster),
+tunix_models, cohere (Aya Expanse: Tunix has none), lora, warm_start, tunix_names and
+tunix_patches (the private names and patches relied on), checkpoint_store, weights, export,
+probes (host-side step metrics), profile (JAX traces).
 
 Layer: engine. May import rlexp.planning, rlexp.inputs, rlexp.data, rlexp.tracking (only to
 resolve an MLflow run id for init_from and export), rlexp.config, rlexp.algo, rlexp.base.
@@ -94,8 +89,7 @@ class TunixEngine:
         return self.probe.rows()
 
     def generate(self, prompts: list[str], key: Any, greedy: bool) -> list[str]:
-        """With the EVAL rollout config, chunked to the training rollout batch so the sampler
-        reuses the compiled program of training."""
+        """With the EVAL rollout config, chunked as training's calls (reusing their program)."""
         from rlexp.engine.tunix_adapter import Mode
 
         rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
@@ -154,9 +148,8 @@ BUILD_CHECKS = ("prompt_lengths", "tunix_version")
 
 @functools.cache
 def _check_installed_tunix() -> None:
-    """Stop in one line when the installed Tunix lacks a private name the engine uses. Once per
-    process (0.04 s of source inspection, rlexp.base.private_apis; a sweep's jobs in one
-    process share it); a failed check raises, so it is not cached and the next job repeats it."""
+    """One line when the installed Tunix lacks a private name the engine uses; once per process
+    (0.04 s of source inspection; a failure raises, so it is not cached)."""
     problems = tunix_names.problems()
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -220,11 +213,11 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     rollout = rollout_backend(cfg)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes, probe, rollout)
     reward_fns = rewards.tunix_reward_fns(terms, probe.record_reward)
-    learner = learner_lib.make_learner(cfg, cluster, reward_fns)
+    learner = learner_lib.Learner(cfg, cluster, reward_fns)
     info.update(lora.counts(cluster.actor_trainer.model))  # params/total, params/trainable
     runner = learner_lib.StepRunner(learner, cfg.train.batch_size, cfg.rollout.sync_every)
     return TunixEngine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
-                  learner=learner, probe=probe, step_runner=runner, rollout=rollout,
-                  schedule=tunix_adapter.host_lr_schedule(cfg),
-                  updates_per_step=tunix_adapter.updates_per_step(cfg), info=info,
-                  after_step=after_step)
+                       learner=learner, probe=probe, step_runner=runner, rollout=rollout,
+                       schedule=tunix_adapter.host_lr_schedule(cfg),
+                       updates_per_step=tunix_adapter.updates_per_step(cfg), info=info,
+                       after_step=after_step)

@@ -56,19 +56,8 @@ class AlgoSettings(GRPOConfig):
     budget: int | None = None
     correction: rc.RolloutCorrection = rc.RolloutCorrection()
 
-    @property
-    def ratio_level(self) -> str:
-        """The resolved importance-ratio level, beside Tunix's loss_algo label for it."""
-        return self.loss.ratio_level
-
-    @property
-    def advantage(self) -> str:
-        """algo.advantage (REINFORCE++ finishes its advantages over the completion tokens)."""
-        return self.loss.advantage
-
 
 def algo_settings(a: AlgoConfig, budget: int | None = None) -> AlgoSettings:
-    """`budget`: rollout.max_completion_length (the engine always passes it)."""
     return AlgoSettings(
         loss=a.for_loss(), budget=budget, correction=rc.RolloutCorrection.from_algo(a),
         policy_loss_fn=POLICY_LOSS, advantage_estimator=advantage_estimator(a),
@@ -115,10 +104,8 @@ class WindowedExample(RolloutExample):
 
 def truncated(train_example: Any, algo_config: AlgoSettings, eos_id: int) -> Any:
     """[B] rows cut at the budget without EOS, or None when mask_truncated is off."""
-    if not algo_config.loss.mask_truncated:
-        return None
     return truncated_rows(train_example.completion_ids, train_example.completion_mask, eos_id,
-                          algo_config.budget)
+                          algo_config.budget) if algo_config.loss.mask_truncated else None
 
 
 def whitened(example: Any) -> Any:
@@ -215,11 +202,6 @@ def token_entropy(logits: Any) -> Any:
     logz = jax.nn.logsumexp(logits, axis=-1)
     probs = jnp.exp(logits - logz[..., None])
     return logz - jnp.sum(probs * logits, axis=-1)
-
-
-def masked_entropy(logits: Any, mask: Any) -> Any:
-    """Mean over unmasked tokens of the entropy of softmax(logits) [B, T, V] -> scalar."""
-    return masked_mean(token_entropy(logits), mask)
 
 
 @function_registry.register_advantage_estimator(ADVANTAGE)

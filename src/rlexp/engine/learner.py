@@ -1,33 +1,19 @@
 """rlexp's learner: Tunix's GRPOLearner and RLCluster as subclasses, and one global step.
 
-Tunix builds its learner to be extended this way: RLLearner declares the hooks abstract
-(tunix/rl/rl_learner.py, 0.1.7) and GRPOLearner overrides them. `Learner` overrides two, each
-with its steps in one order:
+RLLearner declares its hooks abstract for subclasses (tunix/rl/rl_learner.py, 0.1.7).
+`Learner._generate_and_compute_advantage`, per merged batch of prompts: GRPOLearner samples
+(timed by the probe, a TRAIN call's per-token log-probs kept), scores and computes advantages
+(algo_registry.advantage_estimator); REINFORCE++ whitens them over the completion tokens; TRAIN
+examples get the sampler's log-probs for the loss's trainer/sampler gap and
+algo.rollout_correction; the probe records it all. `_prepare_data`: with gradient accumulation,
+a window's micro-batches pass through a WindowQueue that gives each the window's divisors
+(optax.MultiSteps averages micro-batch gradients, each of which would divide by its own kept
+tokens: micro-batch 1 and micro-batch = mini-batch then give the same update).
 
-`_generate_and_compute_advantage` (one merged batch of prompts, every sampler call):
-  1. GRPOLearner samples (`Cluster.generate`: timed by the probe, a TRAIN call's per-token
-     log-probs kept), scores with the reward functions and computes the advantages with the
-     estimator registered by name (algo_registry.advantage_estimator);
-  2. REINFORCE++(-baseline): the advantages are whitened over the batch's completion tokens
-     (algo_registry.whitened), which the estimator's signature cannot see;
-  3. TRAIN: the sampler's log-probs go to the loss, which logs the trainer/sampler gap (and with
-     algo.rollout_correction corrects it);
-  4. the probe records the time of 1-3, the prompts and the advantages.
-`_prepare_data`: with gradient accumulation, a window's training micro-batches pass through a
-  WindowQueue, which gives each its window's divisors.
-
-Rollout correction: the loss compares the sampler's per-token log-probs with the trainer's old
-ones: Tunix's old-logps pass when num_iterations > 1, else its own forward, which on a rollout's
-only update runs the weights the rollout was scored against (optax.MultiSteps changes them only
-at the window's end): no extra forward. Off-policy with an engine other than the vanilla
-sampler, Tunix's old log-probs would be the engine's own; the trainer's replace them (one
-forward without gradient at the rollout temperature, as TRL 1.16 computes its old log-probs
-whenever its vLLM correction is on).
-
-Gradient accumulation: Tunix 0.1.7 wraps the optimizer in optax.MultiSteps, which averages the
-micro-batch gradients, and each micro-batch loss would divide by its own kept tokens (or rows);
-the WindowQueue divides by the window's instead, so micro-batch 1 and micro-batch = mini-batch
-give the same update.
+The trainer's old log-probs for the correction: Tunix's when num_iterations > 1, else the
+loss's own forward (a rollout's only update runs the weights it was scored against). Off the
+vanilla sampler Tunix's old log-probs are the engine's own: the trainer's replace them (one
+forward without gradient at the rollout temperature, as TRL 1.16 does with its vLLM correction).
 """
 
 from __future__ import annotations
@@ -55,8 +41,7 @@ Mode = rl_cluster_lib.Mode
 
 
 class ActorTrainer(rl_trainer.Trainer):
-    """Tunix's RL trainer that hands each policy update's loss, gradient norm and aux values
-    (device arrays) to the probe."""
+    """Tunix's RL trainer handing each update's loss, grad norm and aux to the probe."""
 
     def __init__(self, *args: Any, probe: StepProbe, **kw: Any):
         super().__init__(*args, **kw)
@@ -102,18 +87,19 @@ class Cluster(rl_cluster_lib.RLCluster):
 
 
 class Learner(GRPOLearner):
-    """GRPOLearner with rlexp's steps after sampling and in data preparation (the module
-    docstring says which, in order)."""
+    """GRPOLearner with rlexp's steps after sampling and in data preparation (module docstring)."""
 
     rl_cluster: Cluster
 
-    def __init__(self, rl_cluster: Cluster, algo_config: registry.AlgoSettings,
-                 reward_fns: list[Callable[..., list[float]]]):
-        super().__init__(rl_cluster=rl_cluster, algo_config=algo_config, reward_fns=reward_fns)
+    def __init__(self, cfg: Config, rl_cluster: Cluster,
+                 reward_fns: Sequence[Callable[..., list[float]]]):
+        algo_config = registry.algo_settings(cfg.algo, budget=cfg.rollout.max_completion_length)
+        super().__init__(rl_cluster=rl_cluster, algo_config=algo_config,
+                         reward_fns=list(reward_fns))
         self.probe = rl_cluster.probe
         # Tunix would log aux["pg_clipfrac"], which our loss does not produce.
         rl_cluster.actor_trainer.with_rl_metrics_to_log({})
-        self.whiten = algo_config.advantage in TOKEN_LEVEL_ADVANTAGES
+        self.whiten = algo_config.loss.advantage in TOKEN_LEVEL_ADVANTAGES
         steps = self._training_config.get_with_default("gradient_accumulation_steps", 1)
         self.windowed = bool(steps) and steps > 1
         self.with_window = functools.partial(registry.with_window, algo_config=algo_config,
@@ -160,10 +146,9 @@ class Learner(GRPOLearner):
 
 
 class WindowQueue:
-    """Tunix's training data queue for one accumulation window: holds what _prepare_data puts
-    (each [example], num_iterations times) until the None that ends the window, then passes it
-    on, windowed, in order: the trainer starts once the window is complete (with split meshes
-    it could start on the first: the price of the exact divisor)."""
+    """Tunix's training data queue, holding a window's items until the None that ends it, then
+    passing them on windowed, in order (the trainer waits for the whole window: the price of
+    the exact divisor)."""
 
     def __init__(self, queue: Any, annotate: Callable[[list[Any]], list[Any]]):
         self.queue, self.annotate, self.items = queue, annotate, []
@@ -222,12 +207,6 @@ def trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, pad_id: in
                 completion_tokens=completion_ids[i:i + micro], pad_id=pad_id, eos_id=eos_id,
                 stop_gradient=True, return_logits=False, temperature=temperature)
             for i in range(0, n, micro or n)], axis=0)
-
-
-def make_learner(cfg: Config, cluster: Cluster,
-                 reward_fns: Sequence[Callable[..., list[float]]]) -> Learner:
-    settings = registry.algo_settings(cfg.algo, budget=cfg.rollout.max_completion_length)
-    return Learner(rl_cluster=cluster, algo_config=settings, reward_fns=list(reward_fns))
 
 
 class StepRunner:

@@ -1,11 +1,9 @@
 """What one training step did, gathered where Tunix computes it, fetched once per step.
 
-Tunix logs its own metrics one step late (it overlaps I/O with the next step), through a
-global jax.monitoring listener (Tunix 0.1.7, tunix/sft/metrics_logger.py); rlexp records
-rewards, each update's loss/grad-norm/aux, rollout timing, lengths, texts and advantages during
-the step, so step k's metrics and rows are complete when it returns. Nothing moves device->host
-inside the step: `metrics()` fetches it all in one `jax.device_get` (one sync per step, not per
-value), and completion lengths come from the tokens the sampler already copied to the host.
+Tunix logs its own metrics one step late, through a global jax.monitoring listener (0.1.7,
+tunix/sft/metrics_logger.py); rlexp records them during the step, so step k's metrics are
+complete when it returns. `metrics()` fetches everything in one `jax.device_get` (one sync per
+step); completion lengths come from the tokens the sampler already copied to the host.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# Imported inside functions, on purpose: jax (1.4 s) is imported where used: pre-flight imports
-# rlexp.engine and never needs it.
+# jax (1.4 s) is imported inside metrics(): pre-flight imports rlexp.engine and never needs it.
 
 # aux/metric name -> how the per-update values of a step combine (default: mean).
 _EXTREMES = {"ratio_max": np.max, "ratio_min": np.min, "logprob_diff_max": np.max,
@@ -45,9 +42,9 @@ def completion_stats(lengths: Sequence[int], max_tokens: int) -> dict[str, float
 
 
 def reward_stats(rewards: dict[str, Sequence[float]], group: int) -> dict[str, float]:
-    """Reward mean/std per function and of the total, the total's distribution, and the
-    fraction of groups (the `group` consecutive completions of one prompt) whose total rewards
-    are all equal: those have zero advantage and teach nothing (TRL: frac_reward_zero_std)."""
+    """Reward mean/std per function and of the total, its distribution, and the fraction of
+    groups (`group` consecutive completions) whose rewards are all equal: zero advantage
+    (TRL: frac_reward_zero_std)."""
     if not rewards:
         return {}
     per_fn = {k: np.asarray(v, dtype=np.float64) for k, v in rewards.items()}
@@ -69,8 +66,7 @@ QUANTILES = (10, 25, 50, 75, 90)
 
 
 def distribution(prefix: str, values: Sequence[float]) -> dict[str, float]:
-    """{prefix/min, prefix/p10 ... prefix/p90, prefix/max} of `values` ({} if empty); numpy's
-    linear-interpolation percentiles."""
+    """{prefix/min, prefix/p10 ... prefix/p90, prefix/max} of `values` ({} if empty)."""
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0:
         return {}
@@ -83,9 +79,7 @@ def distribution(prefix: str, values: Sequence[float]) -> dict[str, float]:
 def rollout_rows(prompts: Sequence[str], completions: Sequence[str],
                  rewards: dict[str, Sequence[float]], advantages: Sequence[float],
                  lengths: Sequence[int], max_tokens: int) -> list[dict[str, Any]]:
-    """One row per completion of a training step (TRL's log_completions): prompt, completion,
-    weighted rewards, total, advantage, length and truncated (cut at max_tokens without an end
-    token). Lists shorter than the completions leave their cells empty."""
+    """One row per completion of a training step (TRL's log_completions)."""
     def at(values: Sequence[Any], i: int) -> Any:
         return values[i] if i < len(values) else None
 
@@ -167,8 +161,7 @@ class StepProbe:
         self.record_rollout(out.tokens, out.left_padded_prompt_tokens, pad_id)
 
     def record_prepare(self, seconds: float, prompts: Sequence[Any], advantages: Any) -> None:
-        """One batch sampled, scored and finished for the loss: its host seconds, prompts (one
-        per completion) and advantages (a device array)."""
+        """One batch sampled, scored and finished for the loss (advantages on the device)."""
         self.prepare_s += seconds
         self.prompts.extend(str(p) for p in prompts)
         self.advantages.append(advantages)

@@ -1,18 +1,10 @@
-"""run.profile_steps=[a,b]: a JAX profiler trace of global steps a..b, in <run dir>/profile.
-
-jax.profiler.start_trace writes TensorBoard's profile plugin layout
-(plugins/profile/<time>/<host>.xplane.pb; `tensorboard --logdir <run dir>/profile`) and, with
-create_perfetto_trace=True, a Perfetto trace (perfetto_trace.json.gz, open in
-ui.perfetto.dev). Steps outside [a, b] run untraced: tracing costs time and disk.
-"""
+"""run.profile_steps=[a,b]: a JAX profiler trace of global steps a..b, in <run dir>/profile
+(TensorBoard's profile plugin layout, and a Perfetto trace for ui.perfetto.dev)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-
-# Imported inside functions, on purpose: jax (1.4 s) is imported where used: pre-flight imports
-# rlexp.engine and never needs it.
 
 log = logging.getLogger("rlexp")
 

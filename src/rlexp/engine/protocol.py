@@ -1,5 +1,4 @@
-"""What the loop, evaluation and checkpointing may ask of an engine (no Tunix here): a
-TunixEngine, or anything else with these members (a fake in a test, another backend)."""
+"""What the loop, evaluation and checkpointing may ask of an engine (no Tunix here)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Typed config -> Tunix objects: optimizer, rollout configs, the cluster (learner.Cluster).
+"""Typed config -> Tunix objects: optimizer, learning-rate schedule, the cluster.
 
-Tunix 0.1.7 traps handled here (measured; tunix/generate/sampler.py,
-tunix/sft/metrics_logger.py): RematConfig.DECODER crashes in the sampler, so it is never used
-(training-only remat: engine/tunix_patches.py); no metrics backend is registered: Tunix's
-backend is a global jax.monitoring listener whose close() clears every listener; Tunix's KL
-default is k1 (kl_loss_mode="kl"), so rlexp names its estimator explicitly. The rollout's traps
-are its backend's (rlexp.engine.rollout.vanilla).
+No Tunix metrics backend is registered (tunix/sft/metrics_logger.py, 0.1.7): it is a global
+jax.monitoring listener whose close() clears every listener.
 """
 
 from __future__ import annotations
@@ -57,8 +53,8 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
 
 
 def host_lr_schedule(cfg: Config) -> Callable[[int], float]:
-    """The learning-rate schedule as host floats: evaluated for every update count once, so
-    the loop's per-step read is a table lookup, not a device computation and sync."""
+    """The learning-rate schedule as a host table, computed once: the loop's per-step read is
+    a lookup, not a device computation and sync."""
     schedule, total = lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg)
 
     @functools.cache

@@ -1,16 +1,11 @@
 """Every private (or monkeypatched) Tunix name rlexp relies on, in one list.
 
-Tunix has no public hook for what rlexp needs (one global step at a time, per-update metrics,
-resumable step counters, a fresh PRNG key per sampler call, RoPE theta), so the engine reaches into
-these names, read from google-tunix 0.1.7. Each is a rlexp.base.private_apis.PrivateApi (listed
-here, not there, because the per-family names come from rlexp.families):
-tests/test_tunix_contract.py checks each in the fast tier, tests/test_private_apis.py fails on a
-private name used in src/ that no list holds, and `rlexp.engine.build` runs `problems()` so a Tunix
-upgrade stops with one line naming what changed instead of a traceback deep in a step.
-
-The engine extends Tunix by subclassing (engine/learner.py); `PATCHES` lists the process-wide
-changes it still makes, each where Tunix offers no hook: tests/test_engine_extension.py fails on
-a function set on another object's attribute anywhere else in rlexp.engine.
+Tunix has no public hook for one global step at a time, per-update metrics, resumable counters,
+a key per sampler call or RoPE theta, so the engine reads these names of google-tunix 0.1.7
+(PrivateApi entries, here because the per-family names come from rlexp.families).
+tests/test_tunix_contract.py checks each, and `rlexp.engine.build` runs `problems()`: a Tunix
+upgrade stops with one line naming what changed. `PATCHES` lists the process-wide changes the
+engine still makes where Tunix offers no hook (tests/test_engine_extension.py holds it to them).
 """
 
 from __future__ import annotations
@@ -149,11 +144,9 @@ NAMES: tuple[PrivateApi, ...] = (
 )
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Patch:
-    """A change rlexp makes that every object of a class (or every reader of a module global)
-    in the process sees."""
+    """A change every object of a class (or reader of a module global) in the process sees."""
 
     # What is replaced: "module:Class.attribute" or "module.global".
     target: str
@@ -181,6 +174,7 @@ PATCHES: tuple[Patch, ...] = (
           "Python's hook for exceptions raised in other threads, where orbax echoes a failed "
           "save's error"),
 )
+
 
 def problems() -> list[str]:
     """One line per name that no longer matches (empty when all hold)."""

@@ -1,21 +1,16 @@
 """The numerics of the trained model: mixed precision and training-only remat (process-wide
-patches of Tunix's classes, each listed with why no Tunix hook does it in tunix_names.PATCHES,
-the private names they read in tunix_names.NAMES), and the pad token.
+patches of Tunix's classes, listed with why in tunix_names.PATCHES), and the pad token.
 
-- Mixed precision (model.param_dtype vs model.dtype, as MaxText's weight_dtype vs dtype): the
-  trained weights and AdamW's moments stay in param_dtype (float32), the forward computes in
-  model.dtype (`use_compute_dtype` where Tunix does not cast itself). A bfloat16 weight has 8
-  mantissa bits: measured on SmolLM2-135M, one AdamW step at lr 5e-6 changed 0.98% of its bf16
-  weights, and bf16 RL stayed at 0.000 held-out accuracy where float32 reached 0.750. The
-  frozen reference model only runs forward passes, so it is kept in model.dtype.
-- Remat (train.remat): Tunix's RematConfig.DECODER crashed inside the sampler (which passes a
-  KV cache through the rematerialized layer), so rlexp leaves Tunix's remat off and wraps each
-  decoder layer in jax.checkpoint only when it is called without a cache: the training and
-  log-prob forwards, never prefill or decode.
-- Pad token: Tunix's sampler and log-prob code build the prompt mask as `tokens != pad_id`. HF
-  tokenizers without a pad token get pad = eos from Tunix's adapter; for chat models eos is the
-  end-of-turn token (SmolLM2: <|im_end|>, twice in every chat prompt), which would then never be
-  attended to. `dedicated_pad` picks a special token no prompt contains.
+- Mixed precision (model.param_dtype vs model.dtype, as MaxText's weight_dtype vs dtype): weights
+  and AdamW's moments stay float32, the forward computes in model.dtype. A bf16 weight has 8
+  mantissa bits: on SmolLM2-135M one AdamW step at lr 5e-6 changed 0.98% of its bf16 weights,
+  and bf16 RL stayed at 0.000 held-out accuracy where float32 reached 0.750.
+- Remat (train.remat): Tunix's RematConfig.DECODER crashed inside the sampler (a KV cache
+  through the rematerialized layer), so each decoder layer is wrapped in jax.checkpoint only
+  when called without a cache: the training and log-prob forwards.
+- Pad token: Tunix masks prompts as `tokens != pad_id`, and an HF tokenizer without a pad gets
+  pad = eos, for chat models the end-of-turn token (SmolLM2: <|im_end|>, twice in every chat
+  prompt), never attended to then. `dedicated_pad` picks a special token no prompt contains.
 """
 
 from __future__ import annotations
@@ -27,8 +22,7 @@ from typing import Any, Iterable
 
 from rlexp.families import ModelFamily, get
 
-# Imported inside functions, on purpose: jax, flax (1.9 s) and Tunix's modules are imported where
-# a patch is applied.
+# jax, flax (1.9 s) and Tunix's modules are imported where a patch is applied.
 
 # train.remat -> jax.checkpoint policy (None = save nothing: recompute the whole layer).
 REMAT_POLICIES = {"full": None, "dots_saveable": "dots_with_no_batch_dims_saveable"}
@@ -46,9 +40,8 @@ def tunix_module(family: ModelFamily) -> Any:
 
 def use_training_remat(family: str, remat: str) -> None:
     """Make Tunix's `DecoderLayer` of `family` rematerialize when called without a KV cache,
-    or restore it (remat none). Idempotent, process-wide. DecoderLayer.block takes __call__'s
-    parameters in __call__'s order in every family; where the cache sits differs (qwen2:
-    second; llama3, qwen3, gemma3: third), so it is found by name."""
+    or restore it (remat none). Idempotent. The cache's position differs by family (qwen2:
+    second, others third), so it is found by name."""
     layer = tunix_module(get(family)).DecoderLayer
     original = layer.__dict__.get("_rlexp_call") or layer.__call__
     layer._rlexp_call = original
@@ -74,11 +67,9 @@ def use_training_remat(family: str, remat: str) -> None:
 
 
 def use_compute_dtype(family: str, dtype: str, param_dtype: str) -> None:
-    """Tunix 0.1.7's llama3 and gemma3 compute in their weights' dtype (no ModelConfig.dtype):
-    with float32 weights and model.dtype=bfloat16, make the forward cast them to bfloat16 on
-    entry (gradients flow back to the float32 master through the cast) and size the sampler's
-    KV cache in bfloat16. A no-op for the families whose patches do not name compute_dtype
-    (qwen3 and qwen2 cast themselves). Idempotent, process-wide."""
+    """Tunix 0.1.7's llama3 and gemma3 compute in their weights' dtype: with float32 weights and
+    model.dtype=bfloat16, cast them on entry (gradients flow back through the cast) and size the
+    sampler's KV cache in bfloat16; a no-op where the family's patches lack compute_dtype."""
     fam = get(family)
     if "compute_dtype" not in fam.patches:
         return
@@ -111,10 +102,9 @@ def use_compute_dtype(family: str, dtype: str, param_dtype: str) -> None:
 
 
 def dedicated_pad(tokenizer: Any, prompts: Iterable[list[int]]) -> int | None:
-    """Give an HF tokenizer a pad token that no prompt contains; returns its id. Keeps its own
-    pad when it is set, differs from eos and occurs in no prompt; otherwise the first special
-    token (then the last vocabulary id) that is neither eos nor bos nor in any prompt. None
-    (unchanged) for tokenizers that are not HF tokenizers."""
+    """Give an HF tokenizer a pad token that no prompt contains (its own when that is neither
+    eos nor in a prompt, else the first such special token, then the last id); returns its id,
+    None for tokenizers that are not HF tokenizers."""
     if not hasattr(tokenizer, "pad_token_id") or not hasattr(tokenizer, "convert_ids_to_tokens"):
         return None
     avoid = ({int(t) for ids in prompts for t in ids}

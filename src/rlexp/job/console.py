@@ -1,10 +1,8 @@
 """What a run prints: progress, evaluation lines and a before -> after table at the end.
 
-On a terminal the progress is a bar (step, reward, accuracy, s/step). Elsewhere (a file, a
-pipe, a scheduler's log) a bar's carriage returns would pile up into one huge line, so progress
-is plain periodic lines instead. run.progress=false hides the bar and the step lines only.
-Everything a job shows goes to stderr in one format ('rlexp: ...', 'rlexp: warning: ...'), log
-records too (route_logs; Hydra's job logging would print them on stdout with a timestamp).
+On a terminal the progress is a bar; elsewhere (a file, a pipe) plain periodic lines, where a
+bar's carriage returns would pile up. Everything a job shows goes to stderr in one format
+('rlexp: ...', 'rlexp: warning: ...'), log records too (route_logs).
 """
 
 from __future__ import annotations
@@ -20,9 +18,6 @@ from rlexp.base import runtime
 from rlexp.base.events import Listener, RunInfo
 from rlexp.config.schema import Config
 
-# Imported inside functions, on purpose: tqdm is imported only when a progress bar is drawn (a
-# terminal).
-
 # Rows of the end-of-run table: (metric, label).
 TABLE = (("eval/accuracy", "accuracy"), ("eval/partial_accuracy", "partial accuracy"),
          ("eval/format_accuracy", "format accuracy"), ("eval/pass_at_k", "pass@k"),
@@ -31,17 +26,14 @@ TABLE = (("eval/accuracy", "accuracy"), ("eval/partial_accuracy", "partial accur
 LINES_PER_RUN = 20
 MAX_SILENCE_S = 60.0
 
-# Messages of third-party loggers that are noise (matched as substrings): Tunix logs the
-# first two through absl as warnings on every CPU run (tunix/rl/utils.py, rl_cluster.py);
-# huggingface_hub retries each HEAD request with a warning when there is no network
-# ("'(MaxRetryError(...))' thrown while requesting HEAD https://... Retrying in 1s").
+# Third-party log messages that are noise (substrings): Tunix's absl warnings on every CPU run
+# (tunix/rl/utils.py, rl_cluster.py), huggingface_hub's retries of HEAD requests offline.
 NOISE = {
     "absl": ("Resharding model from", "Skipping non-TPU device"),
     "huggingface_hub": ("thrown while requesting", "Returning existing local_dir"),
     "huggingface_hub.utils._http": ("thrown while requesting",),
-    # MLflow's requests retry through urllib3, which logs each retry as a warning: a store
-    # that is down printed ~20 "Retrying (Retry(total=0, ...)) after connection broken by
-    # ..." lines in a 2-step run; rlexp says once that the store is unreachable instead.
+    # MLflow's retries through urllib3: a store that is down printed ~20 warnings in a 2-step
+    # run; rlexp says once that it is unreachable instead.
     "urllib3.connectionpool": ("Retrying (",),
 }
 # Loggers whose INFO lines are bookkeeping (table creation, monitors, font caches).
@@ -81,8 +73,7 @@ def quiet_third_party() -> None:
     for message in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     # Tunix's reward metrics (tunix/rl/reward_manager.py) take np.nanmean of a step's rewards:
-    # when all are NaN numpy warns "Mean of empty slice"; the loop's NaN guard names the
-    # metric and stops the run, in one line.
+    # all NaN, numpy warns; the loop's NaN guard names the metric and stops the run instead.
     warnings.filterwarnings("ignore", message="Mean of empty slice", category=RuntimeWarning,
                             module=r"tunix\.")
 
@@ -184,8 +175,7 @@ class ConsoleListener(Listener):
                     f"{pass_at_k_label(metrics)} {metrics.get('eval/pass_at_k', 0):.3f}")
 
     def show_link(self) -> None:
-        """'run dir <path>' and 'MLflow <link>' lines (the latter when tracking is on): once the
-        listeners started (the tracker made its run), and at the end."""
+        """'run dir' and 'MLflow' lines, once the tracker made its run and at the end."""
         lines = [f"  run dir  {self.run_dir}"] if self.run_dir is not None else []
         link = self.link() if self.link is not None else None
         if link:
@@ -230,10 +220,8 @@ class ConsoleListener(Listener):
 
 
 class ConsoleFormatter(logging.Formatter):
-    """Log records on the console as rlexp's own lines are: 'rlexp: warm start: ...',
-    'rlexp: warning: ...', 'absl: warning: ...' (who, the level unless INFO, the message),
-    instead of Hydra's '[2026-11-24 11:16:23,641][rlexp.engine.warm_start][INFO] - ...'.
-    The run's log file (rlexp.log) keeps Hydra's format, timestamps included."""
+    """Log records on the console as rlexp's own lines: 'rlexp: warning: ...', 'absl:
+    warning: ...' (who, the level unless INFO, the message); rlexp.log keeps Hydra's format."""
 
     def format(self, record: logging.LogRecord) -> str:
         who = "rlexp" if record.name.split(".")[0] in ("rlexp", "__main__") else record.name
@@ -250,9 +238,8 @@ class ConsoleFormatter(logging.Formatter):
 FILE_ONLY = "rlexp.job.file_only"
 
 
-# In a sweep, what each job would say about its own start-up (one warm-start line per job)
-# stays in its rlexp.log: the sweep's progress says the rest. Warnings always show.
-# A sweep job's lines for its log file only (its before/after table).
+# In a sweep, each job's start-up lines (and its before/after table, JOB_LOG_ONLY) stay in its
+# rlexp.log: the sweep's progress says the rest. Warnings always show.
 JOB_LOG_ONLY = "rlexp.job.log_only"
 STARTUP_LOGGERS = ("rlexp.engine.warm_start", "rlexp.base.retention", "rlexp.inputs.model_files",
                    JOB_LOG_ONLY)
@@ -263,9 +250,8 @@ def _not_startup(record: logging.LogRecord) -> bool:
 
 
 def _console(record: logging.LogRecord) -> bool:
-    """No FILE_ONLY record; and in a multi-controller run, process 0 alone prints what happens
-    (its resume line, its phases): every process still prints its warnings and errors. Read
-    per record, since the process index is known only once jax.distributed has joined."""
+    """No FILE_ONLY record; below WARNING, process 0's only (read per record: the index is
+    known once jax.distributed has joined)."""
     if record.name == FILE_ONLY:
         return False
     return record.levelno >= logging.WARNING or runtime.is_main_process()
@@ -276,9 +262,8 @@ _OURS = (_not_startup, _console)
 
 
 def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, Any, Any]]:
-    """The root logger's console handlers (Hydra's job logging writes to stdout) write to
-    `stream` (stderr, where every rlexp line goes) in ConsoleFormatter's format; in a sweep
-    the start-up lines are left to the job's log file. Returns what restore_logs undoes."""
+    """The root logger's console handlers (Hydra's write to stdout) write to `stream` in
+    ConsoleFormatter's format; returns what restore_logs undoes."""
     changed = []
     for handler in logging.getLogger().handlers:
         # Hydra's console handler (hydra/conf/hydra/job_logging/default.yaml) is a plain
@@ -305,8 +290,7 @@ def restore_logs(changed: list[tuple[logging.Handler, Any, Any]]) -> None:
 
 
 def phase(text: str) -> None:
-    """A start-up phase begins ('rlexp: <run>: building the model ...'): one line at once on a
-    terminal, for a single run. Piped output (a log, a test) keeps a bad input's one error line;
-    a sweep's job (a LabelledStream, no tty) says nothing; nor do processes other than 0."""
+    """A start-up phase begins: one line on a terminal, from process 0 (piped output keeps a
+    bad input's one error line; a sweep's job has no tty)."""
     if is_terminal(sys.stderr) and runtime.is_main_process():
         print(f"rlexp: {text}", file=sys.stderr, flush=True)

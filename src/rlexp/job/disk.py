@@ -1,8 +1,7 @@
-"""A full disk (ENOSPC, or orbax's RESOURCE_EXHAUSTED) anywhere during the run stops it FAILED
-with one line naming the path and its free space: the unfinished checkpoint is removed (the
-last good one stays), no *.tmp file is left, and a small reserve file, deleted first, leaves
-room for summary.json and the tracker's final records. Once the disk is found full, logging
-stops raising: the log files may be on it (no "--- Logging error ---")."""
+"""A full disk (ENOSPC, or orbax's RESOURCE_EXHAUSTED) stops the run FAILED with one line naming
+the path and its free space: the unfinished checkpoint and *.tmp files go, and a reserve file,
+deleted first, leaves room for summary.json and the tracker's last records. Logging then stops
+raising (the log files may be on the full disk)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ log = logging.getLogger("rlexp")
 
 # What every full-disk line asks of the user.
 RERUN = "free some space, then rerun the same command"
-# The reserve file: summary.json and the tracker's last records take a few KiB of it; the rest
-# is margin.
+# The reserve file: summary.json and the tracker's last records take a few KiB of it.
 RESERVE_FILE = ".rlexp-reserve"
 RESERVE_BYTES = 512 * 1024
 
@@ -35,9 +33,7 @@ def found_full(exc: BaseException, run_dir: Path) -> DiskFull | None:
 
 
 def clean_up(run_dir: Path, checkpoints: Any = None) -> None:
-    """What writes that hit the full disk left: the unfinished checkpoint under `checkpoints`,
-    then temporary files (summary.json.tmp, <file>.<pid>.<thread>.tmp,
-    tracking_spool.jsonl.tmp)."""
+    """What writes that hit the full disk left: the unfinished checkpoint, then *.tmp files."""
     if checkpoints is not None:
         remove_unfinished(checkpoints)
     for path in run_dir.glob("*.tmp"):
@@ -76,8 +72,7 @@ class DiskReserve:
 
 class Observers(Listeners):
     """The run's listeners: a failing one is logged and the run goes on, except for a full
-    disk, raised as DiskFull once every listener had the event (the resume redoes the steps
-    after the last good checkpoint)."""
+    disk, raised as DiskFull once every listener had the event."""
 
     def __init__(self, listeners: list[Listener], run_dir: Path):
         super().__init__(listeners)

@@ -1,8 +1,5 @@
 """Held-out evaluation: greedy accuracy, format and partial credit, pass@k of sampled answers.
-
-`eval_metrics` is a pure function of completions and references (tested directly);
-`evaluate` runs the engine's rollouts to get the completions.
-"""
+`eval_metrics` is a pure function of completions and references; `evaluate` samples them."""
 
 from __future__ import annotations
 
@@ -17,8 +14,6 @@ from rlexp.data import maxtext_grading, reward_sets, rewards
 if TYPE_CHECKING:
     from rlexp.engine import Engine
 
-
-# ------------------------------------------------------------- MaxText's evaluation
 
 _MAXTEXT_FNS = (reward_sets.maxtext_format_exact, reward_sets.maxtext_format_approx,
                 reward_sets.maxtext_check_answer, reward_sets.maxtext_check_numbers)
@@ -70,7 +65,7 @@ def uses_maxtext_rewards(terms: Sequence[rewards.Term]) -> bool:
 def _maxtext_metrics(scored: Sequence[Sequence[float]], each: Sequence[Sequence[float]],
                      maj: Sequence[bool]) -> dict[str, float]:
     """The eval/ metrics of MaxText's scores: (correct, partial, format) per greedy completion,
-    the correctness of each sampled one per question, and maj@k per question."""
+    each sampled one's correctness and maj@k per question."""
     return {
         "eval/accuracy": float(np.mean([s[0] for s in scored])),
         "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
@@ -83,8 +78,7 @@ def _maxtext_metrics(scored: Sequence[Sequence[float]], each: Sequence[Sequence[
 
 def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
                          answers: Sequence[str], reasoning_tag: str) -> dict[str, float]:
-    """accuracy / partial / format of the greedy completions as evaluate_rl scores them
-    (its default: greedy, one pass), pass@k and maj@k of the k sampled ones."""
+    """evaluate_rl's default verdicts of the greedy completions; pass@k, maj@k of the sampled."""
     scored = [maxtext_score_responses([c], a, reasoning_tag) for c, a in zip(greedy, answers)]
     each = [[maxtext_score_responses([c], a, reasoning_tag)[0] for c in group]
             for group, a in zip(sampled, answers)]
@@ -93,8 +87,6 @@ def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]]
            for g, r in zip(sampled, ref)]
     return _maxtext_metrics(scored, each, maj)
 
-
-# ---------------------------------------------- MaxText's evaluation at e591f30cb
 
 _MAXTEXT_CURRENT_FNS = (reward_sets.maxtext_current_format_exact,
                         reward_sets.maxtext_current_format_approx,
@@ -157,9 +149,8 @@ def _start_in_prompt(terms: Sequence[rewards.Term]) -> bool:
 def maxtext_current_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
                                  answers: Sequence[str], reasoning_tag: str,
                                  start_in_prompt: bool = False) -> dict[str, float]:
-    """accuracy / partial / format of the greedy completions as evaluate_rl (e591f30cb)
-    scores them by default (greedy, one pass, eval_mode=pass); pass@k and the sampled
-    accuracy (its eval_mode=pass_at_1) of the k sampled ones; maj@k (eval_mode=maj)."""
+    """evaluate_rl's (e591f30cb) default verdicts (eval_mode=pass) of the greedy completions;
+    pass@k, the sampled accuracy (its pass_at_1) and maj@k of the k sampled ones."""
     kw = {"reasoning_tag": reasoning_tag, "reasoning_start_in_prompt": start_in_prompt}
     scored = [maxtext_current_score_responses([c], a, **kw) for c, a in zip(greedy, answers)]
     each = [[maxtext_current_score_responses([c], a, **kw)[0] for c in group]
@@ -195,10 +186,9 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
                  terms: Sequence[rewards.Term], template: str, reasoning_tag: str = "reasoning",
                  prompts: Sequence[str] | None = None) -> dict[str, float]:
     """Metrics of one evaluation: greedy[i] is prompt i's greedy completion, sampled[i] its k
-    sampled ones. accuracy/format/partial are of the greedy completions, unweighted (whatever
-    cfg.reward is); mean_reward is the run's weighted reward of them; pass_at_k = fraction of
-    prompts with at least one exactly right sampled answer. MaxText's and EasyDeL's reward sets
-    get their own answer metrics (the functions above)."""
+    sampled ones. accuracy/format/partial are of the greedy ones, unweighted; mean_reward their
+    weighted reward; pass_at_k the fraction of prompts with a right sampled answer. MaxText's
+    and EasyDeL's reward sets get their own answer metrics (above)."""
     weighted = rewards.score_all(terms, greedy, answers, prompts)
     mean_reward = float(np.mean(np.sum(list(weighted.values()), axis=0)))
     if uses_maxtext_rewards(terms):
@@ -226,8 +216,7 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
 
 
 def pass_at_k_label(metrics: dict[str, float]) -> str:
-    """'pass@4': k as the evaluation sampled it (eval/k, from eval.pass_k), for every table and
-    line that shows eval/pass_at_k."""
+    """'pass@4': k as the evaluation sampled it (eval/k)."""
     k = metrics.get("eval/k")
     return f"pass@{int(k)}" if k else "pass@k"
 

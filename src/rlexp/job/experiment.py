@@ -1,11 +1,6 @@
-"""One job, start to end, in named phases (_run_locked). Data flows one way: config -> plan ->
-components -> loop -> listeners. This is the only place that decides a run's status (FINISHED,
-FAILED, KILLED); summary.json is written through rlexp.base.summary.
-
-The phases call the job's policies, each in a module of its own: what an earlier attempt in the
-run dir left (resume), how a failure ends a single run or a sweep's job (failure), a full disk
-(disk), process 0's share of a multi-controller run (process0), the listeners and what they
-hear first (listeners).
+"""One job, start to end, in named phases (_run_locked): config -> plan -> engine -> loop ->
+listeners. The only place that decides a run's status (FINISHED, FAILED, KILLED). The phases
+call the job's policies: resume, failure, disk, process0, listeners (a module each).
 """
 
 from __future__ import annotations
@@ -17,9 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import OmegaConf
 
 from rlexp import engine as engine_lib
 from rlexp.base import runtime
@@ -35,6 +27,7 @@ from rlexp.engine.checkpoint_store import DiskFull
 from rlexp.inputs import storage
 from rlexp.job import disk, failure, loop, process0, resume, stopping
 from rlexp.job.console import ConsoleListener, phase, quiet_third_party
+from rlexp.job.context import JobContext
 from rlexp.job.listeners import ProgressFile, listeners_for, run_info
 from rlexp.job.resume import Checkpointer, Preempted, StopFlag
 from rlexp.planning.hardware import init_distributed, lost_peer, process_lines, sync_processes
@@ -42,42 +35,9 @@ from rlexp.planning.plan import make_plan
 from rlexp.tracking import default_uri, warm_up
 from rlexp.tracking.environment import git_tags
 
-# Imported inside functions, on purpose: jax (1.4 s) is imported only to count devices once the
-# run is built (_first_summary): pre-flight and dry runs import this module.
+# jax (1.4 s) is imported in _first_summary only: pre-flight and dry runs import this module.
 
 log = logging.getLogger("rlexp")
-
-
-@dataclass
-class JobContext:
-    # Where this job writes (Hydra's output dir).
-    run_dir: Path
-    # Readable run name (the run dir's name).
-    name: str
-    # Group choices, e.g. {"algo": "gspo", "hardware": "v6e-8", ...}.
-    choices: dict[str, str]
-    # The job's command-line overrides (a sweep job's include its swept values).
-    overrides: list[str]
-    # The sweep dir when this job is part of a multirun.
-    sweep_dir: Path | None = None
-    # The job's number in its multirun (Hydra's job.num, from 0); None for a single run.
-    index: int | None = None
-
-    @classmethod
-    def from_hydra(cls) -> "JobContext":
-        hc = HydraConfig.get()
-        run_dir = Path(hc.runtime.output_dir)
-        choices = {k: str(v) for k, v in OmegaConf.to_container(hc.runtime.choices).items()
-                   if not k.startswith("hydra/") and v is not None}
-        sweep = Path(hc.sweep.dir).resolve() if hc.mode == RunMode.MULTIRUN else None
-        return cls(run_dir=run_dir, name=run_dir.name, choices=choices,
-                   overrides=list(hc.overrides.task), sweep_dir=sweep,
-                   index=int(hc.job.num) if sweep is not None else None)
-
-    def identity(self) -> dict[str, Any]:
-        """The fields every summary.json of this job starts with."""
-        return {"name": self.name, "choices": self.choices, "overrides": self.overrides,
-                "run_dir": str(self.run_dir.resolve())}
 
 
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
@@ -91,9 +51,7 @@ def print_plan(cfg: Config, plan, job: JobContext) -> None:
 
 
 def run(cfg: Config, job: JobContext) -> float | None:
-    # Pre-flight refused a plan that does not fit (launch.checks.check_fits) before Hydra
-    # launched this job, maybe in another process: the job makes it once and does not re-check.
-    plan = make_plan(cfg)
+    plan = make_plan(cfg)  # pre-flight refused one that does not fit (launch.checks.check_fits)
     if cfg.run.dry_run:  # a dry-run job of a sweep that launches others
         print_plan(cfg, plan, job)
         return None
@@ -147,9 +105,8 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
 
 
 def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
-    """What an earlier attempt in this run dir left: its summary with run.resume=true (a
-    finished run is said so here, and not trained again), nothing with run.resume=false (its
-    checkpoints, tracking link and summary are removed)."""
+    """The earlier attempt's summary with run.resume=true (a finished run is said so, not
+    trained again); with run.resume=false its checkpoints, link and summary are removed."""
     previous = None
     if cfg.run.resume:
         previous = resume.recorded_state(cfg, job, checkpoints)
@@ -165,9 +122,8 @@ def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None
 
 
 def build_engine(cfg: Config, job: JobContext, plan) -> Any:
-    """The engine (model, data, Tunix's learner). Bad input found here is one line, as in
-    pre-flight; in a sweep, any other failure is this job's FAILED summary (with why)."""
-    # The first line of a run, before JAX is imported (the build's first seconds).
+    """The engine. Bad input found here is one line, as in pre-flight; in a sweep, any other
+    failure is this job's FAILED summary (with why)."""
     phase(f"{job.name}: building the model (importing JAX and Tunix)")
     process0.only(warm_up, cfg)  # MLflow's import and store open on a thread, while it builds
     try:
@@ -181,8 +137,7 @@ def build_engine(cfg: Config, job: JobContext, plan) -> Any:
 
 
 def restore(cfg: Config, plan, engine: Any, checkpoints: Any) -> tuple[Checkpointer, dict | None]:
-    """The checkpointer, and the metadata of the newest checkpoint that loads (run.resume=true;
-    None: training starts at step 0)."""
+    """The checkpointer, and the newest loadable checkpoint's metadata (None: from step 0)."""
     checkpointer = Checkpointer(checkpoints, cfg.train.keep_checkpoints, engine,
                                 plan.checkpoint_bytes)
     resumed = checkpointer.restore_latest(cfg.train.seed) if cfg.run.resume else None
@@ -210,7 +165,6 @@ class Attempt:
     info: RunInfo
     # summary.json as it stands; finish completes and writes it.
     summary: dict[str, Any]
-    # Early stopping and sweep pruning (rlexp.job.stopping).
     stops: stopping.Stops
     reserve: disk.DiskReserve
 
@@ -232,8 +186,6 @@ class Outcome:
 
 def open_attempt(cfg: Config, job: JobContext, engine: Any, checkpointer: Checkpointer,
                  resumed: dict | None, previous: dict | None, started: float) -> Attempt:
-    """In this order: the listeners, what they hear first, the summary's first fields, the
-    stops and the disk reserve."""
     heard = listeners_for(cfg, job.run_dir)
     return Attempt(
         cfg=cfg, job=job, engine=engine, checkpointer=checkpointer, resumed=resumed,
@@ -257,8 +209,8 @@ def _first_summary(job: JobContext, engine: Any, started: float) -> dict[str, An
 
 
 def train(a: Attempt, outcome: Outcome) -> None:
-    """The loop, then the export; how it ended goes into `outcome`: any error is the run's
-    FAILED end, said in one line (failure_line), its traceback in the run's rlexp.log."""
+    """The loop, then the export; how it ended goes into `outcome` (an error: FAILED, its
+    traceback in the run's rlexp.log)."""
     try:
         with StopFlag() as stop:
             a.listeners.on_run_start(a.info)
@@ -314,8 +266,7 @@ def finish(a: Attempt, outcome: Outcome) -> None:
 
 
 def _record(a: Attempt, outcome: Outcome) -> None:
-    """summary.json; a disk that fills up now leaves a trained run FAILED (not recorded: the
-    rerun only writes it)."""
+    """summary.json; a disk that fills up now leaves a trained run FAILED (a rerun writes it)."""
     late = disk.try_summary(a.job.run_dir, a.summary)
     if late is None:
         return
@@ -327,9 +278,7 @@ def _record(a: Attempt, outcome: Outcome) -> None:
 
 
 def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float | None:
-    """A finished run returns its objective (what a sweeper optimizes). Otherwise, after its
-    one line, a sweep's job returns NaN (the other jobs go on); a single run exits 143
-    (KILLED) or 1."""
+    """A finished run's objective (what a sweeper optimizes), else failure.policy's end."""
     if outcome.status == "FINISHED":
         return summary["objective"]
     # process 0's console said a FAILED run's line (ConsoleListener.on_run_end); a KILLED
@@ -345,8 +294,8 @@ def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float
 
 
 def _export(cfg: Config, engine: Any, run_dir: Path, observers: Listeners) -> str | None:
-    """The final policy as a Hugging Face dir, handed to the tracker as artifact `model`.
-    Never fails the run: the checkpoint holds the same weights (python -m rlexp.export)."""
+    """The final policy as a Hugging Face dir, artifact `model`. Never fails the run: the
+    checkpoint holds the same weights (python -m rlexp.export)."""
     try:
         source = Path(cfg.model.path) if cfg.model.path else None
         state = engine.policy_state()  # every process: gathering the shards is a collective

@@ -22,7 +22,7 @@ from rlexp.job.disk import RESERVE_FILE
 from rlexp.job.sweep_messages import current_job
 
 if TYPE_CHECKING:
-    from rlexp.job.experiment import JobContext
+    from rlexp.job.context import JobContext
 
 
 class SingleRun:
@@ -32,7 +32,7 @@ class SingleRun:
         self.job = job
 
     def refused(self, message: str) -> NoReturn:
-        """Bad input found after Hydra made the run dir: its one line, nothing half-made left."""
+        """Bad input found after Hydra made the run dir: its line, nothing half-made left."""
         run_dir = self.job.run_dir
         hydra_only = {".hydra", "rlexp.log", "__main__.log", "rlexp.lock", RESERVE_FILE}
         if run_dir.is_dir() and all(p.name in hydra_only or is_lock_file(p.name)
@@ -51,7 +51,7 @@ class SingleRun:
         """The build raised: the job's handler says it (and writes the FAILED summary)."""
 
     def failed(self, line: str) -> float:
-        """A failure outside the loop: its one line, then exit 1 (a sweep's job: NaN)."""
+        """A failure outside the loop: its line, then exit 1 (a sweep's job: NaN)."""
         process0.say(f"rlexp: error: {line}", error=True)
         sys.exit(1)
 
@@ -104,9 +104,8 @@ def error_line(exc: BaseException) -> str:
 
 
 def failure_line(exc: BaseException) -> str:
-    """A failure after start-up in one line, naming its cause and where it struck: 'reward
-    exact raised ValueError: grader down at step 3' (a reward plug-in names itself),
-    'OSError: [Errno 5] Input/output error: '/data/x.jsonl' in the evaluation at step 0'."""
+    """A failure in one line, its cause and where it struck: 'reward exact raised ValueError:
+    grader down at step 3' (a reward plug-in names itself)."""
     cause = str(exc) if isinstance(exc, RewardFailed) else error_line(exc)
     where = loop.failed_at(exc)
     return redact_text(f"{cause} {where}" if where else cause)

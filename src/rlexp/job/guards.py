@@ -1,16 +1,10 @@
 """Guards: settings that silently do nothing (found up front) and values that went non-finite.
 
-In Tunix 0.1.7 the old log-probs of the importance ratio are computed only when
-num_iterations > 1 (grpo_learner.py); otherwise the loss uses stop_gradient(current), so
-the ratio is exactly 1, nothing is clipped, and GRPO and GSPO give bit-identical updates.
-Several mini-batches per rollout batch do not change this: Tunix rolls out each mini-batch
-with the current weights. So: on-policy <=> num_iterations == 1.
-
-The warning is for a user who *chose* such a knob: on the command line, in a sweep file, or
-through an experiment file or group choice that gives it a value other than the default
-config's (`experiment=maxtext_llama3.1-8b_gspo` selects GSPO at num_iterations=1). The
-defaults carry epsilon=0.2 for when a run goes off-policy, which is not a mistake. One rule,
-printed by a run's and a dry run's pre-flight (rlexp.launch.preflight.warn_noop).
+Tunix 0.1.7 computes the old log-probs only when num_iterations > 1 (grpo_learner.py; each
+mini-batch is rolled out with the current weights): on-policy the ratio is exactly 1, nothing
+is clipped, and GRPO and GSPO give bit-identical updates. The warning is for a user who *chose*
+such a knob (command line, sweep, or an experiment file or group choice that sets a value other
+than the default's); printed by pre-flight (rlexp.launch.preflight.warn_noop).
 """
 
 from __future__ import annotations
@@ -36,8 +30,7 @@ ON_POLICY_KEYS = ("algo.scale_rewards", "algo.loss_agg", "algo.mask_truncated",
                   "algo.entropy_coef", "algo.top_entropy_quantile")
 
 
-# The guards by name (README.md's rule table): a warning at start (on_policy_noop, printed
-# by pre-flight) and a stop mid-run (nonfinite, by the loop). Neither refuses input.
+# The guards by name (README.md's rule table): a warning at start and a stop mid-run.
 GUARDS = ("on_policy_noop", "nonfinite")
 
 
@@ -92,8 +85,7 @@ def noop_message(cfg: Config, keys: Iterable[str]) -> str:
 def noop_warning(jobs: list[Config], overrides: Iterable[str], swept: dict[str, list[str]],
                  multirun: bool) -> str | None:
     """The one warning line for a command, or None: the user set (or swept) a NOOP_KEY and
-    every job is on-policy. A sweep warns only for keys it varies (a fixed epsilon in a sweep
-    over beta is harmless); algo=gspo alone warns (it is GRPO on-policy)."""
+    every job is on-policy. A sweep warns only for keys it varies."""
     if not jobs or not all(on_policy_noop(job) for job in jobs):
         return None
     if multirun:

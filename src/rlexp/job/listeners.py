@@ -28,7 +28,7 @@ from rlexp.tracking.links import run_dir_link
 from rlexp.tracking.remote_jobs import expected_jobs, parent_from_env
 
 if TYPE_CHECKING:
-    from rlexp.job.experiment import JobContext
+    from rlexp.job.context import JobContext
 
 
 class ProgressFile(Listener):
@@ -48,8 +48,7 @@ class ProgressFile(Listener):
 
 
 def listeners_for(cfg: Config, run_dir: Path) -> list[Listener]:
-    """ProgressFile first (the step a KILLED or FAILED summary names), then process 0's
-    console, tracker and sweep messages; the other processes only count steps."""
+    """ProgressFile first, then process 0's console, tracker and sweep messages."""
     if not process0.here():  # one record per run: process 0 prints and tracks
         return [ProgressFile(run_dir, write=False)]
     link = (lambda: run_dir_link(run_dir)) if cfg.tracker.name != "none" else None
@@ -93,8 +92,7 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
 
 
 def parent(job: JobContext) -> dict[str, Any]:
-    """The sweep's parent run: from the sweep dir (local, SLURM, Ray), else the one a remote
-    launcher passed in the environment (xpk: the pod runs one job, not a multirun)."""
+    """The sweep's parent run: from the sweep dir, else from the environment (xpk)."""
     found = (parent_run_id(job.sweep_dir) if job.sweep_dir else None) or parent_from_env()
     return {"parent_run_id": found} if found else {}
 

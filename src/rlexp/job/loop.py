@@ -4,10 +4,9 @@
     reward, advantage and update inside Tunix's learner), check; log_step; check_stops:
     [evaluate], [stop?]; save_or_preempt: [checkpoint] -> end: evaluate (after), checkpoint
 
-All state lives in `LoopState`: the global step. The data order and every sampling key are
-pure functions of (seed, step), so a checkpoint needs the step, the weights and the
-optimizer state, and nothing else. A checkpoint at step s is taken after step s's metrics
-and evaluation were emitted, so a resume from s repeats none of them.
+The data order and every sampling key are pure functions of (seed, step), so a checkpoint
+needs the step, the weights and the optimizer state only. A checkpoint at step s is taken after
+step s's metrics and evaluation were emitted, so a resume from s repeats none of them.
 """
 
 from __future__ import annotations
@@ -80,8 +79,7 @@ class PhaseTimer:
 
 
 class NonFinite(Exception):
-    """A loss or reward became NaN/Inf: the run stops (what checkpoint is kept is the
-    caller's to say: it knows what is on disk)."""
+    """A loss or reward became NaN/Inf: the run stops."""
 
 
 def check_finite(step: int, metrics: dict[str, float]) -> None:
@@ -96,8 +94,7 @@ _PHASE_NAMES = {"data": "the data of", "step": "", "evaluate": "the evaluation a
 
 
 def failed_at(exc: BaseException) -> str | None:
-    """Where in the loop `exc` was raised ('at step 3', 'in the evaluation at step 0'), as
-    train_steps() noted it; None when it did not come from the loop."""
+    """Where in the loop `exc` was raised ('at step 3', 'in the evaluation at step 0')."""
     return getattr(exc, "_rlexp_failed_at", None)
 
 
@@ -114,8 +111,7 @@ def train_steps(cfg: Config, engine: "Engine", listeners: Listeners, run_dir: Pa
                 checkpointer: "Checkpointer | None" = None, stop: "StopFlag | None" = None,
                 resumed: dict[str, Any] | None = None,
                 stops: "Stops | None" = None) -> dict[str, Any]:
-    """Train cfg.train.steps global steps; returns the summary fields. `stops` (early stopping,
-    sweep pruning) may end training sooner; Training says what the other arguments are."""
+    """Train cfg.train.steps global steps (`stops` may end sooner); the summary fields."""
     state = LoopState(step=engine.start_step, seed=cfg.train.seed)
     phase = PhaseTimer()
     try:
@@ -140,15 +136,12 @@ class Training:
     listeners: Listeners
     state: LoopState
     phase: PhaseTimer
-    # Saves every train.checkpoint_every steps, at the end, and on SIGTERM.
     checkpointer: "Checkpointer | None"
     # SIGTERM: checkpoint and stop (Preempted).
     stop: "StopFlag | None"
     # Metadata of the checkpoint the engine was restored from (None: from step 0).
     resumed: dict[str, Any] | None
-    # Early stopping and sweep pruning.
     stops: "Stops | None"
-    # run.profile_steps: a trace of those steps, handed to the listeners as an artifact.
     profiler: StepProfiler
     # Model FLOPs of one step and the devices' peak TFLOP/s: perf/tflops and perf/mfu.
     flops: float
@@ -200,8 +193,7 @@ def save(t: Training, **extra: Any) -> None:
 
 
 def begin(t: Training) -> None:
-    """The evaluation before training, and step 0's checkpoint; a resume takes the first
-    attempt's evaluation from its checkpoint instead."""
+    """The evaluation before training and step 0's checkpoint (a resume has both)."""
     if t.resumed is not None:
         t.state.eval_before = t.resumed.get("eval_before", {})
         return
@@ -211,8 +203,7 @@ def begin(t: Training) -> None:
 
 
 def train_step(t: Training) -> dict[str, float]:
-    """One global step (data, then rollout, reward, advantage and update inside Tunix's
-    learner) and its metrics with the step's timings; NonFinite when a value is NaN/Inf."""
+    """One global step and its metrics with the step's timings; NonFinite for a NaN/Inf."""
     state, engine = t.state, t.engine
     with t.phase("data"):
         batch = engine.splits.train_batch(state.step, t.cfg.train.batch_size, state.seed)
@@ -247,9 +238,8 @@ def log_step(t: Training, metrics: dict[str, float]) -> None:
 
 
 def check_stops(t: Training, metrics: dict[str, float]) -> str | None:
-    """Why training stops now (early stopping, pruning; None: it goes on), asked after the
-    step's metrics and again after the evaluation every eval.every steps (not at the last:
-    end evaluates)."""
+    """Why training stops now (None: it goes on), asked after the step's metrics and after
+    the evaluation every eval.every steps (not at the last: end evaluates)."""
     step, every = t.state.step, t.cfg.eval.every
     stopped = t.stops.check(step, metrics) if t.stops is not None else None
     if every and step % every == 0 and step < t.cfg.train.steps and stopped is None:
@@ -274,8 +264,8 @@ def save_or_preempt(t: Training) -> None:
 
 
 def end(t: Training, stopped: str | None) -> dict[str, Any]:
-    """The evaluation after training and the last checkpoint (a rerun of a run that finished
-    does neither twice), the profiler's trace, and the summary fields."""
+    """The evaluation after training and the last checkpoint (once, even on a rerun), the
+    profiler's trace, and the summary fields."""
     resumed = t.resumed
     if resumed is not None and resumed.get("eval_after") and resumed["step"] == t.cfg.train.steps:
         eval_after = resumed["eval_after"]  # finished before: do not evaluate (or log) twice

@@ -1,7 +1,5 @@
-"""Process 0's share of a multi-controller run (hardware.runtime=multi_controller): every
-process runs the job; process 0 alone prints, writes summary.json, progress.json and the
-export, and opens the MLflow run. The job's phases ask here (rlexp.base.runtime knows which
-process this is once planning.hardware.init_distributed has joined the others)."""
+"""Process 0's share of a multi-controller run: every process runs the job; process 0 alone
+prints, writes summary.json, progress.json and the export, and opens the MLflow run."""
 
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
 """Checkpoint and resume policy; the engine's state on disk is rlexp.engine.checkpoint_store's.
 
-A checkpoint holds the policy parameters, the optimizer state and our counters (model.lora:
-the adapters and their optimizer state only; the frozen base is rebuilt at start). Tunix's final
-save drops its global step, so the step that matters lives in our metadata. Orbax writes a step
-into a temporary dir and renames it when complete, so a SIGKILL mid-save leaves no half
-checkpoint under its final name; a committed one that fails to restore (corrupt files) is set
-aside with a warning in favour of the one before.
-
-A full disk: before each save the free space is compared with the size of the checkpoint
-before it (the plan's estimate for the first), and a save that fails with ENOSPC or
-RESOURCE_EXHAUSTED has its unfinished dir removed; either way `save` raises DiskFull and the
-checkpoints already committed stay as they are.
+The step that matters lives in our metadata (Tunix's final save drops its global step). Orbax
+renames a step's dir when complete, so a SIGKILL mid-save leaves no half checkpoint; one that
+fails to restore is set aside with a warning for the one before. Before each save the free
+space is compared with the previous checkpoint's size (the plan's for the first); a save short
+of room raises DiskFull, its unfinished dir removed, the committed ones kept.
 
 A rerun learns the earlier attempt's state from the first readable of: summary.json, the MLflow
 run (tracking.json's id, else the run tagged rlexp.run_dir), the newest checkpoint (the loop's
-last one carries `eval_after`). A damaged or missing summary.json of a run that finished is
-said in one line and rebuilt from the others: the run is reported finished, never trained or
-reopened again (its MLflow run stays FINISHED).
+last one carries `eval_after`). A damaged or missing summary.json of a finished run is rebuilt
+from the others, said in one line: the run is never trained or reopened again.
 """
 
 from __future__ import annotations
@@ -41,7 +34,7 @@ from rlexp.tracking.listener import recorded_run, warn
 
 if TYPE_CHECKING:
     from rlexp.engine import Engine
-    from rlexp.job.experiment import JobContext
+    from rlexp.job.context import JobContext
 
 log = logging.getLogger("rlexp")
 
@@ -85,8 +78,7 @@ class Checkpointer:
         self.failed = False
 
     def save(self, step: int, seed: int, extra: dict[str, Any]) -> Path:
-        """Save synchronously: when this returns, step `step` is durable. Raises DiskFull
-        (nothing of this step left on disk) when the disk cannot hold it."""
+        """Save synchronously (durable on return); DiskFull, nothing left, when it cannot."""
         self._check_room()
         target = self.directory / str(step)
         existed = is_local(self.directory) and Path(target).exists()
@@ -156,8 +148,7 @@ class Checkpointer:
 
 
 def final_metadata(directory: Path) -> dict[str, Any] | None:
-    """The metadata of the newest local checkpoint when it is a run's last one (the loop saves
-    `eval_after` only at its end), read from disk without building anything; else None."""
+    """The newest local checkpoint's metadata when it is a run's last (it has `eval_after`)."""
     steps = committed_steps(directory)
     meta = read_metadata(directory, steps[0]) if steps else None
     return meta if meta is not None and meta.get("eval_after") else None
@@ -168,9 +159,8 @@ ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed
 
 
 def carry_over(previous: dict | None, summary: dict) -> dict:
-    """A rerun's summary keeps what the earlier attempt knew and this one does not (a rerun
-    killed at once has no metrics of its own): a rewritten summary.json, and the MLflow
-    artifact made from it, never lose results to an emptier one."""
+    """A rerun's summary keeps what the earlier attempt knew and this one does not: a rerun
+    killed at once never loses results to an emptier summary."""
     empty = (None, {}, [], "")
     out = dict(summary)
     for key, value in (previous or {}).items():
@@ -180,8 +170,7 @@ def carry_over(previous: dict | None, summary: dict) -> dict:
 
 
 def recorded_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
-    """The earlier attempt's summary, from where the module docstring says (None: a new run,
-    or one that stopped before its end and resumes). A damaged summary.json is set aside."""
+    """The earlier attempt's summary (module docstring); a damaged one is set aside."""
     path = job.run_dir / SUMMARY_FILE
     previous = read_summary(job.run_dir)
     if previous is not None:
@@ -259,9 +248,8 @@ def forget_previous(run_dir: Path) -> None:
 
 
 def already_finished(run_dir: Path, previous: dict, git: dict[str, str]) -> str:
-    """A rerun of a finished command: which code finished it, and how to train again.
-    The run's identity is its config, not the code: a resume after a code change must
-    find its run dir, so a finished one is reported, not silently redone."""
+    """A rerun of a finished command: which code finished it, and how to train again (a run's
+    identity is its config, not the code, so a resume after a code change finds its dir)."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(previous["started"] + previous.get(
         "wall_s", 0))) if isinstance(previous.get("started"), (int, float)) else "earlier"
     then, now = previous.get("git_commit"), git.get("git.commit")

@@ -1,19 +1,14 @@
 """Stopping a run before train.steps: early stopping on a stalled metric, pruning of sweep jobs.
 
-Both are `Stop` objects the loop asks after each logged step and each evaluation; the first
-reason given ends the training loop (the final evaluation and checkpoint still run, the run
-ends FINISHED, and summary.json / MLflow carry the reason).
+The loop asks each `Stop` after each logged step and evaluation; the first reason ends training
+(the final evaluation and checkpoint still run, the run ends FINISHED with the reason).
 
-Pruning: hydra-optuna-sweeper 1.3.0 asks its study for a batch of trials, launches the jobs and
-only `tell`s the study their return values (its `_impl.py` sweep()): no job sees its Optuna
-trial, so Optuna cannot prune through the sweeper. Instead each finished or pruned job appends
-its eval curve to the sweep dir's pruning.jsonl; a job loads those as the earlier trials of an
-in-memory study, reports its own curve to a trial of its own and stops when Optuna's
-MedianPruner, comparing it with the earlier jobs at the same step, says so. (Optuna 2.10's RDB
-storage fails its alembic version check with SQLAlchemy 2, which MLflow needs, so a shared
-sqlite study is not an option.) This works with every sweeper (basic grid or Optuna) and every
-launcher whose jobs share the sweep dir. A pruned job still returns its final eval accuracy,
-which the sweeper's study records as a complete trial.
+Pruning: hydra-optuna-sweeper 1.3.0 only `tell`s its study the jobs' return values (`_impl.py`
+sweep()), so no job sees its trial. Instead each finished or pruned job appends its eval curve
+to the sweep dir's pruning.jsonl; a job loads those into an in-memory study as earlier trials
+and stops when Optuna's MedianPruner says so. (Optuna 2.10's RDB storage fails its alembic
+check with SQLAlchemy 2, which MLflow needs: no shared sqlite study.) Any sweeper, any launcher
+whose jobs share the sweep dir; a pruned job still returns its final eval accuracy.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ from typing import Any, Protocol
 from rlexp.base.lock import flocked
 from rlexp.config.schema import EarlyStopConfig, PruneConfig
 
-# Imported inside functions, on purpose: optuna (5.5 s) is optional (rlexp[optuna]): imported only
-# when a sweep job prunes.
+# optuna (5.5 s, optional: rlexp[optuna]) is imported only when a sweep job prunes.
 
 # One JSON line per finished or pruned job of the sweep: its state, final value and curve.
 PRUNING_FILE = "pruning.jsonl"

@@ -19,9 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from rlexp.base.events import Listener
 from rlexp.job.console import restore_logs, route_logs
 
-# What the launching process tells a sweep's jobs in their environment (SweepEnv; set by
-# rlexp.__main__ after pre-flight; the joblib launcher hands them to its workers, which may
-# have started before).
+# What the launching process tells a sweep's jobs in their environment (SweepEnv).
 SWEEP_SIZE_ENV = "RLEXP_SWEEP_SIZE"
 SWEEP_KEYS_ENV = "RLEXP_SWEEP_KEYS"
 SWEEP_RELAY_ENV = "RLEXP_SWEEP_RELAY"
@@ -30,8 +28,7 @@ SWEEP_TERMINAL_ENV = "RLEXP_SWEEP_TERMINAL"
 
 def job_label(index: int, size: int | None, overrides: Sequence[str],
               keys: Sequence[str]) -> str:
-    """'[3/8 β=0.04 G=4]': the job's number (from 1) of the sweep's `size`, and its values
-    of the swept `keys` (rlexp.config.naming.label, as its run name)."""
+    """'[3/8 β=0.04 G=4]': the job's number of the sweep's `size` and its swept values."""
     from rlexp.config.naming import label, override_values
 
     head = f"{index + 1}/{size}" if size else str(index + 1)
@@ -44,8 +41,7 @@ class SweepEnv:
     size: int | None = None
     # The keys the sweep varies, for the labels.
     keys: list[str] = field(default_factory=list)
-    # The joblib launcher's event dir, where each job writes <job index>.jsonl (None: another
-    # launcher).
+    # The joblib launcher's event dir, where each job writes <job index>.jsonl.
     relay: Path | None = None
     # The launching process draws a bar on a terminal: jobs send it their lines.
     terminal: bool = False
@@ -122,9 +118,8 @@ def _line_writer(stream: Any) -> Callable[[str], None]:
 
 
 class JobOutput(Listener):
-    """What this process's current job prints through: its label in a sweep (None for a
-    single run), the relay to the launching process, and, as one of the run's listeners, the
-    status the run ended with (a stopped job raises: its end record says KILLED, not FAILED)."""
+    """What this process's current job prints through: its label in a sweep, the relay to the
+    launching process, and (a run listener) the status the run ended with."""
 
     def __init__(self, label: str | None, relay: Relay | None):
         self.label = label
@@ -146,9 +141,8 @@ def current_job() -> JobOutput | None:
 @contextlib.contextmanager
 def job_output(index: int | None, overrides: Sequence[str],
                environ: Mapping[str, str] = os.environ) -> Iterator[JobOutput]:
-    """A job's console: log records on stderr in ConsoleFormatter's format, and, in a sweep
-    (`index` is its number), every line it prints labelled (job_label). Under the joblib
-    launcher its start and end (on a terminal, its lines too) go to the launching process."""
+    """A job's console: log records on stderr in ConsoleFormatter's format; in a sweep
+    (`index`), every line labelled, and under joblib its events sent to the launching process."""
     global _job
     sweep = SweepEnv.from_env(environ) if index is not None else SweepEnv()
     relay = Relay(sweep.relay / f"{index}.jsonl") if sweep.relay is not None else None
@@ -186,9 +180,7 @@ def job_output(index: int | None, overrides: Sequence[str],
 
 def failed_jobs(sweep_dir: Path, keys: Sequence[str] = ()) -> list[str]:
     """The line of each job of a sweep that did not finish, from its summary.json:
-    'rlexp: error: [β=0.04] reward exact raised ValueError: ... at step 3' (KILLED jobs say
-    their reason without 'error:'). Jobs still running elsewhere (a remote launcher) have
-    no such summary and are not counted."""
+    'rlexp: error: [β=0.04] reward exact raised ValueError: ... at step 3'."""
     from rlexp.base.summary import read_summary
     from rlexp.config.naming import label, override_values
 
@@ -206,8 +198,7 @@ def failed_jobs(sweep_dir: Path, keys: Sequence[str] = ()) -> list[str]:
 
 
 def end_of_sweep(sweep_dir: Path | None) -> int:
-    """After a sweep: each job that failed says its line again, in the launching process
-    (the sweep's last lines); the command's exit status, 1 when any job failed."""
+    """After a sweep, each failed job's line again; the command's exit status (1: any failed)."""
     if sweep_dir is None or not Path(sweep_dir).is_dir():
         return 0
     lines = failed_jobs(sweep_dir, SweepEnv.from_env().keys)

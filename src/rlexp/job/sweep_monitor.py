@@ -41,9 +41,8 @@ def short_duration(seconds: float) -> str:
 
 class SweepMonitor:
     """The launching process's view of a joblib sweep, from its jobs' event files: on a
-    terminal one bar (jobs done of all, running, failed, the time left from the finished
-    jobs) with the jobs' labelled lines printed above it; elsewhere one line per finished
-    job. It lives across the launcher's batches (Optuna launches a batch at a time)."""
+    terminal one bar with the jobs' lines above it, elsewhere a line per finished job. It lives
+    across the launcher's batches (Optuna launches a batch at a time)."""
 
     POLL_S = 0.2
 
@@ -132,8 +131,7 @@ class SweepMonitor:
                 self._write(f"rlexp: sweep {self.done}/{self.size} done, {self.status()}")
 
     def finish(self, results: Mapping[int, bool]) -> None:
-        """The launcher's results of a batch: job index -> it completed. A job that ended
-        without its own end event (it failed before its console started) counts here."""
+        """The launcher's results of a batch, for jobs that ended without an end event."""
         self.poll()
         with self._lock:
             for index, ok in results.items():
@@ -195,8 +193,7 @@ _monitor: SweepMonitor | None = None
 
 
 def sweep_monitor(size: int, workers: int) -> SweepMonitor:
-    """This process's sweep monitor (one per sweep, across the launcher's batches), started;
-    its event dir goes when the process ends."""
+    """This process's sweep monitor, started; its event dir goes when the process ends."""
     global _monitor
     if _monitor is None or _monitor.closed:
         relay = Path(tempfile.mkdtemp(prefix="rlexp-sweep-"))

@@ -1,7 +1,5 @@
-"""The command line of `python -m rlexp`, parsed once, first, by Hydra's own parser
-(hydra._internal.utils.get_args_parser, listed in rlexp.base.private_apis): a flag in the wrong
-place (`python -m rlexp a=1 -m b=1,2`) is one line naming the fix and exit 2.
-"""
+"""The command line of `python -m rlexp`, parsed once, first, by Hydra's own parser: a flag in
+the wrong place (`python -m rlexp a=1 -m b=1,2`) is one line naming the fix and exit 2."""
 
 from __future__ import annotations
 
@@ -37,9 +35,8 @@ def versions_line() -> str:
 
 
 def usage_error(message: str, argv: Sequence[str]) -> str:
-    """argparse's complaint -> one line naming the fix. Hydra's parser takes the overrides
-    as one positional list, so an option between two overrides leaves the later ones
-    'unrecognized': the usual case is -m typed after the first override."""
+    """argparse's complaint -> one line naming the fix (usually -m typed after an override:
+    Hydra's parser takes the overrides as one positional list)."""
     flags = [a for a in argv if a in ("-m", "--multirun")]
     if message.startswith("unrecognized arguments") and flags:
         rest = [a for a in argv if a not in ("-m", "--multirun")]
@@ -53,8 +50,7 @@ def usage_error(message: str, argv: Sequence[str]) -> str:
 
 
 def parse_args(argv: Sequence[str]) -> Any:
-    """Hydra's own argument parser, as `python -m rlexp`: a mistake raises UserError (one
-    line, exit 2, printed once), --version prints versions_line() and exits 0."""
+    """Hydra's own argument parser: UserError for a mistake; --version exits 0."""
     from hydra._internal.utils import get_args_parser
 
     argv = list(argv)

@@ -1,11 +1,7 @@
-"""The refusals pre-flight applies to each composed job: one line and exit code 2, found in
-milliseconds before Hydra makes a dir or MLflow a run, instead of minutes into a run.
-
-A rule that needs only the Config is in rlexp.config (validate's tables, rules.RULES); a check
-that needs the world (files, user code, the store, vLLM, the memory plan, disks, the launcher)
-is here; engine.build keeps what needs the built tokenizer or the installed Tunix. README.md's
-"Mistakes" table lists them all (tests/test_rule_table.py). CHECKS run per job, in order;
-COMMAND_CHECKS once per command, first (check_command)."""
+"""Pre-flight's refusals that need the world (files, user code, the store, vLLM, the memory plan,
+disks, the launcher): one line and exit 2 before Hydra makes a dir or MLflow a run. Rules that
+need only the Config are rlexp.config's; README.md's "Mistakes" table lists them all. CHECKS
+run per job, in order; COMMAND_CHECKS once per command, first."""
 
 from __future__ import annotations
 
@@ -46,19 +42,15 @@ from rlexp.tracking.store import classify, is_wrong, resolve_uri
 class CheckContext:
     """What the per-job checks know of the command (pre-flight makes it once, before the jobs)."""
 
-    # The command's output dir (hydra.run.dir, or the sweep's dir): check_free_space measures
-    # its disk, where the runs' checkpoints go.
+    # The command's output dir (hydra.run.dir, or the sweep's): where the checkpoints go.
     output_dir: Path = Path("outputs")
-    # The jobs run on other machines (a sweep with hydra/launcher=xpk): the pods' image has
-    # what the jobs import, and each pod's own pre-flight checks it there.
+    # The jobs run on other machines (xpk, SLURM), whose own pre-flight checks their imports.
     jobs_run_elsewhere: bool = False
-    # Warning lines already printed for this command: a sweep's jobs share one context, so
-    # a warning true of every job is said once.
+    # Warning lines already printed for this command (a sweep's jobs share one context).
     said: set = dataclasses.field(default_factory=set, compare=False, hash=False)
 
     def warn(self, line: str) -> None:
-        """One `rlexp: warning:` line, once per command (a command re-run in the vLLM venv
-        said it before the re-run)."""
+        """One `rlexp: warning:` line, once per command (a re-run in the vLLM venv said it)."""
         if line not in self.said and not os.environ.get("RLEXP_VLLM_RERUN"):
             self.said.add(line)
             print(f"rlexp: warning: {line}", file=sys.stderr, flush=True)
@@ -76,15 +68,13 @@ def check_writable(path: Path) -> None:
 
 
 def check_model_files(cfg: Config, ctx: CheckContext) -> None:
-    """A model.path given resolves: a local dir, the hub cache or a bucket; nothing is
-    downloaded (dry runs too: a dry run reads no weights, but a path given must be right)."""
+    """A model.path given resolves (a local dir, the hub cache or a bucket), dry runs too."""
     if cfg.model.path is not None:
         check_model(cfg.model, cfg.run.cache_dir)
 
 
 def check_model_path(cfg: Config, ctx: CheckContext) -> None:
-    """Without model.path, the model is one that needs no files (tiny's random init, a
-    packaged model). A dry run plans without it and says so after the plan."""
+    """Without model.path, the model needs no files (tiny's random init, a packaged model)."""
     if cfg.model.path is None:
         check_model(cfg.model, cfg.run.cache_dir)
 
@@ -99,9 +89,7 @@ def check_inputs(cfg: Config, ctx: CheckContext) -> None:
 
 def check_plugins(cfg: Config, ctx: CheckContext) -> None:
     """User code named by `_target_`s imports, and each reward function returns one float
-    per completion on a probe: found here, not mid-run (cheap: no JAX, no data loaded)."""
-    # A dry run plans without the optional packages a reward needs (the run itself refuses
-    # one that is missing in one line, as rollout=vllm without vLLM): probe the others.
+    per completion on a probe (a dry run skips rewards whose optional package is missing)."""
     kept = [f for f in cfg.reward.functions if cfg.run.dry_run is False
             or f._target_ not in rewards.NEEDS_MATH_VERIFY
             or importlib.util.find_spec("math_verify") is not None]
@@ -121,8 +109,7 @@ def refuse_unfit(plan: Plan) -> None:
 
 
 def check_fits(cfg: Config, ctx: CheckContext) -> Plan:
-    """The job's plan, made once here and handed on (the dry run prints it, the job trains
-    by it); a real run's that does not fit is refused now, a dry run's once it is printed."""
+    """The job's plan, made once; one that does not fit is refused (a dry run's once printed)."""
     plan = make_plan(cfg)
     if not cfg.run.dry_run:
         refuse_unfit(plan)
@@ -130,8 +117,7 @@ def check_fits(cfg: Config, ctx: CheckContext) -> Plan:
 
 
 def refuse_after_plan(cfg: Config, ctx: CheckContext, plan: Plan) -> None:
-    """What a dry run refuses once it printed the plan, as a real run would have before it:
-    a plan that does not fit (the plan's own verdict first), then a missing model.path."""
+    """What a dry run refuses after its plan: a plan that does not fit, then no model.path."""
     refuse_unfit(plan)
     check_model_path(cfg, ctx)
 
@@ -155,7 +141,7 @@ LAUNCHER_NEEDS = {
 
 def check_tracker(cfg: Config, ctx: CheckContext) -> None:
     """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to: one that is down
-    spools, one that can never work is refused (its scheme; for a real run, store.classify)."""
+    spools, one that can never work is refused."""
     if cfg.tracker.name != "mlflow":
         return
     if not cfg.tracker.experiment.strip():
@@ -192,9 +178,7 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
 
 
 def check_rollout(cfg: Config, ctx: CheckContext) -> None:
-    """The rollout backend's own pre-flight (RolloutSpec.check: rollout=vllm imports vLLM, and
-    tpu-inference on TPU, only when the engine builds, minutes in); not for a dry run: the
-    recipes that use vLLM plan on any machine."""
+    """The rollout backend's own pre-flight (RolloutSpec.check)."""
     if not ctx.jobs_run_elsewhere:
         rollout_spec(cfg).check(cfg)
 
@@ -231,8 +215,7 @@ def check_dataset_text(cfg: Config, ctx: CheckContext) -> None:
 
 
 def check_dataset_rows(cfg: Config, ctx: CheckContext) -> None:
-    """A local dataset file parses (a text file named .parquet, a bad CSV): the reader's own
-    error as one line before Hydra makes a run dir, not a traceback from inside the job."""
+    """A local dataset file parses: the reader's own error as one line."""
     path = dataset_file(cfg.dataset)
     if path is None:
         return
@@ -267,9 +250,7 @@ def check_chat_template(cfg: Config, ctx: CheckContext) -> None:
 
 
 def check_free_space(cfg: Config, ctx: CheckContext) -> None:
-    """The disks of the run dir (where its checkpoints go) and of run.cache_dir each have room
-    for two checkpoints of this run (the plan's checkpoint_bytes: policy, optimizer state,
-    metadata): a full disk is said now, not found by a save that fails mid-run."""
+    """The run dir's and run.cache_dir's disks each have room for two of its checkpoints."""
     one = checkpoint_bytes(cfg)
     places: list[tuple[str, Path]] = []
     root = cfg.run.output_uri
@@ -301,11 +282,11 @@ def check_free_space(cfg: Config, ctx: CheckContext) -> None:
 
 @dataclass(frozen=True)
 class Check:
-    # Names the check (tests, the README's rule table).
+    # Named in tests and README.md's rule table.
     name: str
     # Raises UserError (one line) when the job cannot work; check_fits returns the plan.
     fn: Callable[[Config, CheckContext], Optional[Plan]]
-    # Whether a dry run applies it too (a dry run reads no data and needs no memory to spare).
+    # Whether a dry run applies it too.
     dry_run: bool = True
 
 
@@ -327,8 +308,7 @@ CHECKS: tuple[Check, ...] = (
 
 
 def check_job(cfg: Config, ctx: CheckContext) -> Optional[Plan]:
-    """Every check of CHECKS that applies to this job (a dry run or not), in order; returns
-    the plan check_fits made. Then the warnings (a job that runs, but poorly)."""
+    """The CHECKS that apply to this job, in order, then the warnings; the plan made."""
     plan = None
     for check in CHECKS:
         if check.dry_run or not cfg.run.dry_run:
@@ -339,9 +319,8 @@ def check_job(cfg: Config, ctx: CheckContext) -> Optional[Plan]:
 
 
 def warn_completion_length(cfg: Config, ctx: CheckContext) -> None:
-    """rollout.max_completion_length shorter than the shortest completion the template counts
-    as a correct answer: every completion is cut before its answer closes, and the run trains
-    to the end at reward and accuracy 0. A warning: a reward of the user's may not need the tags."""
+    """rollout.max_completion_length shorter than the template's shortest correct answer: the
+    run would train at reward 0 (a warning: a user's reward may not need the tags)."""
     text = shortest_answer(cfg.dataset.template, cfg.dataset.reasoning_tag)
     need, how = answer_tokens(text, cfg.model)
     limit = cfg.rollout.max_completion_length
@@ -353,9 +332,8 @@ def warn_completion_length(cfg: Config, ctx: CheckContext) -> None:
 
 
 def answer_tokens(text: str, model: Any) -> tuple[int, str]:
-    """(tokens of `text`, how they were counted) with the run's tokenizer: exact for the
-    char tokenizer and a local tokenizer.json (the `tokenizers` library reads it in ~50 ms);
-    else a lower bound: one token per tag and one for the answer."""
+    """(tokens of `text`, how they were counted): exact for the char tokenizer and a local
+    tokenizer.json (~50 ms); else a lower bound, one token per tag and one for the answer."""
     if model.tokenizer == "char":
         return len(text), f"{len(text)} tokens with model.tokenizer=char"
     path = Path(str(model.path)).expanduser() / "tokenizer.json" if model.path else None
@@ -401,14 +379,12 @@ def check_launcher(base: Any) -> None:
                         f"{'installed' if '.' in what else 'on PATH'}: {fix}")
 
 
-# The command's own checks, by name (check_<name>), in the order check_command runs them; the
-# last two only for a multirun.
+# The command's own checks (check_<name>), in order; the last two only for a multirun.
 COMMAND_CHECKS = ("writable", "launcher", "sweep_store")
 
 
 def check_command(output_dir: Path, base: Any, multirun: bool) -> CheckContext:
-    """COMMAND_CHECKS for a command whose composed config (with hydra/*) is `base`; returns
-    the context its per-job checks take."""
+    """COMMAND_CHECKS for a command whose composed config (with hydra/*) is `base`."""
     check_writable(output_dir)
     if multirun:
         check_launcher(base)
@@ -422,8 +398,7 @@ REMOTE_LAUNCHERS = ("xpk", "rlexp_slurm", "submitit_slurm")
 
 
 def jobs_run_elsewhere(base: Any) -> bool:
-    """A sweep's jobs run on other hosts: xpk and SLURM launchers, and Ray on a cluster whose
-    address is not this machine's (`auto` is the cluster `ray start` left here)."""
+    """A sweep's jobs run on other hosts: xpk and SLURM launchers, Ray on another machine."""
     choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
     launcher = choices.get("hydra/launcher")
     if launcher in REMOTE_LAUNCHERS:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlexp.config.naming import run_name
-from rlexp.job.experiment import JobContext, print_plan
+from rlexp.job.context import JobContext
+from rlexp.job.experiment import print_plan
 from rlexp.launch.checks import refuse_after_plan
 from rlexp.launch.preflight import Preflight, warn_noop
 
 
 def dry_run(pre: Preflight) -> None:
-    """Each job's plan (made by launch.checks.check_fits) printed without Hydra launching, so
-    no run dir, multirun.yaml or MLflow run is made; one that does not fit, or a model that
-    needs model.path, ends in exit 2 after it is printed (launch.checks.refuse_after_plan)."""
+    """Each job's plan printed without Hydra launching (no dir, no MLflow run); one that does
+    not fit, or a model that needs model.path, exits 2 after it is printed."""
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
         lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}

@@ -32,11 +32,12 @@ from rlexp.config.convert import (VETTED_ENV, config_digest, one_line_omegaconf_
                                   unknown_key_message)
 from rlexp.config.naming import sweep_name
 from rlexp.config.paths import conf_dir
+from rlexp.config.rollouts import rollout_spec
 from rlexp.config.schema import Config, RewardFunctionConfig
 from rlexp.job.guards import noop_warning
 from rlexp.launch.checks import LAUNCHER_NEEDS, CheckContext, check_command, check_job, refuse_unfit
 from rlexp.launch.args import hydra_only, parse_args
-from rlexp.planning.hardware import platform_env, setup_platform, vllm_gpu_share
+from rlexp.planning.hardware import platform_env, setup_platform
 from rlexp.planning.plan import Plan
 
 # Past this many jobs, validate each swept value once instead of the whole product.
@@ -59,17 +60,13 @@ class Preflight:
     overrides: list[str] = field(default_factory=list)
     # Where the run (or the sweep) would write: hydra.run.dir, or hydra.sweep.dir.
     out_dir: Path | None = None
-    # A multirun's hydra.launcher node (its _target_ and arguments), None for a single run.
-    launcher: dict[str, Any] | None = None
     # Jobs the command launches: every combination of the swept values (`jobs` may hold a
     # sample of them), or the sweeper's n_trials (Optuna picks each trial's values later).
     size: int = 1
     # True when `size` is a sweeper's trial count (hydra.sweeper.n_trials).
     trials: bool = False
-    # Each job's plan, made once by launch.checks.check_fits (parallel to `jobs`; empty for
-    # --cfg): the dry run prints it.
+    # Each job's plan (parallel to `jobs`; empty for --cfg).
     plans: list[Plan | None] = field(default_factory=list)
-    # What the per-job checks knew of the command (the dry run's refuse_after_plan takes it).
     context: CheckContext = field(default_factory=CheckContext)
 
     @property
@@ -157,8 +154,7 @@ def _expand(overrides: list[str], sweeper_params: dict) -> tuple[list[list[str]]
 
 def primary_config_dir(config_path: str | None) -> str:
     """The primary config dir of `python -m rlexp [-cp PATH]`, as Hydra's main computes it
-    (hydra/_internal/utils.py compute_search_path_dir, 1.3): the packaged conf/ by default, an
-    absolute or pkg:// PATH as given, a relative one relative to rlexp/__main__.py's dir."""
+    (hydra/_internal/utils.py compute_search_path_dir, 1.3)."""
     if config_path is None:
         return str(conf_dir())
     if config_path.startswith("pkg://") or os.path.isabs(config_path):
@@ -168,7 +164,7 @@ def primary_config_dir(config_path: str | None) -> str:
 
 def quote_override(value: str) -> str:
     """`value` as a quoted string of Hydra's override grammar (1.3): a quote is escaped, and so
-    are the backslashes before a quote or at the end; any other character stands as is."""
+    are the backslashes before a quote or at the end."""
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""),
                      value)
     return f"'{escaped}'"
@@ -177,10 +173,8 @@ def quote_override(value: str) -> str:
 def with_config_dir(overrides: list[str], config_dir: str | None,
                     own_searchpath: list[str]) -> list[str]:
     """`overrides` with --config-dir first in `hydra.searchpath`, the public form of what Hydra's
-    main does with it (hydra/_internal/utils.py _run_hydra, 1.3; the loader appends
-    `hydra.searchpath` at the same place: config_loader_impl.py _process_config_searchpath).
-    The override replaces the primary config's own entries (`own_searchpath`) and the command's
-    first `hydra.searchpath=[...]`, so those follow the dir; a non-list is left for Hydra."""
+    main does with it (hydra/_internal/utils.py _run_hydra, 1.3), before the primary config's
+    own entries (`own_searchpath`) or the command's `hydra.searchpath=[...]`."""
     if config_dir is None:
         return overrides
     if any(o.startswith("hydra.searchpath=") for o in overrides):
@@ -207,9 +201,8 @@ def _initialize(primary: str) -> Any:
 
 
 def _own_searchpath(config_name: str, schema: bool = False) -> list[str] | None:
-    """The `hydra.searchpath` of the primary config, from the first source that holds it:
-    those of the primary dir and the search path plugins, in order, then `structured://` if
-    `schema` (Hydra's main looks in --config-dir before that one). None: no source holds it."""
+    """The `hydra.searchpath` of the primary config, from the first source that holds it
+    (`structured://` only if `schema`); None: no source holds it."""
     sources = GlobalHydra.instance().config_loader().get_sources()
     for source in sources if schema else sources[:-1]:
         if source.is_config(config_name):
@@ -222,13 +215,8 @@ def _own_searchpath(config_name: str, schema: bool = False) -> list[str] | None:
 def search_path_context(args: Any,
                         config_name: str) -> Iterator[Callable[[list[str]], list[str]]]:
     """Hydra initialized with the search path `python -m rlexp` gets; yields what each
-    compose's overrides go through (with_config_dir puts --config-dir where Hydra's main does).
-
-    A primary config (-cn) only the --config-dir holds cannot come through `hydra.searchpath`
-    (Hydra reads it first): that dir is then the primary one, the packaged dir first in
-    `hydra.searchpath` (unlike Hydra only where both hold a file of the same name). A conf/ in
-    the cwd is not added, as in Hydra: pass `--config-dir conf` for that.
-    """
+    compose's overrides go through. A primary config (-cn) only the --config-dir holds makes
+    that dir the primary one, the packaged dir first in `hydra.searchpath`."""
     primary = primary_config_dir(args.config_path)
     if args.config_dir is None:
         with _initialize(primary):
@@ -253,14 +241,11 @@ def search_path_context(args: Any,
 
 
 class JobComposer:
-    """Hydra's compose() for each job of a sweep, without composing what is already known.
-
-    A compose merges every file of the defaults list (~0.15-0.2 s on a 2-core CPU): a 256-job
-    sweep took ~45 s before its first job. A job that differs from one composed before only in
-    plain scalar values (`train.seed=3`) gets its config with them set as compose() does.
-    Anything else (a group choice, +/++/~, a list or dict, an @package) composes in full; a
-    group choice has an undotted key (`algo`, `model/lora`), as every top-level schema key is
-    a section. tests/test_cli.py checks the two agree."""
+    """Hydra's compose() for each job of a sweep, without composing what is already known
+    (~0.15-0.2 s a compose on a 2-core CPU: a 256-job sweep took ~45 s before its first job).
+    A job that differs from one composed before only in plain scalar values (`train.seed=3`)
+    gets them set as compose() does; anything else (a group choice, +/++/~, a list or dict, an
+    @package) composes in full. tests/test_cli.py checks the two agree."""
 
     # False: every job composes in full (the reference the shortcut is tested against).
     reuse = True
@@ -316,8 +301,6 @@ def preflight(argv: list[str]) -> Preflight | None:
                                                             searchpath)
             out = None
             context = CheckContext()
-            launcher = OmegaConf.to_container(base.hydra.launcher, resolve=False) \
-                if multirun else None
             if not args.cfg:
                 out = OmegaConf.select(base, "hydra.sweep.dir" if multirun else "hydra.run.dir")
                 if multirun and not any(o.startswith("hydra.sweep.dir=") for o in overrides):
@@ -341,16 +324,15 @@ def preflight(argv: list[str]) -> Preflight | None:
     finally:
         GlobalHydra.instance().clear()
     return Preflight(multirun=multirun, jobs=configs, swept=swept, print_only=bool(args.cfg),
-                     job_overrides=jobs, overrides=overrides, launcher=launcher,
+                     job_overrides=jobs, overrides=overrides,
                      out_dir=Path(str(out)) if out else None, plans=plans, context=context,
                      size=int(trials) if trials is not None else size, trials=trials is not None)
 
 
 def _compose_first(args: Any, config_name: str, overrides: list[str],
                    searchpath: Callable[[list[str]], list[str]]) -> tuple[Any, bool, dict]:
-    """One compose with the first value of each sweep (it checks the groups and hydra/* too):
-    that config with its hydra node, whether the command is a multirun, and its sweeper's
-    params (a sweep file's)."""
+    """One compose with the first value of each sweep: that config with its hydra node, whether
+    the command is a multirun, and its sweeper's params."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
               if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
@@ -367,8 +349,7 @@ def _compose_first(args: Any, config_name: str, overrides: list[str],
 
 
 def warn_noop(pre: Preflight) -> None:
-    """The on-policy warning (rlexp.job.guards.noop_warning), once per command: a run's and a
-    dry run's, for a knob the user set, swept, or chose through an experiment file."""
+    """The on-policy warning (rlexp.job.guards.noop_warning), once per command."""
     if warning := noop_warning(pre.jobs, pre.overrides, pre.swept, pre.multirun):
         print(f"rlexp: warning: {warning}", file=sys.stderr, flush=True)
 
@@ -377,19 +358,17 @@ def before_launch(pre: Preflight) -> None:
     """What must happen in the launching process, once, before any job starts."""
     if pre.print_only:
         return
-    # The jobs validated here are not validated again (config.convert.to_config): they inherit
-    # this environment (the basic launcher's run in this process, other launchers' workers).
+    # The jobs validated here are not validated again (config.convert.to_config).
     os.environ[VETTED_ENV] = " ".join(config_digest(cfg) for cfg in pre.jobs)
     for cfg, plan in zip(pre.jobs, pre.plans):
         if cfg.run.dry_run and plan is not None:  # a dry-run job of a sweep that launches
             refuse_unfit(plan)  # others: it prints its plan in the job, refused here
     warn_noop(pre)
-    # Device count for emulation (XLA_FLAGS) and the GPU memory fraction must be in the
-    # environment before JAX starts its backend, for a sweep's jobs too. Jobs that need
-    # different settings get theirs in the job (rlexp.__main__), or a one-line error.
-    envs = {tuple(sorted(platform_env(j.hardware, os.environ, vllm_gpu_share(j)).items()))
-            for j in pre.jobs}
-    if len(envs) == 1:
-        setup_platform(pre.jobs[0].hardware, job=not pre.multirun,
-                       vllm_share=vllm_gpu_share(pre.jobs[0]))  # a sweep's jobs: each checks
+    # XLA_FLAGS and the GPU memory fraction must be set before JAX starts its backend; jobs
+    # that need different settings get theirs in the job (rlexp.__main__).
+    shares = [rollout_spec(j).gpu_share(j) for j in pre.jobs]
+    envs = {tuple(sorted(platform_env(j.hardware, os.environ, s).items()))
+            for j, s in zip(pre.jobs, shares)}
+    if len(envs) == 1:  # a sweep's launching process: each job checks its own launch
+        setup_platform(pre.jobs[0].hardware, job=not pre.multirun, vllm_share=shares[0])
 

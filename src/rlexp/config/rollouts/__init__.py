@@ -1,13 +1,11 @@
 """Rollout backends, their Tunix-free half: one RolloutSpec per engine, chosen once by name.
 
-A backend is what differs between rollout engines, in two halves found by the same name: its
-RolloutSpec (here, no Tunix or JAX: start-up rules, pre-flight checks, the memory-plan share, the
-Python it runs in) and its engine half (the spec's `engine`, an rlexp.engine.rollout.RolloutBackend:
-sampling configs, the Tunix rollout class, per-call seeds, weight sync). Shipped: vanilla
-(Tunix's sampler), vllm (vLLM's torch build, CPU/GPU) and, for rollout=vllm on a TPU, vllm_tpu
-(Tunix's VllmRollout over tpu-inference). rollout.name is a shipped name (ROLLOUTS) or, as
-algo.name, the dotted path of a user's RolloutSpec subclass (README.md, "Rollout backends").
-No code outside a backend's modules asks which engine runs: it asks `rollout_spec(cfg)`.
+A backend is what differs between rollout engines: its RolloutSpec (here, no Tunix or JAX:
+rules, pre-flight checks, memory-plan share, the Python it runs in) and its engine half (the
+spec's `engine`, an rlexp.engine.rollout.RolloutBackend). Shipped: vanilla, vllm and, for
+rollout=vllm on a TPU, vllm_tpu; rollout.name may also be the dotted path of a user's
+RolloutSpec subclass (names: the shipped ones, the schema's choices). No code outside a backend
+asks which engine runs: it asks `rollout_spec`.
 """
 
 from __future__ import annotations
@@ -19,15 +17,12 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
+from rlexp.config.rollouts.names import ROLLOUTS
 
 if TYPE_CHECKING:
-    from rlexp.config.rules import Refusal
+    from rlexp.config.refusal import Refusal
     from rlexp.config.schema import Config
 
-# The shipped backends by rollout.name (imported when asked for: their modules import the rules,
-# which import this).
-ROLLOUTS = {"vanilla": "rlexp.config.rollouts.vanilla.VanillaSpec",
-            "vllm": "rlexp.config.rollouts.vllm.VllmSpec"}
 # Set in the environment of a command re-run in a backend's Python: it never re-runs itself.
 RERUN_ENV = "RLEXP_VLLM_RERUN"
 
@@ -37,8 +32,8 @@ class RolloutSpec:
 
     # Dotted path of the engine half: an rlexp.engine.rollout.RolloutBackend subclass.
     engine: ClassVar[str]
-    # Dotted path of its share of the memory plan, fn(cfg, trainer bytes, rows a sampler call)
-    # -> (rollout bytes by item, rlexp.planning.memory.VllmPlan or None).
+    # Dotted path of its memory-plan share, fn(cfg, trainer bytes, rows a call) -> (rollout bytes
+    # by item, VllmPlan or None).
     memory_share: ClassVar[str] = "rlexp.planning.memory.sampler_share"
 
     def on(self, platform: str) -> RolloutSpec:
@@ -76,11 +71,6 @@ class RolloutSpec:
         return f"running the command with {python}"
 
 
-def rollout_names() -> tuple[str, ...]:
-    """The shipped backends' names (rollout.name's choices; a dotted path is valid too)."""
-    return tuple(ROLLOUTS)
-
-
 @functools.cache
 def spec_class(name: str) -> type[RolloutSpec]:
     """The RolloutSpec subclass rollout.name names (UserError naming it when it is none)."""
@@ -98,10 +88,8 @@ def rollout_spec(cfg: Config) -> RolloutSpec:
 
 def rerun_elsewhere(jobs: Sequence[Config], argv: Sequence[str]) -> None:
     """Re-run this command (os.execve) in the Python its jobs' backend needs when this one
-    cannot run them (RolloutSpec.python: rollout=vllm's venv); returns when they run here.
-    rlexp.__main__ calls it after the pre-flight (which composed every job: an experiment file
-    can choose the backend too) and before anything is written: no run dir, MLflow run or lock
-    is left."""
+    cannot run them (RolloutSpec.python); returns when they run here. Called after pre-flight
+    composed every job and before anything is written."""
     needs: dict[str, RolloutSpec] = {}
     for job in jobs:
         spec = rollout_spec(job)

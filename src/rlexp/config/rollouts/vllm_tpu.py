@@ -1,6 +1,5 @@
-"""rollout=vllm on a TPU: Tunix's own VllmRollout over tpu-inference's JAX backend, beside Tunix
-in the run's Python (the engine half, rlexp.engine.rollout.vllm_tpu). vLLM's rules, plan and
-GPU share are rollout=vllm's; its pre-flight also needs tpu-inference."""
+"""rollout=vllm on a TPU: Tunix's own VllmRollout over tpu-inference, beside Tunix in the run's
+Python; rollout=vllm's rules and plan, and its pre-flight also needs tpu-inference."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
 """Rollout backends, their engine half: what RLCluster is given for a rollout engine.
 
 One RolloutBackend subclass per engine, named by its Tunix-free half's `engine`
-(rlexp.config.rollouts.RolloutSpec, found by rollout.name): vanilla (Tunix's sampler), vllm
-(vLLM's torch build, CPU/GPU), vllm_tpu (Tunix's VllmRollout over tpu-inference). A backend
-gives the cluster its rollout configs (TRAIN, EVAL) and its rollout engine (Tunix's name, or an
-rlexp subclass of Tunix's BaseRollout that takes the backend's per-call keys and syncs the
-weights its own way), and evaluation its sampling fields. `rollout_backend(cfg)` chooses it,
-once per build. Modules: vanilla, vllm (its configs), vllm_engine (its rollout over vLLM's
-LLM; imports vllm), vllm_parts (its seeds and weight mapping, without vllm), vllm_tpu.
+(rlexp.config.rollouts.RolloutSpec): vanilla (Tunix's sampler), vllm (vLLM's torch build,
+CPU/GPU: vllm_engine over vLLM's LLM, vllm_parts without vllm), vllm_tpu (Tunix's VllmRollout
+over tpu-inference). A backend gives the cluster its rollout configs and engine (a Tunix name,
+or a BaseRollout subclass taking per-call keys and syncing weights its own way), and evaluation
+its sampling fields.
 """
 
 from __future__ import annotations
@@ -25,11 +23,10 @@ from rlexp.config.schema import Config, RolloutConfig
 
 
 class SamplingKeys:
-    """A fresh PRNG key for every sampler call: Tunix 0.1.7's vanilla rollout reuses one key on
-    every call, and its sampler donates RolloutConfig.seed with the sampling state, so one key
-    per step would repeat the same noise in every micro-batch and crash on the second (deleted
-    buffer). Keys are fold_in(base, n) for the n-th call since `reset(base)`: a pure function of
-    (seed, step, call)."""
+    """A fresh PRNG key for every sampler call, fold_in(base, n) for the n-th call since
+    `reset(base)`: Tunix 0.1.7's vanilla rollout reuses one key on every call, and its sampler
+    donates RolloutConfig.seed, so one key per step would repeat the same noise in every
+    micro-batch and crash on the second (deleted buffer)."""
 
     def __init__(self) -> None:
         self.reset(None)
@@ -64,9 +61,8 @@ class RolloutBackend(abc.ABC):
 
     @abc.abstractmethod
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
-        """ClusterConfig.rollout_config: TRAIN samples with rollout.*, EVAL is re-set per call
-        (eval_sampling). TRAIN asks for the sampler's per-token log-probs, whichever engine:
-        the trainer/sampler gap is logged every step and algo.rollout_correction needs them."""
+        """ClusterConfig.rollout_config: TRAIN samples with rollout.* and returns the per-token
+        log-probs (the trainer/sampler gap, algo.rollout_correction), EVAL is re-set per call."""
 
     @abc.abstractmethod
     def eval_sampling(self, greedy: bool) -> dict[str, Any]:
@@ -74,8 +70,7 @@ class RolloutBackend(abc.ABC):
 
     @abc.abstractmethod
     def engine(self) -> str | Callable[..., base_rollout.BaseRollout]:
-        """ClusterConfig.rollout_engine: a name Tunix builds, or what builds a BaseRollout
-        from RLCluster's (rollout_actor, tokenizer, mesh, rollout_config)."""
+        """ClusterConfig.rollout_engine: a name Tunix builds, or a BaseRollout factory."""
 
 
 def rollout_backend(cfg: Config) -> RolloutBackend:

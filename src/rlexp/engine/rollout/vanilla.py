@@ -1,16 +1,11 @@
 """rollout=vanilla's engine half: Tunix's sampler, through a subclass of its VanillaRollout.
 
-Tunix 0.1.7 traps handled here (measured; tunix/rl/rollout/vanilla_rollout.py,
-tunix/generate/sampler.py): the rollout reuses one PRNG key on every call, so each call takes
-the backend's next key (rlexp.engine.rollout.SamplingKeys); it computes the old log-probs
-(num_iterations > 1) at temperature 1 while the loss uses the sampling temperature, so the
-first update's ratio would not be 1 unless temperature = 1: Rollout passes the temperature.
-Its sampler tokenizes every prompt string it is given, and GRPO hands it each prompt
-num_generations times (evaluation the same prompts every time): MemoizedEncoding.
-
-Rollout cost that is Tunix's, not rlexp's (tunix/generate/sampler.py): one row that runs to
-max_completion_length keeps the whole batch decoding, the sampler detokenizes row by row on the
-host and the learner pads every completion in Python.
+Tunix 0.1.7 traps handled here (tunix/rl/rollout/vanilla_rollout.py, tunix/generate/sampler.py):
+the rollout reuses one PRNG key (each call takes the backend's next); it scores the old log-probs
+at temperature 1 while the loss uses the sampling temperature (Rollout passes it, so the first
+update's ratio is 1); its sampler tokenizes each of GRPO's num_generations copies of a prompt
+again (MemoizedEncoding). Tunix's own rollout cost: one row that runs to the budget keeps the
+batch decoding, and the host detokenizes and pads row by row.
 """
 
 from __future__ import annotations
@@ -35,15 +30,11 @@ class VanillaBackend(RolloutBackend):
 
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
         """Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off). Its
-        log-probs are log_softmax(logits / temperature) over the whole vocabulary
-        (tunix/generate/sampler.py sample_top_p), as the trainer's forward computes them; EVAL
-        asks for them too, so that evaluation's sampled pass reuses the training decode loop's
-        compilation (the log-prob buffer is part of the loop's state). Their cost
-        (bench/overhead.py --ab-no-sampler-logprobs, the default tiny run): nothing measurable
-        on a 2-core CPU (0.6864 CPU s/step without them vs 0.6787 with, 3 alternating
-        repeats), but 0.0339 vs 0.0489 s/step on an H100 (30 steps), where rlexp without them
-        runs at 0.975 of bare Tunix's step and with them at 1.41: most of it in the decode
-        loop (0.0279 vs 0.0199 s/step in the sampler, --trace)."""
+        log-probs are log_softmax(logits / temperature) over the vocabulary, as the trainer's;
+        EVAL asks for them too, so its sampled pass reuses training's decode loop compilation.
+        Their cost (bench/overhead.py --ab-no-sampler-logprobs, tiny run): none measurable on a
+        2-core CPU (0.6864 vs 0.6787 CPU s/step), 0.0339 vs 0.0489 s/step on an H100 (1.41x
+        bare Tunix's step instead of 0.975x), mostly in the decode loop."""
         r = self.cfg.rollout
         return {mode: base_rollout.RolloutConfig(**sampling_fields(r, temp), return_logprobs=True)
                 for mode, temp in ((Mode.TRAIN, r.temperature),
@@ -51,8 +42,7 @@ class VanillaBackend(RolloutBackend):
 
     def eval_sampling(self, greedy: bool) -> dict[str, Any]:
         # Tunix's sampler decodes greedily when top_p is None, whatever the temperature.
-        r = self.cfg.rollout
-        top_p = 1.0 if r.top_p is None else r.top_p
+        top_p = 1.0 if self.cfg.rollout.top_p is None else self.cfg.rollout.top_p
         return {"top_p": None} if greedy else {"top_p": top_p,
                                                "temperature": self.cfg.eval.temperature}
 

