@@ -1,9 +1,7 @@
-"""Hydra's joblib launcher, with the sweep's progress shown by rlexp.
-
-Each job's lines carry its label (`[3/8 beta=0.04 G=4]`, rlexp.job.sweep_messages); this
-process watches the jobs' events (rlexp.job.sweep_monitor): on a terminal it draws the only
-bar, the jobs' lines above it; piped, one line per finished job.
-"""
+"""Hydra's joblib launcher, with the sweep's progress shown by rlexp. Each job's lines carry its
+label (`[3/8 beta=0.04 G=4]`, rlexp.job.sweep_messages); this process watches the jobs' events
+(rlexp.job.sweep_monitor): on a terminal it draws the only bar, the jobs' lines above it; piped,
+one line per finished job."""
 
 from __future__ import annotations
 
@@ -29,9 +27,8 @@ def quiet_parallel_line() -> None:
 
 def sweep_env(job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
               terminal: bool) -> Any:
-    """What each job needs to label its lines (a SweepEnv without the monitor's event dir):
-    the sweep's size and swept keys as rlexp's entry point found them, else this batch's (the
-    keys whose values differ)."""
+    """What each job needs to label its lines (a SweepEnv without an event dir): the sweep's
+    size and swept keys as rlexp's entry point found them, else this batch's differing keys."""
     from rlexp.job.sweep_messages import SweepEnv
 
     known = SweepEnv.from_env()

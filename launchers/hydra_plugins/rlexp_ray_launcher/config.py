@@ -6,10 +6,9 @@ from typing import Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
-# Variables copied from the launching process to every worker when set there: Hugging Face's
-# token and caches (EasyDeL's TPU recipe hands its workers HF_TOKEN, HF_HOME and
-# HF_DATASETS_CACHE), the offline switches, W&B's key, libtpu's flags, and PYTHONPATH (rlexp
-# and the plugins where they are not installed).
+# Variables copied to every worker when set here: Hugging Face's token and caches (as EasyDeL's
+# TPU recipe hands workers HF_TOKEN, HF_HOME, HF_DATASETS_CACHE), offline switches, W&B's key,
+# libtpu's flags, and PYTHONPATH (rlexp and plugins where not installed).
 DRIVER_ENV = ["PYTHONPATH", "HF_TOKEN", "HF_HOME", "HF_DATASETS_CACHE", "HF_HUB_OFFLINE",
               "HF_DATASETS_OFFLINE", "WANDB_API_KEY", "LIBTPU_INIT_ARGS"]
 

@@ -1,21 +1,17 @@
 """Hydra launcher that runs every job of a sweep as Ray tasks on a running Ray cluster.
 
-Each process of a job is one Ray task in a fresh worker (max_calls=1: JAX's backend, its flags
-and jax.distributed belong to that process alone) that runs the job as hydra-submitit-launcher
-does (the launching process's Hydra singletons, the job's sweep config, run_job). A
-multi-controller job (hardware.hosts=N) is N tasks in one placement group, PACKed on one node
-for CPU profiles (cpu-2host: virtual hosts), STRICT_SPREAD otherwise; a small task in bundle 0
-picks the coordinator's address, given to each task with its index through JAX's own
-variables. The job's result is process 0's.
+Each process of a job is one Ray task in a fresh worker (max_calls=1: JAX's backend, flags and
+jax.distributed belong to that process) running the job as hydra-submitit-launcher does. A
+multi-controller job (hardware.hosts=N) is N tasks in one placement group, PACKed on one node for
+CPU profiles, STRICT_SPREAD otherwise; a small task in bundle 0 picks the coordinator's address,
+given to each task with its index through JAX's own variables. The job's result is process 0's.
 
-TPUs, as Ray 2.60 defines their resources (ray/_private/accelerators/tpu.py, ray/util/tpu.py):
-every TPU host offers "TPU" = its chips, its slice's name (1 per host) and, on the slice's
-worker 0 only, "TPU-<pod type>-head" (e.g. "TPU-v4-64-head"). A multi-host slice is reserved
-as Ray's SlicePlacementGroup does: a placement group on the head first (two jobs never share a
-slice), whose host names the slice (ray.util.tpu.get_current_pod_name), then one bundle per
+TPUs as Ray 2.60 defines them (ray/_private/accelerators/tpu.py, ray/util/tpu.py): each host
+offers "TPU" = its chips, its slice's name (1 per host) and, on worker 0 only, "TPU-<pod
+type>-head". A multi-host slice is reserved as Ray's SlicePlacementGroup does: a placement group
+on the head first (two jobs never share a slice), whose host names the slice, then one bundle per
 host, STRICT_SPREAD, each {"CPU", "TPU": chips per host, <slice name>: 1}. A one-host job asks
-for the head and the chips in its own task.
-"""
+for the head and the chips in its own task."""
 
 # No `from __future__ import annotations`: see config.py.
 import logging
@@ -59,9 +55,8 @@ class Layout:
 
 
 def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Layout:
-    """One process, or one per host under hardware.runtime=multi_controller (not emulated).
-    On a TPU profile each process takes its host's chips (hardware.chips / hardware.hosts)
-    and the job its slice's head; a Pathways job's one controller holds no chips."""
+    """One process, or one per host with multi_controller (not emulated). On TPU each process
+    takes its host's chips and the job its slice's head; a Pathways controller holds no chips."""
     hw = OmegaConf.select(job_cfg, "hardware", default=None)
     sel = (lambda key, default: OmegaConf.select(hw, key, default=default)) if hw is not None \
         else (lambda key, default: default)
@@ -94,8 +89,7 @@ def bundles(lay: Layout, slice_name: Optional[str] = None) -> List[Dict[str, flo
 
 
 def worker_env(params: Dict[str, Any], environ: Dict[str, str]) -> Dict[str, str]:
-    """The environment every worker is given: env_from_driver's variables set here, then
-    the launcher's `env`."""
+    """Every worker's environment: env_from_driver's variables set here, then `env`."""
     out = {k: environ[k] for k in params.get("env_from_driver") or () if environ.get(k)}
     out.update({str(k): str(v) for k, v in (params.get("env") or {}).items()})
     return out

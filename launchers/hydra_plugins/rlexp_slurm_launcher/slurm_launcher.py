@@ -1,14 +1,12 @@
 """Submitit launchers whose resources come from each job's `hardware` group.
 
-hydra-submitit-launcher submits the whole sweep as one job array of one executor, instantiated
-once from the sweep's primary config: a preset interpolating `${hardware.cpus_per_task}` gives
-every job the first job's resources (measured: `hardware=a,b` with 1 and 2 CPUs both ran with
-SLURM_CPUS_PER_TASK=1). Here each job's config is composed first (cheap, no JAX) and the jobs
-are grouped by the resources their hardware asks for (cpus_per_task, gpus_per_node,
-timeout_min, partition; nodes and tasks per node from job_layout), one job array with its own
-sbatch parameters per group. Everything else (the pickled job, run_job, requeue on timeout) is
-hydra-submitit-launcher's own code.
-"""
+hydra-submitit-launcher submits the sweep as one job array of one executor, instantiated from the
+sweep's primary config: a preset interpolating `${hardware.cpus_per_task}` gives every job the
+first job's resources (measured: `hardware=a,b` with 1 and 2 CPUs both ran with
+SLURM_CPUS_PER_TASK=1). Here each job's config is composed first (cheap, no JAX) and jobs are
+grouped by the resources their hardware asks for (cpus_per_task, gpus_per_node, timeout_min,
+partition; nodes and tasks per node from job_layout), one job array per group. The rest (pickled
+job, run_job, requeue on timeout) is hydra-submitit-launcher's own code."""
 
 # No `from __future__ import annotations`: see config.py.
 import logging
@@ -46,9 +44,9 @@ def job_resources(params: Dict[str, Any], job_cfg: DictConfig,
 
 def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Dict[str, int]:
     """SLURM nodes and tasks per node of one job (the launcher's nodes / tasks_per_node win):
-    hardware.runtime=multi_controller runs one process per host as srun's tasks of one job,
-    joined by jax.distributed through SLURM's variables (jax/_src/clusters/slurm_cluster.py);
-    real hosts are a node each, CPU "hosts" (cpu-2host) processes of one node. Else one."""
+    multi_controller runs one process per host as srun tasks joined by jax.distributed through
+    SLURM's variables (jax/_src/clusters/slurm_cluster.py); a node per real host, CPU "hosts"
+    (cpu-2host) on one node. Else one."""
     hw = OmegaConf.select(job_cfg, "hardware", default=None)
     hosts = int(OmegaConf.select(hw, "hosts", default=1) or 1) if hw is not None else 1
     multi = (hw is not None and hosts > 1 and not OmegaConf.select(hw, "emulate", default=False)
@@ -92,9 +90,8 @@ if BaseSubmititLauncher is not None:
                     res.update(job_layout(self.params, job_cfg))
                 groups.setdefault(tuple(sorted(res.items())), []).append(i)
 
-            # Each job gets the sweep's store and parent run in its environment (sbatch and
-            # the local executor pass the submitting environment on), so its run nests under
-            # the parent even where the sweep dir's parent_run.json is not readable.
+            # Each job gets the sweep's store and parent run in its environment (sbatch and the
+            # local executor pass it on), so it nests even where parent_run.json is unreadable.
             from rlexp.tracking.remote_jobs import job_env
 
             os.environ.update(job_env(sweep_dir, None))  # no job count: we close the parent

@@ -47,9 +47,8 @@ def is_launch_only(override: str) -> bool:
 
 
 def workload_name(prefix: str, sweep_id: str, job_num: int, overrides: Sequence[str]) -> str:
-    """Deterministic name: the same sweep command and job give the same workload (xpk refuses
-    an existing name, so resubmitting a finished sweep is an error, not a duplicate run); the
-    digest keeps two sweeps that share a prefix apart, the job number keeps names readable."""
+    """Deterministic: the same sweep command and job give the same name (xpk refuses an existing
+    one: no duplicate run); the digest parts sweeps sharing a prefix, the job number reads well."""
     ident = "\n".join([sweep_id, *sorted(o for o in overrides if not is_launch_only(o))])
     digest = hashlib.sha1(ident.encode()).hexdigest()[:8]
     head = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-") or "rlexp"
@@ -92,14 +91,11 @@ def flatten(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def resolved_overrides(
     job_overrides: Sequence[str], job_cfg: Mapping[str, Any], plain_cfg: Mapping[str, Any]
 ) -> list[str]:
-    """The overrides that reproduce this job's config in a single run on the pod.
-
-    job_cfg: the job's resolved config (without `hydra`); plain_cfg: the config composed from
-    the job's overrides less the launch-only ones (e.g. `+sweep=NAME`). Both apply the kept
-    overrides last, so what a sweep file sets besides its sweeper params (e.g.
-    algo.num_iterations=2) is their difference, made an explicit override: the pod needs no
-    sweep file and no MULTIRUN mode.
-    """
+    """The overrides that reproduce this job's config in a single run on the pod. job_cfg: the
+    job's resolved config (without `hydra`); plain_cfg: composed from the job's overrides less
+    launch-only ones (`+sweep=NAME`). Both apply the kept overrides last, so what a sweep file sets
+    besides sweeper params (algo.num_iterations=2) is their difference, made an explicit override:
+    the pod needs no sweep file and no MULTIRUN mode."""
     kept = [o for o in job_overrides if not is_launch_only(o)]
     job_flat, plain_flat = flatten(job_cfg), flatten(plain_cfg)
     extra = []
@@ -156,9 +152,8 @@ DEFAULT_PRIORITY = "medium"
 
 
 def workload_priority(launcher: Optional[str], recipe: Optional[str]) -> str:
-    """The workload's --priority: hydra.launcher.priority when set, else the job's
-    run.priority (a recipe's, e.g. MaxText's Pathways tutorial submits with --priority=high),
-    else xpk's default. A value xpk would refuse raises ValueError naming the key."""
+    """--priority: hydra.launcher.priority, else the job's run.priority (MaxText's Pathways
+    tutorial uses high), else xpk's default. A value xpk would refuse: ValueError naming the key."""
     for key, value in (("hydra.launcher.priority", launcher), ("run.priority", recipe)):
         if value is None:
             continue
@@ -170,9 +165,8 @@ def workload_priority(launcher: Optional[str], recipe: Optional[str]) -> str:
 
 
 def env_file_text(env: Mapping[str, str], secrets: Sequence[str]) -> str:
-    """xpk's --env-file: `NAME=value` per variable of `env`, then each secret's bare NAME,
-    which xpk fills from its own environment (the value is never on a command line or in a
-    file of rlexp's). A value over several lines does not fit the format: ValueError."""
+    """xpk's --env-file: `NAME=value` per variable of `env`, then each secret's bare NAME, filled
+    by xpk from its environment (never on a command line). A multi-line value: ValueError."""
     lines = []
     for key, value in env.items():
         if "\n" in str(value) or "\r" in str(value):

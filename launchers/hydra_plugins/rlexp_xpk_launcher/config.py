@@ -20,9 +20,8 @@ class XpkLauncherConf:
     project: Optional[str] = "${oc.env:RLEXP_XPK_PROJECT,null}"
     # GCP zone of the cluster; None = xpk asks `gcloud config get compute/zone`.
     zone: Optional[str] = "${oc.env:RLEXP_XPK_ZONE,null}"
-    # Container image with rlexp installed (docker/tpu.Dockerfile builds one: README,
-    # "Launchers"); None = xpk builds one from base_docker_image with script_dir copied in
-    # (needs docker where the sweep is launched). A launch with neither is refused.
+    # Container image with rlexp installed (docker/tpu.Dockerfile; README "Launchers"); None =
+    # xpk builds one from base_docker_image with script_dir (needs docker here). Neither: refused.
     docker_image: Optional[str] = "${oc.env:RLEXP_DOCKER_IMAGE,null}"
     # Base image when xpk builds the image itself (docker_image unset): one with rlexp's
     # dependencies installed (xpk's default, python:3.10, has none).
@@ -40,10 +39,9 @@ class XpkLauncherConf:
     program: str = "python -m rlexp"
     # Environment of the container, e.g. {MLFLOW_TRACKING_URI: http://mlflow:5000}.
     env: Dict[str, str] = field(default_factory=dict)
-    # Environment variables of the launching process given to every workload without their
-    # values on any command line or in any output (e.g. [HF_TOKEN]): xpk --env-file names
-    # them and takes their values from its own environment; the dry run shows HF_TOKEN=***.
-    # Each must be set and named like a secret (..._TOKEN, ..._KEY, ...): rlexp masks those.
+    # Launching-process env vars given to every workload, never on a command line or in output
+    # (e.g. [HF_TOKEN]): xpk --env-file names them, takes values from its environment (dry run
+    # shows HF_TOKEN=***). Each must be set and secret-named (..._TOKEN, ..._KEY): rlexp masks it.
     secrets: List[str] = field(default_factory=list)
     # The same for the ones that are set here, skipped when not: the Hugging Face token that
     # gated weights (Llama's) need.
@@ -52,9 +50,8 @@ class XpkLauncherConf:
     extra_args: List[str] = field(default_factory=list)
     # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.
     dry_run: bool = False
-    # Project and zone xpk --dry-run is given when none is configured: xpk 1.16's dry run is
-    # offline but crashes without a zone (zone_to_region(None): 'NoneType' object has no
-    # attribute 'split') and prints project=None in every command without a project.
+    # Project and zone for xpk --dry-run when none is configured: xpk 1.16's offline dry run
+    # crashes without a zone (zone_to_region(None)) and prints project=None without a project.
     dry_run_project: str = "dry-run-project"
     dry_run_zone: str = "us-central1-a"
     # First part of every workload name (names are <= 40 chars, [a-z0-9-]).

@@ -1,9 +1,6 @@
 """Hydra launcher that turns every job of a sweep into an XPK workload on GKE (TPU slices).
-
-Submission is non-blocking: the launcher returns once xpk has created the workloads (or, with
-dry_run, printed what it would run). The jobs' results live on the cluster, so a sweeper that
-needs a metric back (Optuna) cannot drive this launcher.
-"""
+Non-blocking: it returns once xpk created the workloads (or, with dry_run, printed what it would
+run). Results live on the cluster, so a sweeper needing a metric back (Optuna) cannot use it."""
 
 # No `from __future__ import annotations`: see config.py.
 import logging
@@ -94,9 +91,8 @@ class XpkLauncher(Launcher):
                 f"profile; the xpk launcher submits TPU slices: pick a TPU hardware profile "
                 f"(e.g. hardware=v6e-8) or another launcher")
         # hardware.runtime=pathways (v5p-64): `create-pathways`, ONE controller on the head pod
-        # reaching every host's chips through the proxy it starts beside it. Else `create`,
-        # whose JobSet runs the command once per host (joined by jax.distributed's GKE TPU
-        # detection).
+        # reaching every host's chips through its proxy. Else `create`, whose JobSet runs the
+        # command per host (joined by jax.distributed's GKE TPU detection).
         pathways = OmegaConf.select(hardware, "runtime", default="single") == "pathways"
 
         job_cfg = _task_part(cfg)
@@ -210,18 +206,16 @@ class XpkLauncher(Launcher):
         return [self._job_return(wl, rc, error) for wl, (rc, error, _) in zip(plans, outcomes)]
 
     def _workload_env(self) -> dict:
-        """Every workload's environment: hydra.launcher.env, the sweep's tracking store and
-        parent run, and the real values of the secrets rlexp kept out of the overrides
-        (rlexp.base.redact.mask_argv's placeholders, which the pod's rlexp puts back)."""
+        """Every workload's environment: hydra.launcher.env, the sweep's store and parent run,
+        and the real values behind mask_argv's placeholders (the pod's rlexp puts them back)."""
         from rlexp.base.redact import SECRETS_ENV
 
         masked = {SECRETS_ENV: os.environ[SECRETS_ENV]} if os.environ.get(SECRETS_ENV) else {}
         return {**(self.params["env"] or {}), **self.tracking_env, **masked}
 
     def _write_env_file(self) -> None:
-        """With hydra.launcher.secrets: the workloads' environment as one xpk --env-file (the
-        secrets by name only: xpk reads their values from the environment it inherits from us)
-        in a private temporary dir; without, the environment goes as --env NAME=value."""
+        """With hydra.launcher.secrets: the environment as one xpk --env-file in a private temp
+        dir (secrets by name only; xpk reads them from its env); else --env NAME=value."""
         env = self._workload_env()
         names = launcher_secrets(self.params.get("secrets") or [],
                                  self.params.get("secrets_if_set") or [], os.environ, env)

@@ -83,6 +83,11 @@ class AlgoConfig:
     rollout_correction_clip_min: Optional[float] = knob(None, range="[0, inf)")
     rollout_correction_clip_max: Optional[float] = knob(3.0, range="(0, inf)")
 
+    @property
+    def uses_reference(self) -> bool:
+        """A KL penalty needs the reference model; beta = 0 builds and plans none."""
+        return self.beta > 0
+
     def for_loss(self) -> AlgoConfig:
         """As the loss reads them: null ratio_level = the algorithm's, epsilon_high = epsilon."""
         level = algorithm.get(self.name).ratio_level if self.ratio_level is None else \

@@ -43,8 +43,8 @@ class Listener:
     def on_eval(self, step: int, metrics: dict[str, float], samples: list[dict]) -> None: ...
 
     def on_rollouts(self, step: int, rows: list[dict]) -> None:
-        """Training rollouts of `step`, one dict per completion: prompt, completion, each
-        reward function's value, reward (total), advantage, length, truncated."""
+        """Rollouts of `step`, a dict per completion: prompt, completion, each reward, reward,
+        advantage, length, truncated."""
 
     def on_checkpoint(self, step: int, path: Path) -> None: ...
 

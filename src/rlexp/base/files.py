@@ -1,7 +1,6 @@
-"""Files that readers never see half-written: write a temporary sibling, then os.replace
-(rename(2) swaps a name in one step; a dir too, when the destination is missing or empty).
-Also remove_dry_run_dir.
-"""
+"""Files readers never see half-written: write a temporary sibling, then os.replace (rename(2)
+swaps a name in one step; a dir too, when the destination is missing or empty). Also
+remove_dry_run_dir."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from typing import Any
 
 
 def temp_sibling(path: Path) -> Path:
-    """A temporary name next to `path` (same filesystem), one per process and thread: the
-    listener's sender thread and the loop may write the same file at once."""
+    """A temp name beside `path`, per process and thread (the sender and the loop may race)."""
     path = Path(path)
     return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
@@ -51,8 +49,7 @@ def read_json_object(path: Path) -> dict | None:
 
 
 def remove_dry_run_dir(sweep_dir: Path) -> None:
-    """Hydra's sweeper made the sweep dir (multirun.yaml) before the launcher ran: a dry run
-    leaves nothing, so remove it and the empty parents it made (up to the working dir)."""
+    """A dry run leaves nothing: remove the sweep dir Hydra's sweeper made and its empty parents."""
     if not sweep_dir.is_dir() or {p.name for p in sweep_dir.iterdir()} - {"multirun.yaml"}:
         return
     shutil.rmtree(sweep_dir, ignore_errors=True)

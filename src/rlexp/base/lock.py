@@ -1,12 +1,10 @@
-"""One process at a time in a run dir or a sweep dir: an flock on <dir>/rlexp.lock.
-
-Two identical commands resolve to the same dir (named from the overrides) and would write the
-same checkpoints, spool and MLflow run. The lock is taken before rlexp writes in the dir and
-held for the job's life; the kernel drops it when its holder dies, and the file only names the
-holder. flock works across hosts on NFSv4 and on Lustre mounted with -o flock. Process i > 0
-of a multi-controller run locks rlexp.<i>.lock: a run's processes never refuse each other,
-while a second launch is refused in every process. Also try_flock and flocked.
-"""
+"""One process at a time in a run dir or a sweep dir: an flock on <dir>/rlexp.lock. Two identical
+commands resolve to the same dir (named from the overrides) and would write the same checkpoints,
+spool and MLflow run. Taken before rlexp writes in the dir, held for the job's life; the kernel
+drops it when its holder dies, the file only names the holder. flock works across hosts on NFSv4
+and Lustre mounted with -o flock. Process i > 0 of a multi-controller run locks rlexp.<i>.lock: a
+run's processes never refuse each other, a second launch is refused in every process. Also
+try_flock and flocked."""
 
 from __future__ import annotations
 
@@ -80,8 +78,7 @@ class DirLock:
 
 
 def try_flock(path: Path, mode: str = "a") -> IO[str] | None:
-    """`path` opened and exclusively flocked, or None when another process holds it. The lock
-    lasts until the handle is closed (or its process dies)."""
+    """`path` opened and flocked until closed (or its process dies); None when another holds it."""
     handle = open(path, mode)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,7 +1,5 @@
-"""User code named by a dotted path (Hydra's `_target_` convention), resolved with one-line
-errors (a UserError naming the key, at start-up): rewards, dataset builders and extractors,
-user algorithms.
-"""
+"""User code named by a dotted path (Hydra's `_target_`), resolved with one-line errors (a
+UserError naming the key, at start-up): rewards, dataset builders and extractors, algorithms."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""Every private name of a library that rlexp relies on, and the one checker for all of them.
-
-A private name is an underscore name or anything under a private module (`jax._src`), used only
-where no public API does the job; each is listed here (Tunix's in rlexp.engine.tunix_names)
-with where, why and the version read. tests/test_private_apis.py `check`s every entry and
-fails on any unlisted private use in src/ or launchers/.
-"""
+"""Every private name of a library rlexp relies on, and the one checker for all of them. A
+private name is an underscore name or anything under a private module (`jax._src`), used only
+where no public API does the job; each is listed here (Tunix's in rlexp.engine.tunix_names) with
+where, why and the version read. tests/test_private_apis.py `check`s every entry and fails on any
+unlisted private use in src/ or launchers/."""
 
 from __future__ import annotations
 
@@ -80,8 +78,7 @@ def _code_names(code: Any) -> set[str]:
 
 
 def _self_targets(node: ast.AST) -> Iterator[str]:
-    """What node's code assigns to self: `self.a = ...` gives "a", `self.a.b = ...` "a.b"
-    (tuple targets unpacked; an annotation without a value assigns nothing)."""
+    """What node assigns to self: `self.a = ...` "a", `self.a.b = ...` "a.b" (tuples unpacked)."""
     for child in ast.walk(node):
         targets = child.targets if isinstance(child, ast.Assign) else \
             [child.target] if isinstance(child, ast.AnnAssign) and child.value else []
@@ -97,9 +94,8 @@ def _self_targets(node: ast.AST) -> Iterator[str]:
 
 @functools.cache
 def _assigned_by_class(file: str) -> dict[str, frozenset[str]]:
-    """{class __qualname__: what its source assigns to self} for one source file, parsed once
-    (inspect.getsource parses the module again per class). The Tunix check, once per run:
-    0.19 s with getsource, 0.04 s this way (2-core CPU, median of 3)."""
+    """{class __qualname__: what its source assigns to self} for one file, parsed once: the Tunix
+    check takes 0.04 s instead of 0.19 s with getsource per class (2-core CPU, median of 3)."""
     found: dict[str, frozenset[str]] = {}
 
     def visit(node: ast.AST, prefix: str) -> None:

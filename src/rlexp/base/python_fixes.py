@@ -2,11 +2,9 @@
 
 CPython 3.11.0-3.11.7 and 3.12.0, gh-106905: `ast.parse` keeps its recursion-depth counter in
 interpreter-wide state, so two threads parsing at once raise "SystemError: AST constructor
-recursion depth mismatch". `inspect.signature` of a builtin, `traceback` and
-`ast.literal_eval` parse at run time, on the main thread and MLflow's threads alike: a
-two-process Ray job died of it in CI (3.11.7). Fixed in 3.11.8 and 3.12.1; here every
-`ast.parse` takes one re-entrant lock.
-"""
+recursion depth mismatch". `inspect.signature` of a builtin, `traceback` and `ast.literal_eval`
+parse at run time on any thread: a two-process Ray job died of it in CI (3.11.7). Fixed in
+3.11.8 and 3.12.1; here every `ast.parse` takes one re-entrant lock."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ def ast_parse_is_thread_unsafe(version: tuple[int, ...] = tuple(sys.version_info
 
 
 def serialise_ast_parse() -> None:
-    """Make `ast.parse` take one process-wide lock (once; a no-op on a fixed interpreter).
-    Re-entrant: a finaliser that parses inside a parse nests, which the counter survives."""
+    """Make `ast.parse` take one process-wide re-entrant lock (a finaliser may parse inside)."""
     if not ast_parse_is_thread_unsafe() or getattr(ast.parse, _PATCHED, False):
         return
     parse, lock = ast.parse, threading.RLock()

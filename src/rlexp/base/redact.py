@@ -1,14 +1,12 @@
 """Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs.
-
 Masked wherever rlexp writes, and taken out of the command line before Hydra saves it
 (mask_argv): URI credentials (`postgresql://user:PW@host`, `?token=`, `&sig=`), the value of a
-secret-named key (`tracker.api_key=...`, `Authorization: Bearer ...`) wherever it reappears,
-and the values of secret-named environment variables ($HF_TOKEN, ...).
+secret-named key (`tracker.api_key=...`, `Authorization: Bearer ...`) wherever it reappears, and
+the values of secret-named environment variables ($HF_TOKEN, ...).
 
 A key is secret when its LAST word is a secret word (or its last two words a secret pair):
-`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY` are; `token_budget`, `eval/token_accuracy` and
-`model.tokenizer` are not (a test on any word, or a substring, would hide them from the store).
-"""
+`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY` are; `token_budget`, `eval/token_accuracy`,
+`model.tokenizer` are not (a test on any word or substring would hide them from the store)."""
 
 from __future__ import annotations
 
@@ -94,9 +92,8 @@ def _mask_query(query: str, found: set[str] | None, replace: Callable[[str], str
 
 def redact_uri(uri: str, found: set[str] | None = None,
                replace: Callable[[str], str] | None = None) -> str:
-    """Mask the credentials of every URI in `uri` (userinfo, secret query parameters);
-    `found` collects the raw secret values (so other copies of them can be masked too);
-    `replace(secret)` gives the text put in its place (default MASK)."""
+    """Mask the credentials of every URI in `uri`; `found` collects the raw secret values (to mask
+    other copies), `replace(secret)` gives the text put in its place (default MASK)."""
     masked = replace or (lambda _secret: MASK)
 
     def one(m: re.Match) -> str:
@@ -123,16 +120,14 @@ def redact_uri(uri: str, found: set[str] | None = None,
     return _URI.sub(one, uri)
 
 
-# Secrets this process learned from what it was given (a tracking URI, a job's overrides):
-# counted by secret_values() though no environment variable or argument holds them (a
-# launcher's worker gets tracker.uri=http://u:PW@host inside its pickled job, not in argv).
+# Secrets learned from what this process was given (a tracking URI, a job's overrides), counted
+# by secret_values() though no env var or argument holds them (a worker's pickled tracker.uri).
 _learned: set[str] = set()
 
 
 def remember(*texts: str | None) -> None:
-    """Count the URI credentials and secret-named `key=value` values inside `texts` as this
-    process's secrets from now on: every line masked afterwards (console, logs, exception text)
-    masks them too, in whatever form they reappear (a URI cut short, a decoded query)."""
+    """Count URI credentials and secret-named `key=value` values in `texts` as this process's
+    secrets: every later masked line masks them too, in any form (a URI cut short, decoded)."""
     found: set[str] = set()
     for text in texts:
         if isinstance(text, str):
@@ -146,11 +141,11 @@ def remember(*texts: str | None) -> None:
         install_log_redaction()
 
 
-# Hydra saves the overrides (.hydra/*.yaml, multirun.yaml, submitit's pickles) before any job
-# or callback runs, so masking those files later leaves them in clear when the command stops
-# first. So mask_argv puts a placeholder (`***1***`) in the override, the real values travel in
-# the environment every job inherits (SECRETS_ENV: {placeholder: value} as base64 JSON), and
-# each job puts them back (unmask_config, unmask; store.resolve_uri).
+# Hydra saves the overrides (.hydra/*.yaml, multirun.yaml, submitit's pickles) before any job or
+# callback runs, so masking those later leaves them in clear if the command stops first. So
+# mask_argv puts a placeholder (`***1***`) in the override, the values travel in SECRETS_ENV
+# ({placeholder: value} as base64 JSON), and each job puts them back (unmask_config, unmask;
+# store.resolve_uri).
 SECRETS_ENV = "RLEXP_MASKED_SECRET"
 _PLACEHOLDER = re.compile(r"\*\*\*\d+\*\*\*")
 
@@ -167,11 +162,10 @@ def masked_secrets() -> dict[str, str]:
 
 
 def mask_argv(argv: list[str]) -> list[str]:
-    """argv with each secret replaced by a placeholder, the real values put in SECRETS_ENV:
-    URI credentials (`tracker.uri=http://u:PW@host` -> `http://u:***1***@host`, `?token=`)
-    and the value of a secret-named key (`+hydra.job.env_set.HF_TOKEN=hf_x` -> `***2***`;
-    each value of a sweep `a,b` on its own). The same command gives the same placeholders
-    (run dirs are named from the overrides)."""
+    """argv with each secret replaced by a placeholder, the real values put in SECRETS_ENV: URI
+    credentials (`tracker.uri=http://u:PW@host` -> `http://u:***1***@host`, `?token=`) and
+    secret-named keys' values (`+hydra.job.env_set.HF_TOKEN=hf_x` -> `***2***`; each value of a
+    sweep `a,b` alone). The same command gives the same placeholders (run dirs are named so)."""
     table = masked_secrets()
     by_value = {v: k for k, v in table.items()}
 
@@ -212,8 +206,7 @@ def unmask(text: str) -> str:
 
 
 def placeholders(text: str) -> str:
-    """text with URI credentials masked for a file, as placeholders where mask_argv made one
-    (unmask gives the real URI back in a job that has SECRETS_ENV), else MASK."""
+    """URI credentials masked for a file: mask_argv's placeholders where it made one, else MASK."""
     by_value = {v: k for k, v in masked_secrets().items()}
     return redact_uri(text, replace=lambda s: s if _PLACEHOLDER.fullmatch(s)
                       else by_value.get(s, MASK))
@@ -239,9 +232,8 @@ def unmask_config(cfg: Any) -> None:
 
 
 def secret_values() -> set[str]:
-    """Values to hide: secret-named env vars, secret-named `key=value` arguments and the
-    credentials of URIs in either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...),
-    and what remember() learned."""
+    """Values to hide: secret-named env vars and `key=value` arguments, the credentials of URIs in
+    either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...), what remember() learned."""
     found: set[str] = set(_learned) | set(masked_secrets().values())
     for k, v in os.environ.items():
         if is_secret_key(k) and k != SECRETS_ENV:  # SECRETS_ENV's values: counted one by one
@@ -258,8 +250,7 @@ def secret_values() -> set[str]:
 
 
 def redact_text(text: str, extra: Iterable[str] = (), values: set[str] | None = None) -> str:
-    """Mask URI credentials, secret-named assignments and known secret values in `text`;
-    `values` = secret_values() computed by the caller (it scans the environment)."""
+    """Mask URI credentials, secret assignments and `values` (secret_values()) in `text`."""
     text = redact_uri(text)
     known = secret_values() if values is None else values
     for value in sorted(known | set(extra), key=len, reverse=True):
@@ -281,8 +272,7 @@ _current: tuple[Any, set[str]] | None = None
 
 
 def current_secrets() -> set[str]:
-    """secret_values(), recomputed only when the environment, argv or _learned changed
-    (scanning the environment costs ~0.2 ms: too much for every console line)."""
+    """secret_values(), recomputed only on a change (an environment scan costs ~0.2 ms a line)."""
     global _current
     key = (len(_learned), tuple(sys.argv), hash(frozenset(os.environ.items())))
     if _current is None or _current[0] != key:
@@ -291,9 +281,8 @@ def current_secrets() -> set[str]:
 
 
 class RedactedStream:
-    """A text stream that masks secrets in what is written to it (`--cfg job` prints the
-    composed config, tracker.uri credentials and secret-named keys included): this process's
-    secrets at each write (current_secrets), so ones learned later count."""
+    """A text stream masking secrets written to it (`--cfg job` prints the composed config): this
+    process's secrets at each write (current_secrets), so ones learned later count."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
@@ -316,8 +305,7 @@ def redact_value(key: str, value: Any, values: set[str] | None = None) -> Any:
 
 
 def redact_obj(obj: Any, key: str = "", values: set[str] | None = None) -> Any:
-    """A JSON-like tree (summary, eval samples, a dataset's rows) with secrets masked at
-    every level; the environment is scanned once per tree, not once per string."""
+    """A JSON-like tree with secrets masked at every level, scanning the environment once."""
     values = secret_values() if values is None else values
     if isinstance(obj, dict):
         return {k: redact_obj(v, str(k), values) for k, v in obj.items()}
@@ -375,8 +363,7 @@ def scrub_sweep_dir(sweep_dir: Path) -> None:
 
 class ScrubCallback(Callback):  # listed in conf/config.yaml
     """Masks secrets in the files Hydra writes, right after it writes them: a job's .hydra/
-    (saved just before on_job_start) and the sweep's multirun.yaml (saved by the sweeper
-    before any job starts; rewritten again when the sweep ends)."""
+    (before on_job_start) and the sweep's multirun.yaml (before any job starts, and at its end)."""
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         hc = HydraConfig.get()
@@ -397,8 +384,7 @@ _factory_installed = False
 
 
 def install_log_redaction() -> None:
-    """Mask secrets in log records (exc_info too), warnings and sys.stdout/stderr, once this
-    process knows a secret (ordinary runs pay nothing); idempotent."""
+    """Mask secrets in logs, warnings and stdout/stderr once a secret is known; idempotent."""
     global _factory_installed
     if _factory_installed or not secret_values():
         return

@@ -1,7 +1,6 @@
-"""Keep-N pruning of what runs leave on disk: `<step>.unusable-<unix time>` checkpoint dirs
-(moved aside by rlexp.job.resume) and the warm-start cache, pruned when a run adds or uses an
-entry (half-written entries are left until STALE_TMP_S old).
-"""
+"""Keep-N pruning of what runs leave on disk: `<step>.unusable-<unix time>` checkpoint dirs (moved
+aside by rlexp.job.resume) and the warm-start cache, pruned when a run adds or uses an entry
+(half-written entries are left until STALE_TMP_S old)."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ def mark_used(entry_file: Path) -> None:
 
 
 def prune_cache(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
-    """Delete warm-start entries under `root` beyond the `keep` most recently used, never
-    `protect` (the entry this run uses); returns the deleted entry dirs."""
+    """Delete warm-start entries beyond the `keep` most recently used, never `protect`."""
     root = Path(root)
     if not root.is_dir():
         return []

@@ -1,9 +1,6 @@
 """The process itself: the garbage collector (frozen_heap, loading), how a command leaves
-(skip_teardown), which process of a multi-controller run this is, and `supervise`.
-
-Measured on a 2-core CPU with gc.callbacks, one tiny run (16.7 s): full collections took
-2.2 s, 1.9 s of it while JAX, Flax, Tunix and MLflow were imported (~570k objects).
-"""
+(skip_teardown), which process of a multi-controller run this is, and `supervise`. On a 2-core
+CPU, one tiny run (16.7 s): full collections took 2.2 s, 1.9 s of it during imports (~570k obj)."""
 
 from __future__ import annotations
 
@@ -26,15 +23,12 @@ _frozen_after_full = 0
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Keep what exists before the job out of the cyclic collector while the job runs. Tunix
-    0.1.7 calls gc.collect() four times per job (tunix/rl/rl_cluster.py, tunix/sft/utils.py
-    show_hbm_usage), each walking everything JAX, Tunix and MLflow loaded: 0.44 s each, 14 of
-    64 s in an 8-job tiny sweep (cProfile). Cycles through frozen objects wait for a full pass
-    once the frozen heap grew by a quarter, CPython's rule for its oldest generation
-    (Modules/gcmodule.c, long_lived_pending). The heap is left as found.
-
-    With `loading`, a 2-step default run on a warm cache, 2-core CPU, median of 3 paired runs:
-    13.3 s of CPU instead of 15.1 s (wall 39.8 s instead of 47.4 s, ratio 0.86)."""
+    """Keep what exists before the job out of the cyclic collector while it runs. Tunix 0.1.7 calls
+    gc.collect() four times per job (tunix/rl/rl_cluster.py, tunix/sft/utils.py show_hbm_usage),
+    each walking all JAX, Tunix and MLflow loaded: 0.44 s each, 14 of 64 s in an 8-job tiny sweep.
+    Cycles through frozen objects wait for a full pass once the frozen heap grew by a quarter
+    (Modules/gcmodule.c, long_lived_pending). The heap is left as found. With `loading`, 2-step
+    run, warm cache, 2-core CPU, median of 3 paired: 13.3 s CPU instead of 15.1 s (wall 0.86x)."""
     global _jobs_in_process, _in_job, _frozen_after_full
 
     was_frozen = gc.get_freeze_count() > 0
@@ -59,9 +53,8 @@ def frozen_heap() -> Iterator[None]:
 
 @contextmanager
 def loading() -> Iterator[None]:
-    """No cyclic collection during a large import (it leaves under 1,000 cyclic objects per
-    full pass), then, inside a job, freeze what it loaded so the job's collections skip it;
-    elsewhere the collector is only paused. Measured with frozen_heap."""
+    """No cyclic collection during a large import (under 1,000 cyclic objects per full pass);
+    inside a job, freeze what it loaded so its collections skip it; elsewhere only paused."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -78,20 +71,17 @@ _exit_status = 0
 
 
 def skip_teardown() -> None:
-    """Leave with os._exit after the other exit handlers, skipping the interpreter's teardown
-    (1-2 s after a tiny run). atexit runs last-registered first, so call this before MLflow,
-    loky and JAX are imported (rlexp.__main__), and only in a command's own process (pytest
-    would leave with it). Non-daemon threads are still waited for.
-
-    A 2-step default run on a warm cache, 2-core CPU, median of 3 paired runs: 39.8 s instead
-    of 44.0 s (wall ratio 0.90), 13.8 s of CPU instead of 15.4 s."""
+    """Leave with os._exit after the other exit handlers, skipping interpreter teardown (1-2 s
+    after a tiny run). atexit runs last-registered first: call before MLflow, loky and JAX are
+    imported, only in a command's own process (not pytest). Non-daemon threads are waited for.
+    2-step default run, warm cache, 2-core CPU, median of 3 paired: 39.8 s wall instead of 44.0 s,
+    13.8 s of CPU instead of 15.4 s."""
     atexit.register(_leave)
 
 
 @contextmanager
 def exit_status() -> Iterator[None]:
-    """Record the body's exit status for skip_teardown: 0, a SystemExit's code (1 for a
-    message), 130 for Ctrl-C, 1 for any other exception."""
+    """Exit status for skip_teardown: 0, SystemExit's code (1 for a message), 130 Ctrl-C, else 1."""
     global _exit_status
     try:
         yield
@@ -109,8 +99,7 @@ def _leave() -> None:
 
 
 def exit_at_once(code: int) -> NoReturn:
-    """Leave now, running no exit handler: a multi-controller process whose peer is lost
-    (jax.distributed's shutdown barrier would wait for it, then abort)."""
+    """Leave now, no exit handler: a lost peer would hang jax.distributed's shutdown barrier."""
     for stream in (sys.stdout, sys.stderr):  # os._exit flushes nothing
         with suppress(Exception):  # a closed or redirected stream: nothing left to save
             stream.flush()
@@ -130,8 +119,7 @@ COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PRO
 
 @dataclass(frozen=True)
 class Launch:
-    """Which launcher started this process, as which of how many (None: not known before
-    jax.distributed asks the cluster, e.g. a Cloud TPU VM's metadata server)."""
+    """This process's launcher, index and count (None: unknown before jax.distributed asks)."""
 
     # "mpirun" | "srun" | "Cloud TPU" | "JAX_COORDINATOR_ADDRESS" | None (one plain process)
     launcher: str | None = None
@@ -146,9 +134,8 @@ def _int(environ: Mapping[str, str], name: str) -> int | None:
 
 
 def detect_launch(environ: Mapping[str, str]) -> Launch:
-    """The launcher of this process, from the variables it sets (pure): the clusters
-    jax.distributed detects by itself (jax/_src/clusters: OmpiCluster, SlurmCluster,
-    GkeTpuCluster), and JAX's JAX_COORDINATOR_ADDRESS with rlexp's count and id."""
+    """This process's launcher from the variables it sets (pure): the clusters jax.distributed
+    detects (jax/_src/clusters), and JAX_COORDINATOR_ADDRESS with rlexp's count and id."""
     if environ.get(COORDINATOR_ENV):
         return Launch(COORDINATOR_ENV, _int(environ, COUNT_ENV), _int(environ, INDEX_ENV))
     if "OMPI_COMM_WORLD_SIZE" in environ:  # Open MPI's mpirun
@@ -184,9 +171,8 @@ def is_main_process() -> bool:
 
 # Set in the child of `supervise`, so that it trains instead of supervising again.
 SUPERVISED_ENV = "RLEXP_SUPERVISED"
-# C++ log lines (absl/glog: "E1124 11:16:34.253250   15169 file.cc:1549] ..."), their stack
-# frames, and gloo's own lines: held back from the console, shown only when they explain a
-# failure that is not a lost peer.
+# C++ log lines (absl/glog: "E1124 11:16:34.253250   15169 file.cc:1549] ..."), their frames and
+# gloo's lines: held back, shown only when they explain a failure that is not a lost peer.
 _NATIVE_LINE = re.compile(rb"^([IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]|    @ |\*\*\* |"
                           rb"\[Gloo\] )")
 # Lines of rlexp, Python and Hydra that end a run of held native lines.
@@ -198,8 +184,7 @@ _LEADER_GONE = re.compile(rb"leader task was preempted/died|Failed to send RPC t
 
 
 def lost_processes(native: bytes) -> str | None:
-    """Which process jax.distributed reported lost, from its log lines (pure): "1", "0" when
-    the coordinator (process 0) is gone, None when the lines say neither."""
+    """The process jax.distributed's log lines report lost (pure): "1", "0" (coordinator), None."""
     found = _UNHEALTHY.search(native)
     if found:
         return b", ".join(re.findall(rb"\d+", found.group(1))).decode() or None
@@ -207,12 +192,10 @@ def lost_processes(native: bytes) -> str | None:
 
 
 def supervise(argv: Sequence[str], index: int | None, count: int | None) -> NoReturn:
-    """Run this command again as a child and watch it (one process of a multi-controller run).
-
-    A lost peer makes jax.distributed's coordination service end the survivors with a C++
-    abort and a page of native stack no Python handler sees: the child's native stderr lines
-    are held back and, when it dies that way, replaced by one line naming the lost process.
-    The child dies with this process and gets its signals; the exit status is the child's."""
+    """Run this command again as a child and watch it (one process of a multi-controller run). A
+    lost peer makes jax.distributed's coordination service abort the survivors with a page of
+    native stack: the child's native stderr is held back and, when it dies that way, replaced by
+    one line naming the lost process. The child dies with us, gets our signals, gives our status."""
     import signal
     import subprocess
 

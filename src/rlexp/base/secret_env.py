@@ -16,9 +16,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def launcher_secrets(secrets: Iterable[Any], if_set: Iterable[Any], environ: Mapping[str, str],
                      env: Mapping[str, Any]) -> list[str]:
     """What a launcher forwards, without repeats: hydra.launcher.secrets, and those of
-    secrets_if_set (HF_TOKEN by default) set here and not in the jobs' `env`. Each must be a
-    variable name, set, named like a secret (so rlexp masks its value) and not also in `env`;
-    else a UserError naming it."""
+    secrets_if_set (HF_TOKEN by default) set here and not in the jobs' `env`. Each must be a set,
+    secret-named variable (so rlexp masks its value) not also in `env`; else a UserError."""
     key = "hydra.launcher.secrets"
     optional = [n for n in if_set if str(n) in environ and str(n) not in env]
     out: list[str] = []

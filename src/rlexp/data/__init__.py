@@ -1,9 +1,8 @@
-"""Data: problems from a dataset, rendered into prompts, served in a seeded, stateless order,
-and the rewards that score completions. The order of training batches is a pure function of
-(seed, step): resuming at step k needs no iterator state, only k.
-
-Layer: data. May import rlexp.config, rlexp.algo, rlexp.base.
-"""
+"""Data: problems from a dataset (loaders), rendered into prompts (templates, lengths), served in
+a seeded, stateless order, and the rewards that score completions (rewards, reward_sets,
+maxtext_grading, extract). The order of training batches is a pure function of (seed, step):
+resuming at step k needs no iterator state. Layer: data. May import rlexp.config, rlexp.algo,
+rlexp.base."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:
 def build_splits(raw: RawSplits, template: str | PromptTemplate, encode: Callable[[str], list[int]],
                  decode: Callable[[list[int]], str], max_prompt_tokens: int,
                  chat_tokenizer: Any | None = None) -> Splits:
-    """Render prompts (and chat format), left-truncating those over `max_prompt_tokens`;
-    `template` is a PromptTemplate or a built-in template's name."""
+    """Render prompts, left-truncated at `max_prompt_tokens`; `template` an object or a name."""
     tpl = PromptTemplate(template=template) if isinstance(template, str) else template
     truncated = 0
     lengths: list[int] = []

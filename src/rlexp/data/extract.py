@@ -27,9 +27,8 @@ _PLAIN_NUMBER = re.compile(
 
 
 def plain_number(text: str | None) -> float | None:
-    """The value of an answer that is a single plain number ("1,234", "$18", "50%", "5 cm");
-    None for anything else (LaTeX, expressions, several numbers), which is compared as
-    mathematics instead (see rlexp.data.rewards.same_answer)."""
+    """The value of an answer that is one plain number ("1,234", "$18", "50%", "5 cm"); None for
+    anything else, which is compared as mathematics (rlexp.data.rewards.same_answer)."""
     m = _PLAIN_NUMBER.fullmatch(text) if text is not None else None
     return float(m.group(1).replace(",", "")) if m is not None else None
 

@@ -38,8 +38,7 @@ def prompt_lengths(lengths: Sequence[int], limit: int) -> PromptLengths:
 
 def check_prompt_lengths(lengths: Sequence[int], limit: int,
                          max_fraction: float) -> Optional[str]:
-    """None when every prompt fits; a warning line (without the `rlexp: warning:` prefix) when
-    some are cut but at most `max_fraction` of them; UserError when more are."""
+    """None if all prompts fit; a warning if at most `max_fraction` are cut; else UserError."""
     got = prompt_lengths(lengths, limit)
     if got.over == 0:
         return None

@@ -1,12 +1,10 @@
 """MaxText's math grading at its newest stored commit (github.com/AI-Hypercomputer/maxtext
 e591f30cbbf2, 2026-08-22; utils_rl.py last changed at dc8b0abe68af): answer extraction,
-normalisation and math_verify equivalence, as src/maxtext/trainers/post_train/rl/utils_rl.py
-and math_verify_pool.py write them. Tables and regexes are copied with their quirks ("a " and
-"an " are deleted anywhere, so "banana " loses letters): this is what MaxText scores.
-
-One difference: MaxText grades in spawned processes under a 120 s timeout per batch; here
-math_verify runs in-process with its per-call timeout, and a timed-out call is not equal.
-"""
+normalisation and math_verify equivalence, as src/maxtext/trainers/post_train/rl/utils_rl.py and
+math_verify_pool.py write them. Tables and regexes are copied with their quirks ("a " and "an "
+are deleted anywhere, so "banana " loses letters): this is what MaxText scores. One difference:
+MaxText grades in spawned processes under a 120 s timeout per batch; here math_verify runs
+in-process with its per-call timeout, and a timed-out call is not equal."""
 
 from __future__ import annotations
 
@@ -64,9 +62,8 @@ def boxed(x: str) -> str:
 
 
 def normalize_final_answer(final_answer: str) -> str:
-    """utils_rl.normalize_final_answer: the text after the last '=', mixed numbers joined
-    ('7 3/4' -> '7+3/4'), words, units and LaTeX wrappers removed, '2.0' -> '2', '1,234' ->
-    '1234'."""
+    """utils_rl.normalize_final_answer: the text after the last '=', mixed numbers joined ('7 3/4'
+    -> '7+3/4'), words, units and LaTeX wrappers removed, '2.0' -> '2', '1,234' -> '1234'."""
     final_answer = final_answer.split("=")[-1]
     final_answer = re.sub(r"([0-9]) +([0-9])", r"\1+\2", final_answer)
     for before, after in SUBSTITUTIONS:
@@ -123,9 +120,8 @@ _ANSWER_BLOCK = re.compile(r"<answer>(.+?)</answer>", flags=re.MULTILINE | re.DO
 
 
 def extract_answer(response: str) -> str:
-    """utils_rl.extract_answer: in the last answer block (else the whole response), the
-    content of the last brace-balanced \\boxed{...}; else a looser \\boxed match; else the
-    last answer block, stripped; else FALLBACK_ANSWER."""
+    """utils_rl.extract_answer: in the last answer block (else the response), the last balanced
+    \\boxed{...}; else a looser \\boxed; else the block stripped; else FALLBACK_ANSWER."""
     blocks = _ANSWER_BLOCK.findall(response)
     content = blocks[-1] if blocks else response
     found: list[str] = []
@@ -170,9 +166,8 @@ def _equal_under_sympy(gold: object, prediction: object) -> bool:
 
 
 def verify(golds: Sequence[str], predictions: Sequence[str]) -> float:
-    """math_verify_pool.verify_math_worker: 1.0 when any parsed prediction equals any parsed
-    gold (sympy-equal, or math_verify.verify; verify is skipped for two sympy values with
-    '**' in them), else 0.0; any exception is 0.0."""
+    """math_verify_pool.verify_math_worker: 1.0 when any parsed prediction equals any parsed gold
+    (sympy-equal or math_verify.verify, skipped for two sympy values with '**'), else 0.0."""
     try:
         from math_verify import verify as mv_verify
         from sympy import Basic, MatrixBase
@@ -194,9 +189,8 @@ def verify(golds: Sequence[str], predictions: Sequence[str]) -> float:
 
 
 def check_correctness(extracted: str, answers: Sequence[str]) -> tuple[bool, bool]:
-    """utils_rl.check_correctness: (correct, partially correct) of an extracted answer.
-    Correct: `verify` of the boxed normalised forms; partial: correct, or any parsed
-    prediction within 10% of any parsed gold ((p + 1e-6) / (g + 1e-6) in [0.9, 1.1])."""
+    """utils_rl.check_correctness: (correct, partial) of an extracted answer: `verify` of the boxed
+    normalised forms; partial also when a prediction is within 10% of a gold (+1e-6 each)."""
     norm = preprocess_math_string(extracted)
     norm_answers = [preprocess_math_string(a) for a in answers]
     if verify([boxed(a) for a in norm_answers], [boxed(norm)]) > 0.0:

@@ -1,13 +1,12 @@
 """Reward sets that reproduce other frameworks' rewards, score for score (conf/reward/*.yaml).
 
-`maxtext_*`: MaxText's GSM8K GRPO rewards (src/MaxText/rl/utils_rl.py at a4de80cc5; the same
-in examples/grpo_llama3_1_*_demo*.py at fa273e9e1 and grpo_llama3_demo.py at 28e5097ac),
-constants as keyword arguments defaulting to that rl.yml. `maxtext_current_*`: at e591f30cb
-(src/maxtext/trainers/post_train/rl/utils_rl.py): no check_answer, check_numbers graded by
-math_verify, other constants. `easydel_*`: EasyDeL's GRPO tutorial (tutorials/post-training/
-group_relative_policy_optimization/launch.py at e2e6dccc). tests/test_seed_rewards.py runs the
-sources' own functions on the same completions. Signature: fn(prompts, completions, answers).
-"""
+`maxtext_*`: MaxText's GSM8K GRPO rewards (src/MaxText/rl/utils_rl.py at a4de80cc5; the same in
+examples/grpo_llama3_1_*_demo*.py at fa273e9e1, grpo_llama3_demo.py at 28e5097ac), constants as
+kwargs defaulting to that rl.yml. `maxtext_current_*`: at e591f30cb (src/maxtext/trainers/
+post_train/rl/utils_rl.py): no check_answer, check_numbers by math_verify, other constants.
+`easydel_*`: EasyDeL's GRPO tutorial (tutorials/post-training/group_relative_policy_optimization/
+launch.py at e2e6dccc). tests/test_seed_rewards.py runs the sources' own functions on the same
+completions. Signature: fn(prompts, completions, answers)."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def _tags(reasoning_tag: str) -> tuple[str, str, str, str]:
 
 
 def maxtext_format_regex(reasoning_tag: str = "reasoning") -> re.Pattern:
-    """utils_rl.get_match_format_regex: reasoning block, anything, answer block, found with
-    re.search under MULTILINE (so ^ and $ may match at any line break)."""
+    """utils_rl.get_match_format_regex: reasoning, anything, answer, by re.search with MULTILINE."""
     rs, re_, ss, se = (re.escape(t) for t in _tags(reasoning_tag))
     return re.compile(rf"^[\s]{{0,}}{rs}.+?{re_}.*?{ss}(.+?){se}[\s]{{0,}}$",
                       flags=re.MULTILINE | re.DOTALL)
@@ -69,8 +67,7 @@ def maxtext_format_exact(prompts: Sequence[str], completions: Sequence[str],
 def maxtext_format_approx(prompts: Sequence[str], completions: Sequence[str],
                           answers: Sequence[str], reasoning_tag: str = "reasoning",
                           **kwargs: Any) -> list[float]:
-    """utils_rl.match_format_approximately: per tag, +reward_partial_format_match when it
-    occurs exactly once, else penalty_incorrect_format."""
+    """utils_rl.match_format_approximately: per tag seen once +reward_partial_format_match."""
     good = _const(kwargs, "reward_partial_format_match")
     bad = _const(kwargs, "penalty_incorrect_format")
     tags = _tags(reasoning_tag)
@@ -80,9 +77,8 @@ def maxtext_format_approx(prompts: Sequence[str], completions: Sequence[str],
 def maxtext_check_answer(prompts: Sequence[str], completions: Sequence[str],
                          answers: Sequence[str], reasoning_tag: str = "reasoning",
                          **kwargs: Any) -> list[float]:
-    """utils_rl.check_answer: the answer of a well-formatted completion: equal string, equal
-    after strip, ratio to the reference within 10% or 20%, else a penalty (a non-number
-    gets penalty_incorrect_format); 0 when the format regex is not found."""
+    """utils_rl.check_answer of a well-formatted completion: equal string, equal after strip, ratio
+    within 10% or 20%, else a penalty (penalty_incorrect_format for a non-number); 0 unformatted."""
     pattern = maxtext_format_regex(reasoning_tag)
     return [0.0 if (m := pattern.search(c)) is None else _const(kwargs, _band(m.group(1), ref))
             for c, ref in zip(completions, answers)]
@@ -114,8 +110,8 @@ def maxtext_first_number(completion: str) -> str | None:
 def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
                           answers: Sequence[str], correct: float = 1.5,
                           **_: Any) -> list[float]:
-    """utils_rl.check_numbers: 1.5 (a literal in MaxText) when the first number after
-    <answer> equals the reference as floats, else 0."""
+    """utils_rl.check_numbers: 1.5 (MaxText's literal) when the first number after <answer>
+    equals the reference as floats, else 0."""
     def score(guess: str | None, ref: str) -> float:
         try:
             return correct if guess is not None and float(guess) == float(ref) else 0.0
@@ -143,9 +139,8 @@ def _current(kwargs: dict[str, Any], name: str) -> float:
 
 def maxtext_current_format_regex(reasoning_tag: str = "reasoning",
                                  reasoning_start_in_prompt: bool = False) -> re.Pattern:
-    """utils_rl.get_match_format_regex (e591f30cb): reasoning block, anything, answer block,
-    found anywhere (no ^...$ anchors any more); without the opening tag when the chat template
-    puts it in the prompt (rl.yml reasoning_start_token_in_prompt)."""
+    """utils_rl.get_match_format_regex (e591f30cb): reasoning, anything, answer, found anywhere (no
+    ^...$); without the opening tag when the prompt holds it (reasoning_start_token_in_prompt)."""
     rs, re_, ss, se = (re.escape(t) for t in _tags(reasoning_tag))
     rs = "" if reasoning_start_in_prompt else rs
     return re.compile(rf"{rs}.*?{re_}.*?{ss}(.+?){se}", flags=re.MULTILINE | re.DOTALL)
@@ -155,8 +150,7 @@ def maxtext_current_format_exact(prompts: Sequence[str], completions: Sequence[s
                                  answers: Sequence[str], reasoning_tag: str = "reasoning",
                                  reasoning_start_in_prompt: bool = False,
                                  **kwargs: Any) -> list[float]:
-    """utils_rl.match_format_exactly (e591f30cb): reward_exact_format_match when the format
-    regex is found."""
+    """utils_rl.match_format_exactly (e591f30cb): reward_exact_format_match if the regex matches."""
     pattern = maxtext_current_format_regex(reasoning_tag, reasoning_start_in_prompt)
     hit = _current(kwargs, "reward_exact_format_match")
     return [hit if pattern.search(c) is not None else 0.0 for c in completions]
@@ -166,9 +160,9 @@ def maxtext_current_format_approx(prompts: Sequence[str], completions: Sequence[
                                   answers: Sequence[str], reasoning_tag: str = "reasoning",
                                   reasoning_start_in_prompt: bool = False,
                                   **kwargs: Any) -> list[float]:
-    """utils_rl.match_format_approximately (e591f30cb): per tag, reward_partial_format_match
-    when it occurs exactly once, else penalty_incorrect_format (the opening reasoning tag
-    always counts as once when the prompt holds it). 0 with rl.yml's constants."""
+    """utils_rl.match_format_approximately (e591f30cb): per tag seen once
+    reward_partial_format_match, else penalty_incorrect_format (the opening reasoning tag counts
+    once when the prompt holds it). 0 with rl.yml's constants."""
     good = _current(kwargs, "reward_partial_format_match")
     bad = _current(kwargs, "penalty_incorrect_format")
     rs, *rest = _tags(reasoning_tag)
@@ -178,9 +172,8 @@ def maxtext_current_format_approx(prompts: Sequence[str], completions: Sequence[
 
 def maxtext_current_check_numbers(prompts: Sequence[str], completions: Sequence[str],
                                   answers: Sequence[str], **kwargs: Any) -> list[float]:
-    """utils_rl.check_numbers (e591f30cb), on the answer of `maxtext_grading.extract_answer`.
-    The reference is one GSM8K answer (MaxText's list of acceptable answers, [a, a] for GSM8K,
-    deduplicated to [a])."""
+    """utils_rl.check_numbers (e591f30cb) on `maxtext_grading.extract_answer`'s answer; the
+    reference is one GSM8K answer (MaxText's [a, a] list for GSM8K, deduplicated)."""
     from rlexp.data import maxtext_grading as g
 
     exact = _current(kwargs, "reward_exact_answer")
@@ -213,9 +206,8 @@ def easydel_format(prompts: Sequence[str], completions: Sequence[str], answers: 
 
 def easydel_accuracy(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
                      **_: Any) -> list[float]:
-    """launch.py accuracy_reward: math_verify's first LaTeX expression of the whole completion
-    verified against the first of the whole gold solution; 1 when the gold has no LaTeX
-    expression (the tutorial scores such rows, it does not drop them)."""
+    """launch.py accuracy_reward: math_verify's first LaTeX expression of the completion against
+    the gold's first; 1 when the gold has none (the tutorial scores such rows)."""
     from math_verify import LatexExtractionConfig, parse, verify  # optional extra
 
     t = math_verify_timeout()

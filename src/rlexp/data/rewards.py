@@ -1,9 +1,7 @@
-"""Rewards as plug-ins: `reward.functions` lists `{_target_, weight, name, kwargs}` entries.
-
-A reward function is called as fn(prompts, completions, answers, **kwargs) -> one float per
-completion (TRL's reward_funcs); the reward is sum_i weight_i * fn_i, each term logged as
-train/reward/<name>. `terms()` resolves and probes them before anything runs.
-"""
+"""Rewards as plug-ins: `reward.functions` lists `{_target_, weight, name, kwargs}` entries. A
+reward function is fn(prompts, completions, answers, **kwargs) -> one float per completion (TRL's
+reward_funcs); the reward is sum_i weight_i * fn_i, each term logged as train/reward/<name>.
+`terms()` resolves and probes them before anything runs."""
 
 from __future__ import annotations
 
@@ -44,15 +42,13 @@ def format_approx(completion: str, answer: str, template: str = "answer",
 
 
 def _no_timeout_notice(record: logging.LogRecord) -> bool:
-    """Drops math-verify's notice that its timeout is off (said on every call off the main
-    thread, where the off timeout is deliberate)."""
+    """Drops math-verify's notice that its timeout is off (deliberate off the main thread)."""
     return "Timeout is disabled" not in record.getMessage()
 
 
 def math_verify_timeout() -> int | None:
-    """Seconds for math-verify's parse/verify timeouts: 5 on the main thread; None (off)
-    elsewhere, since its timeout is a SIGALRM, which only the main thread may set (the
-    learner may call rewards from a worker thread)."""
+    """math-verify's parse/verify timeout: 5 s on the main thread; None (off) elsewhere: it is a
+    SIGALRM, which only the main thread may set (the learner may call rewards off it)."""
     if threading.current_thread() is threading.main_thread():
         return 5
     for name in ("math_verify.parser", "math_verify.grader"):
@@ -84,10 +80,9 @@ def _verify(got: str, ref: str) -> bool | None:
 
 
 def same_answer(got: str, ref: str) -> bool:
-    """`got` is the reference answer: the same text; the same plain number ("1,234", "$18",
-    "50%", "5 cm": the number counts, the decoration does not); otherwise the same
-    mathematics by math-verify's parse/verify (fractions, roots, intervals, sets, LaTeX
-    units), or the same text up to spaces when math-verify is not installed."""
+    """`got` is the reference answer: the same text; the same plain number ("1,234", "$18", "50%",
+    "5 cm": only the number counts); else the same mathematics by math-verify's parse/verify
+    (fractions, roots, intervals, sets, LaTeX units), or the same text up to spaces without it."""
     got, ref = got.strip(), ref.strip()
     if got == ref:
         return True
@@ -171,8 +166,7 @@ NEEDS_MATH_VERIFY = (f"{__name__}.math_verify_reward", "rlexp.rewards.math_verif
 
 
 class RewardFailed(Exception):
-    """A reward plug-in raised after its start-up probe: names the reward and its exception
-    (the original is the __cause__, for the run's log file)."""
+    """A reward plug-in raised after its start-up probe (the original is the __cause__)."""
 
 
 @dataclass(frozen=True)

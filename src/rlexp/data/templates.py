@@ -1,9 +1,7 @@
 """Prompt templates: what the policy sees, and the reference completion warm start imitates.
-
-`reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, then
-<answer>); `answer` asks for the <answer> block only. With a chat template the instruction is
-the system message.
-"""
+`reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, then <answer>);
+`answer` asks for the <answer> block only. With a chat template the instruction is the system
+message."""
 
 from __future__ import annotations
 
@@ -78,6 +76,5 @@ class PromptTemplate:
 
 
 def shortest_answer(template: str, reasoning_tag: str = "reasoning") -> str:
-    """The shortest completion that the template's format and answer extraction count as
-    correct: its tags around a one-character answer, no working out."""
+    """The shortest completion graded correct: the template's tags around a one-character answer."""
     return PromptTemplate(template=template, reasoning_tag=reasoning_tag).reference("0", "")

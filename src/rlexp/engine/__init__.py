@@ -205,10 +205,11 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
         info.update(warm_start.warm_start(cfg, model, tok, splits.train))
     if cfg.model.lora.rank:  # adapters train; the frozen base is the reference (no copy)
         base, model = lora.apply(cfg.model, model, meshes["trainer"], cfg.train.seed)
-        reference, after_step = (base if cfg.algo.beta > 0 else None), lora.BaseLink(model, base)
+        reference = base if cfg.algo.uses_reference else None
+        after_step = lora.BaseLink(model, base)
     else:
         after_step = None
-        reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.beta > 0 else None
+        reference = engine_models.clone(model, cfg.model.dtype) if cfg.algo.uses_reference else None
     probe = StepProbe(cfg.algo.num_generations, cfg.rollout.max_completion_length)
     rollout = rollout_backend(cfg)
     cluster = tunix_adapter.make_cluster(cfg, model, reference, raw_tok, meshes, probe, rollout)

@@ -1,11 +1,10 @@
 """Engine state on disk: orbax through Tunix's CheckpointManager, plus Tunix's step counters.
 
-A checkpoint holds the policy (with model.lora: the adapters alone), the optimizer state and,
-in its metadata, the step counters of Tunix's learner, trainer and cluster: Tunix's final save
-drops its global step (tunix/sft/peft_trainer.py close(), 0.1.7), so rlexp sets them back on
-restore. Which checkpoint to resume is rlexp.job.resume's. Also, without orbax: `disk_full`,
-the unfinished and committed saves on disk, and `quiet_orbax_failures`.
-"""
+A checkpoint holds the policy (with model.lora: the adapters alone), the optimizer state and, in
+its metadata, the step counters of Tunix's learner, trainer and cluster: Tunix's final save drops
+its global step (tunix/sft/peft_trainer.py close(), 0.1.7), so rlexp sets them back on restore.
+Which checkpoint to resume is rlexp.job.resume's. Also, without orbax: `disk_full`, the
+unfinished and committed saves on disk, and `quiet_orbax_failures`."""
 
 from __future__ import annotations
 
@@ -137,8 +136,7 @@ def committed_steps(directory: str | Path) -> list[int]:
 
 
 def read_metadata(directory: str | Path, step: int) -> dict[str, Any] | None:
-    """rlexp's metadata of a committed local checkpoint (orbax's custom metadata), None when
-    it cannot be read."""
+    """rlexp's metadata of a committed local checkpoint, None when unreadable."""
     meta = (read_json_object(Path(directory) / str(step) / METADATA_FILE) or {}).get(
         "custom_metadata")
     return meta if isinstance(meta, dict) else None
@@ -190,8 +188,7 @@ def _unraisable_hook(unraisable: Any) -> None:
 
 
 def quiet_orbax_failures() -> None:
-    """Drop the echoes of a failed save's error in other threads, since the save's own
-    exception says it all; idempotent."""
+    """Drop echoes of a failed save's error in other threads (its own exception says it all)."""
     global _previous_hook
     for name in ("absl", "asyncio"):
         logging.getLogger(name).addFilter(_orbax_noise)  # a no-op when already there
@@ -201,8 +198,7 @@ def quiet_orbax_failures() -> None:
 
 
 class EngineCheckpoints:
-    """rlexp.engine.CheckpointStore of a TunixEngine: its policy + optimizer in `directory`,
-    the newest `keep` steps kept."""
+    """CheckpointStore of a TunixEngine: policy + optimizer in `directory`, newest `keep` kept."""
 
     def __init__(self, engine: "TunixEngine", directory: str, keep: int):
         import orbax.checkpoint as ocp
@@ -239,8 +235,7 @@ class EngineCheckpoints:
         return sorted(self._orbax.all_steps(), reverse=True)
 
     def restore(self, step: int) -> dict[str, Any]:
-        """Load step `step` into the engine's policy and optimizer; returns its metadata.
-        Raises whatever orbax raises for a corrupt or half-written step."""
+        """Load `step` into policy and optimizer; returns its metadata. Raises orbax's errors."""
         trainer = self.engine.cluster.actor_trainer
         self._global_counters()
         _, meta = self.manager.maybe_restore(trainer.model, trainer.optimizer, step=step,
@@ -260,9 +255,8 @@ class EngineCheckpoints:
             cluster.sync_weights()
 
     def _global_counters(self) -> None:
-        """Multi-controller runs: orbax handles global arrays only, but nnx.Optimizer's step
-        counter starts on one local device: replicate such arrays over the trainer's mesh
-        (their value is the same in every process)."""
+        """Multi-controller: orbax takes global arrays only, but nnx.Optimizer's step counter is
+        on one device: replicate such arrays over the trainer's mesh (same value everywhere)."""
         import jax
         from flax import nnx
         from tunix.rl.rl_cluster import Role

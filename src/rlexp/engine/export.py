@@ -1,12 +1,9 @@
 """Export a run's policy as a Hugging Face model dir, and find the weights a fork starts from.
-
-    python -m rlexp.export <run dir | checkpoint dir | MLflow run id> [--out DIR]
-
-writes model.safetensors (sharded past 4 GiB), config.json and the tokenizer files, as
-`transformers` and `model.path=DIR` read them; a run does the same at its end (run.export)
-and logs it to MLflow as the artifact `model`. The parameter mapping is the family's
-(`ModelFamily.to_hf_weights`, the inverse of tunix/models/<family>/params*.py).
-"""
+`python -m rlexp.export <run dir | checkpoint dir | MLflow run id> [--out DIR]` writes
+model.safetensors (sharded past 4 GiB), config.json and the tokenizer files, as `transformers`
+and `model.path=DIR` read them; a run does the same at its end (run.export) and logs it to
+MLflow as artifact `model`. The parameter mapping is the family's (`ModelFamily.to_hf_weights`,
+the inverse of tunix/models/<family>/params*.py)."""
 
 from __future__ import annotations
 
@@ -61,9 +58,8 @@ def to_hf(flat: dict[str, np.ndarray], m: ModelConfig) -> dict[str, np.ndarray]:
 
 
 def write(out: Path, flat: dict[str, np.ndarray], m: ModelConfig, source: Path | None) -> Path:
-    """The HF model dir `out` (replaced whole): weights, config.json, tokenizer files, reusing
-    those of `source` (the local model.path dir). A LoRA policy is merged, or with
-    model.lora.adapters_only written as PEFT adapters alone."""
+    """The HF dir `out` (replaced whole): weights, config.json, tokenizer (reusing model.path's);
+    a LoRA policy merged, or with model.lora.adapters_only as PEFT adapters alone."""
     if lora.has_adapters(flat):
         if m.lora.adapters_only:
             return lora.write_adapters(out, flat, m)
@@ -121,9 +117,8 @@ def _save_weights(out: Path, weights: dict[str, np.ndarray]) -> None:
 
 
 def write_char_tokenizer(out: Path, vocab_size: int) -> None:
-    """rlexp's character tokenizer as a `tokenizers` BPE without merges (same ids), with the
-    tokenizer_config.json `AutoTokenizer` reads; written without importing transformers (1.2 s
-    at the end of every tiny run)."""
+    """rlexp's character tokenizer as a merge-less `tokenizers` BPE (same ids) with its
+    tokenizer_config.json, written without importing transformers (1.2 s per tiny run)."""
     from tokenizers import Tokenizer, decoders, models
 
     specials = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>",
@@ -181,8 +176,7 @@ def run_dir_of(checkpoint: Path) -> Path:
 
 
 def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
-    """The policy parameters of an orbax checkpoint step dir, as dotted-name numpy arrays
-    (read on the host: no model, no mesh)."""
+    """An orbax step dir's policy parameters as dotted-name numpy arrays (host only, no mesh)."""
     import orbax.checkpoint as ocp
 
     with warnings.catch_warnings():  # "sharding info not provided": host arrays are wanted
@@ -194,8 +188,7 @@ def load_checkpoint(checkpoint: Path) -> dict[str, np.ndarray]:
 
 
 def run_model(run_dir: Path) -> tuple[ModelConfig, str]:
-    """The model section and run.cache_dir of a run dir (.hydra/config.yaml): only these, so a
-    run made by an older rlexp still exports."""
+    """A run dir's model section and run.cache_dir only, so older rlexp runs still export."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         raise UserError(f"{run_dir}: no .hydra/config.yaml (not an rlexp run dir)")
@@ -234,8 +227,7 @@ def init_from(cfg: Any, model: Any) -> dict[str, str]:
 
 def export_run(spec: str, out: Path | None = None, tracking_uri: str | None = None,
                adapters_only: bool = False) -> Path:
-    """`python -m rlexp.export`: the newest checkpoint of a run as an HF model dir (a LoRA
-    run's: its adapters, with `adapters_only`)."""
+    """`python -m rlexp.export`: a run's newest checkpoint as an HF dir (LoRA: `adapters_only`)."""
     checkpoint = find_checkpoint(spec, tracking_uri)
     given = Path(spec).expanduser()
     # the run dir when given (its checkpoints may be on a bucket), else <run>/checkpoints/<step>

@@ -2,12 +2,9 @@
 
 `apply` calls qwix as tunix/cli/utils/model.py `apply_lora_to_model` (0.1.7): qwix clones the
 module graph (base arrays shared) and adds `(x @ A) @ B * alpha / rank` to each matched
-projection, A and B as `nnx.LoRAParam`s `<weight>_lora_a` / `_lora_b`. Tunix then optimizes
-and syncs the adapters only (tunix/sft/peft_trainer.py, rl/rl_cluster.py), and the base module
-is the reference (no second copy, as tunix/cli/grpo_main.py passes it).
-
-Pure NumPy here; jax, flax and qwix are imported where a model is adapted (pre-flight never).
-"""
+projection, A and B as `nnx.LoRAParam`s `<weight>_lora_a` / `_lora_b`. Tunix optimizes and syncs
+the adapters only (tunix/sft/peft_trainer.py, rl/rl_cluster.py); the base module is the reference
+(no second copy, as tunix/cli/grpo_main.py). Pure NumPy here; jax, flax, qwix imported lazily."""
 
 from __future__ import annotations
 
@@ -69,11 +66,9 @@ def apply(m: ModelConfig, base: Any, mesh: Any, seed: int) -> tuple[Any, Any]:
 
 
 class BaseLink:
-    """After every update, point the policy's frozen weights back at the base's own arrays.
-
-    Measured (Tunix 0.1.7, flax 0.12): the train step returns every weight as a new buffer,
-    the frozen base included, so the policy would hold a second copy of the base; re-pointing
-    it drops that copy: policy, reference and sampler share one base again."""
+    """After every update, point the policy's frozen weights back at the base's own arrays: the
+    train step returns every weight as a new buffer, the frozen base included (Tunix 0.1.7, flax
+    0.12), so the policy would hold a second base; re-pointing shares one base again."""
 
     def __init__(self, policy: Any, base: Any):
         from flax import nnx
@@ -105,12 +100,11 @@ def has_adapters(flat: dict[str, Any]) -> bool:
 
 def layout(a_dims: tuple[int, ...], b_dims: tuple[int, ...],
            shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The axes of (A's dims, B's dims) in the order of a weight of `shape`, for transpose.
-
-    qwix (providers/lora.py `_parse_einsum_str_for_lora`) gives A the weight's contracting
-    dims and B the others, in the weight's order: llama3/qwen3 list the contracting dims first
-    (the identity); Gemma's q_einsum [heads, embed, hd] and kv_einsum interleave them. The one
-    interleaving whose sizes match, else ValueError (two would be ambiguous)."""
+    """The axes of (A's dims, B's dims) in the order of a weight of `shape`, for transpose. qwix
+    (providers/lora.py `_parse_einsum_str_for_lora`) gives A the weight's contracting dims and B
+    the others, in the weight's order: llama3/qwen3 list contracting dims first (identity); Gemma's
+    q_einsum [heads, embed, hd] and kv_einsum interleave them. The one interleaving whose sizes
+    match, else ValueError (two would be ambiguous)."""
     n, k = len(shape), len(a_dims)
     if tuple(shape) == tuple(a_dims) + tuple(b_dims):
         return tuple(range(n))
@@ -128,8 +122,7 @@ def layout(a_dims: tuple[int, ...], b_dims: tuple[int, ...],
 
 def delta(a: np.ndarray, b: np.ndarray, alpha: float, rank: int,
           shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """The weight update of one adapter, (A @ B) * alpha / rank, in the layout of a weight of
-    `shape` (default: A's dims then B's)."""
+    """One adapter's update (A @ B) * alpha / rank in a `shape` weight's layout (default A, B)."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     d = np.tensordot(a64, b64, axes=([-1], [0])) * (alpha / rank)
     return d if shape is None else d.transpose(layout(a.shape[:-1], b.shape[1:], shape))
@@ -189,8 +182,7 @@ def peft_config(lora: LoraConfig, base_model: str | None, adapted: list[str]) ->
 
 
 def write_adapters(out: Path, flat: dict[str, Any], m: ModelConfig) -> Path:
-    """The adapters alone as a PEFT dir `out` (replaced atomically); the base is model.path
-    (or, for a random-init model, the weights the run started from)."""
+    """The adapters alone as a PEFT dir `out` (atomic); the base: model.path or start weights."""
     from safetensors.numpy import save_file
 
     try:

@@ -30,9 +30,8 @@ def tunix_config(m: ModelConfig) -> Any:
                                jnp_dtype(m.param_dtype))
 
 
-# Tunix 0.1.7's qwen3 and llama3 attention call apply_rope() without the config's theta, so
-# RoPE always uses this base whatever the config says (right for Qwen3, not for Llama 3.1 or
-# SmolLM2): `use_rope_theta` binds the model's theta into the module before it is traced.
+# Tunix 0.1.7's qwen3 and llama3 attention call apply_rope() without the config's theta (right
+# for Qwen3, not Llama 3.1 or SmolLM2): `use_rope_theta` binds it into the module before tracing.
 TUNIX_ROPE_THETA = 1_000_000.0
 
 
@@ -81,8 +80,7 @@ def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
 
 
 def clone(model: Any, dtype: str | None = None) -> Any:
-    """An independent copy (the reference model must not follow the policy's updates);
-    with `dtype`, its floating-point weights cast to it (the reference is kept in model.dtype)."""
+    """An independent copy (the reference must not follow the policy), floats cast to `dtype`."""
     import jax
     import jax.numpy as jnp
     from flax import nnx

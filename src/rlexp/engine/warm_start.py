@@ -1,10 +1,7 @@
-"""Warm start: a short supervised stage on the training split's reference completions.
-
-A randomly initialised model never writes "<answer>", so RL would start at reward 0. A few
-hundred next-token steps on reference answers teach the format; RL then improves accuracy.
-Cached under <run.cache_dir>/warm_start/<hash of all its inputs>/params.npz for every job of
-a sweep and every rerun.
-"""
+"""Warm start: a short supervised stage on the training split's reference completions. A randomly
+initialised model never writes "<answer>", so RL would start at reward 0; a few hundred
+next-token steps on reference answers teach the format. Cached under
+<run.cache_dir>/warm_start/<hash of all its inputs>/params.npz for every job and rerun."""
 
 from __future__ import annotations
 
@@ -36,8 +33,7 @@ VERSION = 2
 
 
 def seed_matters(cfg: Config) -> bool:
-    """A random-init model (model.path null) draws its weights with train.seed, so its warm
-    start differs per seed; loaded weights share one cache entry across seeds."""
+    """Random init draws with train.seed (a warm start per seed); loaded weights share one entry."""
     return cfg.model.path is None
 
 
@@ -119,11 +115,9 @@ def sequence_loss(model: Any, ids: Any, valid: Any, loss_mask: Any) -> Any:
 def train(model: Any, tok: Any, examples: Sequence[Example], steps: int, lr: float,
           batch_size: int, length: int, seed: int, chunk: int = 100,
           progress: Any = None) -> list[float]:
-    """`steps` AdamW steps of sequence_loss on seeded batches of `examples`; returns losses.
-
-    `chunk` steps per jax.lax.scan call: one dispatch and host sync per chunk. 300 tiny steps
-    on a 2-core CPU: 16.7 s instead of 29.8 s for a jitted call per step, bit-identical
-    weights. progress(steps done, last loss) after each chunk."""
+    """`steps` AdamW steps of sequence_loss on seeded batches; returns losses. `chunk` steps per
+    jax.lax.scan (one dispatch and host sync each): 300 tiny steps on 2 CPU cores 16.7 s instead of
+    29.8 s, bit-identical. progress(steps done, last loss) after each chunk."""
     import jax
     import optax
     from flax import nnx

@@ -1,8 +1,6 @@
 """Cohere (Aya Expanse, Command R): rlexp's own model (rlexp.engine.cohere; Tunix has none).
-
-config.json must have no attention biases, default RoPE and a SiLU MLP; `use_qk_norm` is
-Command R+'s per-head q/k LayerNorms. Export uses the Llama-layout mapping.
-"""
+config.json must have no attention biases, default RoPE and a SiLU MLP; `use_qk_norm` is Command
+R+'s per-head q/k LayerNorms. Export uses the Llama-layout mapping."""
 
 from __future__ import annotations
 
@@ -59,8 +57,7 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 def norm_params(m: Any) -> int:
-    """Norm weights per layer: the one input LayerNorm, and per-head q/k LayerNorms
-    ([heads, head_dim] and [kv heads, head_dim]) when model.qk_norm."""
+    """Norm weights per layer: the input LayerNorm and, with model.qk_norm, per-head q/k ones."""
     return m.embed_dim + ((m.num_heads + m.num_kv_heads) * m.head_dim if m.qk_norm else 0)
 
 

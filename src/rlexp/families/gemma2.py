@@ -1,8 +1,7 @@
-"""Gemma 2 (tunix/models/gemma and its params_safetensors.py loader). Not Gemma 1 (`gemma`):
-its `post_attention_layernorm` is the pre-MLP norm, which that loader puts in Gemma 2's
-post-attention slot. config.json must agree with what Tunix's Gemma fixes (unsupported()):
-e.g. query_pre_attn_scalar = head_dim (2B, 9B; not 27B). Computes in its weights' dtype.
-"""
+"""Gemma 2 (tunix/models/gemma and its params_safetensors.py loader). Not Gemma 1 (`gemma`): its
+`post_attention_layernorm` is the pre-MLP norm, which that loader puts in Gemma 2's
+post-attention slot. config.json must agree with what Tunix's Gemma fixes (unsupported()): e.g.
+query_pre_attn_scalar = head_dim (2B, 9B; not 27B). Computes in its weights' dtype."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Gemma 3 text models (tunix/models/gemma3): 1B (`gemma3_text`) and the language model of the
-multimodal 4B/12B/27B checkpoints (`gemma3`: `text_config`, no vision tower).
-
-config.json must agree with what Tunix 0.1.7's Gemma3 fixes (unsupported()): e.g.
-query_pre_attn_scalar = head_dim (1B/4B/12B; 27B's is not and is refused). RMSNorm weights
-are offsets from 1 in both layouts. The model computes in its weights' dtype (compute_dtype).
-"""
+multimodal 4B/12B/27B checkpoints (`gemma3`: `text_config`, no vision tower). config.json must
+agree with what Tunix 0.1.7's Gemma3 fixes (unsupported()): e.g. query_pre_attn_scalar =
+head_dim (1B/4B/12B; 27B's is not and is refused). RMSNorm weights are offsets from 1 in both
+layouts. The model computes in its weights' dtype (compute_dtype)."""
 
 from __future__ import annotations
 
@@ -94,8 +92,7 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 def export_config(base: dict, m: Any, dtype: str) -> dict:
-    """The export holds the language model only: a multimodal source's text_config becomes a
-    Gemma3ForCausalLM config.json (transformers then loads it without the vision tower)."""
+    """Language model only: a multimodal text_config becomes a Gemma3ForCausalLM config.json."""
     if "text_config" not in base:
         return {**base, "torch_dtype": dtype}
     keep = {k: base[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in base}

@@ -1,7 +1,6 @@
-"""Qwen2 / Qwen2.5 (tunix/models/qwen2): Llama-style decoder with biases on q, k and v; RoPE
-theta and dtype from its config (no patch). Tunix lacks `use_sliding_window` (off in every
-Qwen2.5 checkpoint): a checkpoint that turns it on is refused.
-"""
+"""Qwen2 / Qwen2.5 (tunix/models/qwen2): Llama-style decoder with biases on q, k and v; RoPE theta
+and dtype from its config (no patch). Tunix lacks `use_sliding_window` (off in every Qwen2.5
+checkpoint): a checkpoint that turns it on is refused."""
 
 from __future__ import annotations
 

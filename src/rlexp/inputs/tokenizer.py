@@ -1,8 +1,6 @@
-"""A character-level tokenizer for the tiny model: offline, deterministic, no files.
-
-Ids: 0 pad, 1 bos, 2 eos, 3 unknown, then printable ASCII and newline. Tunix's sampler
-prepends `bos_id()` when it is non-zero, so prompts start with BOS like a real tokenizer's.
-"""
+"""A character-level tokenizer for the tiny model: offline, deterministic, no files. Ids: 0 pad,
+1 bos, 2 eos, 3 unknown, then printable ASCII and newline. Tunix's sampler prepends `bos_id()`
+when it is non-zero, so prompts start with BOS like a real tokenizer's."""
 
 from __future__ import annotations
 

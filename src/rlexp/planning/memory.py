@@ -238,7 +238,7 @@ def memory_plan(cfg: Config) -> MemoryPlan:
 
     trainer = {
         "policy": n * pb / t_shards,
-        "reference": n * cb / t_shards if a.beta > 0 else 0.0,
+        "reference": n * cb / t_shards if a.uses_reference else 0.0,
         "optimizer": n * OPTIMIZER_MOMENTS * pb / t_shards,
         "gradients": n * pb / t_shards if micro < mini else 0.0,
         "new weights": n * pb / t_shards,

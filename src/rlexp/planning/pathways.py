@@ -1,12 +1,10 @@
-"""Pathways single-controller: one process drives every TPU of a multi-host slice.
-
-On a Pathways slice (`xpk workload create-pathways`) the job's container is the head: it
-reaches the slice's chips through the IFRT proxy on the same pod. MaxText's RL trainer runs so
-(src/maxtext/configs/post_train/rl.yml `use_pathways: True`; post_train/rl/train_rl.py calls
-`pathwaysutils.initialize()`). rlexp.planning.hardware does the same: `proxy_env` before JAX
-is imported (it reads JAX_PLATFORMS once), then `initialize`, which registers the "proxy"
-backend and orbax's Pathways array handler; jax.distributed is never initialized.
-"""
+"""Pathways single-controller: one process drives every TPU of a multi-host slice. On a Pathways
+slice (`xpk workload create-pathways`) the job's container is the head, reaching the slice's
+chips through the IFRT proxy on its pod. MaxText's RL trainer runs so (src/maxtext/configs/
+post_train/rl.yml `use_pathways: True`; post_train/rl/train_rl.py calls
+`pathwaysutils.initialize()`). rlexp.planning.hardware does the same: `proxy_env` before JAX is
+imported (it reads JAX_PLATFORMS once), then `initialize`, which registers the "proxy" backend
+and orbax's Pathways array handler; jax.distributed is never initialized."""
 
 from __future__ import annotations
 
@@ -33,9 +31,8 @@ def uses_pathways(hw: HardwareConfig) -> bool:
 
 
 def proxy_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables a Pathways head needs before JAX is imported (pure: the changes only):
-    JAX_PLATFORMS=proxy; JAX_BACKEND_TARGET and ENABLE_PATHWAYS_PERSISTENCE (orbax writes
-    checkpoints through Pathways: pathwaysutils/_initialize.py) unless already set."""
+    """Variables a Pathways head needs before JAX is imported (pure): JAX_PLATFORMS=proxy;
+    JAX_BACKEND_TARGET, ENABLE_PATHWAYS_PERSISTENCE (pathwaysutils/_initialize.py) unless set."""
     changes = {"JAX_PLATFORMS": PROXY_PLATFORM}
     if not environ.get("JAX_BACKEND_TARGET"):
         changes["JAX_BACKEND_TARGET"] = DEFAULT_BACKEND_TARGET
@@ -51,8 +48,7 @@ def command_prefix() -> str:
 
 
 def device_ok(hw: HardwareConfig, platform: str) -> bool:
-    """The proxy's devices are the slice's TPUs; depending on the jaxlib they report their
-    platform as the remote one (tpu) or as the proxy's own name."""
+    """The proxy's devices are the slice's TPUs, reporting tpu or the proxy's name (by jaxlib)."""
     return uses_pathways(hw) and platform in (hw.platform, PROXY_PLATFORM)
 
 

@@ -1,9 +1,7 @@
-"""Model FLOPs of a training step and the model-FLOPs utilization (MFU) they give.
-
-PaLM's convention (Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu): a training token
-costs 6N + 12·L·H·Q·T FLOPs (L layers, H query heads of width Q, sequence length T). Only the
-policy update is counted (not sampling nor the reference passes): `perf/mfu` is a lower bound.
-"""
+"""Model FLOPs of a training step and the model-FLOPs utilization (MFU) they give. PaLM's
+convention (Chowdhery et al. 2022, appendix B; nanoGPT's estimate_mfu): a training token costs
+6N + 12·L·H·Q·T FLOPs (L layers, H query heads of width Q, sequence length T). Only the policy
+update is counted (not sampling nor reference passes): `perf/mfu` is a lower bound."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ def utilization(flops: float, seconds: float, peak_tflops: float | None) -> dict
 
 
 def peak_tflops(cfg: Config) -> float | None:
-    """bf16 peak of the trainer's devices (the profile's datasheet figure); None without one
-    (hardware=cpu) or when emulated on CPU (the datasheet peak is not the run's)."""
+    """The devices' datasheet bf16 peak; None without one or when emulated on CPU."""
     if cfg.hardware.peak_bf16_tflops is None or cfg.hardware.emulate:
         return None
     mesh = cfg.hardware.trainer_mesh

@@ -197,8 +197,7 @@ def _with(cfg: Config, section: str, **changes: object) -> Config:
 
 
 def fitting_fix(cfg: Config) -> str | None:
-    """The smallest change that makes the memory plan fit, as overrides: a smaller train micro
-    batch, then train.remat=full, then both; None when none fits."""
+    """The smallest fitting change as overrides: smaller micro batch, remat=full, both; or None."""
     t = cfg.train
     mini, current = batch_sizes(cfg)
     for remat in [t.remat] + (["full"] if t.remat != "full" else []):
@@ -221,9 +220,8 @@ def largest_fitting_micro(cfg: Config) -> int | None:
 
 
 def micro_batch_hint(cfg: Config) -> str | None:
-    """On an accelerator, a plan line when a larger update micro batch fits than the one set
-    (recipes size it for their smallest machine): on an H100 at 256 rows, 4 -> 32 prompts per
-    slice raised train tokens/s from 62k to 142k (bench/accelerator.py)."""
+    """On an accelerator, a plan line when a larger update micro batch fits than the one set: on
+    an H100 at 256 rows, 4 -> 32 prompts per slice: 62k -> 142k tokens/s (bench/accelerator.py)."""
     if expected_platform(cfg.hardware) == "cpu":
         return None
     current, best = micro_batch_prompts(cfg), largest_fitting_micro(cfg)

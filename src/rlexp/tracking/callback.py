@@ -1,16 +1,14 @@
 """The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks).
 
-on_multirun_start creates (or, when the same sweep runs again, reopens) the parent run and
-writes <sweep dir>/parent_run.json; each job nests its run under it. on_multirun_end gives the
-parent the sweep's comparison, also written to the sweep dir (publish_comparison; it copies no
-child's metrics), prints the group table and the parent's link, and ends the parent:
+on_multirun_start creates (or, for a rerun, reopens) the parent run and writes <sweep
+dir>/parent_run.json; each job nests its run under it. on_multirun_end gives the parent the
+sweep's comparison (publish_comparison; no child's metrics copied), prints the group table and
+link, and ends the parent:
   FAILED    a child failed or never ended (crash), or the sweep stopped early, or no child ran
   KILLED    otherwise, a child was killed (preempted: running the sweep again resumes it)
   FINISHED  every child finished
-A sweep that stops early (a job raised and Hydra exits) never reaches on_multirun_end; an
-atexit hook then closes the parent the same way, so it is not left RUNNING.
-Import-light: Hydra loads this module for every run; mlflow is imported when used.
-"""
+A sweep that stops early never reaches on_multirun_end; an atexit hook then closes the parent
+the same way. Import-light: Hydra loads this module for every run; mlflow is imported when used."""
 
 from __future__ import annotations
 
@@ -56,11 +54,10 @@ def _metric_name(text: str) -> str:
 
 def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list, title: str,
                        status: str, swept: list[str] | None = None) -> str:
-    """The sweep's comparison: summary.csv, summary.md, comparison.png, groups.png and
-    forest.png in `sweep_dir`, and in the parent run those files, the group table as a table
-    artifact, each group's mean curves as metrics mean/<group>/<metric> at their steps, the tag
-    rlexp.group on every child (MLflow's "Group by" then aggregates seeds) and its final
-    `status`. Returns the group table and paired lines as text."""
+    """The sweep's comparison: summary.csv, summary.md, comparison.png, groups.png, forest.png in
+    `sweep_dir` and the parent run, the group table as a table artifact, each group's mean curves
+    as metrics mean/<group>/<metric>, tag rlexp.group on every child (MLflow's "Group by" then
+    aggregates seeds) and its final `status`. Returns the group table and paired lines."""
     from mlflow.entities import Metric
 
     swept = swept or compare.swept_keys(rows)
@@ -101,8 +98,7 @@ def command_line() -> str:
 
 
 def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
-    """What MLflow's UI shows of a sweep's parent: Source, Created by, git commit and a
-    description (mlflow.note.content) holding the sweep command and its dir."""
+    """MLflow UI's Source, Created by, git commit and description (command, dir) of the parent."""
     tags = {k: v for k, v in standard_tags({}, {}).items() if not k.startswith("mlflow.note")}
     commit = git_commit()
     if commit:
@@ -244,8 +240,7 @@ class SweepCallback(Callback):
 
 
 def print_untracked_end(sweep_dir: Path) -> None:
-    """A sweep without MLflow (tracker=none) ends with the same group table, from its jobs'
-    summary.json files (final values; curves need MLflow)."""
+    """A sweep with tracker=none ends with the same table from its jobs' summary.json."""
     try:
         rows = compare.summary_rows(sweep_dir)
         if not rows:
@@ -262,9 +257,8 @@ def print_untracked_end(sweep_dir: Path) -> None:
 
 
 def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
-    """A remotely launched sweep (RLEXP_SWEEP_JOBS=expected): each child, after its own run
-    ended, gives the parent its summary and final status once `expected` children have ended
-    (two at once set the same status); returns it, None while children are still running."""
+    """A remote sweep (RLEXP_SWEEP_JOBS=expected): each child, its run ended, gives the parent its
+    summary and status once `expected` children ended; returns it, None while some still run."""
     client = store.client(uri)
     rows = [compare.row_from_run(client, r, None) for r in compare.child_runs(client, parent_id)]
     ended = [r.status for r in rows if r.status in TERMINAL]

@@ -1,11 +1,8 @@
-"""Compare runs: one row per run, and one per seed group (runs that differ only in their seed)
-with mean, std, a t-interval over seeds and the paired difference to a baseline, and over
-several tasks or many seeds rliable's IQM and P(X > Y) (seed_stats).
-
-Rows come from MLflow and, for a sweep dir, from the jobs' summary.json files, so jobs tracked
-with tracker=none or whose store was unreachable still show up. Used by `python -m
-rlexp.report` and the sweep callback's summary artifacts.
-"""
+"""Compare runs: a row per run and per seed group (runs differing only in seed) with mean, std,
+a t-interval over seeds and the paired difference to a baseline; over several tasks or many
+seeds, rliable's IQM and P(X > Y) (seed_stats). Rows come from MLflow and, for a sweep dir,
+from the jobs' summary.json, so jobs with tracker=none or an unreachable store still show.
+Used by `python -m rlexp.report` and the sweep callback's summary artifacts."""
 
 from __future__ import annotations
 
@@ -242,8 +239,7 @@ def table(rows: list[Row], metric: str | None) -> tuple[list[str], list[list[str
 
 
 def to_text(header: list[str], body: list[list[str]], width: int = WIDTH) -> str:
-    """Aligned columns; past `width` the columns after the first go on in further blocks
-    (each repeating the first column), so a line never wraps in a terminal that wide."""
+    """Aligned columns; past `width` the rest goes on in blocks repeating the first column."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     blocks: list[list[int]] = [[]]
     for i in range(1, len(header)):
@@ -280,8 +276,7 @@ def label(row: Row, swept: list[str]) -> str:
 
 def plot(rows: list[Row], metric: str | None, path: Path, title: str = "",
          swept: list[str] | None = None, groups: list["Group"] | None = None) -> bool:
-    """One line per run; the runs of one seed group share the group's colour (as in every
-    plot of these groups) and differ in their dashes."""
+    """One line per run; a seed group's runs share its colour and differ in dashes."""
     swept = swept_keys(rows) if swept is None else swept
     metrics = list(dict.fromkeys([*COMPARED, *([metric] if metric else [])]))
     groups = group_rows(rows, swept) if groups is None else groups
@@ -354,8 +349,7 @@ class Group:
 
 
 def resolve_key(name: str, keys: list[str]) -> str | None:
-    """A key as a user names it: in full ('algo.beta'), by its last part ('beta') or by its
-    short name ('β'); None if no key of `keys` matches (or several do)."""
+    """A key as named: in full ('algo.beta'), last part ('beta') or short ('β'); None if not one."""
     name = name.lstrip("+~")
     if name in keys:
         return name
@@ -365,8 +359,7 @@ def resolve_key(name: str, keys: list[str]) -> str | None:
 
 def group_rows(rows: list[Row], swept: list[str] | None = None,
                over: list[str] | None = None) -> list[Group]:
-    """Rows that differ only in the `over` keys (default: the seed) as groups, in the order
-    of their first run."""
+    """Rows differing only in the `over` keys (default: seed) as groups, by their first run."""
     swept = swept_keys(rows) if swept is None else list(swept)
     over_keys = [resolve_key(k, swept) or k for k in (over or SEED_KEYS)]
     defining = [k for k in swept if k not in over_keys]
@@ -442,8 +435,7 @@ def _p(p: float) -> str:
 
 def pairs(groups: list[Group], baseline: Group, attr: str
           ) -> list[tuple[Group, seed_stats.Paired | None]]:
-    """Each other group's difference from the baseline, paired by seed, with Holm-adjusted
-    p-values when there are several."""
+    """Each other group's paired-by-seed difference from the baseline, Holm-adjusted p-values."""
     base = baseline.values_of(attr)
     others = [g for g in groups if g is not baseline]
     found = [seed_stats.paired_difference(base, g.values_of(attr)) for g in others]
@@ -453,9 +445,8 @@ def pairs(groups: list[Group], baseline: Group, attr: str
 
 def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accuracy",
                  name: str = "final acc") -> list[str]:
-    """Each other group against the baseline, paired by seed, in plain words:
-    'final acc, gspo - grpo: +0.041 [-0.012, +0.090], p = 0.18, 5 seeds: not
-    distinguishable from seed noise'; one line when no group has two seeds to pair."""
+    """Each other group against the baseline, paired by seed: 'final acc, gspo - grpo: +0.041
+    [-0.012, +0.090], p = 0.18, 5 seeds: not distinguishable from seed noise'."""
     found = pairs(groups, baseline, attr)
     if found and all(p is None or p.n < 2 for _, p in found):
         return [wrap(f"{name}: one seed per group, no spread to judge a difference by: add "
@@ -480,10 +471,8 @@ def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accura
 
 def aggregate_lines(groups: list[Group], baseline: Group | None, attr: str = "final_accuracy",
                     name: str = "final acc") -> list[str]:
-    """rliable's aggregates where the groups span several tasks (TASK_KEYS) or MANY_SEEDS
-    seeds: per configuration (a group's values less its task) the IQM over its seeds and
-    tasks with a stratified-bootstrap CI, and P(X > baseline) with its own; [] otherwise.
-    Seeds are those every task of every configuration ran."""
+    """rliable's aggregates over several tasks (TASK_KEYS) or MANY_SEEDS seeds, else []: per
+    configuration the IQM and P(X > baseline), each with a stratified-bootstrap CI."""
     def split(group: Group) -> tuple[str, str]:  # (configuration, task)
         keys = list(group.values)
         config = {k: v for k, v in group.values.items() if k not in TASK_KEYS}
@@ -528,10 +517,8 @@ def group_report(rows: list[Row], swept: list[str] | None = None,
                  over: list[str] | None = None, baseline: str | None = None,
                  metric: str | None = None, ascending: bool = False
                  ) -> tuple[list[Group], str, str]:
-    """(groups, the group table with its note, the paired-difference and aggregate lines): the
-    text the sweep's last lines, its parent run's summary.md and rlexp.report share. The
-    baseline (--baseline, else the first group when others finished) comes first, then the
-    other groups by their mean of the metric (best first; groups without one last)."""
+    """(groups, group table with note, paired and aggregate lines): shared by the sweep's end,
+    summary.md and rlexp.report. Baseline first, then the others by mean, best first."""
     groups = group_rows(rows, swept, over)
     if baseline:
         base: Group | None = find_group(groups, baseline)
@@ -569,8 +556,7 @@ def plot_groups(groups: list[Group], path: Path, title: str = "") -> bool:
 
 def plot_paired(groups: list[Group], baseline: Group | None, path: Path, title: str = "",
                 attr: str = "final_accuracy", name: str = "final acc") -> bool:
-    """Forest plot: each group's paired difference from the baseline with its t-interval;
-    False when no group has two seeds to pair."""
+    """Forest plot of paired differences from the baseline; False when no group has two seeds."""
     if baseline is None:
         return False
     found = [(g.label, p.mean, p.low, p.high) for g, p in pairs(groups, baseline, attr)
@@ -582,8 +568,7 @@ def plot_paired(groups: list[Group], baseline: Group | None, path: Path, title: 
 
 def draw(rows: list[Row], groups: list[Group], swept: list[str], folder: Path, title: str,
          metric: str | None = None) -> dict[str, Path]:
-    """comparison.png (the runs, ranked), groups.png and forest.png in `folder`: those drawn,
-    by name."""
+    """comparison.png, groups.png and forest.png in `folder`: those drawn, by name."""
     paths = {name: folder / f"{name}.png" for name in ("comparison", "groups", "forest")}
     drawn = {"comparison": plot(rows, metric, paths["comparison"], title, swept, groups),
              "groups": plot_groups(groups, paths["groups"], title),

@@ -31,8 +31,7 @@ NAME_GROUPS = ("algo", "model", "dataset", "hardware")
 
 
 def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[str, str]:
-    """{'sweep.algo.beta': '0.04'}: a sweep job's swept values in full (its run name has
-    them abbreviated)."""
+    """{'sweep.algo.beta': '0.04'}: a sweep job's swept values in full (unabbreviated)."""
     keys = set(swept or ())
     return {f"sweep.{k}": v for k, v in naming.override_values(overrides).items()
             if k in keys and not is_secret_key(k)}
@@ -40,9 +39,8 @@ def swept_tags(overrides: Iterable[str], swept: Iterable[str] | None) -> dict[st
 
 def display_name(run_name: str | None, choices: Mapping[str, str], overrides: Iterable[str],
                  swept: Iterable[str] | None) -> str:
-    """The MLflow run name: tracker.run_name if set; a sweep job's swept values, keys
-    abbreviated ('β=0.04 G=4'); else the group choices plus the command's own overrides
-    ('grpo-tiny-arithmetic-cpu steps=2'). Run dirs keep their long unique names."""
+    """The MLflow run name: tracker.run_name; a sweep job's swept values abbreviated ('β=0.04 G=4');
+    else group choices plus the command's overrides. Run dirs keep their long unique names."""
     if run_name:
         return run_name
     pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
@@ -110,16 +108,14 @@ def _user() -> str:
 
 def constant_metrics(num_iterations: int, batch_size: int,
                      mini_batch_size: int | None) -> tuple[set[str], tuple[str, ...]]:
-    """(names, prefixes) of series that cannot differ from their one value in this run: on-policy
-    (one update per rollout batch and one mini-batch) the importance ratio is exactly 1, so the
-    ratio stats and clip fractions are constants; eval/k is a setting."""
+    """(names, prefixes) of series constant in this run: on-policy (one update per batch, one
+    mini-batch) the importance ratio is 1, so ratio stats and clip fractions; eval/k too."""
     off_policy = num_iterations > 1 or (mini_batch_size or batch_size) < batch_size
     return {"eval/k"}, (() if off_policy else ("train/ratio", "train/clip"))
 
 
 def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dict:
-    """A run input as MLflow's dataset entity (mlflow.data.pandas_dataset: name, digest,
-    source, schema, profile), JSON-ready for the spool."""
+    """A run input as MLflow's dataset entity (mlflow.data.pandas_dataset), JSON for the spool."""
     import mlflow.data
     import pandas as pd
 
@@ -136,9 +132,8 @@ def rows_of(examples: Iterable[Any]) -> list[dict]:
              "prompt": getattr(e, "prompt", "")} for e in examples]
 
 
-# System metrics: the sampling interval starts at MIN_SYSTEM_INTERVAL_S and grows with the
-# run's age so a run of any length gets about SYSTEM_POINTS samples, never sparser than
-# tracker.system_metrics_every_s (a 60 s run at a fixed 10 s had 2-4 points).
+# System metrics: the interval starts at MIN_SYSTEM_INTERVAL_S and grows with the run's age so
+# any run gets about SYSTEM_POINTS samples (a 60 s run at a fixed 10 s had 2-4 points).
 MIN_SYSTEM_INTERVAL_S = 1.0
 SYSTEM_POINTS = 60
 
@@ -149,10 +144,9 @@ def sampling_interval(elapsed_s: float, cap_s: float) -> float:
 
 
 class SystemMetrics:
-    """System metrics of a run, as system/*: MLflow's own monitor (CPU, RAM, disk, network;
-    NVIDIA GPUs through pynvml), and from rlexp's thread this process's RSS and JAX's memory
-    (process_memory, jax_memory_reader), logged every FLUSH_EVERY_S and at stop. Both sample at
-    sampling_interval(run age, every_s) unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL is set."""
+    """System metrics as system/*: MLflow's monitor (CPU, RAM, disk, network, NVIDIA GPUs) and
+    rlexp's RSS and JAX memory, every FLUSH_EVERY_S and at stop, at sampling_interval(run age,
+    every_s) unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL is set."""
 
     # Seconds between two writes of rlexp's own samples: one write per early 1 s sample would
     # contend with the run's own writes to a sqlite store.
@@ -246,9 +240,8 @@ def process_memory() -> dict[str, float]:
 
 
 def jax_memory_reader() -> Callable[[], dict[str, float]] | None:
-    """A reader of JAX's memory in MiB, or None without jax loaded: each accelerator device's
-    memory_stats as <platform>_<id>_memory_{usage,peak,limit}_megabytes, else (CPU: no
-    memory_stats) the bytes of the live arrays as jax_live_arrays_megabytes."""
+    """JAX's memory in MiB, or None without jax: per device <platform>_<id>_memory_{usage,peak,
+    limit}_megabytes, else (CPU) live arrays' bytes as jax_live_arrays_megabytes."""
     jax = sys.modules.get("jax")  # the run imported it; never import JAX for this
     if jax is None:
         return None

@@ -1,7 +1,5 @@
-"""What a run ran on, kept with it: the installed packages, Python, the platform and the JAX
-devices (environment.json, requirements.txt), and the uncommitted changes of the code
-(diff.patch), as W&B keeps requirements.txt and diff.patch.
-"""
+"""What a run ran on, kept with it: installed packages, Python, the platform and the JAX devices
+(environment.json, requirements.txt), and uncommitted code changes (diff.patch), as W&B does."""
 
 from __future__ import annotations
 
@@ -56,8 +54,7 @@ def requirements(env: dict[str, Any]) -> str:
 
 
 def git_diff(where: Path = SOURCE) -> str | None:
-    """`git diff HEAD` of the checkout holding `where` (staged and unstaged changes of tracked
-    files); None when it is not a checkout, git is missing, or nothing changed."""
+    """`git diff HEAD` of the checkout holding `where`; None outside one, without git, or clean."""
     try:
         out = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff"], cwd=where,
                              capture_output=True, timeout=10, check=True).stdout
@@ -92,8 +89,7 @@ def version_tags() -> dict[str, str]:
 
 
 def git_tags(where: Path = SOURCE) -> dict[str, str]:
-    """git.commit and git.dirty (changes to tracked files) of the checkout holding `where`;
-    "unknown" for both outside a checkout or without git."""
+    """git.commit and git.dirty of the checkout holding `where`; "unknown" outside one."""
     commit = git_commit(where)
     if commit is None:
         return {"git.commit": "unknown", "git.dirty": "unknown"}

@@ -45,8 +45,7 @@ def withdraw_ui(path: Path | None) -> None:
 
 
 def known_ui(uri: str) -> str | None:
-    """The base URL of a UI serving `uri` now: the URI itself for a server, else the one
-    rlexp.ui announced (its process still alive); None when none is known."""
+    """The UI URL serving `uri` now: the server itself, else rlexp.ui's (alive), else None."""
     if uri.startswith(("http://", "https://")):
         return redact_uri(uri).rstrip("/")
     path = ui_file(uri)
@@ -62,15 +61,13 @@ def known_ui(uri: str) -> str | None:
 
 
 def uri_option(uri: str) -> str:
-    """' --uri <store>' for a command that must reach `uri`, '' when it is the default store
-    (what the command finds without one, from this directory)."""
+    """' --uri <store>' for a command that must reach `uri`, '' for the default store."""
     return "" if uri == store.resolve_uri(None) else f" --uri {redact_uri(uri)}"
 
 
 def run_link(uri: str, experiment_id: str | None, run_id: str | None,
              hint: bool = True) -> str:
-    """The run's UI page when a server is known, else 'run <id> in <store>' and (hint) how to
-    see it."""
+    """The run's UI page if a server is known, else 'run <id> in <store>' and how to see it."""
     if run_id is None:
         return f"not created yet (store {redact_uri(uri)} unreachable; records are spooled)"
     base = known_ui(uri)

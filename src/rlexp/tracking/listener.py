@@ -1,20 +1,17 @@
 """The MLflow listener: loop events -> spooled records -> batched writes by a writer thread.
 
-The loop pays only for appending a record to the spool (~0.02 ms a step); a background thread
-writes ready records with log_batch (MLflow's sqlite store costs ~0.15 ms per metric point, so
-~3 ms a step at 20 metrics on the loop's thread; JAX releases the GIL while it computes, so
-the writer runs in those gaps). MLflow's own asynchronous logging cost a 30 ms step more
-(bench/tracking_step.py, medians of 3 on a loaded 2-core CPU: +4.8 and +6.5 ms against +3.0
-and +1.7 ms), sends only metrics, params and tags, buffers for whole seconds, never retries a
-failed batch, and a logging thread that dies leaves RunOperations.wait() waiting for ever.
+The loop only appends to the spool (~0.02 ms a step); a background thread writes with log_batch
+(MLflow's sqlite store: ~0.15 ms per metric point, ~3 ms a step at 20 metrics; JAX releases the
+GIL while computing, so the writer runs in those gaps). MLflow's async logging cost a 30 ms step
+more (bench/tracking_step.py, medians of 3, loaded 2-core CPU: +4.8 and +6.5 ms against +3.0 and
++1.7 ms), sends only metrics, params and tags, never retries a failed batch, and a dead logging
+thread leaves RunOperations.wait() waiting for ever.
 
-Exactly once across crashes and resumes: with checkpointing on, metrics of step s are written
-only once a checkpoint at step >= s exists (the gate). A run resumed from a checkpoint at
-step S reopens the same MLflow run, writes the spooled metrics of steps <= S and drops the
-later ones, which the loop produces again. Without checkpointing, metrics are written every
-tracker.flush_every_s seconds and at the end. Never fatal: an unreachable store leaves the
-records in the spool, retried every flush_every_s or replayed by `python -m rlexp.sync`.
-"""
+Exactly once across crashes and resumes: with checkpointing, metrics of step s are written only
+once a checkpoint at step >= s exists (the gate); a run resumed at step S reopens its MLflow run,
+writes spooled metrics of steps <= S and drops later ones, which the loop produces again. Without
+checkpointing, writes happen every tracker.flush_every_s and at the end. Never fatal: an
+unreachable store leaves records in the spool, retried or replayed by `python -m rlexp.sync`."""
 
 from __future__ import annotations
 
@@ -49,9 +46,8 @@ ROLLOUTS_DIR = "rollouts"
 TABLE_DIRS = (SAMPLES_DIR, ROLLOUTS_DIR)
 # How long on_run_end waits for environment.json and diff.patch (made on a thread at start).
 ENVIRONMENT_WAIT_S = 10.0
-# The exported Hugging Face dir's artifact path (rlexp.export): also logged as a LoggedModel
-# output, which is what MLflow 3's UI takes a training run by (runs without a model output
-# are listed as "Evaluation runs" in its GenAI view).
+# The exported Hugging Face dir's artifact path (rlexp.export), also logged as a LoggedModel
+# output: MLflow 3's UI lists runs without one as "Evaluation runs" in its GenAI view.
 MODEL_ARTIFACT = "model"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 # How long on_run_start waits for the run to be created (the run id in tracking.json).
@@ -72,8 +68,7 @@ def now_ms() -> int:
 
 
 def end_ms(summary: dict[str, Any]) -> int:
-    """The job's end as summary.json has it (started + wall_s), so the MLflow run's duration
-    is the job's wall time; now when the summary lacks them."""
+    """The job's end per summary.json (started + wall_s): the run lasts its wall time; else now."""
     started, wall = summary.get("started"), summary.get("wall_s")
     if isinstance(started, (int, float)) and isinstance(wall, (int, float)):
         return int((started + wall) * 1000)
@@ -148,9 +143,8 @@ class MlflowListener(Listener):
             link = self._recover_link()
         if link is not None and same_store(link.uri, self.uri):
             link.uri = self.uri  # tracking.json keeps the URI with its credentials masked
-        # One MLflow run per run dir: a rerun reopens it, also when it restarts from step 0
-        # (no checkpoint yet, or checkpoint_every=0); a run never created, if its start record
-        # is spooled.
+        # One MLflow run per run dir: a rerun reopens it, also from step 0 (no checkpoint yet);
+        # a run never created, if its start record is spooled.
         if link is not None and link.uri == self.uri and (link.run_id is not None or any(
                 r["kind"] == "start" for r in Spool(self.run_dir / SPOOL_FILE).read())):
             # restarted: no checkpoint was restored (the loop starts over from step 0)
@@ -223,8 +217,7 @@ class MlflowListener(Listener):
         self._request()
 
     def on_run_end(self, status: str, summary: dict[str, Any]) -> None:
-        """Final records, then wait (bounded) for the writer. Safe from a signal handler: the
-        store is only ever written by the writer thread, never re-entered here."""
+        """Final records, then a bounded wait for the writer; signal-safe (only it writes)."""
         if not self._live:
             return
         self._ended = True
@@ -338,8 +331,7 @@ class MlflowListener(Listener):
         return True
 
     def _say_dropped(self) -> None:
-        """Records the store failed for a lasting reason (run.TrackedRun.dropped): the first
-        one in a line, once; the count at the end."""
+        """Records dropped for a lasting reason: the first in a line, once; the count at the end."""
         assert self.run is not None
         if self.run.dropped and not self._dropped_said:
             self._dropped_said = True
@@ -388,15 +380,13 @@ class MlflowListener(Listener):
     def _reopen(self, link: Link, start_step: int, restarted: bool) -> None:
         """Resume from the checkpoint at `start_step`: same MLflow run, nothing twice."""
         link.gated = self.gated
-        # Steps up to the old gate were released to the store (or still wait in the spool, and
-        # will be): keep them, and ignore the loop's second production of them. This matters
-        # when the newest checkpoint proved unusable and the loop resumes from an older one.
+        # Steps up to the old gate were released to the store (or wait in the spool): keep them
+        # and ignore their second production (the newest checkpoint proved unusable).
         done = max(link.checkpoint_step, start_step)
         link.checkpoint_step = done
         self.run = TrackedRun(self.run_dir, link)
-        # Without a gate, every step the store or the spool has is released (the store's are
-        # in link.logged_step): a restart from an earlier step skips them rather than log them
-        # twice. Steps are pure functions of (seed, step), so the rerun reproduces them.
+        # Without a gate every step the store (link.logged_step) or spool has is released: a
+        # restart from an earlier step skips them; steps are pure functions of (seed, step).
         if not self.gated:
             spooled = [r["step"] for r in self.run.records if r["kind"] == "metrics"]
             done = max(done, link.logged_step, *spooled)
@@ -462,8 +452,7 @@ class MlflowListener(Listener):
                  f"({store.first_line(exc)}); its unsent records are kept in {kept.name}")
 
     def _log_table(self, folder_name: str, step: int, rows_in: list[dict]) -> None:
-        """One MLflow table (JSON, pandas 'split' layout) per step in <folder_name>/, listed in
-        mlflow.loggedArtifacts so the UI shows it as a table."""
+        """One MLflow table per step in <folder_name>/, in mlflow.loggedArtifacts for the UI."""
         if not self._live or step <= self._skip_upto or not rows_in:
             return
         columns = list(dict.fromkeys(k for row in rows_in for k in row))
@@ -514,16 +503,14 @@ class MlflowListener(Listener):
             self._lock = None
 
 
-# MLflow's system-metrics monitor warns on the console when a sample races the run's end
-# ("Failed to log system metrics: ... expected if the experiment/run is already terminated"):
-# nothing to act on; its lines go to the job's log file only.
+# MLflow's system-metrics monitor warns when a sample races the run's end ("Failed to log system
+# metrics: ... already terminated"): nothing to act on; its lines go to the job's log only.
 SYSTEM_METRICS_LOGGER = "mlflow.system_metrics"
 
 
 def log_file_only(name: str) -> None:
-    """Logger `name` writes to the job's log files (Hydra's FileHandlers: <run dir>/rlexp.log),
-    not the console. MLflow's loggers have their own stderr handler and do not propagate
-    (mlflow/utils/logging_utils.py): the file handlers go on the logger itself. Idempotent."""
+    """Logger `name` writes to the job's log files (<run dir>/rlexp.log), not the console; MLflow's
+    loggers don't propagate (mlflow/utils/logging_utils.py), so handlers go on it. Idempotent."""
     logger = logging.getLogger(name)
     files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
     logger.handlers = [h for h in logger.handlers if isinstance(h, logging.FileHandler)] + \
@@ -535,9 +522,8 @@ PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def recorded_run(uri: str, experiment: str, run_dir: Path) -> dict[str, Any] | None:
-    """The MLflow run of `run_dir` as a rerun finds it (store.find_run), with its summary.json
-    artifact under "summary" (None if missing). None when there is no such run or the store
-    cannot answer now. Never raises, and never creates a store or a run."""
+    """The MLflow run of `run_dir` as a rerun finds it, its summary.json under "summary" (None if
+    missing); None without one or a store answering now. Never raises nor creates anything."""
     link = Link.load(run_dir)
     hint = link.run_id if link is not None and same_store(link.uri, uri) else None
     path = store.sqlite_path(uri)

@@ -1,9 +1,7 @@
-"""Curves as PNG files: one run (curves.png), several runs (comparison.png), seed groups' mean
-curves with their confidence bands (groups.png), paired differences from a baseline
-(forest.png). Drawn on matplotlib's Agg canvas, never pyplot: no global figure state, no GUI
-backend, safe while unwinding from a signal. A group has one colour in all of them
-(group_colors).
-"""
+"""Curves as PNG: one run (curves.png), several runs (comparison.png), seed groups' mean curves
+with confidence bands (groups.png), paired differences from a baseline (forest.png). Drawn on
+matplotlib's Agg canvas, never pyplot: no global figure state, no GUI backend, safe while
+unwinding from a signal. A group has one colour in all of them (group_colors)."""
 
 from __future__ import annotations
 
@@ -35,15 +33,13 @@ FIRST_HUE, LIGHTNESS, SATURATION = 0.6, 0.42, 0.8
 
 
 def palette(n: int) -> list[Color]:
-    """n colours of evenly spaced hues from blue: 16 differ by 22.5 degrees of hue or more,
-    where tab20 pairs a dark and a light shade of one hue."""
+    """n colours of evenly spaced hues from blue (tab20 pairs two shades of one hue)."""
     return [colorsys.hls_to_rgb((FIRST_HUE + i / max(n, 1)) % 1, LIGHTNESS, SATURATION)
             for i in range(n)]
 
 
 def group_colors(groups: Sequence[str]) -> dict[str, Color]:
-    """A colour per group, keyed by its label, in this order (the baseline first): every plot
-    given the same groups colours them alike."""
+    """A colour per group label, baseline first: plots of the same groups colour them alike."""
     return dict(zip(groups, palette(len(groups))))
 
 
@@ -67,8 +63,7 @@ def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, floa
                                                                        float]]]]],
                metrics: Sequence[str], path: Path, colors: Mapping[str, Color],
                title: str = "") -> bool:
-    """One panel per metric; per group its mean curve and a shaded band between the CI's
-    bounds (points: (step, mean, low, high)), in the group's colour."""
+    """One panel per metric; per group its mean curve and CI band (step, mean, low, high)."""
     lines = {m: [(label, curves[m]) for label, curves in groups if curves.get(m)]
              for m in metrics}
     style = {label: (colors[label], "-") for label, _ in groups}
@@ -77,8 +72,7 @@ def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, floa
 
 def plot_forest(rows: Sequence[tuple[str, float, float, float]], colors: Mapping[str, Color],
                 path: Path, xlabel: str, title: str = "") -> bool:
-    """One row per (group, difference, CI low, CI high), top down, a marker at the difference
-    and a bar over the interval in the group's colour, a line at 0; False if no row."""
+    """Rows (group, difference, CI low, CI high) top down: marker, interval bar, a line at 0."""
     if not rows:
         return False
     fig = _figure(6.5, 1.2 + 0.35 * len(rows))
@@ -95,8 +89,7 @@ def plot_forest(rows: Sequence[tuple[str, float, float, float]], colors: Mapping
 
 def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
           legend_size: int, style: Mapping[str, tuple] | None = None) -> bool:
-    """One panel per title, one line per (label, [(step, value), ...]), a band where the points
-    are (step, mean, low, high); False if all empty."""
+    """One panel per title, a line per (label, points), a band for (step, mean, low, high)."""
     shown = {t: lines for t, lines in panels.items() if lines}
     if not shown:
         return False

@@ -1,16 +1,14 @@
-"""Sweeps whose jobs run on other machines stay one MLflow comparison.
-
-A launcher that runs jobs elsewhere passes each job the sweep's store (MLFLOW_TRACKING_URI,
-which rlexp reads when tracker.uri is unset), its parent run (RLEXP_PARENT_RUN_ID: the job's
-run becomes its child) and the job count (RLEXP_SWEEP_JOBS: the last child to end closes the
-parent), and refuses at start a store the jobs cannot reach:
-  xpk (GKE pods)  only a tracking server (http(s):// or databricks): the pod sees none of the
+"""Sweeps whose jobs run on other machines stay one MLflow comparison. A launcher that runs jobs
+elsewhere passes each job the sweep's store (MLFLOW_TRACKING_URI, read when tracker.uri is
+unset), its parent run (RLEXP_PARENT_RUN_ID: the job's run becomes its child) and the job count
+(RLEXP_SWEEP_JOBS: the last child to end closes the parent), and refuses at start a store the
+jobs cannot reach:
+  xpk (GKE pods)  only a tracking server (http(s):// or databricks): pods see none of the
                   launching machine's disk, so no sqlite:// or file:
-  SLURM, Ray      a sqlite store only on the sweep dir's filesystem, which the jobs share
-                  (submitit pickles them there). sqlite on a network filesystem is unsafe with
-                  many writers: prefer a server (`mlflow server`, tracker.uri=http://host:5000).
-Import-light: no mlflow here.
-"""
+  SLURM, Ray      a sqlite store only on the sweep dir's shared filesystem (submitit pickles
+                  jobs there). sqlite on a network filesystem is unsafe with many writers:
+                  prefer a server (`mlflow server`, tracker.uri=http://host:5000).
+Import-light: no mlflow here."""
 
 from __future__ import annotations
 
@@ -74,9 +72,8 @@ def _device(path: Path) -> int:
 
 
 def job_env(sweep_dir: Path, num_jobs: int | None) -> dict[str, str]:
-    """What each job of a sweep is given: the store and parent from <sweep dir>/parent_run.json
-    (made by the sweep callback), and the job count, unless None (the launching process waits
-    for the jobs and closes the parent itself). Empty when tracking is off."""
+    """What each job is given: store and parent from <sweep dir>/parent_run.json, and the job
+    count unless None (the launcher waits and closes the parent). Empty when tracking is off."""
     parent = read_json_object(Path(sweep_dir) / PARENT_FILE)
     if parent is None or not parent.get("run_id"):
         return {}
@@ -98,8 +95,7 @@ def expected_jobs() -> int | None:
 
 
 def check_sweep_store(base: object) -> None:
-    """Pre-flight of a multirun (the composed config with `hydra`), before the parent run opens:
-    the jobs can reach the tracking store, and an xpk pod's outputs outlive it."""
+    """Multirun pre-flight: the jobs reach the tracking store, an xpk pod's outputs outlive it."""
     kind = launcher_kind(OmegaConf.select(base, "hydra.launcher._target_", default=None))
     choices = OmegaConf.select(base, "hydra.runtime.choices", default=None) or {}
     check_store(kind, tracker_uri(base), Path(str(OmegaConf.select(base, "hydra.sweep.dir"))),

@@ -1,13 +1,11 @@
 """Compare runs: `python -m rlexp.report <sweep dir | parent run id | experiment name>`.
 
-Prints one row per run, ranked by final eval accuracy or --metric; one row per seed group
-(runs that differ only in train.seed, or the --over keys) with mean ±std [95% t-interval],
---baseline (else the sweep's first group) first and the others by the metric; each group's
-difference from the baseline, paired by seed, with its t-interval and the paired t-test's p
-(Holm-adjusted among several); over several tasks or many seeds, rliable's IQM and P(X > Y).
-Writes comparison.png, groups.png (mean curves, CI bands) and forest.png (paired differences)
-to --out, else to a new temporary directory: reading a sweep never changes its files.
-"""
+One row per run, ranked by final eval accuracy or --metric; one per seed group (runs differing
+only in train.seed, or the --over keys) with mean ±std [95% t-interval], --baseline (else the
+first group) first, the others by the metric; each group's paired-by-seed difference from the
+baseline with its t-interval and paired t-test p (Holm-adjusted among several); over several
+tasks or many seeds, rliable's IQM and P(X > Y). Writes comparison.png, groups.png and
+forest.png to --out, else a new temporary directory: reading a sweep never changes its files."""
 
 from __future__ import annotations
 
@@ -79,8 +77,7 @@ def collect(target: str, uri: str | None, metric: str | None) -> list[Row]:
 
 
 def check_metric(rows: list[Row], metric: str) -> None:
-    """--metric names a metric some run logged, else a UserError listing those that exist;
-    rows known by their summary.json take its final value."""
+    """--metric names a logged metric, else a UserError listing them; summaries give finals."""
     known = sorted({m for r in rows for m in r.finals} |
                    {m for r in rows for m, points in r.curves.items() if points})
     if metric not in known:

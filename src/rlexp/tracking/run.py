@@ -1,10 +1,7 @@
-"""One run dir's MLflow run: send spooled records to the store, in one place.
-
-Used by the live listener (each flush) and by `python -m rlexp.sync` (replay after an outage
-or a crash). Sending is idempotent, so a flush that failed half-way is simply sent again:
-params and tags are re-set to the same values, metrics keep the wall time they were produced
-at and MLflow drops a (key, step, time, value) row it already has, artifacts overwrite.
-"""
+"""One run dir's MLflow run: send spooled records to the store, for the live listener (each flush)
+and `python -m rlexp.sync` (replay after an outage or crash). Sending is idempotent, so a flush
+that failed half-way is sent again: params and tags re-set to the same values, metrics keep their
+wall time and MLflow drops a (key, step, time, value) row it has, artifacts overwrite."""
 
 from __future__ import annotations
 
@@ -38,8 +35,7 @@ def is_ready(record: dict, gate: float) -> bool:
 
 
 class TrackedRun:
-    """Thread-safe for one writer (flush) alongside producers (add): the records and the
-    spool file change under a lock, the store is written outside it."""
+    """Thread-safe for one writer (flush) and producers (add): the store is written off the lock."""
 
     def __init__(self, run_dir: Path, link: Link):
         self.run_dir = Path(run_dir)
@@ -92,8 +88,7 @@ class TrackedRun:
             return sum(r["kind"] == kind for r in self.records)
 
     def flush(self, gate: float) -> int:
-        """Send the records ready under `gate`; returns how many. Raises what the store raises
-        (the records stay spooled); records added while sending stay for the next flush."""
+        """Send records ready under `gate`; returns how many. Store errors raise (records stay)."""
         with self._lock:
             count = len(self.records)
             ready = [r for r in self.records[:count] if is_ready(r, gate)]
@@ -138,16 +133,14 @@ class TrackedRun:
             self.client.set_terminated(run_id, last["status"], end_time=last.get("t"))
 
     def _send_file(self, run_id: str, r: dict) -> None:
-        """One file-like record (artifact, json, text, inputs, model, curves); one that fails
-        for a lasting reason is dropped (self.dropped), an outage raises."""
+        """One file-like record; a lasting failure drops it (self.dropped), an outage raises."""
         try:
             self._send_one(run_id, r)
         except Exception as exc:
             if store.is_outage(exc):
                 raise  # the store may come back: everything stays spooled
-            # The same failure every time (a path the store's filesystem cannot take):
-            # retrying it would hold back the records behind it, the run's end included,
-            # and leave the run RUNNING. Dropped, and said once by the listener or sync.
+            # The same failure every time (a path the store's filesystem cannot take): retrying
+            # would hold back the records behind it and leave the run RUNNING. Dropped, said once.
             self.dropped.append(f"{_what(r)}: {store.first_line(exc)}")
 
     def _send_one(self, run_id: str, r: dict) -> None:
@@ -205,8 +198,7 @@ class TrackedRun:
             self.client.log_batch(run_id, metrics=metrics[i:i + n])
 
     def _log_inputs(self, run_id: str, datasets: list[dict]) -> None:
-        """Run inputs (the Datasets column and the run page's Inputs); the ones the run has
-        already (a resend, a rerun) are left out, so sending them again adds nothing."""
+        """Run inputs (Datasets column, Inputs), less those the run has (a resend adds nothing)."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         run = self.client.get_run(run_id)
@@ -221,8 +213,7 @@ class TrackedRun:
                 for d in new])
 
     def _log_model_output(self, run_id: str, artifact_path: str, step: int) -> None:
-        """A LoggedModel that points at the run's `artifact_path` (no second copy of the
-        weights), finalized READY, as the run's output; once per run (resends find it)."""
+        """A READY LoggedModel at `artifact_path` (no second copy) as the run's output, once."""
         from mlflow.entities import LoggedModelOutput
 
         exp_id = self.link.experiment_id or self.client.get_run(run_id).info.experiment_id

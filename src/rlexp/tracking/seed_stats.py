@@ -1,21 +1,17 @@
-"""Statistics over seeds. Identical GRPO-family configurations differ by a few points of
-accuracy (verl issues #626, #3126), so a difference between sweep groups means something only
-next to that spread.
+"""Statistics over seeds. Identical GRPO-family configurations differ by a few points of accuracy
+(verl issues #626, #3126): a difference between sweep groups means something only next to that.
 
-- A group's mean and the paired difference of two groups run on the same seeds get a Student-t
-  interval, and the difference the paired t-test's p-value from the same t: the interval
-  excludes 0 exactly when p < 1 - CONFIDENCE, so the two never disagree. Over 3 seeds the
-  percentile bootstrap this replaces gave the seeds' range (it covered the mean 76% of the
-  time at 3 seeds, 89% at 10); the t-interval covers 95% on normal data and 93.5-94% on skewed
-  Beta(2, 5) ones at 3 to 10 seeds (tests/test_coverage.py).
+- A group's mean and the paired difference of two groups on the same seeds get a Student-t
+  interval, and the difference the paired t-test's p from the same t, so the two never disagree.
+  The percentile bootstrap this replaces covered the mean 76% of the time at 3 seeds, 89% at 10;
+  the t-interval covers 95% on normal data, 93.5-94% on skewed Beta(2, 5) (tests/test_coverage.py).
 - Several groups against one baseline: Holm's step-down adjustment of their p-values.
-- A sweep over several tasks or many seeds: rliable's aggregates (Agarwal et al. 2021), the
-  interquartile mean with a stratified-bootstrap CI and the probability of improvement
-  P(X > Y), as rliable 1.2.0 computes them (tests/test_rliable_oracle.py).
+- Several tasks or many seeds: rliable's (Agarwal et al. 2021) interquartile mean with a
+  stratified-bootstrap CI and P(X > Y), as rliable 1.2.0 computes them
+  (tests/test_rliable_oracle.py).
 
-Deterministic NumPy (a fixed seed) and scipy.special's t distribution (a dependency of JAX):
-the sweep's table, its parent run and `python -m rlexp.report` agree.
-"""
+Deterministic NumPy (fixed seed) and scipy.special's t (a JAX dependency): the sweep's table, its
+parent run and `python -m rlexp.report` agree."""
 
 from __future__ import annotations
 
@@ -47,8 +43,7 @@ class Summary:
 
 @dataclass(frozen=True)
 class Paired:
-    """b - a over the seeds both ran: mean difference, its t-interval, the paired t-test's
-    two-sided p-value and, among several comparisons, its Holm-adjusted one."""
+    """b - a over seeds both ran: mean, t-interval, paired two-sided p and Holm-adjusted p."""
     n: int
     mean: float
     low: float
@@ -65,9 +60,8 @@ def _clean(values: Sequence[float]) -> np.ndarray:
 
 
 def t_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per column of x[seed, column]: (mean, CI low, CI high, p) of the one-sample t-test of
-    mean 0 (two-sided), all from one t: mean ± t_(1+c)/2,n-1 · s/√n. One row: nan bounds and
-    p. Zero spread: the mean as both bounds, p 0 (or 1 for a zero mean)."""
+    """Per column of x[seed, column]: (mean, CI low, CI high, two-sided p of mean 0) from one t:
+    mean ± t_(1+c)/2,n-1 · s/√n. One row: nan bounds and p. Zero spread: p 0 (1 at mean 0)."""
     from scipy.special import stdtr, stdtrit
 
     x = np.asarray(x, dtype=float)
@@ -106,8 +100,8 @@ def paired_difference(a: dict[str, float], b: dict[str, float]) -> Paired | None
 
 
 def holm(p: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (as statsmodels' multipletests(method='holm')):
-    the i-th smallest of m times (m - i), running maximum, at most 1."""
+    """Holm's step-down p-values (statsmodels' multipletests(method='holm')): the i-th smallest of
+    m times (m - i), running maximum, at most 1."""
     order = np.argsort(p, kind="stable")
     m = len(p)
     scaled = np.minimum(1.0, np.maximum.accumulate(
@@ -118,8 +112,7 @@ def holm(p: Sequence[float]) -> list[float]:
 
 
 def with_holm(pairs: list[Paired]) -> list[Paired]:
-    """The pairs with their Holm-adjusted p among those with two seeds or more (a one-seed
-    pair has no test); unchanged when that is one pair or none."""
+    """The pairs with Holm-adjusted p among those with two seeds or more (one-seed: no test)."""
     tested = [i for i, pair in enumerate(pairs) if pair.n > 1]
     if len(tested) < 2:
         return pairs
@@ -144,9 +137,8 @@ def verdict(pair: Paired) -> str:
 
 
 def iqm(scores: np.ndarray) -> np.ndarray:
-    """Interquartile mean of scores[..., run, task] over runs and tasks (rliable's
-    aggregate_iqm, scipy.stats.trim_mean(proportiontocut=0.25, axis=None)): the mean of the
-    middle half, int(n/4) cut at each end."""
+    """Interquartile mean of scores[..., run, task] (rliable's aggregate_iqm, scipy's
+    trim_mean(proportiontocut=0.25, axis=None)): the middle half, int(n/4) cut at each end."""
     x = np.sort(np.reshape(scores, (*np.shape(scores)[:-2], -1)), axis=-1)
     cut = int(0.25 * x.shape[-1])
     return x[..., cut:x.shape[-1] - cut].mean(axis=-1)
@@ -163,9 +155,8 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def stratified_bootstrap_ci(statistic: Callable[..., np.ndarray], *scores: np.ndarray,
                             n_resamples: int = N_RESAMPLES) -> tuple[float, float]:
-    """Percentile CI of statistic(*scores) (each scores[run, task]) under rliable's stratified
-    bootstrap: each input's runs resampled with replacement within each task, independently
-    per input; statistic takes a leading resample axis."""
+    """Percentile CI of statistic(*scores) under rliable's stratified bootstrap: each input's runs
+    resampled within each task, per input independently; statistic takes a resample axis first."""
     rng = np.random.default_rng(SEED)
     resampled = []
     for s in scores:

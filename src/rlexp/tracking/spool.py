@@ -1,14 +1,10 @@
 """What a run dir remembers about its MLflow run: the link (tracking.json) and the spool.
 
-The spool (tracking_spool.jsonl) is a write-ahead log: every record a listener produces is
-appended here first and removed once the store has it. It is what makes tracking survive a
-dead server (records wait here, `python -m rlexp.sync` replays them) and a crash (records of
-steps covered by a checkpoint are still logged when the run resumes, the others dropped).
-
-One JSON object per line, "kind" says which (REQUIRED lists the kinds). A line that is not
-a record of these shapes (torn by a crash, edited, random bytes) is skipped with a warning
-and counted; the others are still sent.
-"""
+The spool (tracking_spool.jsonl) is a write-ahead log: every record is appended here first and
+removed once the store has it, so tracking survives a dead server (`python -m rlexp.sync`
+replays) and a crash (records of steps a checkpoint covers are logged on resume, others
+dropped). One JSON object per line, "kind" says which (REQUIRED lists the kinds); a line of
+another shape (torn, edited, random bytes) is skipped with a warning and counted."""
 
 from __future__ import annotations
 
@@ -100,8 +96,7 @@ REQUIRED: dict[str, dict[str, tuple]] = {
 
 
 def is_valid(record: Any) -> bool:
-    """A record the sender can handle: a kind with its fields, of the right types. A kind
-    this version does not know (written by a newer rlexp) is kept: the sender skips it."""
+    """A record the sender can handle (a kind from a newer rlexp is kept; the sender skips it)."""
     if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
         return False
     if record["kind"] not in REQUIRED:

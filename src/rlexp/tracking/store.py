@@ -1,9 +1,7 @@
-"""Where the MLflow store is, creating it once, and the MLflow limits we write within.
-
-mlflow (2.3 s) is imported inside functions only: `python -m rlexp --help` and Hydra's
-callback loading must stay fast. tracking.warm_up imports it on a thread while the engine
-builds; pre-flight needs it only to probe an http store (classify).
-"""
+"""Where the MLflow store is, creating it once, and the MLflow limits we write within. mlflow
+(2.3 s) is imported inside functions only: `python -m rlexp --help` and Hydra's callback loading
+must stay fast. tracking.warm_up imports it on a thread while the engine builds; pre-flight
+needs it only to probe an http store (classify)."""
 
 from __future__ import annotations
 
@@ -82,9 +80,8 @@ def artifact_root(uri: str) -> Path | None:
 
 
 def prepare_store(uri: str) -> None:
-    """Create or upgrade a database store once, before jobs start (~25 ms on an existing one).
-    Jobs creating a sqlite store at once race in MLflow's schema migration and can break it for
-    good, hence the file lock. A file store is a UserError; other failures only warn."""
+    """Create or upgrade a database store once before jobs start (~25 ms if it exists): jobs
+    creating one at once race in MLflow's migration and can break it, hence the file lock."""
     try:
         ensure_store(uri)
     except UserError:
@@ -98,9 +95,8 @@ _background: dict[str, threading.Thread] = {}
 
 
 def warm_up(cfg: "Config") -> None:
-    """ensure_store of the run's store on a thread while the job builds its engine (JAX, mostly
-    outside the GIL): the MLflow import (2.5 s) and a new store (0.3 s: _copy_schema) leave the
-    path to the first step. The listener waits for it (wait_prepared) and reports any error."""
+    """ensure_store on a thread while the engine builds (JAX, mostly outside the GIL): the MLflow
+    import (2.5 s) and a new store (0.3 s) leave the path to step 1; wait_prepared reports it."""
     uri = default_uri(cfg)
     if uri is None or uri in _prepared or uri in _background:
         return
@@ -164,12 +160,10 @@ _classified: dict[str, str] = {}
 
 def classify(uri: str, timeout: float = PROBE_TIMEOUT_S, cache: bool = True) -> str:
     """What a tracking store is now: "ok", "down: <why>" or "wrong: <why>" (never raises).
-
-    down: it may come back; a run spools and `rlexp.sync` sends later (a refused connection,
-      no answer, no resolver, HTTP 5xx/429 from a proxy in front of a stopped server).
-    wrong: no run can ever log there as given; refused at start (a host name that does not
-      resolve, not MLflow's REST API, HTTP 401/403, TLS, a sqlite path whose directory is
-      missing, or that is not a database or not writable).
+    down: may come back; a run spools, `rlexp.sync` sends later (refused connection, no answer,
+      no resolver, HTTP 5xx/429 from a proxy in front of a stopped server).
+    wrong: no run can ever log there; refused at start (host name not resolving, not MLflow's REST
+      API, HTTP 401/403, TLS, a sqlite path with a missing directory, not a database or read-only).
     A database server is probed with a name lookup and a TCP connection. Kept per URI for this
     process (a sweep's jobs share one probe) unless cache=False (rlexp.sync asks again)."""
     remember(uri)
@@ -244,8 +238,7 @@ def _classify_sqlite(uri: str) -> str:
 
 
 def _lookup(host: str, port: int, timeout: float) -> str | None:
-    """None when `host` resolves; else 'down: ...' or 'wrong: ...'. On a thread: a resolver
-    that does not answer would block for ~10 s or more."""
+    """None when `host` resolves, else 'down/wrong: ...'; on a thread (a mute resolver: 10 s+)."""
     result: dict[str, BaseException] = {}
 
     def look() -> None:
@@ -269,8 +262,7 @@ def _lookup_failed(host: str, exc: BaseException) -> str:
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """`exc` and what it wraps: MLflow's MlflowException around requests' error, around
-    urllib3's (its `reason`), around the socket's or ssl's."""
+    """`exc` and its wrapped causes (MlflowException > requests > urllib3 `reason` > socket/ssl)."""
     todo, seen = [exc], set()
     while todo:
         e = todo.pop(0)
@@ -305,8 +297,7 @@ def _network_error(exc: BaseException, where: str, timeout: float) -> str:
 
 
 def _classify_http(uri: str, scheme: str, host: str | None, port: int, timeout: float) -> str:
-    """One GET of PROBE_ENDPOINT through MLflow's own request (mlflow.utils.rest_utils): the
-    credentials, auth plugin, TLS settings and proxies of every write, no retry."""
+    """One GET of PROBE_ENDPOINT via mlflow.utils.rest_utils (the writes' auth, TLS, proxies)."""
     import urllib.request
 
     if not host:
@@ -360,11 +351,11 @@ def schema_template() -> Path:
 
 
 def _copy_schema(path: Path, root: Path) -> None:
-    """A new sqlite store starts as a copy of an empty store MLflow migrated before: running
-    its ~60 migrations takes 1.75 s on a 2-core CPU in every new store (every sweep and test
-    dir), opening a migrated one 0.07 s. The template holds no experiment: MLflow opens the
-    copy under a temporary name first (creating `Default` with the store's artifact root); it
-    takes the store's name only if MLflow accepted it. No template: MLflow migrates as usual."""
+    """A new sqlite store starts as a copy of an empty store MLflow migrated before: its ~60
+    migrations take 1.75 s on a 2-core CPU in every new store (every sweep and test dir), opening a
+    migrated one 0.07 s. The template holds no experiment: MLflow opens the copy under a temporary
+    name (creating `Default` with the store's artifact root) and takes the store's name only if
+    MLflow accepted it. No template: MLflow migrates as usual."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     template = schema_template()
@@ -410,18 +401,17 @@ def client(uri: str) -> "MlflowClient":
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
 
-    # MLflow prints "🏃 View run NAME at: URL" and "🧪 View experiment at: URL" to stdout each
-    # time a run of an http store ends (tracking/_tracking_service/client.py, _log_url): rlexp
-    # says the run's link once, itself (links.run_link). Forced where the URL has credentials.
+    # MLflow prints "🏃 View run NAME at: URL" and "🧪 View experiment at: URL" each time a run of
+    # an http store ends (tracking/_tracking_service/client.py, _log_url): rlexp says the link
+    # once itself (links.run_link). Forced where the URL has credentials.
     quiet = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
     os.environ[quiet] = "true" if redact_uri(uri) != uri else os.environ.get(quiet, "true")
     return MlflowClient(tracking_uri=uri)
 
 
 def slug(name: str, limit: int = 255) -> str:
-    """A directory name for experiment `name`, at most `limit` bytes (NAME_MAX: 255 on most
-    filesystems; a longer name failed every artifact with `[Errno 36] File name too long`);
-    one cut short ends with a digest of the whole, so long names with one prefix keep two dirs."""
+    """A dir name for experiment `name` of at most `limit` bytes (NAME_MAX 255: longer failed with
+    `[Errno 36] File name too long`); a cut one ends with a digest of the whole."""
     text = re.sub(r"[^\w.\-]+", "_", name).strip("._") or "experiment"
     if len(text.encode()) <= limit:
         return text
@@ -437,8 +427,7 @@ REFUSALS = ("BAD_REQUEST", "INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS",
 
 
 def name_max(folder: Path) -> int:
-    """The longest file name (bytes) the filesystem of `folder` (or of its nearest existing
-    parent) takes; 255 when it cannot be asked."""
+    """The longest file name (bytes) `folder`'s filesystem takes; 255 when it cannot be asked."""
     probe = Path(folder).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -471,15 +460,13 @@ def is_outage(exc: BaseException) -> bool:
     return True
 
 
-# MLflow's experiment type (mlflow/demo/generators/traces.py sets "genai_development"; the
-# UI's ExperimentKind enum has custom_model_development for model training): rlexp's
-# experiments are training experiments, not GenAI apps.
+# MLflow's experiment type (mlflow/demo/generators/traces.py sets "genai_development"; the UI's
+# ExperimentKind has custom_model_development for training): rlexp's are not GenAI apps.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def experiment_id(mlflow_client: "MlflowClient", name: str, uri: str) -> str:
-    """Id of experiment `name`, created (artifacts next to a sqlite db) or restored if needed,
-    and typed as a model-training experiment."""
+    """Id of experiment `name`, created or restored if needed, typed as model training."""
     from mlflow.exceptions import MlflowException
 
     exp = mlflow_client.get_experiment_by_name(name)
@@ -514,9 +501,8 @@ def truncate(value: object, limit: int) -> str:
 
 
 def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, at most 200 characters, secrets masked: MLflow's
-    errors repeat the request URL, credentials and `?token=` included. Masked before it is
-    cut: a URI cut inside its password would no longer look like one."""
+    """`Type: first line of the message`, at most 200 characters, secrets masked before the cut
+    (MLflow's errors repeat the URL with credentials; a cut URI would no longer look like one)."""
     text = redact_text(str(exc).strip())
     line = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
     return line if len(line) <= 200 else line[:197] + "..."

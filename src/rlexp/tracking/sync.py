@@ -1,16 +1,13 @@
 """Send what a run dir's spool still holds to MLflow: `python -m rlexp.sync <run dir>`.
 
-After the store was unreachable during a run (or the run crashed), the records not yet in
-the store wait in <run dir>/tracking_spool.jsonl. Sending is idempotent, so syncing twice,
-or syncing a run that later resumes, logs nothing twice. Metrics after the last checkpoint
-are held back (a resume produces them again) unless --all says the run will not resume.
-
-Damaged input never crashes it: unreadable spool lines are skipped and counted, a damaged
-tracking.json is rebuilt from the run dir (summary.json's run id, or the store's run tagged
-with the dir; the gate from the newest checkpoint dir). A store it cannot send to is named
-in one line: down (run sync again once it is up), wrong (pass the right one with --uri), or
-failing a write for a lasting reason (fix that first); the spool keeps every record.
-"""
+After an unreachable store (or a crash), records not yet in the store wait in <run
+dir>/tracking_spool.jsonl. Sending is idempotent: syncing twice, or a run that later resumes,
+logs nothing twice. Metrics after the last checkpoint are held back (a resume produces them
+again) unless --all says the run will not resume. Damaged input never crashes it: bad spool
+lines are skipped and counted, a damaged tracking.json is rebuilt from the run dir (summary.json's
+run id, or the store's run tagged with the dir; the gate from the newest checkpoint). A store it
+cannot send to is named in one line: down (sync again once up), wrong (pass --uri), or failing a
+write for a lasting reason (fix that first); the spool keeps every record."""
 
 from __future__ import annotations
 
@@ -114,8 +111,7 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
 
 
 def _check_store(uri: str) -> None:
-    """A server that is wrong or down is said before anything is sent, not after MLflow's
-    retries. A sqlite store is made if missing: sync is asked for it by name."""
+    """A wrong or down server is said before sending, not after retries; sqlite made if missing."""
     if store.sqlite_path(uri) is not None:
         return
     state = store.classify(uri)
@@ -124,8 +120,7 @@ def _check_store(uri: str) -> None:
 
 
 def _store_error(uri: str, exc: BaseException | None, state: str | None = None) -> UserError:
-    """Sending to `uri` failed: the store is down, wrong, or failed this write for a lasting
-    reason (its own words: a name its filesystem cannot take, a permission)."""
+    """Sending to `uri` failed: the store is down, wrong, or refused this write for good."""
     shown = redact_uri(uri)
     if exc is not None and not store.is_outage(exc):
         return UserError(f"the MLflow store {shown} failed a write: {store.first_line(exc)}; "
@@ -222,8 +217,7 @@ def _hydra_params(run_dir: Path) -> dict[str, Any]:
 
 
 def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
-    """summary.json names the MLflow run once a sync created or found it (local file and the
-    run's artifact). Only a summary whose status is final is uploaded again."""
+    """summary.json names the run a sync made or found; only a final one is uploaded again."""
     summary = read_summary(run_dir)
     rid = run.link.run_id
     if summary is None or rid is None or summary.get("mlflow_run_id") == rid:

@@ -1,18 +1,15 @@
 """The MLflow UI on this machine: `python -m rlexp.ui [--port N] [--uri URI]`.
 
-Serves the store runs log to (tracker.uri, else $MLFLOW_TRACKING_URI, else outputs/mlflow.db;
-a sqlite store that does not exist is refused, never created)
-on 127.0.0.1: MLflow's server app (mlflow.server.fastapi_app, as `mlflow server --workers 1`)
-in this process under uvicorn, job execution off (starts in seconds, ~0.5 GB). While it runs,
-runs of the same store print their page's URL (rlexp.tracking.links).
+Serves the runs' store (tracker.uri, else $MLFLOW_TRACKING_URI, else outputs/mlflow.db; a missing
+sqlite store is refused, never created) on 127.0.0.1: MLflow's server app (mlflow.server.
+fastapi_app, as `mlflow server --workers 1`) in this process under uvicorn, job execution off
+(starts in seconds, ~0.5 GB). While it runs, runs of the store print their page's URL (links).
 
 MLflow 3.17's UI shows every page in its GenAI view unless the page asks for the training one:
 its workflow switch (server/js, WorkflowType) reads `?workflowType=` from the URL, else
-localStorage "mlflow.workflowType_v1" (GenAI by default), never the experiment's tags, and
-in-app links drop the URL parameter. So the index page served here saves the URL's
-workflowType, or machine_learning when the browser has no saved choice: pages reached from
-these links stay in the training view, and a choice made in the UI is kept.
-"""
+localStorage "mlflow.workflowType_v1" (GenAI by default), and in-app links drop the parameter.
+So the index page served here saves the URL's workflowType, or machine_learning when the browser
+has no saved choice: pages from these links stay in the training view, a UI choice is kept."""
 
 from __future__ import annotations
 
@@ -71,8 +68,7 @@ def with_training_view(index_html: str) -> str:
 
 
 def experiment_links(uri: str, base: str, limit: int = 5) -> list[str]:
-    """'<name>: <url>' of the store's experiments with runs, newest first, in the training
-    view; [] when the store cannot be read (the server still starts)."""
+    """'<name>: <url>' per experiment with runs, newest first; [] when the store is unreadable."""
     try:
         client = store.client(uri)
         experiments = client.search_experiments(order_by=["last_update_time DESC"])
@@ -89,8 +85,7 @@ def experiment_links(uri: str, base: str, limit: int = 5) -> list[str]:
 
 
 def server_app(uri: str):
-    """MLflow's server app for `uri` (as `mlflow server` configures it: artifacts served from
-    next to the database), with the index page that keeps the model-training view."""
+    """MLflow's server app for `uri` (as `mlflow server`), its index keeping the training view."""
     from mlflow.server.constants import (ARTIFACT_ROOT_ENV_VAR, ARTIFACTS_DESTINATION_ENV_VAR,
                                          BACKEND_STORE_URI_ENV_VAR, REGISTRY_STORE_URI_ENV_VAR,
                                          SERVE_ARTIFACTS_ENV_VAR)

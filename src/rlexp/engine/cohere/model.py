@@ -1,10 +1,8 @@
-"""The Cohere decoder (transformers' CohereForCausalLM) on Tunix's model interface.
-
-Laid out as Tunix 0.1.7's llama3 and qwen3 (tunix/models/{llama3,qwen3}/model.py), so the
-sampler, log-prob code, remat, LoRA (qwix) and export see the same names and call signature;
-Einsum, Embedder, shard, RematConfig, ShardingConfig and the cache layout are qwen3's own.
-Weights are kept in param_dtype, the forward computes in dtype, the RoPE base is the config's.
-"""
+"""The Cohere decoder (transformers' CohereForCausalLM) on Tunix's model interface, laid out as
+Tunix 0.1.7's llama3 and qwen3 (tunix/models/{llama3,qwen3}/model.py), so the sampler, log-prob
+code, remat, LoRA (qwix) and export see the same names and call signature; Einsum, Embedder,
+shard, RematConfig, ShardingConfig and the cache layout are qwen3's own. Weights are kept in
+param_dtype, the forward computes in dtype, the RoPE base is the config's."""
 
 from __future__ import annotations
 
@@ -215,8 +213,7 @@ class Cohere(nnx.Module):
     def __call__(self, input_tokens: jaxtyping.Array, positions: jaxtyping.Array,
                  cache: Cache | None, attention_mask: jaxtyping.Array,
                  output_hidden_states: bool = False) -> tuple[jaxtyping.Array, Cache | None]:
-        """[B, L] tokens and positions, the KV cache or None, the [B, L, L'] mask ->
-        ([B, L, V] float32 logits, the updated cache or None)."""
+        """[B, L] tokens, positions, cache|None, [B, L, L'] mask -> ([B, L, V] logits, cache)."""
         new_cache = None if cache is None else {}
         x = self.embedder.encode(input_tokens)
         for i, layer in enumerate(self.layers):

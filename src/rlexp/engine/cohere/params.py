@@ -1,7 +1,6 @@
 """Hugging Face safetensors -> the Cohere model, through Tunix's generic loader
-(tunix/models/safetensors_loader.py, as tunix/models/llama3/params.py uses it). q/k rows are
-read as they are: the model rotates adjacent pairs as transformers does.
-"""
+(tunix/models/safetensors_loader.py, as tunix/models/llama3/params.py uses it). q/k rows are read
+as they are: the model rotates adjacent pairs as transformers does."""
 
 from __future__ import annotations
 
