@@ -1,12 +1,9 @@
 """Clipped policy-gradient losses of GRPO (token-level ratio) and GSPO (sequence-level ratio).
 
-GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t) per token. GSPO (Zheng et al. 2025,
-arXiv:2507.18071), in its GSPO-token form (the paper's eq. 13, Tunix's loss_algo="gspo-token"):
-s = exp(mean_t log r_t) per sequence, and the per-token ratio sg(s) * pi(y_t) / sg(pi(y_t))
-has value s everywhere in the sequence and the gradient of log pi(y_t); clipping therefore
-acts on whole sequences. Both: loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low, 1 + eps_high)),
-aggregated over the completion mask, plus beta * KL(pi || pi_ref) with the chosen estimator.
-On-policy (one update per rollout) r = 1 and both losses, and their gradients, coincide.
+GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t). GSPO-token (arXiv:2507.18071 eq. 13, Tunix's
+"gspo-token"): s = exp(mean_t log r_t), ratio sg(s) pi(y_t) / sg(pi(y_t)): value s, gradient of
+log pi(y_t), so clipping acts on whole sequences. loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low,
+1 + eps_high)) over the mask, plus beta * KL(pi || pi_ref); on-policy (r = 1) the two coincide.
 
 DAPO (arXiv:2503.14476) and Dr.GRPO (arXiv:2503.20783) are settings of the same loss. Dynamic
 sampling drops groups whose advantages are all 0 from the mask; `mask_truncated` drops
@@ -19,10 +16,8 @@ the loss families below against it and verl 0.9.1 core_algos.py in tests/test_ve
   sequence-mean-token-sum    the kept rows
   sequence-mean-token-scale  all rows x the completion budget (rollout.max_completion_length),
                              whatever the masks (Dr.GRPO; TRL "dr_grpo")
-With mask_truncated (or dynamic sampling) the GRPO/GSPO mean is over the rows left (6 kept of 8
-give 8/6 of TRL's "grpo", which counts masked rows as zeros). Under gradient accumulation the
-divisors are the whole window's counts over its micro-batches (`Divisors`), so the accumulated
-update equals the whole mini-batch's (DAPO's and TRL's normalisation over the window).
+With masked rows the GRPO/GSPO mean is over the rows left (6 of 8: 8/6 of TRL's "grpo"). Under
+accumulation the divisors are the window's (`Divisors`): the update equals the mini-batch's.
 
 Loss families (algo.loss; per_token_loss):
   ppo_clip  the clipped surrogate above (GRPO, GSPO, DAPO, Dr.GRPO)
@@ -87,9 +82,8 @@ def kept_counts(mask: jnp.ndarray) -> Divisors:
 
 def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str, budget: int | None = None,
               divisors: Divisors | None = None) -> jnp.ndarray:
-    """Reduce [B, T] per-token values over the mask to a scalar (the module docstring gives each
-    mode's divisor). `budget`: Dr.GRPO's completion budget (None = the padded width T);
-    `divisors`: None = this batch's own, kept_counts(mask)."""
+    """[B, T] values to a scalar over the mask. `budget`: Dr.GRPO's (None = T); `divisors`: None
+    = this batch's own, kept_counts(mask)."""
     m = mask.astype(jnp.float32)
     x = per_token.astype(jnp.float32) * m
     d = kept_counts(m) if divisors is None else divisors
@@ -130,9 +124,7 @@ def truncated_rows(completion_ids: jnp.ndarray, mask: jnp.ndarray, eos_id: int,
 
 def kept_mask(mask: jnp.ndarray, advantages: jnp.ndarray, truncated: jnp.ndarray | None,
               s: AlgoConfig) -> jnp.ndarray:
-    """The completion mask [B, T] the loss aggregates over: the rows of an all-zero-advantage
-    group (dynamic sampling) and truncated rows (mask_truncated) are zeroed (the engine counts
-    a window's divisors from the same)."""
+    """The [B, T] mask aggregated over: all-zero-advantage groups and truncated rows zeroed."""
     if not (s.dynamic_sampling or s.mask_truncated):
         return mask
     adv = advantages.astype(jnp.float32)
@@ -246,11 +238,10 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
                 divisors: Divisors | None = None, entropy: jnp.ndarray | None = None,
                 rollout_weights: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
-    """Scalar loss and diagnostics from per-token log-probs [B, T] and advantages [B] (or
-    [B, T]) under `s` as AlgoConfig.for_loss gives it. None means: `old_logp` on-policy (ratio
-    1), `ref_logp` no KL term, `rollout_weights` ([B, T] or [B, 1]) no correction. `truncated`
-    [B] is for s.mask_truncated; `budget`, `divisors`: see aggregate; `entropy` [B, T] is needed
-    by entropy_coef and top_entropy_quantile."""
+    """Loss and diagnostics from log-probs [B, T], advantages [B] or [B, T]. None: `old_logp`
+    on-policy, `ref_logp` no KL, `rollout_weights` no correction; `entropy` [B, T] for
+    entropy_coef and top_entropy_quantile."""
+
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
     mask = kept_mask(mask, advantages, truncated, s)

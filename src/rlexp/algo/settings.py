@@ -23,8 +23,7 @@ class AlgoConfig:
     beta: float = knob(0.04, range="[0, inf)")
     # Lower clip range of the importance ratio: ratio >= 1 - epsilon (1: no lower clip, CISPO).
     epsilon: float = knob(0.2, range="(0, 1]")
-    # Upper clip range: ratio <= 1 + epsilon_high (DAPO clip-higher); None = epsilon. Above 1:
-    # CISPO's IS-weight cap (1 + 4 = TRL's 5.0).
+    # Upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher); None = epsilon; CISPO's IS cap.
     epsilon_high: Optional[float] = knob(None, range="(0, inf)")
     # Completions sampled per prompt (the group); 1024 is past any recipe (DeepSeek-R1: 16).
     num_generations: int = knob(4, range="[2, 1024]")
@@ -32,21 +31,18 @@ class AlgoConfig:
     num_iterations: int = knob(1, range="[1, 64]")
     # KL estimator: k1 (log-ratio) | k2 (squared log-ratio / 2) | k3 (Schulman's unbiased).
     kl_estimator: str = knob("k3", choices=KL_ESTIMATORS)
-    # Loss aggregation (rlexp.algo.losses); TRL's loss_type grpo = sequence-mean-token-mean,
-    # dapo = token-mean, dr_grpo = sequence-mean-token-scale (token sums / the budget).
+    # Loss aggregation (rlexp.algo.losses; TRL grpo, dapo, dr_grpo are three of them).
     loss_agg: str = knob("sequence-mean-token-mean", choices=LOSS_AGGREGATIONS)
     # Importance ratio per token (GRPO) or sequence (GSPO; TRL importance_sampling_level).
     ratio_level: Optional[str] = knob(None, choices=RATIO_LEVELS,
                                       null="null (the algorithm's own)")
-    # Advantage std scaling (TRL scale_rewards): group | batch (the rewards Tunix scores in one
-    # call, at most a mini-batch) | none (Dr.GRPO).
+    # Advantage std scaling (TRL scale_rewards): group | batch (one Tunix call) | none (Dr.GRPO).
     scale_rewards: str = knob("group", choices=REWARD_SCALES)
     # Drop completions cut at the budget (no EOS) from the loss (TRL mask_truncated_completions).
     mask_truncated: bool = False
     # Drop groups with all-equal rewards from the loss (DAPO dynamic sampling, no re-sampling).
     dynamic_sampling: bool = False
-    # DAPO overlong shaping: share of the completion budget (its last tokens) over which a
-    # penalty grows linearly to -overlong_penalty (the paper: 4096 of 20480 = 0.2); 0 = off.
+    # DAPO overlong: budget share (last tokens) ramping to -overlong_penalty (paper: 0.2); 0 = off.
     overlong_buffer: float = knob(0.0, range="[0, 1]")
     # DAPO overlong shaping: weight of the penalty (logged as train/reward/overlong).
     overlong_penalty: float = knob(1.0, range="[0, inf)")
@@ -69,17 +65,14 @@ class AlgoConfig:
     # KL-Cov: share of tokens given the |log r| penalty, its weight (verl kl_cov_ratio/ppo_kl_coef).
     kl_cov_ratio: float = knob(2e-4, range="(0, 1]")
     ppo_kl_coef: float = knob(1.0, range="[0, inf)")
-    # Entropy bonus: loss - entropy_coef x mean token entropy (TRL entropy_coef); 0 = off,
-    # negative = an entropy penalty (TRL allows it).
+    # Entropy bonus: loss - coef x mean token entropy (TRL entropy_coef); 0 = off, < 0 = penalty.
     entropy_coef: float = knob(0.0, range="(-inf, inf)")
-    # Policy term on the top share of tokens by entropy only (TRL top_entropy_quantile;
-    # arXiv:2506.01939 keeps 0.2); 1 = every token.
+    # Policy term on the top-entropy share of tokens (arXiv:2506.01939: 0.2); 1 = every token.
     top_entropy_quantile: float = knob(1.0, range="[0, 1]")
-    # Trainer/sampler mismatch correction (rlexp.algo.rollout_correction; TRL
-    # vllm_importance_sampling_mode): none | token_/sequence_ truncate | mask.
+    # Trainer/sampler mismatch correction (TRL vllm_importance_sampling_mode), rollout_correction.
     rollout_correction: str = knob("none", choices=ROLLOUT_CORRECTIONS)
-    # Bounds of the importance weight pi_old / pi_sampler: clipped to them (*_truncate) or 0
-    # outside them (*_mask); None = no bound (TRL vllm_importance_sampling_clip_min/_max).
+    # Bounds of pi_old / pi_sampler: clipped (*_truncate) or 0 outside (*_mask); None = unbounded.
+
     rollout_correction_clip_min: Optional[float] = knob(None, range="[0, inf)")
     rollout_correction_clip_max: Optional[float] = knob(3.0, range="(0, inf)")
 

@@ -38,8 +38,7 @@ def _epsilon_high(cfg: Config) -> Optional[Refusal]:
 
 
 def _rollout_correction(cfg: Config) -> Optional[Refusal]:
-    # TRL 1.16 GRPOConfig.__post_init__ refuses the same: no bound, bounds out of order, and
-    # VESPO with a sequence-level weight (its gamma weight takes token weights).
+    # As TRL 1.16 GRPOConfig.__post_init__: no bound, bounds out of order, VESPO with sequence.
     a = cfg.algo
     lo, hi = a.rollout_correction_clip_min, a.rollout_correction_clip_max
     if a.rollout_correction == "none":
@@ -119,8 +118,7 @@ def _rollout_batch_set_once(cfg: Config) -> Optional[Refusal]:
 
 
 def _rollout_micro_batch(cfg: Config) -> Optional[Refusal]:
-    # Tunix merges (or splits) train micro-batches into sampler calls of this many prompts,
-    # within one mini-batch: other sizes leave a ragged last call (another compile).
+    # Tunix packs a mini-batch into calls of this many prompts: a ragged last call recompiles.
     rm = sampler_call_prompts(cfg)
     mini, micro = batch_sizes(cfg)
     if rm is None or ((rm % micro == 0 or micro % rm == 0) and (mini % rm == 0 or rm % mini == 0)):
@@ -270,8 +268,8 @@ def _sync_every_needs_a_sampler_copy(cfg: Config) -> Optional[Refusal]:
 
 
 def _sync_every_within_steps(cfg: Config) -> Optional[Refusal]:
-    # MaxText's grpo_trainer refuses inference_rollouts outside [1, steps]: past the run's
-    # last step the sampler would decode with the initial weights throughout.
+    # As MaxText's grpo_trainer: past the last step the sampler keeps the initial weights.
+
     r, steps = cfg.rollout, cfg.train.steps
     if r.sync_every <= steps:
         return None

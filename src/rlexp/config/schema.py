@@ -20,8 +20,7 @@ from rlexp.families import families
 DTYPES = ("float32", "bfloat16")
 # Whether a higher or a lower metric is better.
 MODES = ("max", "min")
-# train.steps' upper bound, derived steps' too (rules): 1M steps is 11 days at 1 s a step; the
-# learning-rate table holds a float per update (10M: 0.5 GB; past 2**63 NumPy cannot index it).
+# train.steps' (and derived steps') bound: 11 days at 1 s a step; the LR table has a float a step.
 MAX_STEPS = 1_000_000
 # Prompts per step or per call (RL recipes: 8-1024): far past any accelerator's memory.
 MAX_BATCH = 65536
@@ -33,17 +32,14 @@ SEED_RANGE = "[0, 4294967295]"
 
 @dataclass
 class LoraConfig:
-    # Rank of the low-rank adapters (0 = off), through qwix's LoraProvider as Tunix's CLI applies
-    # it (tunix/cli/utils/model.py): the frozen base is the reference; only adapters train.
+    # Adapter rank (0 = off), qwix's LoraProvider as tunix/cli/utils/model.py; base = reference.
     rank: int = knob(0, range="[0, 4096]")
     # Scale of the adapters' update: W + (alpha / rank) * A @ B (qwix, as PEFT's lora_alpha).
     alpha: float = knob(16.0, range="(0, inf)")
-    # Regex (re.fullmatch) over module paths like "layers/0/attn/q_proj" picking the projections
-    # that get adapters (each family's lora_projections; Gemma's attention: q_einsum kv_einsum
-    # qkv_einsum attn_vec_einsum).
+    # re.fullmatch over module paths ("layers/0/attn/q_proj") picking the adapted projections
+    # (each family's lora_projections; Gemma: q_einsum kv_einsum qkv_einsum attn_vec_einsum).
     targets: str = ".*q_proj|.*k_proj|.*v_proj|.*o_proj|.*gate_proj|.*up_proj|.*down_proj"
-    # Export (run.export, python -m rlexp.export) the adapters alone, in PEFT's layout
-    # (adapter_model.safetensors + adapter_config.json), instead of the merged model.
+    # Export the adapters alone in PEFT's layout (adapter_model.safetensors), not the merged model.
     adapters_only: bool = False
 
 
@@ -87,8 +83,7 @@ class ModelConfig:
     max_position: int = knob(512, range="[1, inf)")
     # Compute dtype (activations, matmuls, the sampler's KV cache): float32 | bfloat16.
     dtype: str = knob("float32", choices=DTYPES)
-    # Dtype of the trained weights and AdamW's moments (MaxText's weight_dtype): a float32
-    # master copy small updates can change (rlexp.engine.tunix_patches); the forward casts.
+    # Weights' and AdamW moments' dtype (MaxText's weight_dtype); float32 keeps small updates.
     param_dtype: str = knob("float32", choices=DTYPES)
     # Tokenizer: char (built in, offline) | hf (tokenizer.json in model.path).
     tokenizer: str = knob("char", choices=("char", "hf"))
@@ -126,8 +121,7 @@ class HardwareConfig:
     devices: int = knob(1, range="[1, inf)")
     # Hosts; under runtime=multi_controller one process each, holding devices / hosts devices.
     hosts: int = knob(1, range="[1, inf)")
-    # single (one process sees every device) | multi_controller (one process per host) |
-    # pathways (one process sees every host's devices through the Pathways proxy).
+    # single (one process, all devices) | multi_controller (one per host) | pathways (proxy).
     runtime: str = knob("single", choices=("single", "multi_controller", "pathways"))
     # multi_controller: seconds to wait for every process to join, then one line and exit.
     join_timeout_s: int = knob(60, range="[1, 3600]")
@@ -183,18 +177,15 @@ class DatasetConfig:
     split: str = "train"
     # generic: split held out for evaluation; None = hold out rows of the training data.
     eval_split: Optional[str] = None
-    # Share of the rows held out when there is no eval_split; None = dataset.num_eval rows (at
-    # most half). At most dataset.num_eval of them are evaluated.
+    # Rows held out without eval_split; None = num_eval rows (at most half); num_eval evaluated.
     eval_fraction: Optional[float] = knob(None, range="(0, 1)")
     # generic: row field holding the question.
     question_field: str = "question"
     # generic: row field holding the reference answer (or a solution to extract it from).
     answer_field: str = "answer"
-    # generic: row field holding worked reasoning (warm-start target); None = none, or the
-    # text before '####' with extractor=gsm8k.
+    # generic: worked-reasoning field (warm start); None = none, or before '####' with gsm8k.
     reasoning_field: Optional[str] = None
-    # Final answer from the answer field: none (as is) | gsm8k ('#### N') | boxed (last
-    # \boxed{...}) | regex (answer_regex) | a dotted path fn(text) -> str or None.
+    # none (as is) | gsm8k ('#### N') | boxed (last \boxed{}) | regex | dotted fn(text) -> str.
     extractor: str = knob("none", choices=("none", "gsm8k", "boxed", "regex"),
                           dotted="a dotted path to fn(text)")
     # extractor=regex: pattern whose first group (or whole match) is the answer.
@@ -217,15 +208,14 @@ class DatasetConfig:
     template: str = knob("answer", choices=("reasoning", "answer"))
     # Tag around the working out with template=reasoning (think gives <think>...</think>).
     reasoning_tag: str = "reasoning"
-    # Instruction under the question (system message with a chat template); None = the
-    # template's own ("Answer between <answer> and </answer>." ...); "" = none.
+    # Instruction under the question (chat: system message); None = the template's; "" = none.
     system_prompt: Optional[str] = None
     # User message with a {question} placeholder; None = question + instruction.
     prompt: Optional[str] = None
     # File holding `prompt` (read at start); wins over dataset.prompt.
     prompt_file: Optional[str] = None
-    # Largest share of prompts longer than rollout.max_prompt_length (the sampler cuts their
-    # start): more is an error naming a length that fits 99%, fewer a warning; 0 = none.
+    # Share of prompts allowed past rollout.max_prompt_length (start cut); more = error; 0 = none.
+
     max_truncated_fraction: float = knob(0.05, range="[0, 1]")
     # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
     operators: str = "+-"
@@ -246,31 +236,25 @@ class RolloutConfig:
     top_p: Optional[float] = knob(None, range="(0, 1]")
     # Top-k sampling; None = off.
     top_k: Optional[int] = knob(None, range="[1, inf)")
-    # Longest prompt in tokens (longer prompts are left-truncated). Real-model default from
-    # MaxText's RL recipe (configs/post_train/rl.yml max_prefill_predict_length: 256).
+    # Longest prompt in tokens, left-truncated (MaxText rl.yml max_prefill_predict_length).
     max_prompt_length: int = knob(256, range=f"[1, {MAX_TOKENS}]")
-    # Tokens generated per completion: room for <reasoning> and <answer> (MaxText rl.yml and
-    # Tunix's grpo_demo: 768 generation steps).
+    # Tokens per completion: room for <reasoning> and <answer> (MaxText rl.yml, grpo_demo).
     max_completion_length: int = knob(768, range=f"[1, {MAX_TOKENS}]")
     # KV-cache size in tokens: prompt + completion + 256 slack (MaxText's kv_cache_buffer).
     kv_cache_size: int = knob(1280, range=f"[2, {2 * MAX_TOKENS}]")
     # Prompts per sampler call (and log-prob pass); None = planned (memory.rollout_micro_prompts).
     micro_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
-    # vllm: tensor-parallel size; -1 = the rollout devices over data_parallel_size (both -1:
-    # every rollout device, DP 1, as Tunix resolves them).
+    # vllm: tensor-parallel size; -1 = devices / data_parallel_size (both -1: all, DP 1).
     tensor_parallel_size: int = knob(1, range="[-1, inf)")
     # vllm: data-parallel size; -1 = the rollout devices over tensor_parallel_size.
     data_parallel_size: int = knob(1, range="[-1, inf)")
-    # rollout=vanilla: data-parallel samplers (MaxText's inference_replicas), each a copy of the
-    # weights over its share of the rollout mesh's fsdp axis; > 1 needs a TPU or GPU.
+    # vanilla: data-parallel samplers (MaxText's inference_replicas); > 1 needs a TPU or GPU.
     replicas: int = knob(1, range="[1, inf)")
-    # Prompts per rollout device in one sampler call (MaxText's per_device_batch_size of the
-    # inference config), at most one mini-batch a call; None = rollout.micro_batch_size decides.
+    # Prompts per rollout device a call (MaxText's per_device_batch_size); None = micro_batch.
     per_device_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
     # vllm: fraction of HBM vLLM may take.
     hbm_utilization: float = knob(0.4, range="(0, 1]")
-    # Copy the trainer's weights to a sampler holding its own every N global steps (MaxText's
-    # inference_rollouts): rollouts then come from weights up to N-1 steps old, uncorrected.
+    # Sync a separate sampler's weights every N steps (MaxText's inference_rollouts): stale.
     sync_every: int = knob(1, range=f"[1, {MAX_STEPS}]")
 
 
@@ -284,8 +268,7 @@ class TrackerConfig:
     experiment: str = "rlexp"
     # Seconds between buffered writes of metrics.
     flush_every_s: float = knob(5.0, range="[0, inf)")
-    # MLflow run name; None = what tells the run apart: a sweep job's swept values
-    # ("beta=0.04,epsilon=0.2"), else the algo/model/dataset/hardware choices.
+    # MLflow run name; None = a sweep job's swept values, else the algo/model/... choices.
     run_name: Optional[str] = None
     # Extra MLflow run tags, e.g. +tracker.tags.team=rl (values are redacted like params).
     tags: dict[str, str] = field(default_factory=dict)
@@ -297,8 +280,7 @@ class TrackerConfig:
 
 @dataclass
 class RewardFunctionConfig:
-    # Dotted import path of fn(prompts, completions, answers, **kwargs) -> one float per
-    # completion (Hydra's instantiate convention; a user package on PYTHONPATH works).
+    # Dotted path of fn(prompts, completions, answers, **kwargs) -> a float per completion.
     _target_: str = "rlexp.rewards.answer_exact_reward"
     # Weight in the total reward (negative = a penalty; 0 = off).
     weight: float = knob(1.0, range="(-inf, inf)")
@@ -318,8 +300,7 @@ def _builtin_rewards() -> list[RewardFunctionConfig]:
 
 @dataclass
 class RewardConfig:
-    # Reward plug-ins, summed with their weights (a list replaces it whole; one weight:
-    # reward.functions.2.weight=2); rlexp.rewards has the shipped ones.
+    # Reward plug-ins summed by weight (a list replaces it; reward.functions.2.weight=2).
     functions: list[RewardFunctionConfig] = field(default_factory=_builtin_rewards)
     # The conf/reward set chosen (reward=maxtext, easydel_numina); None = the list above.
     name: Optional[str] = None
@@ -329,8 +310,7 @@ class RewardConfig:
 class EarlyStopConfig:
     # Metric watched (a key the loop logs, e.g. eval/accuracy or train/reward_mean); None = off.
     metric: Optional[str] = None
-    # Checks of the metric without an improvement of min_delta before the run stops
-    # (eval/* metrics are checked at each evaluation, train/* at each step).
+    # Checks without a min_delta improvement before stopping (eval/* per eval, train/* per step).
     patience: int = knob(3, range="[1, inf)")
     # max: higher is better | min: lower is better.
     mode: str = knob("max", choices=MODES)
@@ -362,26 +342,22 @@ class TrainConfig:
     mini_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
     # Prompts per gradient accumulation slice; None = mini_batch_size.
     micro_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
-    # Peak learning rate. Real-model default 3e-6 (MaxText rl.yml, Tunix grpo_demo); the
-    # tiny model's recipe (conf/recipe/tiny.yaml) uses 1e-3.
+    # Peak learning rate (MaxText rl.yml, Tunix grpo_demo: 3e-6; conf/recipe/tiny.yaml: 1e-3).
     learning_rate: float = knob(3e-6, range="(0, inf)")
     # constant | cosine | warmup_cosine | linear (warm-up, then a line to end_learning_rate).
     lr_schedule: str = knob("warmup_cosine",
                             choices=("constant", "cosine", "warmup_cosine", "linear"))
     # Learning rate the decaying schedules reach after the last optimizer update; 0 = to zero.
     end_learning_rate: float = knob(0.0, range="[0, inf)")
-    # Passes over the training prompts; when set, train.steps = ceil(epochs x dataset.num_train
-    # / train.batch_size) (num_train must be the training set's size). EasyDeL's tutorial: 3.
+    # Passes over the prompts: steps = ceil(epochs x num_train / batch_size) (EasyDeL: 3).
     epochs: Optional[int] = knob(None, range="[1, 1000]")
     # Linear warm-up steps (warmup_cosine); the seeds warm up over 10% of the steps.
     warmup_steps: int = knob(10, range="[0, inf)")
-    # Global gradient-norm clip; 0 = off (MaxText/Tunix GRPO recipes: 0.1, "important to
-    # keep KL divergence in check").
+    # Global gradient-norm clip; 0 = off (MaxText/Tunix GRPO: 0.1, "keep KL divergence in check").
     grad_clip: float = knob(0.1, range="[0, inf)")
     # AdamW weight decay (MaxText/Tunix GRPO recipes: 0.1).
     weight_decay: float = knob(0.1, range="[0, inf)")
-    # Activation rematerialization of the training forward (never the sampler's): none | full
-    # (recompute each layer in the backward) | dots_saveable (keep matmul outputs); MaxText's.
+    # Training-forward remat (MaxText's): none | full (recompute layers) | dots_saveable (matmuls).
     remat: str = knob("full", choices=("none", "full", "dots_saveable"))
     # Seed of init, sampling and data order; shared by jobs of a sweep unless swept.
     seed: int = knob(0, range=SEED_RANGE)
@@ -417,8 +393,7 @@ class RunConfig:
     resume: bool = True
     # Show a progress bar.
     progress: bool = True
-    # Cache shared by runs (warm-start weights, generated problems, JAX's compiled programs,
-    # converted models); $RLEXP_CACHE_DIR shares one across project directories.
+    # Cache shared by runs (warm starts, problems, compiled programs); $RLEXP_CACHE_DIR wins.
     cache_dir: str = "${oc.env:RLEXP_CACHE_DIR,outputs/cache}"
     # JAX's persistent compilation cache under <cache_dir>/jax (JAX_COMPILATION_CACHE_DIR wins).
     compilation_cache: bool = True
@@ -426,16 +401,14 @@ class RunConfig:
     cache_keep: int = knob(8, range="[1, inf)")
     # [first, last] global steps traced by the JAX profiler into <run dir>/profile; [] = off.
     profile_steps: list[int] = knob(factory=list, range="[1, inf)")
-    # Fork: start from another run's newest checkpoint (its run dir, a checkpoint dir or its
-    # MLflow run id); the origin is only read.
+    # Fork from another run's newest checkpoint (run dir, checkpoint dir or MLflow run id).
     init_from: Optional[str] = None
     # At the end of a finished run, write the policy as a Hugging Face dir (artifact `model`).
     export: bool = True
-    # Outputs that outlive the machine, e.g. gs://bucket/rlexp: checkpoints under
-    # <output_uri>/<run name>/checkpoints, summary.json and export/ copied at the end.
+    # Outputs outliving the machine (gs://bucket/rlexp): checkpoints, summary.json, export/.
     output_uri: Optional[str] = None
-    # The scheduler priority a launcher gives this run (xpk --priority): very-low | low |
-    # medium | high | very-high; null = the launcher's own (hydra.launcher.priority wins).
+    # Scheduler priority (xpk --priority); null = the launcher's (hydra.launcher.priority wins).
+
     priority: Optional[str] = knob(None, choices=("very-low", "low", "medium", "high",
                                                   "very-high"),
                                    null="null (the launcher's own)")

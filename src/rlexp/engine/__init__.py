@@ -114,16 +114,14 @@ class TunixEngine:
 
 
 def rollout_key(seed: int, step: int) -> Any:
-    """The sampling key of global step `step`: fresh every step (Tunix 0.1.7's vanilla
-    rollout reuses one key; engine/rollout/__init__.py), pure."""
+    """Step `step`'s sampling key: fresh every step (Tunix 0.1.7 reuses one), pure."""
     import jax
 
     return jax.random.fold_in(jax.random.PRNGKey(seed), step)
 
 
 def eval_key(seed: int) -> Any:
-    """The sampling key of every evaluation: the same at each one, so before/after
-    comparisons use common random numbers; disjoint from the training keys."""
+    """Every evaluation's key, the same: before/after comparisons use common random numbers."""
     return rollout_key(seed, 2**31 - 1)
 
 
@@ -148,8 +146,8 @@ BUILD_CHECKS = ("prompt_lengths", "tunix_version")
 
 @functools.cache
 def _check_installed_tunix() -> None:
-    """One line when the installed Tunix lacks a private name the engine uses; once per process
-    (0.04 s of source inspection; a failure raises, so it is not cached)."""
+    """One line when the installed Tunix lacks a private name the engine uses; once a process."""
+
     problems = tunix_names.problems()
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -96,8 +96,7 @@ class RolloutExample(TrainExample):
 
 @flax.struct.dataclass(frozen=True)
 class WindowedExample(RolloutExample):
-    """A micro-batch and its window's divisors (rlexp.algo.losses.Divisors), each [B] (one
-    value repeated) so they shard along the batch like every other field."""
+    """A micro-batch and its window's divisors, each [B] so they shard along the batch."""
     window_tokens: Any = None
     window_rows: Any = None
 
@@ -109,9 +108,7 @@ def truncated(train_example: Any, algo_config: AlgoSettings, eos_id: int) -> Any
 
 
 def whitened(example: Any) -> Any:
-    """REINFORCE++(-baseline): the per-row scores as [B, T] advantages whitened over the batch's
-    completion tokens (Tunix's estimator signature, rewards and num_generations, cannot see
-    them)."""
+    """REINFORCE++: per-row scores as [B, T] advantages whitened over the completion tokens."""
     mask = np.asarray(example.completion_mask)
     adv = masked_whiten(np.asarray(example.advantages), mask)
     return example.replace(advantages=jax.device_put(adv))
@@ -119,8 +116,7 @@ def whitened(example: Any) -> Any:
 
 def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoSettings,
                     eos_id: int = -1, entropy: Any = None) -> tuple[Any, dict[str, Any]]:
-    """The part of the registered loss after the forward pass (tested on its own).
-    `entropy`: [B, T] per-token entropy (needed by entropy_coef and top_entropy_quantile)."""
+    """The registered loss after the forward pass; `entropy`: [B, T] per-token entropy."""
     divisors = weights = None
     if isinstance(train_example, WindowedExample) and train_example.window_tokens is not None:
         divisors = Divisors(tokens=jnp.max(train_example.window_tokens),
@@ -154,8 +150,8 @@ def _as(cls: type, example: Any, **changes: Any) -> Any:
 
 def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
                 ) -> list[WindowedExample]:
-    """The window's micro-batches, each carrying its kept tokens and kept rows (counted as the
-    loss keeps them) over len(examples): the mean of their gradients is the window's."""
+    """The micro-batches with the window's kept tokens and rows: their gradients' mean is its."""
+
     tokens = rows = jnp.zeros((), jnp.float32)
     for ex in examples:
         mask = kept_mask(ex.completion_mask, ex.advantages, truncated(ex, algo_config, eos_id),

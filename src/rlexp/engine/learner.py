@@ -55,8 +55,8 @@ class ActorTrainer(rl_trainer.Trainer):
 
 
 class Cluster(rl_cluster_lib.RLCluster):
-    """Tunix's RLCluster with an ActorTrainer, whose sampler calls the probe times, keeping a
-    TRAIN call's per-token log-probs for the learner (GRPOLearner returns none)."""
+    """Tunix's RLCluster timing sampler calls, keeping a TRAIN call's log-probs for the learner."""
+
 
     def __init__(self, *, probe: StepProbe, old_logps_from_trainer: bool, **kw: Any):
         self.probe = probe
@@ -146,9 +146,8 @@ class Learner(GRPOLearner):
 
 
 class WindowQueue:
-    """Tunix's training data queue, holding a window's items until the None that ends it, then
-    passing them on windowed, in order (the trainer waits for the whole window: the price of
-    the exact divisor)."""
+    """Tunix's data queue holding a window's items until the None that ends it (exact divisors)."""
+
 
     def __init__(self, queue: Any, annotate: Callable[[list[Any]], list[Any]]):
         self.queue, self.annotate, self.items = queue, annotate, []
@@ -168,9 +167,7 @@ class WindowQueue:
 
 
 def on_trainer_mesh(cluster: Any, *arrays: Any) -> list[Any]:
-    """The arrays [B, ...] as global arrays of the same shape on the trainer's mesh, rows split
-    over its data axes as Tunix splits its log-prob passes' inputs (sharding_utils.shard_input's
-    PartitionSpec(*data_sharding_axis); replicated when the rows do not divide evenly)."""
+    """The [B, ...] arrays on the trainer's mesh, rows split as sharding_utils.shard_input does."""
     mesh = cluster.r2m[rl_cluster_lib.Role.ACTOR]
     axis = tuple(cluster.cluster_config.training_config.data_sharding_axis)
     return [rows_on_mesh(x, mesh, axis) for x in arrays]
@@ -195,8 +192,7 @@ def rows_on_mesh(x: Any, mesh: jax.sharding.Mesh, axis: tuple[Any, ...]) -> jax.
 
 def trainer_logps(cluster: Any, prompt_ids: Any, completion_ids: Any, pad_id: int, eos_id: int,
                   temperature: float, micro: int) -> Any:
-    """[B, T] log-probs of the completion tokens under the trainer's current weights, at the
-    rollout temperature (the loss's own forward, without gradient), `micro` rows at a time."""
+    """[B, T] completion log-probs under the trainer's weights at the rollout temperature."""
     graphdef, state = nnx.split(cluster.actor_trainer.model)
     prompt_ids, completion_ids = on_trainer_mesh(cluster, prompt_ids, completion_ids)
     n = completion_ids.shape[0]

@@ -42,9 +42,9 @@ def completion_stats(lengths: Sequence[int], max_tokens: int) -> dict[str, float
 
 
 def reward_stats(rewards: dict[str, Sequence[float]], group: int) -> dict[str, float]:
-    """Reward mean/std per function and of the total, its distribution, and the fraction of
-    groups (`group` consecutive completions) whose rewards are all equal: zero advantage
-    (TRL: frac_reward_zero_std)."""
+    """Reward mean/std per function and total, and the share of all-equal groups (TRL's
+    frac_reward_zero_std)."""
+
     if not rewards:
         return {}
     per_fn = {k: np.asarray(v, dtype=np.float64) for k, v in rewards.items()}

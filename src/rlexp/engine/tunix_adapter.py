@@ -53,8 +53,8 @@ def lr_schedule(cfg: Config) -> optax.Schedule:
 
 
 def host_lr_schedule(cfg: Config) -> Callable[[int], float]:
-    """The learning-rate schedule as a host table, computed once: the loop's per-step read is
-    a lookup, not a device computation and sync."""
+    """The LR schedule as a host table: the loop's per-step read is a lookup, not a sync."""
+
     schedule, total = lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg)
 
     @functools.cache

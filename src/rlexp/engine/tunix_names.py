@@ -63,8 +63,7 @@ NAMES: tuple[PrivateApi, ...] = (
     Name(_CKPT, "save", "method",
          ("step", "model", "optimizer", "save_only_lora_params", "force", "custom_metadata")),
     Name(_CKPT, "maybe_restore", "method", ("model", "optimizer", "step")),
-    # engine/learner.py: rlexp's subclasses override these hooks (per-update metrics, rollout
-    # timing, rlexp's steps after sampling).
+    # engine/learner.py: hooks rlexp's subclasses override (metrics, timing, after sampling).
     Name(_PEFT, "_post_process_train_step", "method", ("aux",), True,
          why="ActorTrainer hands each update's aux to the probe"),
     Name(_PEFT, "_buffered_train_metrics", "attribute", why="ActorTrainer reads loss, grad_norm"),
@@ -81,8 +80,7 @@ NAMES: tuple[PrivateApi, ...] = (
     Name(_CLUSTER, "_init_cluster", "method", (), why="Cluster builds its trainers in it"),
     Name("tunix.rl.rl_cluster", "rl_trainer", "global", read_by="RLCluster._init_cluster",
          why="_init_cluster builds the actor trainer as rl_trainer.Trainer (PATCHES)"),
-    # engine/rollout/vanilla.py: its Rollout subclass (fresh keys; trap 5, old log-probs at the
-    # temperature) and the learner's pad/eos reads.
+    # engine/rollout/vanilla.py: its Rollout subclass; the learner's pad/eos reads.
     Name(_CLUSTER, "rollout", "property", why="the learner reads the rollout's pad and eos ids"),
     # VanillaRollout's only: rlexp reads no VllmRollout._sampler (its module imports vllm, so
     # that entry could not be checked here; tests/test_private_apis.py keeps the reads vanilla).
@@ -98,13 +96,11 @@ NAMES: tuple[PrivateApi, ...] = (
     Name("tunix.generate.sampler:Sampler", "tokenize", "method", ("input_string",), True,
          why="calls tokenizer.encode(text) and copies the ids"),
     Name(_ROLLOUT_CONFIG, "seed", "field", why="the backends' SamplingKeys set it per call"),
-    # engine/tunix_models.py: the RoPE base patch (attention calls the module global), for the
-    # families whose patches name rope_theta.
+    # engine/tunix_models.py: the RoPE base patch (attention reads the module global).
     *(Name(f"{f.tunix_package}.model", "apply_rope", "function",
            ("inputs", "positions", "head_dim", "rope_theta"))
       for f in families().values() if "rope_theta" in f.patches),
-    # engine/tunix_patches.py: training-only remat wraps DecoderLayer.__call__ around its block
-    # (the same parameters in the same order; the cache is found by name).
+    # engine/tunix_patches.py: training-only remat wraps DecoderLayer.__call__ (same params).
     *(Name(f"{f.tunix_package}.model:DecoderLayer", method, "method", ("x", "cache"),
            why="train.remat wrapper")
       for f in families().values() for method in ("__call__", "block")),
@@ -130,8 +126,8 @@ NAMES: tuple[PrivateApi, ...] = (
                 "ref_per_token_logps", "old_per_token_logps")),
     *(Name("tunix.rl.rollout.base_rollout:RolloutOutput", f, "field", why="probe, evaluation")
       for f in ("text", "tokens", "left_padded_prompt_tokens")),
-    # engine/learner.py Learner.with_sampler_logps: the sampler's log-probs, the trainer's
-    # forward.
+    # engine/learner.py Learner.with_sampler_logps: the sampler's log-probs, the trainer's forward.
+
     Name("tunix.rl.rollout.base_rollout:RolloutOutput", "logprobs", "field",
          why="the sampler's per-token log-probs (trainer/sampler gap, rollout correction)"),
     Name(_ROLLOUT_CONFIG, "return_logprobs", "field", why="asks the sampler for them"),

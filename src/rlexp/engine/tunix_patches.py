@@ -39,9 +39,8 @@ def tunix_module(family: ModelFamily) -> Any:
 
 
 def use_training_remat(family: str, remat: str) -> None:
-    """Make Tunix's `DecoderLayer` of `family` rematerialize when called without a KV cache,
-    or restore it (remat none). Idempotent. The cache's position differs by family (qwen2:
-    second, others third), so it is found by name."""
+    """Remat `family`'s DecoderLayer when called without a KV cache (found by name), or undo."""
+
     layer = tunix_module(get(family)).DecoderLayer
     original = layer.__dict__.get("_rlexp_call") or layer.__call__
     layer._rlexp_call = original

@@ -26,14 +26,12 @@ TABLE = (("eval/accuracy", "accuracy"), ("eval/partial_accuracy", "partial accur
 LINES_PER_RUN = 20
 MAX_SILENCE_S = 60.0
 
-# Third-party log messages that are noise (substrings): Tunix's absl warnings on every CPU run
-# (tunix/rl/utils.py, rl_cluster.py), huggingface_hub's retries of HEAD requests offline.
+# Third-party log noise (substrings): Tunix's absl warnings on CPU, huggingface_hub's retries.
 NOISE = {
     "absl": ("Resharding model from", "Skipping non-TPU device"),
     "huggingface_hub": ("thrown while requesting", "Returning existing local_dir"),
     "huggingface_hub.utils._http": ("thrown while requesting",),
-    # MLflow's retries through urllib3: a store that is down printed ~20 warnings in a 2-step
-    # run; rlexp says once that it is unreachable instead.
+    # MLflow's urllib3 retries: ~20 warnings in a 2-step run; rlexp says it once instead.
     "urllib3.connectionpool": ("Retrying (",),
 }
 # Loggers whose INFO lines are bookkeeping (table creation, monitors, font caches).
@@ -72,8 +70,7 @@ def quiet_third_party() -> None:
             logger.addFilter(_DropMatching(needles))
     for message in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
-    # Tunix's reward metrics (tunix/rl/reward_manager.py) take np.nanmean of a step's rewards:
-    # all NaN, numpy warns; the loop's NaN guard names the metric and stops the run instead.
+    # Tunix's reward_manager.py nanmean of all-NaN rewards; the loop's NaN guard says it instead.
     warnings.filterwarnings("ignore", message="Mean of empty slice", category=RuntimeWarning,
                             module=r"tunix\.")
 
@@ -101,8 +98,7 @@ class ConsoleListener(Listener):
     def __init__(self, cfg: Config, stream: Any = None, terminal: bool | None = None,
                  link: Any = None):
         self.cfg = cfg
-        # () -> the run's MLflow link (rlexp.tracking.links.run_dir_link), or None; printed
-        # with the run dir once the tracker made the run (show_link) and at the end.
+        # () -> the run's MLflow link or None; printed with the run dir (show_link), at the end.
         self.link = link
         self.run_dir: Any = None
         self.stream = stream or sys.stderr
@@ -130,8 +126,7 @@ class ConsoleListener(Listener):
         if self.terminal:
             from tqdm import tqdm
 
-            # The figures lead: a narrow terminal trims a line from its end (tqdm), so at
-            # 80 columns the bar shrinks and the figures stay.
+            # Figures lead: tqdm trims a narrow terminal's line from its end, the bar shrinks.
             self.bar = tqdm(total=info.total_steps, initial=info.start_step, file=self.stream,
                             desc=f"{info.start_step}/{info.total_steps}", leave=True,
                             bar_format="{desc} |{bar}| {elapsed}<{remaining}",
@@ -233,8 +228,7 @@ class ConsoleFormatter(logging.Formatter):
         return text
 
 
-# Records for the run's log file (rlexp.log) alone, never the console: a failure's traceback
-# (its one line is the console's).
+# Records for rlexp.log alone: a failure's traceback (its one line is the console's).
 FILE_ONLY = "rlexp.job.file_only"
 
 
@@ -266,8 +260,8 @@ def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, 
     ConsoleFormatter's format; returns what restore_logs undoes."""
     changed = []
     for handler in logging.getLogger().handlers:
-        # Hydra's console handler (hydra/conf/hydra/job_logging/default.yaml) is a plain
-        # StreamHandler; a FileHandler is a subclass, and stays as it is.
+        # Hydra's console handler is a plain StreamHandler; a FileHandler (subclass) stays.
+
         if type(handler) is not logging.StreamHandler:
             continue
         changed.append((handler, handler.stream, handler.formatter))  # type: ignore[attr-defined]

@@ -71,8 +71,8 @@ class DiskReserve:
 
 
 class Observers(Listeners):
-    """The run's listeners: a failing one is logged and the run goes on, except for a full
-    disk, raised as DiskFull once every listener had the event."""
+    """The run's listeners: a failing one is logged, a full disk raised once all had the event."""
+
 
     def __init__(self, listeners: list[Listener], run_dir: Path):
         super().__init__(listeners)

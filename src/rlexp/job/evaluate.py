@@ -51,8 +51,7 @@ def maxtext_score_responses(responses: Sequence[str], answer: str,
 
 
 def maxtext_majority(responses: Sequence[str]) -> str | None:
-    """The most frequent extracted number of k responses (maj@k; MaxText's eval_mode=maj at
-    its current head: collections.Counter.most_common, first seen wins a tie)."""
+    """maj@k as MaxText's eval_mode=maj: Counter.most_common, first seen wins a tie."""
     extracted = [reward_sets.maxtext_first_number(r) or "-1000000" for r in responses]
     return Counter(extracted).most_common(1)[0][0] if extracted else None
 
@@ -64,8 +63,7 @@ def uses_maxtext_rewards(terms: Sequence[rewards.Term]) -> bool:
 
 def _maxtext_metrics(scored: Sequence[Sequence[float]], each: Sequence[Sequence[float]],
                      maj: Sequence[bool]) -> dict[str, float]:
-    """The eval/ metrics of MaxText's scores: (correct, partial, format) per greedy completion,
-    each sampled one's correctness and maj@k per question."""
+    """The eval/ metrics of MaxText's scores: greedy verdicts, sampled correctness, maj@k."""
     return {
         "eval/accuracy": float(np.mean([s[0] for s in scored])),
         "eval/partial_accuracy": float(np.mean([s[1] for s in scored])),
@@ -149,8 +147,8 @@ def _start_in_prompt(terms: Sequence[rewards.Term]) -> bool:
 def maxtext_current_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
                                  answers: Sequence[str], reasoning_tag: str,
                                  start_in_prompt: bool = False) -> dict[str, float]:
-    """evaluate_rl's (e591f30cb) default verdicts (eval_mode=pass) of the greedy completions;
-    pass@k, the sampled accuracy (its pass_at_1) and maj@k of the k sampled ones."""
+    """evaluate_rl's (e591f30cb) eval_mode=pass of the greedy; pass@k, pass_at_1, maj@k."""
+
     kw = {"reasoning_tag": reasoning_tag, "reasoning_start_in_prompt": start_in_prompt}
     scored = [maxtext_current_score_responses([c], a, **kw) for c, a in zip(greedy, answers)]
     each = [[maxtext_current_score_responses([c], a, **kw)[0] for c in group]
@@ -185,10 +183,9 @@ def easydel_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]]
 def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answers: Sequence[str],
                  terms: Sequence[rewards.Term], template: str, reasoning_tag: str = "reasoning",
                  prompts: Sequence[str] | None = None) -> dict[str, float]:
-    """Metrics of one evaluation: greedy[i] is prompt i's greedy completion, sampled[i] its k
-    sampled ones. accuracy/format/partial are of the greedy ones, unweighted; mean_reward their
-    weighted reward; pass_at_k the fraction of prompts with a right sampled answer. MaxText's
+    """One evaluation's metrics from greedy[i] and k sampled[i] completions of prompt i; MaxText's
     and EasyDeL's reward sets get their own answer metrics (above)."""
+
     weighted = rewards.score_all(terms, greedy, answers, prompts)
     mean_reward = float(np.mean(np.sum(list(weighted.values()), axis=0)))
     if uses_maxtext_rewards(terms):

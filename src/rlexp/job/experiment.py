@@ -105,8 +105,8 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
 
 
 def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
-    """The earlier attempt's summary with run.resume=true (a finished run is said so, not
-    trained again); with run.resume=false its checkpoints, link and summary are removed."""
+    """The earlier attempt's summary (run.resume=true), else its checkpoints and summary go."""
+
     previous = None
     if cfg.run.resume:
         previous = resume.recorded_state(cfg, job, checkpoints)
@@ -122,8 +122,7 @@ def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None
 
 
 def build_engine(cfg: Config, job: JobContext, plan) -> Any:
-    """The engine. Bad input found here is one line, as in pre-flight; in a sweep, any other
-    failure is this job's FAILED summary (with why)."""
+    """The engine: bad input is one line; in a sweep, other failures are this job's FAILED."""
     phase(f"{job.name}: building the model (importing JAX and Tunix)")
     process0.only(warm_up, cfg)  # MLflow's import and store open on a thread, while it builds
     try:
@@ -209,8 +208,7 @@ def _first_summary(job: JobContext, engine: Any, started: float) -> dict[str, An
 
 
 def train(a: Attempt, outcome: Outcome) -> None:
-    """The loop, then the export; how it ended goes into `outcome` (an error: FAILED, its
-    traceback in the run's rlexp.log)."""
+    """The loop, then the export; how it ended goes into `outcome` (traceback in rlexp.log)."""
     try:
         with StopFlag() as stop:
             a.listeners.on_run_start(a.info)
@@ -294,8 +292,8 @@ def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float
 
 
 def _export(cfg: Config, engine: Any, run_dir: Path, observers: Listeners) -> str | None:
-    """The final policy as a Hugging Face dir, artifact `model`. Never fails the run: the
-    checkpoint holds the same weights (python -m rlexp.export)."""
+    """The policy as a Hugging Face dir (artifact `model`); never fails the run (checkpoint)."""
+
     try:
         source = Path(cfg.model.path) if cfg.model.path else None
         state = engine.policy_state()  # every process: gathering the shards is a collective

@@ -44,8 +44,7 @@ class Preempted(Exception):
 
 
 class StopFlag:
-    """SIGTERM sets it; the loop checks it between steps (a signal never interrupts an update
-    halfway: the checkpoint is taken at a consistent step)."""
+    """SIGTERM sets it; the loop checks it between steps, so checkpoints are consistent."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -159,8 +158,8 @@ ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed
 
 
 def carry_over(previous: dict | None, summary: dict) -> dict:
-    """A rerun's summary keeps what the earlier attempt knew and this one does not: a rerun
-    killed at once never loses results to an emptier summary."""
+    """What the earlier attempt's summary knew and this one does not (no emptier summary)."""
+
     empty = (None, {}, [], "")
     out = dict(summary)
     for key, value in (previous or {}).items():

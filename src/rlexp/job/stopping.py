@@ -46,8 +46,8 @@ def improved(value: float, best: float | None, mode: str, min_delta: float) -> b
 
 
 class EarlyStop:
-    """Stop after `patience` checks of `metric` without an improvement of min_delta over the
-    best value seen (Keras/Lightning EarlyStopping semantics). A NaN never counts as one."""
+    """Keras/Lightning EarlyStopping on `metric`; a NaN never counts as an improvement."""
+
 
     def __init__(self, cfg: EarlyStopConfig):
         self.cfg = cfg

@@ -21,8 +21,8 @@ from rlexp.job.console import is_terminal
 
 def sweep_eta(durations: Sequence[float], running_for: Sequence[float], queued: int,
               workers: int) -> float | None:
-    """Seconds until the sweep ends, from its finished jobs' mean duration (None before the
-    first), `workers` jobs at a time."""
+    """Seconds left, from finished jobs' mean duration (None before the first), `workers` wide."""
+
     if not durations:
         return None
     mean = sum(durations) / len(durations)
@@ -40,9 +40,8 @@ def short_duration(seconds: float) -> str:
 
 
 class SweepMonitor:
-    """The launching process's view of a joblib sweep, from its jobs' event files: on a
-    terminal one bar with the jobs' lines above it, elsewhere a line per finished job. It lives
-    across the launcher's batches (Optuna launches a batch at a time)."""
+    """A joblib sweep from its jobs' event files; lives across the launcher's (Optuna's) batches."""
+
 
     POLL_S = 0.2
 

@@ -10,8 +10,8 @@ from rlexp.base.errors import UserError
 
 
 def hydra_only(args: Any) -> bool:
-    """Hydra's own flags that print something (help, info, shell completion) or rerun a
-    pickled job: no job of rlexp's is composed or launched."""
+    """Hydra's own flags (help, info, completion, a pickled job's rerun): no rlexp job runs."""
+
     return bool(args.help or args.hydra_help or args.info or args.shell_completion
                 or args.experimental_rerun)
 
@@ -22,8 +22,7 @@ VERSIONS = (("rlexp", "rlexp"), ("google-tunix", "Tunix"), ("jax", "JAX"), ("hyd
 
 
 def versions_line() -> str:
-    """'rlexp 0.1.0 (Tunix 0.1.7, JAX 0.10.2, Hydra 1.3.8)', from the installed packages'
-    metadata: importing Tunix and JAX to ask them would take seconds."""
+    """'rlexp 0.1.0 (Tunix 0.1.7, ...)' from package metadata: importing them takes seconds."""
     def of(dist: str) -> str:
         try:
             return version(dist)
@@ -35,8 +34,8 @@ def versions_line() -> str:
 
 
 def usage_error(message: str, argv: Sequence[str]) -> str:
-    """argparse's complaint -> one line naming the fix (usually -m typed after an override:
-    Hydra's parser takes the overrides as one positional list)."""
+    """argparse's complaint -> one line naming the fix (usually -m typed after an override)."""
+
     flags = [a for a in argv if a in ("-m", "--multirun")]
     if message.startswith("unrecognized arguments") and flags:
         rest = [a for a in argv if a not in ("-m", "--multirun")]

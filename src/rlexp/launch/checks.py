@@ -88,8 +88,7 @@ def check_inputs(cfg: Config, ctx: CheckContext) -> None:
 
 
 def check_plugins(cfg: Config, ctx: CheckContext) -> None:
-    """User code named by `_target_`s imports, and each reward function returns one float
-    per completion on a probe (a dry run skips rewards whose optional package is missing)."""
+    """`_target_`s import, and each reward returns one float per completion on a probe."""
     kept = [f for f in cfg.reward.functions if cfg.run.dry_run is False
             or f._target_ not in rewards.NEEDS_MATH_VERIFY
             or importlib.util.find_spec("math_verify") is not None]
@@ -122,12 +121,10 @@ def refuse_after_plan(cfg: Config, ctx: CheckContext, plan: Plan) -> None:
     check_model_path(cfg, ctx)
 
 
-# Tracking URI schemes MLflow 3 can log to (a database dialect may name its driver:
-# postgresql+psycopg2://). `file:` stores are refused by MLflow 3 itself.
+# URI schemes MLflow 3 logs to (a dialect may name its driver); it refuses `file:` itself.
 TRACKING_SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssql")
 
-# Launchers that need a program or a plugin this process can check before any job starts:
-# option of hydra/launcher -> (executable on PATH or importable module, what to do).
+# hydra/launcher option -> (executable on PATH or importable module it needs, what to do).
 SLURM_CLIENT = "install SLURM's client tools (Debian: apt-get install slurm-client) on a host " \
     "of the cluster"
 LAUNCHER_NEEDS = {
@@ -140,8 +137,8 @@ LAUNCHER_NEEDS = {
 
 
 def check_tracker(cfg: Config, ctx: CheckContext) -> None:
-    """tracker.uri (or $MLFLOW_TRACKING_URI) names a store MLflow can log to: one that is down
-    spools, one that can never work is refused."""
+    """tracker.uri names a store MLflow can log to: one down spools, an impossible one fails."""
+
     if cfg.tracker.name != "mlflow":
         return
     if not cfg.tracker.experiment.strip():
@@ -168,8 +165,7 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
     # A wrong store is refused, not a run that spools everything and exits 0.
     state = classify(resolve_uri(uri))
     if is_wrong(state) and ctx.jobs_run_elsewhere:
-        # The jobs reach the store from their own network (a cluster-internal name such as
-        # mlflow.mlflow.svc.cluster.local resolves only there): said once, not refused.
+        # The jobs' own network may reach it (a cluster-internal name): said once, not refused.
         ctx.warn(f"{key}={redact_uri(uri)} is not usable from this machine "
                  f"({state.split(': ', 1)[1]}); the jobs run elsewhere and use it from there")
     elif is_wrong(state):
@@ -364,8 +360,8 @@ def check_launcher(base: Any) -> None:
                          os.environ, launcher.get("env") or {})
         if not launcher.dry_run and not launcher.docker_image and not (
                 launcher.base_docker_image and launcher.script_dir):
-            # xpk would build on its default python:3.10, which has neither rlexp nor JAX:
-            # the workload would start on the slice and die at `python -m rlexp`.
+            # xpk's default python:3.10 has neither rlexp nor JAX: it dies at `python -m rlexp`.
+
             raise UserError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: an "
                             "image with rlexp installed (docker build -f docker/tpu.Dockerfile "
                             "-t IMAGE .); or set both hydra.launcher.base_docker_image and "

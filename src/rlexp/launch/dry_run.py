@@ -12,8 +12,8 @@ from rlexp.launch.preflight import Preflight, warn_noop
 
 
 def dry_run(pre: Preflight) -> None:
-    """Each job's plan printed without Hydra launching (no dir, no MLflow run); one that does
-    not fit, or a model that needs model.path, exits 2 after it is printed."""
+    """Each job's plan printed, nothing launched; one that does not fit exits 2 after it."""
+
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
         lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}

@@ -60,8 +60,7 @@ class Preflight:
     overrides: list[str] = field(default_factory=list)
     # Where the run (or the sweep) would write: hydra.run.dir, or hydra.sweep.dir.
     out_dir: Path | None = None
-    # Jobs the command launches: every combination of the swept values (`jobs` may hold a
-    # sample of them), or the sweeper's n_trials (Optuna picks each trial's values later).
+    # Jobs launched: every combination of the swept values (`jobs` may sample), or n_trials.
     size: int = 1
     # True when `size` is a sweeper's trial count (hydra.sweeper.n_trials).
     trials: bool = False
@@ -83,8 +82,7 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
         line = f"cannot parse override {exc.override!r}: {exc.message.splitlines()[0]}"
         key, sep, value = (exc.override or "").partition("=")
         if sep and value[:1] not in ("'", '"') and any(c in value for c in "?&="):
-            # A URL's query (`?token=...&sig=...`): Hydra's grammar takes '=' and '&' only
-            # inside a quoted value; the shell's quotes go around the whole override.
+            # A URL's query (`?a=b&c=d`): Hydra's grammar takes '=' and '&' only when quoted.
             line += f"; quote the value: '{key}=\"{value}\"'"
         return line
     missing = getattr(exc, "missing_cfg_file", None) or ""
@@ -122,8 +120,7 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
 
 
 def _expand(overrides: list[str], sweeper_params: dict) -> tuple[list[list[str]], dict, int]:
-    """Job override lists, as Hydra's BasicSweeper would make them (CLI wins over files),
-    the swept values, and the number of jobs of the full product."""
+    """Job override lists as BasicSweeper makes them, the swept values, and the job count."""
     params = [f"{k}={v}" for k, v in sweeper_params.items()]
     parsed = OverridesParser.create().parse_overrides(params + overrides)
     lists: dict[str, list[str]] = {}
@@ -163,8 +160,7 @@ def primary_config_dir(config_path: str | None) -> str:
 
 
 def quote_override(value: str) -> str:
-    """`value` as a quoted string of Hydra's override grammar (1.3): a quote is escaped, and so
-    are the backslashes before a quote or at the end."""
+    """`value` quoted in Hydra's override grammar (1.3)."""
     escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""),
                      value)
     return f"'{escaped}'"
@@ -201,8 +197,7 @@ def _initialize(primary: str) -> Any:
 
 
 def _own_searchpath(config_name: str, schema: bool = False) -> list[str] | None:
-    """The `hydra.searchpath` of the primary config, from the first source that holds it
-    (`structured://` only if `schema`); None: no source holds it."""
+    """The primary config's `hydra.searchpath` (`structured://` only if `schema`), or None."""
     sources = GlobalHydra.instance().config_loader().get_sources()
     for source in sources if schema else sources[:-1]:
         if source.is_config(config_name):
@@ -331,8 +326,8 @@ def preflight(argv: list[str]) -> Preflight | None:
 
 def _compose_first(args: Any, config_name: str, overrides: list[str],
                    searchpath: Callable[[list[str]], list[str]]) -> tuple[Any, bool, dict]:
-    """One compose with the first value of each sweep: that config with its hydra node, whether
-    the command is a multirun, and its sweeper's params."""
+    """The config of each sweep's first value, with whether it is a multirun and its sweeper's."""
+
     parsed = OverridesParser.create().parse_overrides(overrides)
     firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
               if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
@@ -364,8 +359,8 @@ def before_launch(pre: Preflight) -> None:
         if cfg.run.dry_run and plan is not None:  # a dry-run job of a sweep that launches
             refuse_unfit(plan)  # others: it prints its plan in the job, refused here
     warn_noop(pre)
-    # XLA_FLAGS and the GPU memory fraction must be set before JAX starts its backend; jobs
-    # that need different settings get theirs in the job (rlexp.__main__).
+    # XLA_FLAGS and GPU memory fraction precede JAX's backend; other settings: in the job.
+
     shares = [rollout_spec(j).gpu_share(j) for j in pre.jobs]
     envs = {tuple(sorted(platform_env(j.hardware, os.environ, s).items()))
             for j, s in zip(pre.jobs, shares)}

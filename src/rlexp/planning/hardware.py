@@ -46,8 +46,7 @@ def expected_platform(hw: HardwareConfig) -> str:
 
 def platform_env(hw: HardwareConfig, environ: Mapping[str, str],
                  vllm_share: float = 0.0) -> dict[str, str]:
-    """The environment changes `setup_platform` makes (pure). `vllm_share`: left out of JAX's
-    GPU preallocation (vLLM stops at start-up unless that share is free)."""
+    """`setup_platform`'s environment (pure); `vllm_share` is left out of JAX's preallocation."""
     if pathways.uses_pathways(hw):  # Pathways single-controller (planning/pathways.py)
         return pathways.proxy_env(environ)
     platform = expected_platform(hw)
@@ -152,8 +151,7 @@ def check_launch(hw: HardwareConfig, launch: Launch) -> None:
 
 
 def init_distributed(hw: HardwareConfig) -> None:
-    """Join the other processes of a multi-controller run and record this one's index and the
-    count (rlexp.base.runtime). Idempotent. The heartbeat ends every process when one is lost."""
+    """Join a multi-controller run's processes (idempotent); the heartbeat ends all if one dies."""
     if pathways.uses_pathways(hw):  # one controller: the proxy backend, never jax.distributed
         pathways.initialize()
     if not multi_controller(hw):
@@ -230,8 +228,7 @@ def sync_processes(name: str) -> None:
 
 
 def to_host(x: object) -> np.ndarray:
-    """A NumPy copy of `x`, gathered from every process when this one holds only some shards
-    (a collective: every process calls it, in the same order)."""
+    """A NumPy copy of `x`, gathered from every process (a collective: all call it, in order)."""
     import jax
 
     if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
@@ -334,8 +331,8 @@ class RoleDevices:
 
 
 def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
-    """Device index ranges per role: every device for both when colocated; split, the first
-    N * trainer_fraction and the last N * sampler_fraction (rounded), as MaxText's RL trainer."""
+    """Device ranges per role: all when colocated; split, first/last fractions (as MaxText)."""
+
     n = hw.devices
     if hw.split == "colocated":
         return RoleDevices(trainer=(0, n), rollout=(0, n))
@@ -371,8 +368,8 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
 
 def role_meshes(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None,
                 replicas: int = 1) -> dict[str, "jax.sharding.Mesh"]:
-    """Meshes per Tunix role, 'trainer' (actor + reference) and 'rollout', after joining the
-    other hosts and checking the devices; the SAME Mesh when they can share the weights."""
+    """Meshes per Tunix role, trainer and rollout; the SAME Mesh when they can share weights."""
+
     import jax
 
     init_distributed(hw)

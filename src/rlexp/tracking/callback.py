@@ -1,14 +1,8 @@
 """The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks).
 
-on_multirun_start creates (or, for a rerun, reopens) the parent run and writes <sweep
-dir>/parent_run.json; each job nests its run under it. on_multirun_end gives the parent the
-sweep's comparison (publish_comparison; no child's metrics copied), prints the group table and
-link, and ends the parent:
-  FAILED    a child failed or never ended (crash), or the sweep stopped early, or no child ran
-  KILLED    otherwise, a child was killed (preempted: running the sweep again resumes it)
-  FINISHED  every child finished
-A sweep that stops early never reaches on_multirun_end; an atexit hook then closes the parent
-the same way. Import-light: Hydra loads this module for every run; mlflow is imported when used."""
+on_multirun_start creates (a rerun reopens) the parent run the jobs nest under, in <sweep
+dir>/parent_run.json; on_multirun_end, else an atexit hook, gives it the sweep's comparison and
+ends it (parent_status). Import-light: Hydra loads it for every run, mlflow only when used."""
 
 from __future__ import annotations
 
@@ -40,6 +34,8 @@ GROUPS_TABLE = "groups.json"
 
 
 def parent_status(statuses: list[str], completed: bool) -> str:
+    """FAILED if a child failed or never ended, the sweep stopped early or none ran; KILLED if
+    one was preempted (a rerun resumes it); else FINISHED."""
     if not statuses or any(s not in ("FINISHED", "KILLED") for s in statuses):
         return "FAILED"
     if "KILLED" in statuses:
@@ -54,10 +50,9 @@ def _metric_name(text: str) -> str:
 
 def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list, title: str,
                        status: str, swept: list[str] | None = None) -> str:
-    """The sweep's comparison: summary.csv, summary.md, comparison.png, groups.png, forest.png in
-    `sweep_dir` and the parent run, the group table as a table artifact, each group's mean curves
-    as metrics mean/<group>/<metric>, tag rlexp.group on every child (MLflow's "Group by" then
-    aggregates seeds) and its final `status`. Returns the group table and paired lines."""
+    """summary.csv, summary.md and the PNGs in `sweep_dir` and the parent run, with the group
+    table, the groups' mean curves, rlexp.group tags on the children (for MLflow's "Group by")
+    and `status`. Returns the group table and paired lines."""
     from mlflow.entities import Metric
 
     swept = swept or compare.swept_keys(rows)
@@ -90,20 +85,17 @@ def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list,
     return "\n".join(x for x in (table, paired) if x)
 
 
-def command_line() -> str:
-    """The command that started this process, as a user would type it again."""
-    prog = "python -m rlexp" if Path(sys.argv[0]).parent.name == "rlexp" or \
-        sys.argv[0].endswith("rlexp") else f"python {Path(sys.argv[0]).name}"
-    return redact_text(" ".join([prog, *sys.argv[1:]]))
-
-
 def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
     """MLflow UI's Source, Created by, git commit and description (command, dir) of the parent."""
     tags = {k: v for k, v in standard_tags({}, {}).items() if not k.startswith("mlflow.note")}
     commit = git_commit()
     if commit:
         tags["mlflow.source.git.commit"] = commit
-    tags["mlflow.note.content"] = (f"`{command_line()}`\n\nsweep dir: {sweep_dir}"
+    # the command that started this process, as a user would type it again
+    prog = "python -m rlexp" if Path(sys.argv[0]).parent.name == "rlexp" or \
+        sys.argv[0].endswith("rlexp") else f"python {Path(sys.argv[0]).name}"
+    command = redact_text(" ".join([prog, *sys.argv[1:]]))
+    tags["mlflow.note.content"] = (f"`{command}`\n\nsweep dir: {sweep_dir}"
                                    f"\n\ngit: {commit or 'unknown'}")
     return tags
 
@@ -195,9 +187,8 @@ class SweepCallback(Callback):
         if swept:
             from mlflow.entities import Param
 
-            params = clean_params(swept)
-            client.log_batch(run.info.run_id,
-                             params=[Param(k, v) for k, v in list(params.items())[:100]])
+            params = list(clean_params(swept).items())[:100]
+            client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params])
         return {"run_id": run.info.run_id, "experiment_id": exp_id, "uri": uri}
 
     def close(self, completed: bool) -> None:

@@ -1,8 +1,6 @@
-"""Compare runs: a row per run and per seed group (runs differing only in seed) with mean, std,
-a t-interval over seeds and the paired difference to a baseline; over several tasks or many
-seeds, rliable's IQM and P(X > Y) (seed_stats). Rows come from MLflow and, for a sweep dir,
-from the jobs' summary.json, so jobs with tracker=none or an unreachable store still show.
-Used by `python -m rlexp.report` and the sweep callback's summary artifacts."""
+"""Compare runs, a row per run and per seed group (seed_stats), for `python -m rlexp.report` and
+the sweep's summary. Rows come from MLflow and, for a sweep dir, from the jobs' summary.json, so
+jobs with tracker=none or an unreachable store still show."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -50,8 +48,7 @@ class Row:
     values: dict[str, str]
     final_reward: float | None = None
     final_accuracy: float | None = None
-    # Best held-out accuracy after training began (evaluations after step 0 only: the one at
-    # step 0 is the model before any update).
+    # Best held-out accuracy after step 0 (the model before any update).
     best_accuracy: float | None = None
     # Best train reward of a step (from its curve; None for a job known by its summary only).
     best_reward: float | None = None
@@ -87,14 +84,12 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
     info = run.info
     reward_steps = [s for s, _ in curves.get(REWARD, [])]
     tags = run.data.tags
-    # summary.json's wall time and steps (tagged at the run's end), as the sweep-dir view
-    # reads them; MLflow's start/end times also count process start-up and tracking.
+    # summary.json's wall time and steps (tagged at the end): MLflow's times count start-up too.
     wall = _float(tags.get("rlexp.wall_s"))
     if wall is None and info.end_time and info.start_time:
         wall = (info.end_time - info.start_time) / 1000
     steps = _float(tags.get("rlexp.steps_done"))
-    # A sweep job's swept values as typed (tags sweep.<key>: 'algo' = 'gspo', a group choice
-    # that no param holds), over its config params.
+    # The swept values as typed (tags sweep.<key>: 'algo' = 'gspo', a choice no param holds).
     swept = {k[len("sweep."):]: v for k, v in tags.items() if k.startswith("sweep.")}
     return Row(
         name=info.run_name or info.run_id[:8], run_id=info.run_id, status=info.status,
@@ -129,8 +124,7 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
         return None
     runs = client.search_runs([exp.experiment_id], max_results=10000,
                               order_by=["attributes.start_time ASC"])
-    # A sweep's parent run is no training run, with children or without (a sweep that
-    # stopped before its jobs, a launcher dry run).
+    # A sweep's parent is no training run, even childless (stopped early, a launcher dry run).
     parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
     return [r for r in runs if r.info.run_id not in parents
             and r.data.tags.get("rlexp.role") != "sweep"]
@@ -199,22 +193,21 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
 
 
 def swept_keys(rows: list[Row]) -> list[str]:
-    """Config keys whose value differs between the rows: what the sweep varied (among the keys
-    the runs' sweep.* tags name, if any: a group choice also changes its group's defaults)."""
+    """Config keys whose value differs between the rows, among those their sweep.* tags name if
+    any (a group choice also changes its group's defaults); rows lacking a key do not count."""
     tagged = {k for r in rows for k in r.swept}
     keys = sorted(tagged or {k for r in rows for k in r.values} - NOT_SWEPT)
-    # Distinct values among the rows that have the key (a job known only by its overrides
-    # lacks the keys it did not override).
     return [k for k in keys if len({r.values[k] for r in rows if k in r.values}) > 1]
 
 
-def rank(rows: list[Row], metric: str | None, ascending: bool = False) -> list[Row]:
-    def key(row: Row) -> tuple[bool, float]:
-        value = row.metric if metric else row.final_accuracy
-        missing = value is None or math.isnan(value)
-        return missing, (0.0 if missing else (value if ascending else -value))
+def _order(value: float | None, ascending: bool) -> tuple[bool, float]:
+    """Sort key: best first, missing values last."""
+    missing = value is None or math.isnan(value)
+    return missing, (0.0 if missing else (value if ascending else -value))
 
-    return sorted(rows, key=key)
+
+def rank(rows: list[Row], metric: str | None, ascending: bool = False) -> list[Row]:
+    return sorted(rows, key=lambda r: _order(r.metric if metric else r.final_accuracy, ascending))
 
 
 def _fmt(value: Any) -> str:
@@ -274,12 +267,10 @@ def label(row: Row, swept: list[str]) -> str:
     return naming.label(row.values, swept) or row.name
 
 
-def plot(rows: list[Row], metric: str | None, path: Path, title: str = "",
-         swept: list[str] | None = None, groups: list["Group"] | None = None) -> bool:
+def plot(rows: list[Row], metric: str | None, path: Path, title: str, swept: list[str],
+         groups: list["Group"]) -> bool:
     """One line per run; a seed group's runs share its colour and differ in dashes."""
-    swept = swept_keys(rows) if swept is None else swept
     metrics = list(dict.fromkeys([*COMPARED, *([metric] if metric else [])]))
-    groups = group_rows(rows, swept) if groups is None else groups
     group_of = {id(r): g.label for g in groups for r in g.rows}
     lines = []
     seen: dict[str, int] = {}
@@ -304,10 +295,9 @@ GROUP_METRICS = (("final acc", "final_accuracy"), ("best acc", "best_accuracy"),
                  ("final reward", "final_reward"), ("best reward", "best_reward"))
 # Curves averaged per group (band plot, the parent run's mean/<group>/<metric> series).
 GROUP_CURVES = (ACCURACY, REWARD)
-# Keys whose values are tasks: the same configuration on several of them gets rliable's
-# aggregates over tasks.
+# Keys whose values are tasks: a configuration on several gets rliable's aggregates over them,
+# as does one task from this many seeds on.
 TASK_KEYS = ("dataset",)
-# Seeds per configuration from which one task gets those aggregates too.
 MANY_SEEDS = 10
 # What the one-seed line asks for.
 SEEDS_HINT = "train.seed=0,1,2"
@@ -337,9 +327,8 @@ class Group:
 
     def curve(self, metric: str) -> list[tuple[int, float, float, float]]:
         """(step, mean, CI low, CI high) at the steps every finished run of the group logged."""
-        curves = [dict(r.curves.get(metric) or []) for _, r in self.finished()]
-        curves = [c for c in curves if c]
-        steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        curves = [c for _, r in self.finished() if (c := dict(r.curves.get(metric) or []))]
+        steps = sorted(set.intersection(*map(set, curves))) if curves else []
         if not steps:
             return []
         matrix = np.array([[c[s] for s in steps] for c in curves], dtype=float)
@@ -366,10 +355,8 @@ def group_rows(rows: list[Row], swept: list[str] | None = None,
     groups: dict[tuple, Group] = {}
     for row in rows:
         values = {k: row.values[k] for k in defining if k in row.values}
-        key = tuple(sorted(values.items()))
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = Group(naming.label(values, defining) or "all", values, [], [])
+        group = groups.setdefault(tuple(sorted(values.items())),
+                                  Group(naming.label(values, defining) or "all", values, [], []))
         group.rows.append(row)
         group.seeds.append(naming.label(row.values, over_keys) or row.name)
     return list(groups.values())
@@ -445,8 +432,7 @@ def pairs(groups: list[Group], baseline: Group, attr: str
 
 def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accuracy",
                  name: str = "final acc") -> list[str]:
-    """Each other group against the baseline, paired by seed: 'final acc, gspo - grpo: +0.041
-    [-0.012, +0.090], p = 0.18, 5 seeds: not distinguishable from seed noise'."""
+    """'final acc, gspo - grpo: +0.041 [-0.012, +0.090], p = 0.18, 5 seeds: <verdict>' a group."""
     found = pairs(groups, baseline, attr)
     if found and all(p is None or p.n < 2 for _, p in found):
         return [wrap(f"{name}: one seed per group, no spread to judge a difference by: add "
@@ -494,16 +480,16 @@ def aggregate_lines(groups: list[Group], baseline: Group | None, attr: str = "fi
     what = f"{len(tasks)} tasks ({', '.join(tasks)})" if len(tasks) > 1 else "one task"
     lines = [wrap(f"{name} over {len(seeds)} seeds x {what}: IQM [95% stratified-bootstrap CI, "
                   f"{seed_stats.N_RESAMPLES} resamples]" + (", P(X > baseline)" if base else ""))]
+
+    def estimate(statistic: Callable[..., np.ndarray], digits: int, *x: np.ndarray) -> str:
+        low, high = seed_stats.stratified_bootstrap_ci(statistic, *x)
+        return f"{float(statistic(*x)):.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
     for config, x in scores.items():
-        low, high = seed_stats.stratified_bootstrap_ci(seed_stats.iqm, x)
-        line = f"  {config.ljust(width)}  {float(seed_stats.iqm(x)):.3f} [{low:.3f}, {high:.3f}]"
+        line = f"  {config.ljust(width)}  {estimate(seed_stats.iqm, 3, x)}"
         if base is not None and config != base:
-            y = scores[base]
-            p_low, p_high = seed_stats.stratified_bootstrap_ci(
-                seed_stats.probability_of_improvement, x, y)
             line += (f"  P({config} > {base}) = "
-                     f"{float(seed_stats.probability_of_improvement(x, y)):.2f} "
-                     f"[{p_low:.2f}, {p_high:.2f}]")
+                     f"{estimate(seed_stats.probability_of_improvement, 2, x, scores[base])}")
         lines.append(wrap(line))
     return lines
 
@@ -525,14 +511,9 @@ def group_report(rows: list[Row], swept: list[str] | None = None,
     else:
         base = groups[0] if len(groups) > 1 and any(g.finished() for g in groups[1:]) else None
     attr, name = measure(metric)
-
-    def key(group: Group) -> tuple[bool, float]:
-        stats = group.stats(attr)
-        return stats is None, 0.0 if stats is None else (
-            stats.mean if ascending else -stats.mean)
-
     groups = ([base] if base is not None else []) + sorted(
-        (g for g in groups if g is not base), key=key)
+        (g for g in groups if g is not base),
+        key=lambda g: _order(None if (s := g.stats(attr)) is None else s.mean, ascending))
     table = to_text(*group_table(groups)) + "\n" + wrap(table_note(groups))
     lines = paired_lines(groups, base, attr, name) if base else []
     lines += aggregate_lines(groups, base, attr, name)
@@ -547,31 +528,20 @@ def band_title(groups: list[Group], title: str) -> str:
     return f"{title}: {what}" if title else what
 
 
-def plot_groups(groups: list[Group], path: Path, title: str = "") -> bool:
-    """Mean curves with their CI band per group (GROUP_CURVES), in each group's colour."""
-    drawn = [(g.label, {m: g.curve(m) for m in GROUP_CURVES}) for g in groups]
-    return plot_bands(drawn, list(GROUP_CURVES), path, group_colors([g.label for g in groups]),
-                      title=band_title(groups, title))
-
-
-def plot_paired(groups: list[Group], baseline: Group | None, path: Path, title: str = "",
-                attr: str = "final_accuracy", name: str = "final acc") -> bool:
-    """Forest plot of paired differences from the baseline; False when no group has two seeds."""
-    if baseline is None:
-        return False
-    found = [(g.label, p.mean, p.low, p.high) for g, p in pairs(groups, baseline, attr)
-             if p is not None and p.n > 1]
-    return plot_forest(found, group_colors([g.label for g in groups]), path,
-                       xlabel=f"{name}: group - {baseline.label} [{seed_stats.CI_NAME}]",
-                       title=title)
-
-
 def draw(rows: list[Row], groups: list[Group], swept: list[str], folder: Path, title: str,
          metric: str | None = None) -> dict[str, Path]:
-    """comparison.png, groups.png and forest.png in `folder`: those drawn, by name."""
+    """comparison.png, groups.png (mean curves, CI bands) and forest.png (paired differences from
+    the first group, those with two seeds) in `folder`: those drawn, by name."""
     paths = {name: folder / f"{name}.png" for name in ("comparison", "groups", "forest")}
+    colors = group_colors([g.label for g in groups])
+    attr, name = measure(metric)
+    bands = [(g.label, {m: g.curve(m) for m in GROUP_CURVES}) for g in groups]
+    found = [(g.label, p.mean, p.low, p.high) for g, p in pairs(groups, groups[0], attr)
+             if p is not None and p.n > 1] if groups else []
+    base = groups[0].label if groups else ""
     drawn = {"comparison": plot(rows, metric, paths["comparison"], title, swept, groups),
-             "groups": plot_groups(groups, paths["groups"], title),
-             "forest": plot_paired(groups, groups[0] if groups else None, paths["forest"],
-                                   title, *measure(metric))}
+             "groups": plot_bands(bands, list(GROUP_CURVES), paths["groups"], colors,
+                                  title=band_title(groups, title)),
+             "forest": plot_forest(found, colors, paths["forest"], title=title,
+                                   xlabel=f"{name}: group - {base} [{seed_stats.CI_NAME}]")}
     return {name: path for name, path in paths.items() if drawn[name]}

@@ -1,6 +1,5 @@
 """Where a run can be seen: its page in the MLflow UI when a server is known (known_ui), else
-its run id and store (and the command that serves the store). No mlflow import.
-"""
+its run id and store (and the command that serves the store). No mlflow import."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Curves as PNG: one run (curves.png), several runs (comparison.png), seed groups' mean curves
-with confidence bands (groups.png), paired differences from a baseline (forest.png). Drawn on
-matplotlib's Agg canvas, never pyplot: no global figure state, no GUI backend, safe while
-unwinding from a signal. A group has one colour in all of them (group_colors)."""
+"""Curves as PNG (curves.png, comparison.png, groups.png, forest.png), a group in one colour in
+all. Drawn on matplotlib's Agg canvas, never pyplot: no global figure state, no GUI backend, safe
+while unwinding from a signal."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-# Imported inside functions, on purpose: matplotlib (1.1 s) is imported only when curves are drawn
-# at the end of a run.
+# matplotlib (1.1 s) is imported only when curves are drawn.
 
 History = Mapping[str, Sequence[tuple[int, float]]]
 
@@ -59,10 +57,9 @@ def plot_compare(runs: Sequence[tuple[str, History, str]], metrics: Sequence[str
     return _draw(lines, path, title, legend_size=7, style=style)
 
 
-def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, float, float,
-                                                                       float]]]]],
-               metrics: Sequence[str], path: Path, colors: Mapping[str, Color],
-               title: str = "") -> bool:
+def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, float, ...]]]]],
+               metrics: Sequence[str], path: Path, colors: Mapping[str, Color], title: str = ""
+               ) -> bool:
     """One panel per metric; per group its mean curve and CI band (step, mean, low, high)."""
     lines = {m: [(label, curves[m]) for label, curves in groups if curves.get(m)]
              for m in metrics}

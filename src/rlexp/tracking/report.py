@@ -1,11 +1,8 @@
 """Compare runs: `python -m rlexp.report <sweep dir | parent run id | experiment name>`.
 
-One row per run, ranked by final eval accuracy or --metric; one per seed group (runs differing
-only in train.seed, or the --over keys) with mean ±std [95% t-interval], --baseline (else the
-first group) first, the others by the metric; each group's paired-by-seed difference from the
-baseline with its t-interval and paired t-test p (Holm-adjusted among several); over several
-tasks or many seeds, rliable's IQM and P(X > Y). Writes comparison.png, groups.png and
-forest.png to --out, else a new temporary directory: reading a sweep never changes its files."""
+A row per run, ranked by final eval accuracy or --metric; a row per seed group (runs differing
+only in train.seed or the --over keys), --baseline first, with the others' paired differences.
+The PNGs go to --out, else a new temporary directory: reading a sweep never changes its files."""
 
 from __future__ import annotations
 
@@ -19,8 +16,7 @@ from rlexp.base.files import read_json_object
 from rlexp.tracking import PARENT_FILE, compare, parent_run_id, store, swept_keys
 from rlexp.tracking.compare import Row
 
-# Imported inside functions, on purpose: mlflow (2.3 s) is imported when the report reads the
-# store.
+# mlflow (2.3 s) is imported when the report reads the store.
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -38,12 +34,11 @@ def _client(uri: str, required: bool):
 def collect(target: str, uri: str | None, metric: str | None) -> list[Row]:
     """The rows to compare."""
     path = Path(target)
+    what = "name a sweep dir, a parent run id or an experiment"
     if path.is_file():
-        raise UserError(f"{target} is a file: name a sweep dir, a parent run id or an "
-                        "experiment")
+        raise UserError(f"{target} is a file: {what}")
     if not path.exists() and ("/" in target or target.startswith(".")):
-        raise UserError(f"no directory {target} (name a sweep dir, a parent run id or an "
-                        "experiment)")
+        raise UserError(f"no directory {target} ({what})")
     if path.is_dir():
         # the store the sweep's parent run lives in, unless --uri names one
         saved = (read_json_object(path / PARENT_FILE) or {}).get("uri")
@@ -76,26 +71,21 @@ def collect(target: str, uri: str | None, metric: str | None) -> list[Row]:
     return [compare.row_from_run(client, r, metric) for r in runs]
 
 
-def check_metric(rows: list[Row], metric: str) -> None:
-    """--metric names a logged metric, else a UserError listing them; summaries give finals."""
-    known = sorted({m for r in rows for m in r.finals} |
-                   {m for r in rows for m, points in r.curves.items() if points})
-    if metric not in known:
-        raise UserError(f"--metric {metric!r} is no metric of these runs; they have: "
-                        f"{', '.join(known) or 'none'}")
-    for row in rows:
-        if row.metric is None:
-            row.metric = row.finals.get(metric)
-
-
 def report(target: str, uri: str | None = None, metric: str | None = None,
            ascending: bool = False, over: list[str] | None = None,
            baseline: str | None = None, out: Path | None = None) -> tuple[str, Path | None]:
     """(the run table, group table and paired differences as text, comparison.png or None);
     its PNGs go to `out` (made if missing), else to a new temporary directory."""
     rows = collect(target, uri, metric)
-    if metric:
-        check_metric(rows, metric)
+    if metric:  # a metric these runs logged; a job known by its summary has its final value
+        known = sorted({m for r in rows for m in r.finals} |
+                       {m for r in rows for m, points in r.curves.items() if points})
+        if metric not in known:
+            raise UserError(f"--metric {metric!r} is no metric of these runs; they have: "
+                            f"{', '.join(known) or 'none'}")
+        for row in rows:
+            if row.metric is None:
+                row.metric = row.finals.get(metric)
     path = Path(target)
     # as the sweep declared them (swept_keys.json), else the params that differ between rows
     swept = (swept_keys(path) if path.is_dir() else None) or compare.swept_keys(rows)

@@ -1,17 +1,10 @@
-"""Statistics over seeds. Identical GRPO-family configurations differ by a few points of accuracy
-(verl issues #626, #3126): a difference between sweep groups means something only next to that.
-
-- A group's mean and the paired difference of two groups on the same seeds get a Student-t
-  interval, and the difference the paired t-test's p from the same t, so the two never disagree.
-  The percentile bootstrap this replaces covered the mean 76% of the time at 3 seeds, 89% at 10;
-  the t-interval covers 95% on normal data, 93.5-94% on skewed Beta(2, 5) (tests/test_coverage.py).
-- Several groups against one baseline: Holm's step-down adjustment of their p-values.
-- Several tasks or many seeds: rliable's (Agarwal et al. 2021) interquartile mean with a
-  stratified-bootstrap CI and P(X > Y), as rliable 1.2.0 computes them
-  (tests/test_rliable_oracle.py).
-
-Deterministic NumPy (fixed seed) and scipy.special's t (a JAX dependency): the sweep's table, its
-parent run and `python -m rlexp.report` agree."""
+"""Statistics over seeds: identical GRPO-family configurations differ by a few points of accuracy
+(verl issues #626, #3126), so a difference between groups means something only next to that.
+Student-t intervals, with the paired t-test's p from the same t so the two never disagree (the
+percentile bootstrap covered the mean 76% of the time at 3 seeds; the t-interval 95% on normal
+data, 93.5-94% on Beta(2, 5): tests/test_coverage.py); Holm's adjustment against one baseline;
+rliable 1.2.0's IQM and P(X > Y) over tasks (tests/test_rliable_oracle.py). Deterministic (fixed
+seed, scipy.special's t): the sweep's table, its parent run and rlexp.report agree."""
 
 from __future__ import annotations
 
@@ -54,11 +47,6 @@ class Paired:
     comparisons: int = 1
 
 
-def _clean(values: Sequence[float]) -> np.ndarray:
-    x = np.asarray(values, dtype=float)
-    return x[np.isfinite(x)]
-
-
 def t_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per column of x[seed, column]: (mean, CI low, CI high, two-sided p of mean 0) from one t:
     mean ± t_(1+c)/2,n-1 · s/√n. One row: nan bounds and p. Zero spread: p 0 (1 at mean 0)."""
@@ -79,7 +67,8 @@ def t_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 def summarize(values: Sequence[float]) -> Summary | None:
     """The finite values' mean, std and t-interval (nan bounds below two values)."""
-    x = _clean(values)
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
     if x.size == 0:
         return None
     _, low, high, _ = t_columns(x[:, None])
@@ -122,8 +111,8 @@ def with_holm(pairs: list[Paired]) -> list[Paired]:
 
 
 def verdict(pair: Paired) -> str:
-    """Plain words for a paired difference, at the ALPHA level: the raw p decides whether the
-    interval beside it holds 0, Holm's p whether that survives the other comparisons."""
+    """Plain words at the ALPHA level: the raw p says if the interval beside it holds 0, Holm's
+    whether that survives the other comparisons."""
     if pair.n < 2:
         return "one seed: no spread to judge it by"
     if pair.p >= ALPHA:

@@ -1,15 +1,9 @@
 """The MLflow UI on this machine: `python -m rlexp.ui [--port N] [--uri URI]`.
 
-Serves the runs' store (tracker.uri, else $MLFLOW_TRACKING_URI, else outputs/mlflow.db; a missing
-sqlite store is refused, never created) on 127.0.0.1: MLflow's server app (mlflow.server.
-fastapi_app, as `mlflow server --workers 1`) in this process under uvicorn, job execution off
-(starts in seconds, ~0.5 GB). While it runs, runs of the store print their page's URL (links).
-
-MLflow 3.17's UI shows every page in its GenAI view unless the page asks for the training one:
-its workflow switch (server/js, WorkflowType) reads `?workflowType=` from the URL, else
-localStorage "mlflow.workflowType_v1" (GenAI by default), and in-app links drop the parameter.
-So the index page served here saves the URL's workflowType, or machine_learning when the browser
-has no saved choice: pages from these links stay in the training view, a UI choice is kept."""
+Serves the runs' store (a missing sqlite one is refused, never created) on 127.0.0.1 with MLflow's
+fastapi_app in this process, job execution off: it starts in seconds, in ~0.5 GB. MLflow 3.17's UI
+shows the GenAI view unless localStorage or the URL's `?workflowType=` says otherwise, and in-app
+links drop that parameter: the index served here saves the URL's choice, else machine_learning."""
 
 from __future__ import annotations
 
@@ -27,8 +21,7 @@ from rlexp.base.errors import UserError, fail
 from rlexp.tracking import store
 from rlexp.tracking.links import TRAINING_VIEW, announce_ui, withdraw_ui
 
-# Imported inside functions, on purpose: mlflow's server app (Flask, FastAPI, uvicorn: ~3 s) is
-# imported once the arguments and the port are checked.
+# mlflow's server app (~3 s) is imported once the arguments and the port are checked.
 
 HOST = "127.0.0.1"
 # MLflow 3.17 server/js useLocalStorage: key "<key>_v<version>", value JSON.
@@ -38,8 +31,7 @@ KEEP_TRAINING_VIEW = (
     ".exec(location.hash+location.search);if(m){localStorage.setItem(k,JSON.stringify(m[1]))}"
     "else if(!localStorage.getItem(k)){localStorage.setItem(k,'\"machine_learning\"')}}"
     "catch(e){}})();</script>" % WORKFLOW_KEY)
-# Start-up warnings of the server's libraries with nothing to act on: Starlette deprecates the
-# WSGI middleware MLflow 3.17's fastapi_app imports (message prefixes).
+# Start-up warnings with nothing to act on (prefixes): MLflow 3.17 imports a deprecated module.
 QUIET_WARNINGS = ("starlette.middleware.wsgi is deprecated",)
 
 

@@ -23,10 +23,9 @@ from rlexp.config.schema import Config, RolloutConfig
 
 
 class SamplingKeys:
-    """A fresh PRNG key for every sampler call, fold_in(base, n) for the n-th call since
-    `reset(base)`: Tunix 0.1.7's vanilla rollout reuses one key on every call, and its sampler
-    donates RolloutConfig.seed, so one key per step would repeat the same noise in every
-    micro-batch and crash on the second (deleted buffer)."""
+    """fold_in(base, n) for the n-th sampler call since `reset(base)`: Tunix 0.1.7 reuses one key
+    and donates it, so a key per step repeats noise and crashes on micro-batch 2."""
+
 
     def __init__(self) -> None:
         self.reset(None)

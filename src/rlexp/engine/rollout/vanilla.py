@@ -51,8 +51,7 @@ class VanillaBackend(RolloutBackend):
 
 
 class MemoizedEncoding(TokenizerAdapter):
-    """Tunix's TokenizerAdapter that remembers the ids of a string (Tunix copies them before
-    adding BOS, so sharing the list is safe)."""
+    """Tunix's TokenizerAdapter remembering a string's ids (Tunix copies them before BOS)."""
 
     def __init__(self, tokenizer: Any, limit: int = 65536):
         super().__init__(tokenizer)
@@ -65,8 +64,8 @@ class MemoizedEncoding(TokenizerAdapter):
 
 
 class Rollout(VanillaRollout):
-    """Tunix's VanillaRollout as RLCluster builds it for rollout_engine="vanilla", taking the
-    next of `keys` at every call and scoring the old log-probs at the sampling temperature."""
+    """Tunix's VanillaRollout taking the next of `keys` each call, old log-probs at temperature."""
+
 
     def __init__(self, rollout_actor: Any, tokenizer: TokenizerAdapter, mesh: Any,
                  rollout_config: base_rollout.RolloutConfig, keys: SamplingKeys,

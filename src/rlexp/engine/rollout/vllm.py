@@ -40,8 +40,9 @@ class VllmBackend(RolloutBackend):
         return base_rollout.RolloutConfig(**self.rollout_fields(temperature))
 
     def rollout_fields(self, temperature: float | None = None) -> dict[str, Any]:
-        """Keyword arguments of Tunix's RolloutConfig. The engine writes the policy's own
-        weights and starts from them, so a random-init model (no model.path) runs."""
+        """Tunix's RolloutConfig kwargs; vLLM starts from the policy's weights (random init ok)."""
+
+
         r = self.cfg.rollout
         check_cpu_head_size(self.cfg)
         return {

@@ -32,15 +32,14 @@ def request_seed(key: Any) -> int:
 
 
 def row_seeds(seed: int, rows: int) -> list[int]:
-    """One seed per prompt of a call seeded `seed`: distinct words of NumPy's SeedSequence
-    (row i's seed depends only on (seed, i)), below 2**31."""
+    """One seed per prompt below 2**31 from SeedSequence(seed): row i's depends on (seed, i)."""
     words = np.random.SeedSequence(seed).generate_state(rows, np.uint64)
     return [int(w % SEED_BOUND) for w in words]
 
 
 class RowSeeds:
-    """vLLM's LLM whose `generate` gives each prompt its own seed, row_seeds of the call's (a
-    call without a seed keeps vLLM's own random stream)."""
+    """vLLM's LLM whose `generate` gives each prompt its own seed (row_seeds of the call's)."""
+
 
     def __init__(self, llm: Any):
         self.llm = llm
