@@ -25,8 +25,7 @@ def quiet_parallel_line() -> None:
         core.addFilter(_not_parallel_line)
 
 
-def sweep_env(job_overrides: Sequence[Sequence[str]], initial_job_idx: int,
-              terminal: bool) -> Any:
+def sweep_env(job_overrides: Sequence[Sequence[str]], initial_job_idx: int, terminal: bool) -> Any:
     """What each job needs to label its lines (a SweepEnv without an event dir): the sweep's
     size and swept keys as rlexp's entry point found them, else this batch's differing keys."""
     from rlexp.job.sweep_messages import SweepEnv

@@ -261,7 +261,6 @@ class XpkLauncher(Launcher):
                                          f"{error}") if rc else wl.name)
         return ret
 
-
     def _tag_parent_run(self, records: list[dict]) -> None:
         """Tag the sweep's MLflow parent run (made by the tracking callback) with the
         workloads; never fatal: the workloads exist whatever happens to this bookkeeping."""
@@ -334,6 +333,3 @@ def _record_workloads(sweep_dir: Path, records: list[dict]) -> None:
     by_name.update({r["workload"]: r for r in records})
     write_json_atomic(path, {"workloads": sorted(by_name.values(),
                                                  key=lambda r: r.get("job_num", 0))})
-
-
-

@@ -36,8 +36,7 @@ def prompt_lengths(lengths: Sequence[int], limit: int) -> PromptLengths:
     return PromptLengths(len(ordered), over, ordered[-1], fit)
 
 
-def check_prompt_lengths(lengths: Sequence[int], limit: int,
-                         max_fraction: float) -> Optional[str]:
+def check_prompt_lengths(lengths: Sequence[int], limit: int, max_fraction: float) -> Optional[str]:
     """None if all prompts fit; a warning if at most `max_fraction` are cut; else UserError."""
     got = prompt_lengths(lengths, limit)
     if got.over == 0:

@@ -57,7 +57,6 @@ class ActorTrainer(rl_trainer.Trainer):
 class Cluster(rl_cluster_lib.RLCluster):
     """Tunix's RLCluster timing sampler calls, keeping a TRAIN call's log-probs for the learner."""
 
-
     def __init__(self, *, probe: StepProbe, old_logps_from_trainer: bool, **kw: Any):
         self.probe = probe
         # RolloutBackend.old_logps_from_trainer: else the learner scores the old log-probs.
@@ -105,8 +104,7 @@ class Learner(GRPOLearner):
         self.with_window = functools.partial(registry.with_window, algo_config=algo_config,
                                              eos_id=rl_cluster.rollout.eos_id())
 
-    def _generate_and_compute_advantage(self, training_input: Any,
-                                        mode: Any = Mode.TRAIN) -> Any:
+    def _generate_and_compute_advantage(self, training_input: Any, mode: Any = Mode.TRAIN) -> Any:
         start = time.perf_counter()
         example = super()._generate_and_compute_advantage(training_input, mode)
         if self.whiten:
@@ -138,8 +136,7 @@ class Learner(GRPOLearner):
                                     self.algo_config.temperature, micro)
         return registry.with_sampler_logps(example, sampler, trainer)
 
-    def _prepare_data(self, *args: Any, data_queue: Any, mode: Any = Mode.TRAIN,
-                      **kw: Any) -> None:
+    def _prepare_data(self, *args: Any, data_queue: Any, mode: Any = Mode.TRAIN, **kw: Any) -> None:
         if self.windowed and mode == Mode.TRAIN:
             data_queue = WindowQueue(data_queue, self.with_window)
         return super()._prepare_data(*args, data_queue=data_queue, mode=mode, **kw)
@@ -147,7 +144,6 @@ class Learner(GRPOLearner):
 
 class WindowQueue:
     """Tunix's data queue holding a window's items until the None that ends it (exact divisors)."""
-
 
     def __init__(self, queue: Any, annotate: Callable[[list[Any]], list[Any]]):
         self.queue, self.annotate, self.items = queue, annotate, []

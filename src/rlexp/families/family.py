@@ -140,7 +140,6 @@ def get(name: str) -> ModelFamily:
     return families()[name]
 
 
-
 def text_config(hf: dict[str, Any]) -> dict[str, Any]:
     """The language model's section of config.json (multimodal checkpoints nest it)."""
     return hf.get("text_config") or hf
@@ -177,7 +176,6 @@ def base_hf_config(m: Model, dtype: str) -> dict[str, Any]:
             "vocab_size": m.vocab_size, "rope_theta": m.rope_theta, "rms_norm_eps": m.norm_eps,
             "max_position_embeddings": m.max_position, "tie_word_embeddings": m.tie_embeddings,
             "torch_dtype": dtype}
-
 
 
 def tunix_key(path: str) -> str:

@@ -73,7 +73,6 @@ class DiskReserve:
 class Observers(Listeners):
     """The run's listeners: a failing one is logged, a full disk raised once all had the event."""
 
-
     def __init__(self, listeners: list[Listener], run_dir: Path):
         super().__init__(listeners)
         self.run_dir = run_dir

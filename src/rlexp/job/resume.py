@@ -64,8 +64,7 @@ class StopFlag:
 class Checkpointer:
     """Saves every `train.checkpoint_every` steps (and at the end), keeps the newest N."""
 
-    def __init__(self, directory: Path, keep: int, engine: "Engine",
-                 checkpoint_bytes: float = 0.0):
+    def __init__(self, directory: Path, keep: int, engine: "Engine", checkpoint_bytes: float = 0.0):
         self.directory = directory
         # A save killed midway left orbax's temporary dir: remove it before orbax sees it.
         remove_unfinished(directory)

@@ -48,7 +48,6 @@ def improved(value: float, best: float | None, mode: str, min_delta: float) -> b
 class EarlyStop:
     """Keras/Lightning EarlyStopping on `metric`; a NaN never counts as an improvement."""
 
-
     def __init__(self, cfg: EarlyStopConfig):
         self.cfg = cfg
         self.best: float | None = None

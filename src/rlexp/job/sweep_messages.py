@@ -26,8 +26,7 @@ SWEEP_RELAY_ENV = "RLEXP_SWEEP_RELAY"
 SWEEP_TERMINAL_ENV = "RLEXP_SWEEP_TERMINAL"
 
 
-def job_label(index: int, size: int | None, overrides: Sequence[str],
-              keys: Sequence[str]) -> str:
+def job_label(index: int, size: int | None, overrides: Sequence[str], keys: Sequence[str]) -> str:
     """'[3/8 β=0.04 G=4]': the job's number of the sweep's `size` and its swept values."""
     from rlexp.config.naming import label, override_values
 

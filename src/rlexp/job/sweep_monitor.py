@@ -42,7 +42,6 @@ def short_duration(seconds: float) -> str:
 class SweepMonitor:
     """A joblib sweep from its jobs' event files; lives across the launcher's (Optuna's) batches."""
 
-
     POLL_S = 0.2
 
     def __init__(self, relay: Path, size: int, workers: int, stream: Any = None,

@@ -207,8 +207,7 @@ def _own_searchpath(config_name: str, schema: bool = False) -> list[str] | None:
 
 
 @contextlib.contextmanager
-def search_path_context(args: Any,
-                        config_name: str) -> Iterator[Callable[[list[str]], list[str]]]:
+def search_path_context(args: Any, config_name: str) -> Iterator[Callable[[list[str]], list[str]]]:
     """Hydra initialized with the search path `python -m rlexp` gets; yields what each
     compose's overrides go through. A primary config (-cn) only the --config-dir holds makes
     that dir the primary one, the packaged dir first in `hydra.searchpath`."""
@@ -366,4 +365,3 @@ def before_launch(pre: Preflight) -> None:
             for j, s in zip(pre.jobs, shares)}
     if len(envs) == 1:  # a sweep's launching process: each job checks its own launch
         setup_platform(pre.jobs[0].hardware, job=not pre.multirun, vllm_share=shares[0])
-

@@ -56,8 +56,7 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     return (f"{extra} ({base})" if extra and base else extra or base) or "rlexp"
 
 
-def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None,
-                       fallback: str) -> str:
+def sweep_display_name(overrides: Iterable[str], swept: Iterable[str] | None, fallback: str) -> str:
     """The sweep's parent run name: 'sweep optuna: beta,epsilon' (sweep files, swept leaves)."""
     files = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("sweep=")]
     keys = [k.lstrip("+~").rsplit(".", 1)[-1] for k in swept or []]

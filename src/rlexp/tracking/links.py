@@ -64,8 +64,7 @@ def uri_option(uri: str) -> str:
     return "" if uri == store.resolve_uri(None) else f" --uri {redact_uri(uri)}"
 
 
-def run_link(uri: str, experiment_id: str | None, run_id: str | None,
-             hint: bool = True) -> str:
+def run_link(uri: str, experiment_id: str | None, run_id: str | None, hint: bool = True) -> str:
     """The run's UI page if a server is known, else 'run <id> in <store>' and how to see it."""
     if run_id is None:
         return f"not created yet (store {redact_uri(uri)} unreachable; records are spooled)"

@@ -26,7 +26,6 @@ class SamplingKeys:
     """fold_in(base, n) for the n-th sampler call since `reset(base)`: Tunix 0.1.7 reuses one key
     and donates it, so a key per step repeats noise and crashes on micro-batch 2."""
 
-
     def __init__(self) -> None:
         self.reset(None)
 

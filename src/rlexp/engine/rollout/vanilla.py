@@ -66,7 +66,6 @@ class MemoizedEncoding(TokenizerAdapter):
 class Rollout(VanillaRollout):
     """Tunix's VanillaRollout taking the next of `keys` each call, old log-probs at temperature."""
 
-
     def __init__(self, rollout_actor: Any, tokenizer: TokenizerAdapter, mesh: Any,
                  rollout_config: base_rollout.RolloutConfig, keys: SamplingKeys,
                  temperature: float):

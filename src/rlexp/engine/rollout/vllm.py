@@ -41,8 +41,6 @@ class VllmBackend(RolloutBackend):
 
     def rollout_fields(self, temperature: float | None = None) -> dict[str, Any]:
         """Tunix's RolloutConfig kwargs; vLLM starts from the policy's weights (random init ok)."""
-
-
         r = self.cfg.rollout
         check_cpu_head_size(self.cfg)
         return {

@@ -40,7 +40,6 @@ def row_seeds(seed: int, rows: int) -> list[int]:
 class RowSeeds:
     """vLLM's LLM whose `generate` gives each prompt its own seed (row_seeds of the call's)."""
 
-
     def __init__(self, llm: Any):
         self.llm = llm
 
