@@ -43,6 +43,13 @@ class Seed:
 
 
 _RL = "rl.yml"  # src/MaxText/configs/rl.yml at a4de80cc5
+# The gold answer: MaxText's extract_hash_answer (utils_rl.py:175-179 at a4de80cc5, the same
+# function in the other MaxText seeds) keeps the text after '####' as written.
+_GOLD_COMMA = Substitute(
+    "dataset.extractor", "gsm8k", "the text after '####' as written: `1,375`",
+    "rlexp's loader makes the gold `1375` (thousands commas dropped); in MaxText a correct `1375` "
+    "against `1,375` fails float() in check_answer and scores -0.5 (79 of GSM8K's 7,473 train "
+    "rows and 14 of its 1,319 test rows carry a comma)")
 SEED_000 = Seed(
     ("maxtext_llama3.1-8b_grpo", "maxtext_llama3.1-8b_gspo"),
     "MaxText: Reinforcement Learning on single-host TPUs (Llama3.1-8B-IT, GSM8K, GRPO and GSPO)",
@@ -93,6 +100,7 @@ SEED_000 = Seed(
                    "Hugging Face hub; rlexp has no TFDS loader"),
         Substitute("eval.temperature", 0.7, "greedy only (rl.yml:112)", "rlexp scores "
                    "accuracy on greedy completions too, and samples k more for pass@k/maj@k"),
+        _GOLD_COMMA,
     ),
 )
 
@@ -140,6 +148,7 @@ SEED_001 = Seed(
     (
         Substitute("dataset.hub", "openai/gsm8k", "TFDS 'gsm8k'", "the same rows from the "
                    "Hugging Face hub; rlexp has no TFDS loader"),
+        _GOLD_COMMA,
     ),
 )
 
@@ -173,6 +182,7 @@ SEED_002 = Seed(
         Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),
         Substitute("hardware.name", "v6e-8", "no slice named", "8 chips, as grpo.yml's "
                    "ici_fsdp_parallelism 8 for Llama3.1-8B"),
+        _GOLD_COMMA,
     ),
 )
 SEED_002_CUSTOM = Seed(
@@ -220,6 +230,7 @@ SEED_002_70B = Seed(
     ),
     (
         Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),
+        _GOLD_COMMA,
         Substitute("rollout.micro_batch_size", None, "32 prompts a sampler call (2 x 16 "
                    "devices), the surplus buffered for the next step", "rlexp samples each "
                    "step's own 16 prompts: a call holds at most one mini-batch"),
@@ -255,6 +266,7 @@ SEED_003 = Seed(
     ),
     (
         Substitute("reward", "maxtext", "dummy_reward_len", _DUMMY),
+        _GOLD_COMMA,
         Substitute("rollout.micro_batch_size", None, "512 prompts a sampler call (8 x 64 "
                    "devices), the surplus buffered for later steps", "rlexp samples each "
                    "step's own 64 prompts: a call holds at most one mini-batch"),

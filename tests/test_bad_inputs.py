@@ -39,6 +39,14 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     (["train.seed=-1"], ["train.seed=-1 is invalid: must be in [0, 4294967295]"]),
     (["rollout.top_p=0"], ["rollout.top_p=0.0 is invalid: must be in (0, 1]"]),
     (["reward.functions.0.weight=inf"], ["reward.functions.0.weight=inf is invalid"]),
+    # Algorithm values that leave a loss no tokens or no signal.
+    (["algo.top_entropy_quantile=0"],
+     ["algo.top_entropy_quantile=0.0 is invalid: must be in (0, 1]"]),
+    (["algo=clip_cov", "algo.clip_cov_lb=5", "algo.clip_cov_ub=1"],
+     ["algo.clip_cov_lb=5.0 is invalid: must be below algo.clip_cov_ub (1.0)"]),
+    (["algo=cispo", "algo.delta=2"], ["algo.delta=2.0 is invalid", "ppo_clip or luspo"]),
+    (["algo.rollout_correction=token_mask", "algo.rollout_correction_clip_max=0.5"],
+     ["algo.rollout_correction_clip_max=0.5 is invalid: must leave 1 within the bounds"]),
     # Values that are not one of the choices.
     (["model.dtype=float16"], ["model.dtype='float16'", "valid choices are float32, bfloat16"]),
     (["train.remat=partial"], ["train.remat='partial'", "none, full, dots_saveable"]),

@@ -48,7 +48,7 @@ def test_cli_override_values_reach_the_dataclass(compose_config):
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    (["algo=ppo"], "valid choices are: cispo, clip_cov, dapo, dr_grpo, gmpo, grpo, gspo"),
+    (["algo=ppo"], "valid choices are: cispo, clip_cov, dapo, dr_grpo, dro, gmpo, grpo, gspo"),
     (["+algo.clip_epsilon=0.3"], "algo.clip_epsilon is not a config key"),
     (["algo.clip=0.3"], "algo.clip is not a config key"),
     (["+foo=1"], "foo is not a config key"),
@@ -119,7 +119,8 @@ def test_help_lists_groups(tmp_path):
     profiles = ", ".join(sorted(p.stem for p in (conf_dir() / "hardware").glob("*.yaml")))
     assert {"cpu", "gpu", "v4-64", "v5p-8", "v5p-64", "v5p-128", "v5p-256", "v6e-8"} <= \
         set(profiles.split(", "))
-    for line in ("algo: cispo, clip_cov, dapo, dr_grpo, gmpo, grpo, gspo, kl_cov", f"hardware: {profiles}"):
+    for line in ("algo: cispo, clip_cov, dapo, dr_grpo, dro, gmpo, grpo, gspo, kl_cov",
+                 f"hardware: {profiles}"):
         assert line in proc.stdout
 
 

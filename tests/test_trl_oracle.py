@@ -16,6 +16,13 @@ high-entropy mask (entropy_coef, top_entropy_quantile) 20 cases over five losses
 per-token entropies whose gradient is compared too. One convention differs by design: rlexp's
 CISPO bounds the weight by 1 + epsilon_high like every other rlexp clip (verl's form), TRL by
 epsilon_high itself, so TRL gets 1 + epsilon_high; rlexp's epsilon 1.0 = TRL's no lower bound.
+
+Per-token weights on sequence-level losses (GSPO, LUSPO, and SAPO, CISPO, DAPO with the
+sequence ratio): the high-entropy mask (12 cases, with the TRL losses above) and the token-level
+rollout corrections (10 cases, TRL's own weights code, tests/trl_oracle.py --correction), where
+TRL's row ratio spreads each row's gradient over all its tokens. TRL 1.16's last options
+(use_bias_correction_kl, delta, off_policy_mask_threshold) run 12 cases, 2 of them with sampler
+log-probs.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import pytest
 from conftest import require
 from rlexp.algo.advantages import group_advantages
 from rlexp.config.schema import AlgoConfig
-from trl_oracle import trl_available, trl_losses
+from trl_oracle import trl_available, trl_losses, trl_rollout_corrections
 
 from rlexp.engine import algo_registry as registry  # noqa: E402  (a broken import fails here, never skips)
 from tunix.rl.grpo.grpo_learner import TrainExample  # noqa: E402
@@ -83,6 +90,37 @@ ENTROPY_LOSSES = {"grpo": ALGOS["grpo"][0] | dict(loss="ppo_clip"),
                   "vespo": FAMILIES["vespo"][0]}
 ENTROPY_CASES = [(name, coef, q) for name in ENTROPY_LOSSES
                  for coef, q in ((0.01, 1.0), (0.0, 0.2), (0.01, 0.5), (-0.02, 0.8))]
+# Sequence-level losses, the per-token weights of item "GSPO under token weights".
+SEQUENCE_LOSSES = {"gspo": ALGOS["gspo"][0], "luspo": FAMILIES["luspo"][1],
+                   "sapo_seq": FAMILIES["sapo"][0] | dict(ratio_level="sequence"),
+                   "cispo_seq": FAMILIES["cispo"][0] | dict(ratio_level="sequence"),
+                   "dapo_seq": ALGOS["dapo"][0] | dict(ratio_level="sequence")}
+ENTROPY_LOSSES |= SEQUENCE_LOSSES
+ENTROPY_CASES += [(name, coef, q) for name in SEQUENCE_LOSSES for coef, q in ((0.0, 0.2),
+                                                                            (0.01, 0.5))]
+# (name, mode, clip_min, clip_max, TRL 1.16 options): token-level corrections on the sequence
+# losses, and the options with sampler log-probs (off_policy_mask_threshold reads them).
+WEIGHT_CASES = [(name, mode, 0.5, 2.0, {}) for name in SEQUENCE_LOSSES
+                for mode in ("token_truncate", "token_mask")] + [
+    ("gspo", "token_truncate", None, 3.0, dict(off_policy_mask_threshold=0.05)),
+    ("dapo", "sequence_mask", 0.2, 5.0, dict(off_policy_mask_threshold=0.05, delta=1.3))]
+# TRL 1.16's options: (name, options, beta), name in OPTION_LOSSES.
+OPTION_LOSSES = {n: ALGOS[n][0] for n in ("grpo", "gspo", "gspo_eps0.2", "dapo")} | {
+    n: FAMILIES[n][-1] for n in ("luspo", "cispo", "sapo", "vespo")}
+OPTION_CASES = [
+    ("grpo", dict(use_bias_correction_kl=True), 0.04),
+    ("gspo_eps0.2", dict(use_bias_correction_kl=True), 0.04),
+    ("dapo", dict(use_bias_correction_kl=True), 0.04),
+    ("grpo", dict(delta=1.3), 0.0),
+    ("dapo", dict(delta=1.3), 0.04),
+    ("gspo_eps0.2", dict(delta=1.3), 0.0),
+    ("luspo", dict(delta=1.05), 0.0),
+    ("grpo", dict(off_policy_mask_threshold=0.1), 0.0),
+    ("dapo", dict(off_policy_mask_threshold=0.1), 0.04),
+    ("cispo", dict(off_policy_mask_threshold=0.1, use_bias_correction_kl=True), 0.04),
+    ("sapo", dict(off_policy_mask_threshold=0.1), 0.0),
+    ("vespo", dict(off_policy_mask_threshold=0.1, use_bias_correction_kl=True), 0.04),
+]
 # TRL's loss_type and importance_sampling_level of an rlexp setting.
 TRL_LOSS = {"cispo": "cispo", "sapo": "sapo", "luspo": "luspo", "vespo": "vespo"}
 
@@ -102,17 +140,22 @@ def inputs() -> dict[str, np.ndarray]:
     ref = (logp + rng.normal(0, 0.3, (B, BUDGET))).astype(np.float32)
     rewards = np.array([1.0, 0.0, 0.5, 1.0, 0.0, 0.0, 1.0, 0.5], np.float32)
     entropy = rng.uniform(0.05, 2.5, (B, BUDGET)).astype(np.float32)
+    sampler = (old + rng.normal(0, 0.6, (B, BUDGET))).astype(np.float32)
     return dict(logp=logp * mask, old_logp=old * mask, ref_logp=ref * mask, mask=mask,
                 completion_ids=ids.astype(np.int64), rewards=rewards,
-                eos=np.array(EOS), pad=np.array(PAD), entropy=entropy * mask)
+                eos=np.array(EOS), pad=np.array(PAD), entropy=entropy * mask,
+                sampler=sampler * mask, advantages=group_advantages(rewards, G, eps=1e-4))
 
 
 def wide(x: np.ndarray) -> jnp.ndarray:
     return jnp.asarray(np.pad(x, ((0, 0), (0, WIDE - BUDGET))))
 
 
-def rlexp_loss(data, name, scale, truncate, beta, algo=None, entropy=False):
+def rlexp_loss(data, name, scale, truncate, beta, algo=None, entropy=False, sampler=False):
+    """rlexp's loss, gradient, advantages and aux; `sampler`: with data["sampler"] as the
+    sampler's log-probs (algo's rollout_correction weights them)."""
     algo = ALGOS[name][0] if algo is None else algo
+    name = name.removesuffix("_seq")
     settings = registry.algo_settings(
         AlgoConfig(name="gspo" if name.startswith("gspo") else name, num_generations=G,
                    num_iterations=2, beta=beta, kl_estimator="k3", scale_rewards=scale,
@@ -124,6 +167,8 @@ def rlexp_loss(data, name, scale, truncate, beta, algo=None, entropy=False):
                       completion_mask=wide(data["mask"]), advantages=jnp.asarray(adv),
                       ref_per_token_logps=wide(data["ref_logp"]),
                       old_per_token_logps=wide(data["old_logp"]))
+    if sampler:
+        ex = registry.with_sampler_logps(ex, wide(data["sampler"]))
 
     if entropy:
         def f(lp, ent):
@@ -170,8 +215,35 @@ def trl_results():
               for n, v, scale, truncate, beta in FAMILY_CASES]
     entropy = [trl_case(ENTROPY_LOSSES[n], "group", False, 0.0, entropy_coef=coef,
                         top_entropy_quantile=q) for n, coef, q in ENTROPY_CASES]
-    keys = CASES + FAMILY_CASES + ENTROPY_CASES
-    return data, dict(zip(keys, trl_losses(data, cases + family + entropy)))
+    options = [trl_case(OPTION_LOSSES[n], "group", False, beta, **o) for n, o, beta in OPTION_CASES]
+    keys = CASES + FAMILY_CASES + ENTROPY_CASES + [option_key(c) for c in OPTION_CASES]
+    return data, dict(zip(keys, trl_losses(data, cases + family + entropy + options)))
+
+
+def option_key(case) -> tuple:
+    name, options, beta = case
+    return (name, tuple(sorted(options.items())), beta)
+
+
+def weight_settings(case) -> dict:
+    name, mode, lo, hi, options = case
+    return (SEQUENCE_LOSSES | OPTION_LOSSES)[name] | options | dict(
+        rollout_correction=mode, rollout_correction_clip_min=lo, rollout_correction_clip_max=hi)
+
+
+@pytest.fixture(scope="module")
+def trl_weighted():
+    require(trl_available(), "trl and torch are not installed in the torch directory",
+            "bash scripts/setup --test")
+    data = inputs()
+    cases = [trl_case((SEQUENCE_LOSSES | OPTION_LOSSES)[name], "group", False, 0.0, mode=mode,
+                      clip_min=lo, clip_max=hi, mask="mask", sampler="sampler", **options)
+             for name, mode, lo, hi, options in WEIGHT_CASES]
+    return data, dict(zip(map(weight_key, WEIGHT_CASES), trl_rollout_corrections(data, cases)))
+
+
+def weight_key(case) -> tuple:
+    return case[:4] + (tuple(sorted(case[4].items())),)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
@@ -230,7 +302,7 @@ def test_entropy_bonus_and_high_entropy_mask_equal_trls(trl_results, case):
     np.testing.assert_allclose(grad[:, :BUDGET], want["grad"], rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(grad_ent[:, :BUDGET], want["grad_entropy"], rtol=1e-5, atol=1e-8)
     assert np.all(grad_ent[:, BUDGET:] == 0)
-    if q < 1.0:  # the mask keeps some tokens and drops others
+    if q < 1.0 and name not in SEQUENCE_LOSSES:  # the mask keeps some tokens, drops others
         kept = np.abs(want["grad"]) > 0
         assert 0 < kept.sum() < data["mask"].sum()
     if coef:
@@ -242,3 +314,31 @@ def test_the_newer_losses_clip_or_gate_off_policy():
     data = inputs()
     _, _, _, aux = rlexp_loss(data, "cispo", "group", False, 0.0, FAMILIES["cispo"][0])
     assert 0 < float(aux["clip_fraction"]) < 1
+
+
+@pytest.mark.parametrize("case", WEIGHT_CASES, ids=lambda c: "-".join(map(str, c[:4] + (
+    "-".join(c[4]),))))
+def test_token_weights_on_sequence_losses_equal_trls(trl_weighted, case):
+    """A token-level weight times TRL's row ratio: each row's gradient on all its tokens."""
+    data, results = trl_weighted
+    want = results[weight_key(case)]
+    loss, grad, _, _ = rlexp_loss(data, case[0], "group", False, 0.0, weight_settings(case),
+                                  sampler=True)
+    np.testing.assert_allclose(loss, want["loss"], rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(grad[:, :BUDGET], want["grad"], rtol=1e-5, atol=1e-8)
+    assert np.abs(want["grad"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("case", OPTION_CASES, ids=lambda c: "-".join(map(str, (
+    c[0], *c[1], c[2]))))
+def test_trls_last_options_equal_trls(trl_results, case):
+    """use_bias_correction_kl, delta, off_policy_mask_threshold; each changes the gradient."""
+    data, results = trl_results
+    name, options, beta = case
+    want = results[option_key(case)]
+    algo = OPTION_LOSSES[name]
+    loss, grad, _, _ = rlexp_loss(data, name, "group", False, beta, algo | options)
+    np.testing.assert_allclose(loss, want["loss"], rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(grad[:, :BUDGET], want["grad"], rtol=1e-5, atol=1e-8)
+    _, plain, _, _ = rlexp_loss(data, name, "group", False, beta, algo)
+    assert np.abs(plain - grad).max() > 1e-4

@@ -125,6 +125,10 @@ RULE_CASES: dict[str, tuple[Callable[[Config], None], str]] = {
              algo__rollout_correction_clip_max=1.5),
         "algo.rollout_correction_clip_min=2.0 is invalid: must be below "
         "algo.rollout_correction_clip_max (1.5)"),
+    "loss_knobs_act": (
+        _set(algo__loss="sapo", algo__delta=2.0),
+        "algo.delta=2.0 is invalid: caps the ratio of algo.loss=ppo_clip or luspo only (TRL's "
+        "clipped losses); algo.loss=sapo: leave it null"),
     "profile_steps_pair": (
         _set(run__profile_steps=[3, 2]),
         "run.profile_steps=[3, 2] is invalid: must be [] or [first, last] with first <= last "
@@ -252,8 +256,8 @@ def _refuses(check: Callable[[Config], Any], cfg: Config) -> bool:
 
 @pytest.mark.parametrize("key,value,message", [
     ("algo.ratio_level", "word",
-     "algo.ratio_level='word' is invalid: valid choices are token, sequence, null (the "
-     "algorithm's own)"),
+     "algo.ratio_level='word' is invalid: valid choices are token, sequence, sequence_token, "
+     "null (the algorithm's own)"),
     ("dataset.extractor", "last",
      "dataset.extractor='last' is invalid: valid choices are none, gsm8k, boxed, regex, or a "
      "dotted path to fn(text)"),

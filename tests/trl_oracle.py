@@ -9,8 +9,9 @@ The trainer is `object.__new__(GRPOTrainer)` with the attributes `_compute_loss`
 as GRPOTrainer.__init__ sets them from a real `GRPOConfig`; the model's forward pass is
 replaced by the given per-token log-probs and entropies (leaf tensors, whose gradients are
 returned). Optional case keys: entropy_coef and top_entropy_quantile (TRL's entropy bonus and
-high-entropy mask), sapo_temperature_pos/_neg and vespo_k_pos/_lambda_pos/_k_neg/_lambda_neg
-(TRL's defaults when absent).
+high-entropy mask), sapo_temperature_pos/_neg and vespo_k_pos/_lambda_pos/_k_neg/_lambda_neg,
+use_bias_correction_kl, delta and off_policy_mask_threshold (off, as rlexp's defaults, when
+absent; TRL's own use_bias_correction_kl default is on).
 Advantages, the truncation mask and `num_items_in_batch` are computed as
 GRPOTrainer._generate_and_score_completions computes them (trl/trainer/grpo_trainer.py,
 1.16.0, "sum_then_normalize" and "mask_truncated_completions"), with trl's own nanstd.
@@ -149,7 +150,8 @@ def _main_correction(src: str, out: str) -> None:
         sampler = torch.tensor(data[case["sampler"]])
         logp = logp0.clone().requires_grad_(True)
         trainer = object.__new__(GRPOTrainer)
-        args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1,
+        args = SimpleNamespace(use_bias_correction_kl=case.get("use_bias_correction_kl", False),
+                               delta=case.get("delta"), steps_per_generation=1,
                                sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
                                vespo_k_pos=2.0, vespo_lambda_pos=3.0, vespo_k_neg=3.0,
                                vespo_lambda_neg=2.0)
@@ -159,7 +161,8 @@ def _main_correction(src: str, out: str) -> None:
             importance_sampling_level=case["importance_sampling_level"],
             epsilon_low=case["epsilon"], epsilon_high=case["epsilon_high"], beta=case["beta"],
             max_completion_length=case["max_completion_length"], top_entropy_quantile=1.0,
-            aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=True,
+            aux_loss_enabled=False, use_vllm=True,
+            off_policy_mask_threshold=case.get("off_policy_mask_threshold"),
             vllm_importance_sampling_correction=True,
             vllm_importance_sampling_mode=case["mode"],
             vllm_importance_sampling_clip_min=case["clip_min"],
@@ -240,7 +243,8 @@ def _main(src: str, out: str) -> None:
         num_items_in_batch = mask.sum()
 
         trainer = object.__new__(GRPOTrainer)
-        args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1,
+        args = SimpleNamespace(use_bias_correction_kl=case.get("use_bias_correction_kl", False),
+                               delta=case.get("delta"), steps_per_generation=1,
                                sapo_temperature_pos=case.get("sapo_temperature_pos", 1.0),
                                sapo_temperature_neg=case.get("sapo_temperature_neg", 1.05),
                                vespo_k_pos=case.get("vespo_k_pos", 2.0),
@@ -256,7 +260,8 @@ def _main(src: str, out: str) -> None:
             epsilon_low=case["epsilon"], epsilon_high=case["epsilon_high"], beta=case["beta"],
             max_completion_length=case["max_completion_length"],
             top_entropy_quantile=case.get("top_entropy_quantile", 1.0),
-            aux_loss_enabled=False, off_policy_mask_threshold=None, use_vllm=False,
+            aux_loss_enabled=False, use_vllm=False,
+            off_policy_mask_threshold=case.get("off_policy_mask_threshold"),
             vllm_importance_sampling_correction=False,
             _entropy_bonus_enabled=entropy_coef != 0.0, entropy_coef=entropy_coef,
             use_adaptive_entropy=False,

@@ -11,6 +11,7 @@ The functions are verl's registered ones, called as verl's actor calls them
 config)`, `get_adv_estimator_fn(name)(token_level_rewards, response_mask, index, config=...)`);
 the config is a namespace holding only the fields those functions read, with verl's names
 (clip_ratio*, policy_loss.clip_cov_*, policy_loss.kl_cov_ratio, policy_loss.ppo_kl_coef,
+policy_loss.dro_beta,
 global_batch_info; gamma for REINFORCE++). Log-probs are a leaf tensor whose gradient is
 returned.
 
@@ -54,7 +55,7 @@ def _run(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[str, np.
 
 def verl_losses(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[str, np.ndarray]]:
     """arrays: logp, old_logp, mask [B, T], and per case `advantages` key naming an array
-    [B]. Each case: loss_mode (geo_mean | clip_cov | kl_cov), advantages, loss_agg_mode,
+    [B]. Each case: loss_mode (geo_mean | clip_cov | kl_cov | dro), advantages, loss_agg_mode,
     clip_ratio_low, clip_ratio_high, and the mode's own knobs. Returns loss and grad."""
     return _run(arrays, [dict(c, kind="loss") for c in cases])
 
@@ -87,7 +88,8 @@ def _main(src: str, out: str) -> None:
             logp = torch.tensor(data["logp"]).requires_grad_(True)
             old = torch.tensor(data["old_logp"])
             policy = SimpleNamespace(**{k: case.get(k) for k in (
-                "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")})
+                "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef",
+                "dro_beta")})
             config = SimpleNamespace(clip_ratio=case["clip_ratio_low"],
                                      clip_ratio_low=case["clip_ratio_low"],
                                      clip_ratio_high=case["clip_ratio_high"],

@@ -8,13 +8,14 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 # Reductions of per-token losses over the completion mask (rlexp.algo.losses.aggregate).
 LOSS_AGGREGATIONS = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum",
                      "sequence-mean-token-scale")
-# Importance-ratio levels: per token (GRPO) or per sequence (GSPO-token).
-RATIO_LEVELS = ("token", "sequence")
+# Importance-ratio levels: per token (GRPO), per sequence (GSPO, TRL's form) or per sequence in
+# the GSPO paper's token form (rlexp.algo.losses.importance_log_ratio).
+RATIO_LEVELS = ("token", "sequence", "sequence_token")
 # Advantage std scalings (TRL's scale_rewards, rlexp.algo.advantages).
 REWARD_SCALES = ("group", "batch", "none")
 # Policy-loss families (rlexp.algo.losses.per_token_loss; algo.loss): the clipped PPO/GRPO
-# surrogate, CISPO, SAPO, GMPO, LUSPO, VESPO, Clip-Cov and KL-Cov.
-LOSSES = ("ppo_clip", "cispo", "sapo", "gmpo", "luspo", "vespo", "clip_cov", "kl_cov")
+# surrogate, CISPO, SAPO, GMPO, LUSPO, VESPO, Clip-Cov, KL-Cov and DRO.
+LOSSES = ("ppo_clip", "cispo", "sapo", "gmpo", "luspo", "vespo", "clip_cov", "kl_cov", "dro")
 # Advantage estimators (rlexp.algo.advantages; algo.advantage): group mean/std (GRPO),
 # leave-one-out (RLOO), REINFORCE++ and REINFORCE++-baseline (token-level batch whitening).
 ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")

@@ -1,9 +1,14 @@
 """Clipped policy-gradient losses of GRPO (token-level ratio) and GSPO (sequence-level ratio).
 
-GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t). GSPO-token (arXiv:2507.18071 eq. 13, Tunix's
-"gspo-token"): s = exp(mean_t log r_t), ratio sg(s) pi(y_t) / sg(pi(y_t)): value s, gradient of
-log pi(y_t), so clipping acts on whole sequences. loss_t = max(-A r_t, -A clip(r_t, 1 - eps_low,
-1 + eps_high)) over the mask, plus beta * KL(pi || pi_ref); on-policy (r = 1) the two coincide.
+GRPO (Shao et al. 2024): r_t = pi(y_t)/pi_old(y_t). GSPO (arXiv:2507.18071): one ratio per row,
+s = exp(mean_t log r_t), on every token of the row, differentiated through the mean (TRL 1.16
+importance_sampling_level="sequence"): a per-token weight w_t (entropy mask, token-level rollout
+correction) then spreads the row's gradient sum_t w_t ds over all its tokens. ratio_level
+"sequence_token" is the paper's GSPO-token form (its eq. 13, Tunix's "gspo-token"),
+sg(s) pi(y_t) / sg(pi(y_t)): the same value, each token its own gradient, so w_t keeps it on the
+weighted tokens; the two agree when every token of a row weighs the same. loss_t = max(-A r_t,
+-A clip(r_t, 1 - eps_low, 1 + eps_high)) over the mask, plus beta * KL(pi || pi_ref); `delta`
+caps the unclipped r_t from above too (TRL delta, INTELLECT-2's two-sided clip).
 
 DAPO (arXiv:2503.14476) and Dr.GRPO (arXiv:2503.20783) are settings of the same loss. Dynamic
 sampling drops groups whose advantages are all 0 from the mask; `mask_truncated` drops
@@ -38,8 +43,16 @@ Loss families (algo.loss; per_token_loss):
             first (verl picks among them at random) (Cui et al. 2025, arXiv:2505.22617)
   kl_cov    -A r plus ppo_kl_coef |log r| on the top max(1, kl_cov_ratio x tokens) tokens by
             that covariance, no clipping (same paper)
+  dro       -(A log pi - dro_beta / 2 (log r)^2): REINFORCE with a quadratic proximal penalty
+            instead of a clip (verl 0.9.1 loss_mode "dro")
+Clip-Cov and KL-Cov pick exactly k = max(1, int(ratio x tokens)) tokens (Clip-Cov: at most its
+candidates), k in float64 as verl's Python computes it; among equal covariances the earlier
+token (row-major) first.
 Rollout correction weights (rlexp.algo.rollout_correction) multiply the per-token policy loss
 after the entropy mask, before aggregation, not the KL term (TRL 1.16's _compute_loss).
+TRL 1.16's two DeepSeek-V3.2 options (arXiv:2512.02556): `off_policy_mask_threshold` drops
+from the policy term rows with A < 0 whose mean log(pi_sampler / pi) exceeds it (pi_old when
+there are no sampler log-probs); `use_bias_correction_kl` multiplies the KL term by the ratio.
 Entropy (TRL's names): `top_entropy_quantile` < 1 keeps in the policy term only tokens whose
 entropy is at least the (1 - q) quantile of the batch's (Wang et al. 2025,
 arXiv:2506.01939); `entropy_coef` subtracts coef x the mean entropy of those tokens.
@@ -51,6 +64,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlexp.algo.choices import LOSS_AGGREGATIONS, LOSSES, RATIO_LEVELS
 from rlexp.algo.kl import kl_estimate
@@ -101,14 +115,17 @@ def aggregate(per_token: jnp.ndarray, mask: jnp.ndarray, mode: str, budget: int 
 
 def importance_log_ratio(logp: jnp.ndarray, old_logp: jnp.ndarray, mask: jnp.ndarray,
                          level: str) -> jnp.ndarray:
-    """log r_t per token: token-level (GRPO) or sequence-level GSPO-token form."""
+    """log r_t per token: token-level (GRPO), or the row's mean (GSPO as TRL differentiates it;
+    sequence_token: the paper's eq. 13 form), see the module docstring."""
     log_r = jnp.clip(logp - old_logp, -MAX_LOG_RATIO, MAX_LOG_RATIO)
     if level == "token":
         return log_r
+    m = mask.astype(jnp.float32)
+    seq = ((log_r * m).sum(axis=-1) / jnp.maximum(m.sum(axis=-1), 1.0))[:, None]
     if level == "sequence":
-        m = mask.astype(jnp.float32)
-        seq = (log_r * m).sum(axis=-1) / jnp.maximum(m.sum(axis=-1), 1.0)
-        return logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq)[:, None]
+        return jnp.broadcast_to(seq, logp.shape)
+    if level == "sequence_token":
+        return logp - jax.lax.stop_gradient(logp) + jax.lax.stop_gradient(seq)
     raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
 
 
@@ -160,12 +177,22 @@ def high_entropy_mask(entropy: jnp.ndarray, mask: jnp.ndarray, keep: float) -> j
     return ((e * mask >= threshold) & (mask > 0)).astype(jnp.float32)
 
 
+def share_count(share: float, n: jnp.ndarray, most: int) -> jnp.ndarray:
+    """max(1, int(share x n)) for a traced count n in [0, most], as verl's Python computes it
+    (float64: 0.29 x 100 is 28, float32 makes it 29). The n at which the count steps up are
+    found here in NumPy's float64 and searched on the device."""
+    counts = np.floor(share * np.arange(most + 1))
+    steps = np.searchsorted(counts, np.arange(1, counts[-1] + 1))
+    return jnp.maximum(jnp.searchsorted(jnp.asarray(steps, jnp.int32), n, side="right"), 1)
+
+
 def _top_tokens(score: jnp.ndarray, eligible: jnp.ndarray, k: jnp.ndarray) -> jnp.ndarray:
-    """1.0 on the k eligible tokens of largest score (jit-friendly: k may be traced)."""
+    """1.0 on exactly min(k, eligible) eligible tokens: the largest scores, ties to the earlier
+    token in row-major order (a stable sort; jit-friendly: k may be traced)."""
     flat = jnp.where(eligible, score, -jnp.inf).reshape(-1)
-    order = jnp.sort(flat)[::-1]
-    kth = order[jnp.clip(k - 1, 0, flat.size - 1)]
-    return (eligible & (score >= kth) & (k > 0)).astype(jnp.float32)
+    order = jnp.argsort(-flat, stable=True)
+    rank = jnp.zeros(flat.size, jnp.int32).at[order].set(jnp.arange(flat.size, dtype=jnp.int32))
+    return ((rank.reshape(score.shape) < k) & eligible).astype(jnp.float32)
 
 
 def _covariance(adv: jnp.ndarray, logp: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
@@ -185,12 +212,13 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
     lo, hi = 1.0 - s.epsilon, 1.0 + s.epsilon_high
     m = mask.astype(jnp.float32)
     if s.loss in ("ppo_clip", "luspo", "clip_cov"):
-        unclipped, clipped = -adv * ratio, -adv * jnp.clip(ratio, lo, hi)
+        capped = ratio if s.delta is None else jnp.minimum(ratio, s.delta)
+        unclipped, clipped = -adv * capped, -adv * jnp.clip(ratio, lo, hi)
         loss, was_clipped = jnp.maximum(unclipped, clipped), (clipped > unclipped)
         if s.loss == "clip_cov":
             cov = _covariance(adv, logp, m)
             eligible = (m > 0) & ~was_clipped & (cov > s.clip_cov_lb) & (cov < s.clip_cov_ub)
-            k = jnp.maximum((s.clip_cov_ratio * m.sum()).astype(jnp.int32), 1)
+            k = share_count(s.clip_cov_ratio, m.sum().astype(jnp.int32), m.size)
             loss = loss * (1.0 - _top_tokens(cov, eligible, k))
         return loss, ratio, was_clipped.astype(jnp.float32)
     if s.loss == "cispo":
@@ -224,11 +252,13 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
         return -jax.lax.stop_gradient(phi) * adv * logp, ratio, jnp.zeros_like(ratio)
     if s.loss == "kl_cov":
         cov = _covariance(adv, logp, m)
-        k = jnp.maximum((s.kl_cov_ratio * m.sum()).astype(jnp.int32), 1)
-        top = _top_tokens(cov, m > 0, k)
+        top = _top_tokens(cov, m > 0, share_count(s.kl_cov_ratio, m.sum().astype(jnp.int32),
+                                                  m.size))
         # |log r| with torch's gradient at 0 (0, where jnp.abs has 1): on-policy r = 1 exactly
         abs_log_r = log_r * jnp.sign(jax.lax.stop_gradient(log_r))
         return -adv * ratio + top * s.ppo_kl_coef * abs_log_r, ratio, top
+    if s.loss == "dro":
+        return -(adv * logp - 0.5 * s.dro_beta * log_r * log_r), ratio, jnp.zeros_like(ratio)
     raise ValueError(f"unknown loss {s.loss!r}; valid: {', '.join(LOSSES)}")
 
 
@@ -236,11 +266,13 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
                 advantages: jnp.ndarray, mask: jnp.ndarray, s: AlgoConfig,
                 truncated: jnp.ndarray | None = None, budget: int | None = None,
                 divisors: Divisors | None = None, entropy: jnp.ndarray | None = None,
-                rollout_weights: jnp.ndarray | None = None
+                rollout_weights: jnp.ndarray | None = None,
+                sampler_logp: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Loss and diagnostics from log-probs [B, T], advantages [B] or [B, T]. None: `old_logp`
-    on-policy, `ref_logp` no KL, `rollout_weights` no correction; `entropy` [B, T] for
-    entropy_coef and top_entropy_quantile."""
+    on-policy, `ref_logp` no KL, `rollout_weights` no correction, `sampler_logp` (NaN where
+    unknown) pi_old for off_policy_mask_threshold; `entropy` [B, T] for entropy_coef and
+    top_entropy_quantile."""
 
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
@@ -253,6 +285,11 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
     # TRL's clip statistics: tokens whose update the clip removed, below and above.
     low = ((ratio < 1.0 - s.epsilon) & (adv < 0)).astype(jnp.float32)
     high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).astype(jnp.float32)
+    if s.off_policy_mask_threshold is not None:
+        behaviour = old if sampler_logp is None else sampler_logp.astype(jnp.float32)
+        drift = jnp.nan_to_num(behaviour - jax.lax.stop_gradient(logp), nan=0.0) * mask
+        mean_drift = drift.sum(-1, keepdims=True) / jnp.maximum(mask.sum(-1, keepdims=True), 1.0)
+        per_token = per_token * ((adv >= 0) | (mean_drift <= s.off_policy_mask_threshold))
     effective = mask
     if s.top_entropy_quantile < 1.0:
         if entropy is None:
@@ -264,8 +301,10 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
     pg = aggregate(per_token, mask, s.loss_agg, budget, divisors)
     if ref_logp is not None:
         kl_tok = kl_estimate(logp, ref_logp, s.kl_estimator)
-        kl_loss = aggregate(kl_tok, mask, s.loss_agg, budget, divisors)
         kl = masked_mean(kl_tok, mask)
+        if s.use_bias_correction_kl:
+            kl_tok = kl_tok * ratio
+        kl_loss = aggregate(kl_tok, mask, s.loss_agg, budget, divisors)
     else:
         kl_loss = kl = jnp.zeros((), jnp.float32)
     loss = pg + s.beta * kl_loss if s.beta else pg

@@ -33,7 +33,8 @@ class AlgoConfig:
     kl_estimator: str = knob("k3", choices=KL_ESTIMATORS)
     # Loss aggregation (rlexp.algo.losses; TRL grpo, dapo, dr_grpo are three of them).
     loss_agg: str = knob("sequence-mean-token-mean", choices=LOSS_AGGREGATIONS)
-    # Importance ratio per token (GRPO) or sequence (GSPO; TRL importance_sampling_level).
+    # Importance ratio per token (GRPO) or sequence (GSPO; TRL importance_sampling_level);
+    # sequence_token: the GSPO paper's eq. 13 gradient form (rlexp.algo.losses).
     ratio_level: Optional[str] = knob(None, choices=RATIO_LEVELS,
                                       null="null (the algorithm's own)")
     # Advantage std scaling (TRL scale_rewards): group | batch (one Tunix call) | none (Dr.GRPO).
@@ -62,13 +63,26 @@ class AlgoConfig:
     clip_cov_ratio: float = knob(2e-4, range="(0, 1]")
     clip_cov_lb: float = knob(1.0, range="(-inf, inf)")
     clip_cov_ub: float = knob(5.0, range="(-inf, inf)")
-    # KL-Cov: share of tokens given the |log r| penalty, its weight (verl kl_cov_ratio/ppo_kl_coef).
+    # KL-Cov: share of tokens given the |log r| penalty, its weight (verl kl_cov_ratio/ppo_kl_coef;
+    # 0.1 is verl 0.9.1's config default, 1.0 only its code's fallback).
     kl_cov_ratio: float = knob(2e-4, range="(0, 1]")
-    ppo_kl_coef: float = knob(1.0, range="[0, inf)")
+    ppo_kl_coef: float = knob(0.1, range="[0, inf)")
+    # DRO: weight of the (log r)^2 / 2 penalty (verl policy_loss.dro_beta, which must be > 0).
+    dro_beta: float = knob(0.1, range="(0, inf)")
+    # Upper cap of the unclipped ratio, two-sided clip (TRL delta, INTELLECT-2 arXiv:2505.07291;
+    # ppo_clip and luspo); None = off. At or below 1 it would stop every A > 0 gradient at r = 1.
+    delta: Optional[float] = knob(None, range="(1, inf)")
+    # Drop A < 0 rows whose mean log(pi_sampler / pi) exceeds it from the policy term (TRL
+    # off_policy_mask_threshold, DeepSeek-V3.2 arXiv:2512.02556 eq. 9); None = off.
+    off_policy_mask_threshold: Optional[float] = knob(None, range="(0, inf)")
+    # KL term x the importance ratio (TRL use_bias_correction_kl, DeepSeek-V3.2). TRL 1.16's
+    # default is true; false here keeps the GRPO paper's, Tunix's and verl's KL gradient.
+    use_bias_correction_kl: bool = False
     # Entropy bonus: loss - coef x mean token entropy (TRL entropy_coef); 0 = off, < 0 = penalty.
     entropy_coef: float = knob(0.0, range="(-inf, inf)")
-    # Policy term on the top-entropy share of tokens (arXiv:2506.01939: 0.2); 1 = every token.
-    top_entropy_quantile: float = knob(1.0, range="[0, 1]")
+    # Policy term on the top-entropy share of tokens (arXiv:2506.01939: 0.2); 1 = every token,
+    # 0 none (refused: no policy gradient).
+    top_entropy_quantile: float = knob(1.0, range="(0, 1]")
     # Trainer/sampler mismatch correction (TRL vllm_importance_sampling_mode), rollout_correction.
     rollout_correction: str = knob("none", choices=ROLLOUT_CORRECTIONS)
     # Bounds of pi_old / pi_sampler: clipped (*_truncate) or 0 outside (*_mask); None = unbounded.
