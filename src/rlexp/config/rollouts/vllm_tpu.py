@@ -20,7 +20,7 @@ class VllmTpuSpec(VllmSpec):
     def check_installed(self, cfg: Config, here: bool) -> None:
         super().check_installed(cfg, here)
         if not cfg.hardware.emulate and importlib.util.find_spec("tpu_inference") is None:
-            raise UserError("rollout=vllm on TPU needs tpu-inference, and no release installs "
-                            "beside Tunix 0.1.7: every tpu-inference from 0.11.1 to 0.32.0 pins "
-                            "qwix==0.1.1 or 0.1.2, Tunix 0.1.7 needs qwix>=0.1.6 (0.32.0 also "
-                            f"needs Python >= 3.12 and jax 0.11.2); {VANILLA}")
+            raise UserError("rollout=vllm on TPU needs tpu-inference, which pins qwix below "
+                            "Tunix 0.1.7's: install it as Tunix's TPU CI does with `bash "
+                            "scripts/tpu_stack` (Python 3.12, tpu-inference 0.32.0, jax 0.11.2) "
+                            f"and run with that Python; {VANILLA}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunix.rl.rollout import base_rollout
+
 from rlexp.base.errors import UserError
 from rlexp.engine.rollout.vllm import VllmBackend
 
@@ -15,6 +17,20 @@ from rlexp.engine.rollout.vllm import VllmBackend
 class VllmTpuBackend(VllmBackend):
     def engine(self) -> Any:
         return "vllm"
+
+    def rollout_config(self, temperature: float | None = None) -> base_rollout.RolloutConfig:
+        # The cluster builds vLLM's LLM() from this config, the first call that needs the
+        # chips; without them it fails on whatever it checks first (vllm-tpu 0.32.0 on a CPU:
+        # "LLM(data_parallel_size=8) is not supported for single-process usage"): name the TPU.
+        config = super().rollout_config(temperature)
+        from vllm.platforms import current_platform  # tpu-inference's TpuPlatform on a TPU
+
+        if not current_platform.is_tpu():
+            emulated = ", hardware.emulate=true" if self.cfg.hardware.emulate else ""
+            raise UserError(f"rollout=vllm on TPU: vLLM's LLM() needs TPU chips and tpu-inference "
+                            f"finds none here (hardware={self.cfg.hardware.name}{emulated}): run "
+                            f"on the TPU VM, or add rollout=vanilla to run it without one")
+        return config
 
     def rollout_fields(self, temperature: float | None = None) -> dict[str, Any]:
         if not self.cfg.model.path:
