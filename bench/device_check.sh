@@ -5,7 +5,10 @@
 #   2. memory plan vs measured peak, SmolLM2 at 3 RL shapes, a process each
 #      (bench/memory_calibration.py --shapes --parallel);
 #   3. rlexp vs bare Tunix, seconds per step on the same workload (bench/overhead.py);
-#   4. vanilla rollout tokens/s at 3 batch sizes (bench/accelerator.py).
+#   4. vanilla rollout tokens/s at 32, 64, 128 and 256 rows (bench/accelerator.py) against the
+#      HBM roofline (roofline(): decode bound by reading the weights and the KV cache once per
+#      token step), and the overlap of rollout and update on the CPU (bench/overlap.py --quick).
+#   (3 and 4's additions of #45, the log-prob A/B side and the roofline, not yet run on a device.)
 # 1 and 2 run at once (their figures are accuracies and memory peaks, not timings; each
 # process reads its own peak with preallocation off), then 3 and 4 alone, each timed. Each
 # part has its own time budget, cut to what is left of DEVICE_CHECK_S (555) so the summary
@@ -96,7 +99,37 @@ part() {
 FIGURES='^ *(precision|f32|bf16|s/step ratio|device:|# |rows|[0-9]+ +[0-9]+ |rollout tokens/s|steady-state|A/B|start -> first|peak RSS|.*on .*tokens/row|host seconds per step'
 FIGURES="${FIGURES}|completion tokens,|step interval|rollout \(sampler\)|reward, advantage|update\(s\)|metrics fetch|loop around)"
 
-# ---------------------------------------------------------------- the four parts
+# roofline LOG GPU: each rollout row count of bench/accelerator.py's LOG against the tokens/s
+# decode would reach if bound by HBM bandwidth, reading the weights once and each row's KV cache
+# once per token step (mean context: prompt + half the completion). Bandwidths: NVIDIA H100 SXM
+# datasheet 3.35 TB/s, H200 SXM datasheet 4.8 TB/s.
+roofline() {
+  "$PY" - "$@" <<'EOF'
+import json, sys
+sys.path.insert(0, "bench")
+from accelerator import detect_hardware
+from memory_calibration import compose
+from rlexp.planning.memory import param_count
+log, gpu = sys.argv[1], sys.argv[2]
+bw = {"h100": 3.35e12, "h200": 4.8e12}[gpu]
+cfg = compose(detect_hardware())  # the model and lengths bench/accelerator.py ran
+m, ro = cfg.model, cfg.rollout
+for line in open(log):
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    width = 2 if m.dtype == "bfloat16" else 4
+    kv = 2 * m.num_layers * m.num_kv_heads * m.head_dim * width  # K and V, bytes a token
+    step = param_count(m) * width + r["rows"] * (ro.max_prompt_length
+                                                 + ro.max_completion_length / 2) * kv
+    bound = r["rows"] * bw / step
+    print(f"rollout roofline: {r['rows']} rows {r['rollout_tokens_per_s']:.0f} tokens/s of "
+          f"{bound:.0f} (HBM bound), {r['rollout_tokens_per_s'] / bound:.1%}")
+EOF
+}
+FIGURES="$FIGURES|^rollout roofline|^(synchronous|overlapped|achieved|CPU s/step)"
+
+# ---------------------------------------------------------------- the parts
 if [ $DRY = 1 ]; then
   learn() {  # bf16 vs f32 on the tiny model: accuracy and reward before -> after
     local TINY_LEARN=(hardware=cpu model=tiny train.steps=10 tracker=none run.progress=false
@@ -119,7 +152,8 @@ EOF
   part learning 300 learn &
   N_PART=1; part memory 300 "$PY" bench/memory_calibration.py --shapes --dry --parallel &
   wait; N_PART=2
-  part overhead 240 "$PY" bench/overhead.py --steps 8 --ab-no-sampler-logprobs --no-warm -- tracker=none
+  part overhead 240 "$PY" bench/overhead.py --steps 8 --ab rollout.logprob_gap_every=1 --no-warm -- \
+    tracker=none
   part rollout 300 "$PY" bench/accelerator.py --steps 2 --warmup 1 --batch-sizes 2,4,8
 else
   if [ $HAVE_SMOLLM2 = 1 ]; then
@@ -134,18 +168,24 @@ else
     say "learning, memory: skipped (no SmolLM2 weights: carry .cache/device/smollm2-a, then -b)"
   fi
   # The default tiny run on the GPU; no MLflow on the device (tracker=none). Alone: timings.
-  # Third side: the vanilla sampler without its log-probs (their per-step cost); --trace: host
+  # Third side: the sampler's log-probs every step, as before #45 (their per-step cost: on
+  # the H100 in 2026-11 1.41x bare Tunix's step with them, 0.975x without); --trace: host
   # seconds per phase, rlexp vs bare; the warm-cache rerun is left out (17.9 s to the first
   # step on the H100 in 2026-11).
   GPU=h100; nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && GPU=h200
-  part overhead 120 "$PY" bench/overhead.py --steps 30 --trace --ab-no-sampler-logprobs --no-warm -- \
-    hardware=gpu hardware.gpu_type=$GPU tracker=none
+  part overhead 120 "$PY" bench/overhead.py --steps 30 --trace --ab rollout.logprob_gap_every=1 \
+    --no-warm -- hardware=gpu hardware.gpu_type=$GPU tracker=none
+  # 8..64 prompts x 4 generations: 32, 64, 128 and 256 rows (the H100 in 2026-11 was cut
+  # after 32: 5,811 tokens/s).
   if [ $HAVE_SMOLLM2 = 1 ]; then
-    part rollout 200 "$PY" bench/accelerator.py --steps 2 --warmup 1
+    part rollout 200 "$PY" bench/accelerator.py --steps 2 --warmup 1 --batch-sizes 8,16,32,64
+    part roofline 30 roofline "$LOGS/rlexp-device-rollout.log" "$GPU"
   else
     part rollout 200 "$PY" bench/accelerator.py --steps 2 --warmup 1 -- model=tiny
   fi
 fi
+# The overlap of sampling and update, on the CPU's emulated split (a thread beside the update).
+part overlap 150 "$PY" bench/overlap.py --quick
 
 echo
 { echo "================ summary ($(( $(date +%s) - START ))s)"; cat "$RESULTS"/*; } |

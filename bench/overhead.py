@@ -16,15 +16,18 @@ RSS <= 3 GB.
     python bench/overhead.py --repeats 3   # rlexp and bare alternate 3 times: medians
     python bench/overhead.py --repeats 3 --ab algo.beta=0
         # + a third side, rlexp with this override too, in the same alternation (A/B of a key)
-    python bench/overhead.py --repeats 3 --ab-no-sampler-logprobs
-        # + rlexp whose vanilla sampler returns no per-token log-probs (no rollout/logprob_diff)
+    python bench/overhead.py --repeats 3 --ab rollout.logprob_gap_every=1
+        # + rlexp whose sampler returns its per-token log-probs every step (as before #45)
     python bench/overhead.py --no-warm  # without the warm-cache start-up rerun
 
 Each A/B side also prints CPU seconds per step (all of the process's threads): on a shared
 host wall time counts the other jobs' load too. Measured on the 2-core CPU (default tiny run,
-tracker=none, 16 steps, 3 alternating repeats, load ~7): CPU s/step rlexp 0.6864, without the
-sampler's log-probs 0.6787 (0.989), bare Tunix 0.6599 (rlexp/bare 1.040); wall ratios of the
-same runs swung 0.86-1.13.
+tracker=none, 16 steps, 3 alternating repeats, load ~7), when the sampler returned log-probs at
+every step: CPU s/step rlexp 0.6864, without them 0.6787 (0.989), bare Tunix 0.6599 (rlexp/bare
+1.040); wall ratios of the same runs swung 0.86-1.13. They are now asked for at step 1 and every
+rollout.logprob_gap_every-th step only (rlexp.engine.rollout.RolloutBackend.logprobs_at):
+`--repeats 3 --steps 16 --no-warm -- tracker=none` (load 7-15, a step's wall ~2x its CPU time)
+gave CPU s/step rlexp 1.0574, bare Tunix 1.0824 (0.977); wall 2.2730 vs 2.1527 (1.056).
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
@@ -65,20 +68,11 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def part_rlexp(workdir: Path, overrides: list[str], sampler_logprobs: bool = True) -> dict:
+def part_rlexp(workdir: Path, overrides: list[str]) -> dict:
     import psutil
 
     from rlexp.job import experiment
     from rlexp.base.events import Listener
-
-    if not sampler_logprobs:  # the vanilla sampler returns no per-token log-probs
-        import dataclasses
-
-        from rlexp.engine.rollout.vanilla import VanillaBackend
-
-        configs = VanillaBackend.configs
-        VanillaBackend.configs = lambda b: {  # type: ignore[method-assign]
-            mode: dataclasses.replace(rc, return_logprobs=False) for mode, rc in configs(b).items()}
 
     t0 = psutil.Process().create_time()
     cfg = _compose(overrides)
@@ -253,15 +247,12 @@ def main() -> None:
     p.add_argument("--ab", action="append", default=[], metavar="KEY=VALUE",
                    help="a third side: rlexp with this override too (repeatable), alternating "
                         "with the others")
-    p.add_argument("--ab-no-sampler-logprobs", action="store_true",
-                   help="a third side: rlexp whose vanilla sampler returns no log-probs")
-    p.add_argument("--no-sampler-logprobs", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-warm", action="store_true",
                    help="skip the warm-cache rerun (its start-up figure)")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args()
     if a.part:
-        out = (part_rlexp(a.workdir, a.overrides, not a.no_sampler_logprobs) if a.part == "rlexp"
+        out = (part_rlexp(a.workdir, a.overrides) if a.part == "rlexp"
                else part_bare(a.overrides, a.trace))
         print("RESULT " + json.dumps(out), flush=True)
         return
@@ -270,11 +261,11 @@ def main() -> None:
                  f"tracker.uri=sqlite:///{work / 'mlflow.db'}", *a.overrides]
     results: dict = {}
 
-    def part(label: str, kind: str, extra: list[str], flags: tuple[str, ...] = ()) -> dict:
+    def part(label: str, kind: str, extra: list[str]) -> dict:
         work_part = work / label
         work_part.mkdir()
         cmd = [sys.executable, __file__, "--part", kind, "--workdir", str(work_part),
-               *(["--trace"] if a.trace else []), *flags, *overrides, *extra]
+               *(["--trace"] if a.trace else []), *overrides, *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
         line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
@@ -285,21 +276,18 @@ def main() -> None:
     # rlexp first: it writes the warm-start cache that the bare loop and the warm rerun load.
     # Then the two alternate: a process's steady s/step varies by up to ~10% from one
     # process to the next on a shared VM, so each side's figure is the median of its repeats.
-    # sides: label -> (part kind, extra overrides, flags)
-    sides: dict[str, tuple[str, list[str], tuple[str, ...]]] = {
-        "rlexp": ("rlexp", [], ()), "bare": ("bare", [], ())}
+    # sides: label -> (part kind, extra overrides)
+    sides: dict[str, tuple[str, list[str]]] = {"rlexp": ("rlexp", []), "bare": ("bare", [])}
     if a.ab:
-        sides["rlexp B"] = ("rlexp", a.ab, ())
-    if a.ab_no_sampler_logprobs:
-        sides["rlexp no logprobs"] = ("rlexp", [], ("--no-sampler-logprobs",))
+        sides["rlexp B"] = ("rlexp", a.ab)
     steady: dict[str, list[float]] = {side: [] for side in sides}
     # CPU seconds per step (all of the process's threads): on a shared host, wall time also
     # counts the other jobs' load; the work a step does is what an A/B compares.
     steady_cpu: dict[str, list[float]] = {side: [] for side in sides}
     for i in range(a.repeats):
-        for side, (kind, extra, flags) in sides.items():
+        for side, (kind, extra) in sides.items():
             label = side.replace(" ", "-") + ("" if i == 0 else f"-{i}")
-            results[label] = part(label, kind, extra, flags)
+            results[label] = part(label, kind, extra)
             steady[side].append(median(results[label]["intervals"][SKIP:]))
             steady_cpu[side].append(median(results[label]["cpu_intervals"][SKIP:]))
     if not a.no_warm:
@@ -310,7 +298,7 @@ def main() -> None:
                   f"  (CPU s/step {' '.join(f'{x:.4f}' for x in steady_cpu[side])})")
     for side in sides:
         if side not in ("rlexp", "bare"):
-            what = " ".join(a.ab) if side == "rlexp B" else "no sampler log-probs"
+            what = " ".join(a.ab)
             for unit, table in (("s/step", steady), ("CPU s/step", steady_cpu)):
                 b, r = median(table[side]), median(table["rlexp"])
                 print(f"A/B: {side} ({what}) {b:.4f} {unit} vs rlexp {r:.4f}: ratio "

@@ -467,6 +467,26 @@ def test_sigkill_after_step_6_then_rerun_logs_every_step_once(tmp_path, cache_di
 
 
 @pytest.mark.slow
+def test_off_policy_sigkill_then_rerun_logs_every_step_once_with_its_staleness(tmp_path,
+                                                                              cache_dir):
+    """rollout.off_policy_steps=1 on the one CPU mesh: step n trains on a batch sampled before
+    step n-1's update (staleness 1); step 1's and the first resumed step's batch (the one in
+    flight at the kill, regenerated) are sampled with the weights they train (0)."""
+    overrides = _overrides(cache_dir, "train.steps=6", "train.checkpoint_every=2",
+                           "rollout.off_policy_steps=1")
+    code, _ = _start_and_signal(tmp_path, overrides, 3, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    run_dir = _run_dir(tmp_path)
+    _rerun(tmp_path, overrides)
+    client, rid = _tracked(run_dir)
+    assert history(client, rid) == list(range(1, 7))
+    resumed = json.loads((run_dir / "summary.json").read_text())["resumed_from_step"]
+    stale = {m.step: m.value for m in client.get_metric_history(rid, "rollout/staleness")}
+    assert 2 <= resumed < 6
+    assert stale == {s: float(s not in (1, resumed + 1)) for s in range(1, 7)}
+
+
+@pytest.mark.slow
 def test_sigkill_without_checkpoints_restarts_the_same_mlflow_run(tmp_path, cache_dir):
     """train.checkpoint_every=0: nothing to resume from, so the rerun trains from step 0 again,
     in the same MLflow run (one run per run dir), and logs no step twice (the same rule as

@@ -40,7 +40,7 @@ RESET = "Successfully reset prefix cache"
 TINY_VLLM = ["rollout=vllm", "train.steps=2", "train.batch_size=2", "eval.num_samples=4",
              "dataset.num_eval=4", "eval.pass_k=1", "model.warm_start_steps=0",
              "run.progress=false", "rollout.max_completion_length=18",
-             "tracker.log_completions_every=1"]
+             "tracker.log_completions_every=1", "rollout.logprob_gap_every=1"]
 RERUN = "rlexp: rollout=vllm: vLLM is not installed in this Python; running the command with "
 
 

@@ -77,13 +77,23 @@ class TunixEngine:
     def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
         self.rollout.keys.reset(key)
         self.probe.reset()
-        self.step_runner(batch)
+        runner, t = self.step_runner, self.cfg.train
+        step = self.start_step + runner.calls + 1
+        # rollout.off_policy_steps: the next steps' batches and keys, as the loop makes them
+        upcoming = [(self.splits.train_batch(s - 1, t.batch_size, t.seed), rollout_key(t.seed, s))
+                    for s in range(step + 1, min(step + self.cfg.rollout.off_policy_steps, t.steps)
+                                   + 1)]
+        runner(batch, step, key, upcoming)
         if self.after_step is not None:
             self.after_step()
         # host seconds: sampler calls (incl. their device wait), rollout + rewards +
         # advantages + log-probs, and the one metrics fetch (waits for the last update)
-        return {**self.probe.metrics(), "time/rollout_s": self.probe.rollout_s,
-                "time/prepare_s": self.probe.prepare_s, "time/fetch_s": self.probe.fetch_s}
+        out = {**self.probe.metrics(), "time/rollout_s": self.probe.rollout_s,
+               "time/prepare_s": self.probe.prepare_s, "time/fetch_s": self.probe.fetch_s}
+        if runner.ahead_steps:  # updates between the batch's sampling weights and the trainer's
+            out.update({"rollout/staleness": float(runner.staleness),
+                        "time/sampler_s": runner.sampled_s})
+        return out
 
     def rollouts(self) -> list[dict[str, Any]]:
         return self.probe.rows()
@@ -214,7 +224,8 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     reward_fns = rewards.tunix_reward_fns(terms, probe.record_reward)
     learner = learner_lib.Learner(cfg, cluster, reward_fns)
     info.update(lora.counts(cluster.actor_trainer.model))  # params/total, params/trainable
-    runner = learner_lib.StepRunner(learner, cfg.train.batch_size, cfg.rollout.sync_every)
+    runner = learner_lib.StepRunner(learner, cfg.train.batch_size, cfg.rollout.sync_every,
+                                    rollout, cfg.rollout.off_policy_steps)
     return TunixEngine(cfg=cfg, tokenizer=tok, splits=splits, terms=terms, cluster=cluster,
                        learner=learner, probe=probe, step_runner=runner, rollout=rollout,
                        schedule=tunix_adapter.host_lr_schedule(cfg),

@@ -14,13 +14,28 @@ The trainer's old log-probs for the correction: Tunix's when num_iterations > 1,
 loss's own forward (a rollout's only update runs the weights it was scored against). Off the
 vanilla sampler Tunix's old log-probs are the engine's own: the trainer's replace them (one
 forward without gradient at the rollout temperature, as TRL 1.16 does with its vLLM correction).
+
+Off-policy (rollout.off_policy_steps = k > 0; verl's one-step-off trainer, ray_trainer.py
+412-516 at b178a3cd, and MaxText's rl.off_policy_steps): StepRunner samples step n+k's batch
+beside step n's update, with the sampler's weights then (at most k updates old), and the Cluster
+hands it to Tunix's data preparation at step n+k. With separate trainer and sampler meshes
+(RLLearner.can_enable_async_rollout, Tunix's own test) the sampling runs on a thread; on one
+mesh it runs before the update, sequentially. Without algo.rollout_correction the loss's ratio is
+taken against the behaviour log-probs recorded at sampling (verl's default bypass mode); with it,
+against the trainer's, and the correction weights pi_old / pi_sampler carry the staleness
+(NeMo-RL's async GRPO). Nothing is in flight between steps: a step ends once its batches ahead
+are sampled, so evaluation, checkpoints and a kill see none running; a resumed run samples them
+again with the restored weights (Tunix main's agentic learner does the same).
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 import math
 import time
+from concurrent import futures
 from typing import Any, Callable, Sequence
 from unittest import mock
 
@@ -62,6 +77,8 @@ class Cluster(rl_cluster_lib.RLCluster):
         # RolloutBackend.old_logps_from_trainer: else the learner scores the old log-probs.
         self.old_logps_from_trainer = old_logps_from_trainer
         self.kept_logprobs: Any = None
+        # Batches sampled before their step, oldest first (rlexp.engine.learner's docstring).
+        self.ahead: collections.deque[Ahead] = collections.deque()
         super().__init__(**kw)
 
     def _init_cluster(self) -> None:
@@ -73,16 +90,60 @@ class Cluster(rl_cluster_lib.RLCluster):
 
     def generate(self, prompts: Any, mode: Any = Mode.TRAIN, **kw: Any) -> Any:
         start = time.perf_counter()
-        out = super().generate(prompts, mode=mode, **kw)
+        if mode == Mode.TRAIN and self.ahead:
+            out = self.ahead[0].take(list(prompts))
+            if self.ahead[0].taken == len(self.ahead[0].prompts):
+                self.ahead.popleft()
+        else:
+            out = super().generate(prompts, mode=mode, **kw)
         if mode == Mode.TRAIN:
             self.kept_logprobs = out.logprobs
         self.probe.record_generate(time.perf_counter() - start, out, self.rollout.pad_id())
         return out
 
+    def sample(self, prompts: list[str], rows: int) -> tuple[Any, float]:
+        """TRAIN rollouts of `prompts`, `rows` per sampler call, not recorded by the probe (the
+        step that trains on them does), and the seconds they took."""
+        start = time.perf_counter()
+        out = super().generate(prompts, mode=Mode.TRAIN, micro_batch_size=rows)
+        return out, time.perf_counter() - start
+
     def take_logprobs(self) -> Any:
         """The latest TRAIN call's per-token log-probs (None: none kept), then forgotten."""
         rows, self.kept_logprobs = self.kept_logprobs, None
         return rows
+
+
+@dataclasses.dataclass
+class Ahead:
+    """A batch's rollouts sampled before its step, handed out in Tunix's calls' slices."""
+
+    # Every row's prompt (each repeated num_generations times, as Tunix repeats them).
+    prompts: list[str]
+    # Updates in the weights that sampled it (global steps done then).
+    version: int
+    # -> (RolloutOutput, sampler seconds)
+    future: futures.Future
+    taken: int = 0
+
+    def take(self, prompts: list[str]) -> Any:
+        """The next len(prompts) rows, which must be these prompts' (Tunix's order)."""
+        out, _ = self.future.result()
+        a, b = self.taken, self.taken + len(prompts)
+        if self.prompts[a:b] != prompts:
+            raise RuntimeError(f"off-policy: rows {a}-{b} sampled ahead are not the prompts "
+                               "Tunix asks for")
+        self.taken = b
+        return dataclasses.replace(out, **{f.name: getattr(out, f.name)[a:b]
+                                           for f in dataclasses.fields(out)
+                                           if getattr(out, f.name) is not None})
+
+
+def as_behaviour(example: Any, behaviour: Any) -> Any:
+    """The example whose old log-probs are the behaviour policy's, recorded at sampling
+    (positions with none, NaN, lie outside the mask: 0): off-policy, the loss's ratio
+    pi_theta / pi_behaviour (verl's one-step-off bypass mode)."""
+    return registry.with_sampler_logps(example, None, trainer=jnp.nan_to_num(behaviour, nan=0.0))
 
 
 class Learner(GRPOLearner):
@@ -99,6 +160,7 @@ class Learner(GRPOLearner):
         # Tunix would log aux["pg_clipfrac"], which our loss does not produce.
         rl_cluster.actor_trainer.with_rl_metrics_to_log({})
         self.whiten = algo_config.loss.advantage in TOKEN_LEVEL_ADVANTAGES
+        self.off_policy = cfg.rollout.off_policy_steps > 0
         steps = self._training_config.get_with_default("gradient_accumulation_steps", 1)
         self.windowed = bool(steps) and steps > 1
         self.with_window = functools.partial(registry.with_window, algo_config=algo_config,
@@ -128,6 +190,8 @@ class Learner(GRPOLearner):
         cluster = self.rl_cluster
         [sampler] = on_trainer_mesh(cluster,
                                     rc.sampler_logps(rows, example.completion_ids.shape[1]))
+        if self.off_policy and not c.enabled:
+            return as_behaviour(example, sampler)
         trainer = None
         if example.old_per_token_logps is not None and not cluster.old_logps_from_trainer:
             micro = (self._compute_logps_micro_batch_size or 0) * self.algo_config.num_generations
@@ -206,11 +270,14 @@ class StepRunner:
     owns the whole loop and closes the cluster at the end (writing Tunix's metrics, clearing
     jax.monitoring listeners); rlexp's loop stops after every step to evaluate, log and save."""
 
-    def __init__(self, learner: GRPOLearner, batch_size: int, sync_every: int = 1):
+    def __init__(self, learner: GRPOLearner, batch_size: int, sync_every: int = 1,
+                 rollout: Any = None, off_policy_steps: int = 0):
         self.learner = learner
         # Copy the trainer's weights to the sampler after every sync_every-th global step
         # (rollout.sync_every; MaxText's inference_rollouts), when the two hold separate copies.
         self.sync_every = sync_every
+        # The rollout backend (rlexp.engine.rollout): its sampling keys and log-prob cadence.
+        self.rollout = rollout
         tc = learner._training_config
         self.full = batch_size
         self.mini = tc.mini_batch_size or batch_size
@@ -225,14 +292,70 @@ class StepRunner:
         # past a mini-batch (it stops after one mini-batch's micro-batches).
         self.rollout_rows = (min(learner._rollout_micro_batch_size, self.mini)
                              * learner.algo_config.num_generations)
+        # Steps whose batch is sampled ahead (rollout.off_policy_steps; module docstring).
+        self.ahead_steps = off_policy_steps
+        # Separate meshes: sampling beside the update on a thread of its own (Tunix samples on
+        # its executor the same way, RLLearner.can_enable_async_rollout; its one worker runs
+        # Tunix's own data preparation during the update, so it cannot take ours).
+        self.pool = (futures.ThreadPoolExecutor(1, "rlexp-sampler")
+                     if off_policy_steps and learner.can_enable_async_rollout else None)
+        # Steps run by this process, and updates in the sampler's weights (set at the first
+        # step: a resumed run's sampler holds the restored weights).
+        self.calls = 0
+        self.sampler_version: int | None = None
+        # Of the latest step: updates between its batch's sampling weights and the trainer's,
+        # and the sampler seconds of the batches sampled during it.
+        self.staleness = 0
+        self.sampled_s = 0.0
 
-    def __call__(self, batch: dict[str, Any]) -> None:
+    def __call__(self, batch: dict[str, Any], step: int = 0, key: Any = None,
+                 upcoming: Sequence[tuple[dict[str, Any], Any]] = ()) -> None:
+        """Global step `step` (1-based) on `batch` sampled with `key`; `upcoming`: the next
+        off_policy_steps steps' (batch, key), fewer near the end."""
         L = self.learner
+        self.calls += 1
+        if self.rollout is not None:
+            L.rl_cluster.cluster_config.rollout_config[Mode.TRAIN].return_logprobs = (
+                self.rollout.logprobs_at(step))
+        if self.ahead_steps:
+            self.sample_ahead(step, [(batch, key), *upcoming])
         it = iter([batch])
         if self.micro != self.full:
             it = L._create_micro_batch_iterator(it, self.micro)
         L._run_global_step(self.full, self.mini, self.service, self.grad_acc, it, None, False)
+        if self.pool is not None:  # all sampled before the weights move on
+            waited = time.perf_counter()
+            for ahead in L.rl_cluster.ahead:
+                ahead.future.result()
+            L.probe.rollout_s += time.perf_counter() - waited
         if L.should_sync_weights and (L.rl_cluster.global_steps + 1) % self.sync_every == 0:
             L.rl_cluster.sync_weights()  # also counts the step
+            self.sampler_version = step
         else:
             L.rl_cluster.global_steps += 1
+
+    def sample_ahead(self, step: int, batches: list[tuple[dict[str, Any], Any]]) -> None:
+        """Queue the rollouts of steps step..step+k that are not yet: this step's now (the
+        first step, or the first after a resume), the later ones beside the update."""
+        L, cluster = self.learner, self.learner.rl_cluster
+        if self.sampler_version is None or not L.should_sync_weights:
+            self.sampler_version = step - 1  # the restored weights, or the trainer's own
+        self.sampled_s = 0.0
+        for i, (batch, key) in enumerate(batches[len(cluster.ahead):], len(cluster.ahead)):
+            prompts = [p for p in batch["prompts"]
+                       for _ in range(L.algo_config.num_generations)]
+
+            def sample(prompts: list[str] = prompts, key: Any = key) -> tuple[Any, float]:
+                self.rollout.keys.reset(key)
+                out, seconds = cluster.sample(prompts, self.rollout_rows)
+                self.sampled_s += seconds
+                return out, seconds
+
+            if i and self.pool is not None:
+                future = self.pool.submit(sample)
+            else:  # this step's batch, or one mesh: before the update moves the weights
+                future = futures.Future()
+                future.set_result(sample())
+                L.probe.rollout_s += future.result()[1]
+            cluster.ahead.append(Ahead(prompts, self.sampler_version, future))
+        self.staleness = step - 1 - cluster.ahead[0].version

@@ -49,6 +49,8 @@ NAMES: tuple[PrivateApi, ...] = (
          ("full_batch_size", "mini_batch_size", "service_target_batch_size", "grad_acc_steps",
           "train_iterator", "eval_ds", "skip_jit"), True, why="StepRunner"),
     Name(_LEARNER, "should_sync_weights", "attribute", why="StepRunner and resume"),
+    Name(_LEARNER, "can_enable_async_rollout", "attribute",
+         why="rollout.off_policy_steps: StepRunner samples on a thread beside the update"),
     Name(_TRAINING, "rollout_micro_batch_size", "field", why="rollout.micro_batch_size"),
     Name(_TRAINING, "compute_logps_micro_batch_size", "field",
          why="rollout.micro_batch_size (reference and old log-prob passes)"),

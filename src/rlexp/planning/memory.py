@@ -17,7 +17,8 @@ the cap must be free, KV = cap - (weights + profile-run activations); CPU (vllm-
 VLLM_CPU_KVCACHE_SPACE GiB, else hbm_utilization x host memory (tests/test_vllm_plan.py). A KV
 cache short of one call's sequences is refused.
 
-Colocated, a device holds persistent items + max(train phase, rollout phase); split, the larger
+Colocated, a device holds persistent items + max(train phase, rollout phase) (their sum where
+rollout.off_policy_steps samples beside the update on the same devices); split, the larger
 side. Calibrated against XLA's buffer assignment on CPU and engine-built runs
 (bench/memory_calibration.py --engine; tests/test_plan.py: tiny and SmolLM2-135M within 25%). On
 an H100 (SmolLM2-135M, bs8xG4 ... bs32xG8) the measured peak was 1.35-1.41x BELOW this plan (the
@@ -246,7 +247,12 @@ def memory_plan(cfg: Config) -> MemoryPlan:
         roll_phase += vllm.activations
     # Held through both phases: a separate rollout copy of the weights and vLLM's region.
     roll_held = rollout["rollout weights"] + rollout["vllm reserve"]
-    if colocated:
+    if colocated and r.off_policy_steps and (h.trainer_mesh != h.rollout_mesh or r.replicas > 1):
+        # Two meshes over the same devices (hardware.role_meshes): with rollout.off_policy_steps
+        # the sampler runs beside the update (engine/learner.py), both phases at once. The
+        # batch sampled ahead waits on the host (Tunix's RolloutOutput is NumPy).
+        peak = persistent_t + roll_held + train_phase + roll_phase
+    elif colocated:
         peak = persistent_t + roll_held + max(train_phase, roll_phase)
     else:
         peak = max(persistent_t + train_phase, roll_held + roll_phase)

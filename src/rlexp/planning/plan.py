@@ -285,6 +285,8 @@ def make_plan(cfg: Config) -> Plan:
     if r.replicas > 1:
         source += f", {-(-roll // r.replicas)} prompts per replica"
     sync = f", weights synced every {r.sync_every} steps" if r.sync_every > 1 else ""
+    if r.off_policy_steps:
+        sync += f", sampled {r.off_policy_steps} step(s) ahead (off-policy)"
     lines = [
         f"model      {m.name} ({m.family}, {n / 1e6:.2f}M parameters, {dtypes})",
         f"algo       {a.name}: beta={a.beta} epsilon={a.epsilon} epsilon_high={a.epsilon_high} "

@@ -59,8 +59,21 @@ class RolloutBackend(abc.ABC):
 
     @abc.abstractmethod
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
-        """ClusterConfig.rollout_config: TRAIN samples with rollout.* and returns the per-token
-        log-probs (the trainer/sampler gap, algo.rollout_correction), EVAL is re-set per call."""
+        """ClusterConfig.rollout_config: TRAIN samples with rollout.* (its return_logprobs: the
+        `logprobs_every_step`, re-set per step by logprobs_at), EVAL is re-set per call."""
+
+    @property
+    def logprobs_every_step(self) -> bool:
+        """Whether every TRAIN call needs the sampler's per-token log-probs: the correction's
+        weights, or the off-policy loss's behaviour log-probs (rlexp.engine.learner)."""
+        return self.cfg.algo.rollout_correction != "none" or self.cfg.rollout.off_policy_steps > 0
+
+    def logprobs_at(self, step: int) -> bool:
+        """Whether global step `step` (1-based) asks the sampler for them: every step when used,
+        else step 1 and every rollout.logprob_gap_every-th for rollout/logprob_diff. Requested
+        every step they cost 1.38x bare Tunix's step on an H100 (0.975x without)."""
+        every = self.cfg.rollout.logprob_gap_every
+        return self.logprobs_every_step or step == 1 or bool(every) and step % every == 0
 
     @abc.abstractmethod
     def eval_sampling(self, greedy: bool) -> dict[str, Any]:

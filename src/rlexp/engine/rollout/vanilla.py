@@ -31,12 +31,14 @@ class VanillaBackend(RolloutBackend):
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
         """Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off). Its
         log-probs are log_softmax(logits / temperature) over the vocabulary, as the trainer's;
-        EVAL asks for them too, so its sampled pass reuses training's decode loop compilation.
-        Their cost (bench/overhead.py --ab-no-sampler-logprobs, tiny run): none measurable on a
-        2-core CPU (0.6864 vs 0.6787 CPU s/step), 0.0339 vs 0.0489 s/step on an H100 (1.41x
-        bare Tunix's step instead of 0.975x), mostly in the decode loop."""
-        r = self.cfg.rollout
-        return {mode: base_rollout.RolloutConfig(**sampling_fields(r, temp), return_logprobs=True)
+        EVAL asks for them when TRAIN always does, so its sampled pass reuses training's decode
+        loop compilation. Their cost every step (tiny run): none measurable on a 2-core CPU
+        (0.6864 vs 0.6787 CPU s/step), 0.0489 vs 0.0339 s/step on an H100 (1.41x bare Tunix's
+        step instead of 0.975x), mostly in the decode loop; bench/overhead.py --ab
+        rollout.logprob_gap_every=1 measures it."""
+        r, logprobs = self.cfg.rollout, self.logprobs_every_step
+        return {mode: base_rollout.RolloutConfig(**sampling_fields(r, temp),
+                                                 return_logprobs=logprobs)
                 for mode, temp in ((Mode.TRAIN, r.temperature),
                                    (Mode.EVAL, self.cfg.eval.temperature))}
 

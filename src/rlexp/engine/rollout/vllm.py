@@ -20,7 +20,8 @@ class VllmBackend(RolloutBackend):
     spec: VllmSpec
 
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
-        return {Mode.TRAIN: dataclasses.replace(self.rollout_config(), return_logprobs=True),
+        return {Mode.TRAIN: dataclasses.replace(self.rollout_config(),
+                                                return_logprobs=self.logprobs_every_step),
                 Mode.EVAL: self.rollout_config(temperature=self.cfg.eval.temperature)}
 
     def eval_sampling(self, greedy: bool) -> dict[str, Any]:
@@ -56,6 +57,7 @@ class VllmBackend(RolloutBackend):
             # VllmSampler asks for the prompt's log-probs too: nothing reads them (RolloutOutput
             # has no field), and vLLM would compute them over the vocabulary at every position.
             "rollout_vllm_sampling_kwargs": {"prompt_logprobs": None},
+            # VllmConfig's: TRAIN's per step is the call's (vllm_engine.TorchVllmRollout).
             "return_logprobs": True,
         }
 

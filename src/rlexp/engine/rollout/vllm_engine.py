@@ -130,6 +130,8 @@ class TorchVllmRollout(base_rollout.BaseRollout):
 
     def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
                  **kwargs: Any) -> base_rollout.RolloutOutput:
+        # VllmSampler reads return_logprobs from its config: the call's (re-set every step).
+        self.sampler.config.return_logprobs = rollout_config.return_logprobs
         out = self.sampler(
             input_strings=prompts, max_generation_steps=rollout_config.max_tokens_to_generate,
             max_prompt_length=rollout_config.max_prompt_length,
