@@ -220,8 +220,10 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 
 def _rlexp(cwd: Path, *overrides: str) -> dict:
-    proc = cli("experiment=quick", "tracker=none", "run.progress=false", *overrides, cwd=cwd,
-               timeout=600)
+    # 8 eval prompts instead of quick's 16: the warm start's inputs are then those of
+    # test_sweeps' seed sweep and test_multihost (seed 0), trained once for the three.
+    proc = cli("experiment=quick", "tracker=none", "run.progress=false", "dataset.num_eval=8",
+               "eval.num_samples=8", *overrides, cwd=cwd, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((cwd / "outputs" / "runs").glob("*/summary.json"), key=os.path.getmtime)
     return json.loads(runs[-1].read_text())
@@ -259,7 +261,11 @@ def test_train_export_load_back_and_fork(tmp_path):
     np.testing.assert_allclose(numpy_logits, want, rtol=2e-4, atol=2e-4)
 
     before = _tree_digest(run_dir)
-    fork = _rlexp(tmp_path, "train.steps=1", "run.export=false", f"run.init_from={run_dir}")
+    # train.steps as the origin's: the lr schedule is compiled into the train step, so the
+    # fork's programs are all the origin's (cache hits) where 1 step recompiles them;
+    # evaluated before and after only (its first evaluation is the claim).
+    fork = _rlexp(tmp_path, "train.steps=4", "eval.every=0", "run.export=false",
+                  f"run.init_from={run_dir}")
     assert Path(fork["run_dir"]) != run_dir and fork["status"] == "FINISHED"
     assert fork["engine"]["init_from"].startswith(str(run_dir / "checkpoints"))
     def scores(ev: dict) -> dict:  # wall times differ, the greedy evaluation must not

@@ -5,7 +5,7 @@
   or with rollout.name (the answer is `rollout_spec(cfg)` / `rollout_backend(cfg)`).
 - A backend written here, in this file (RecordingSpec and its engine half, which record every
   call and delegate to vanilla's), is selected with `rollout=recording` from a config dir of
-  this test's and trains 2 steps of the default tiny run: no other file changes.
+  this test's and trains 2 steps of the launchers' tiny run: no other file changes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from rlexp.config.rollouts.vanilla import VanillaSpec
 from rlexp.engine.rollout.vanilla import Rollout, VanillaBackend
 from helpers import cli
+from sweep_helpers import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 # The backends' own modules: where which engine runs is the question.
@@ -117,9 +118,10 @@ def test_a_backend_of_ones_own_trains_two_steps(tmp_path):
     (conf / "recording.yaml").write_text(
         f"defaults:\n  - vanilla\n  - _self_\nname: {__name__}.RecordingSpec\n")
     calls = tmp_path / "calls.jsonl"
-    proc = cli("--config-dir", str(tmp_path / "conf"), "rollout=recording", "train.steps=2",
-               "tracker=none", "eval.num_samples=4", "dataset.num_eval=4", "eval.pass_k=1",
-               cwd=tmp_path, timeout=900,
+    # The launchers' tiny run (no warm start: the calls, not the learning, are the point), so
+    # its programs are the ones those tests' runs put in the session's compilation cache.
+    proc = cli("--config-dir", str(tmp_path / "conf"), "rollout=recording", *TINY,
+               "tracker=none", cwd=tmp_path, timeout=900,
                env={RECORD_ENV: str(calls), "PYTHONPATH": os.pathsep.join(
                    [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -75,7 +75,8 @@ def test_four_processes_one_mlflow_server_lose_nothing(tmp_path):
         assert all(p.returncode == 0 for p in procs), outputs
         client = MlflowClient(srv.url)
         runs = client.search_runs([client.get_experiment_by_name("concurrent").experiment_id])
-        assert len(runs) == JOBS and all(r.info.status == "FINISHED" for r in runs)
+        # the jobs' outputs say why a run is short (e.g. its end records left in the spool)
+        assert sorted(r.info.status for r in runs) == ["FINISHED"] * JOBS, outputs
         for run in runs:
             for i in range(NAMES):
                 points = client.get_metric_history(run.info.run_id, f"m/{i}")
