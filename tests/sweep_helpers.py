@@ -97,15 +97,16 @@ def summaries(sweep_dir: Path) -> dict[str, dict]:
 
 
 def mlflow_children(sweep_dir: Path) -> tuple[dict, list]:
-    """(parent run info, child runs) of a sweep, from parent_run.json and the MLflow store."""
+    """(parent run info, child job runs) of a sweep, from parent_run.json and the MLflow store
+    (the parent's group runs, rlexp.role=group, are no jobs)."""
     import mlflow
+
+    from rlexp.tracking.compare import child_runs
 
     parent = json.loads((sweep_dir / "parent_run.json").read_text())
     client = mlflow.MlflowClient(parent["uri"])
-    runs = client.search_runs([parent["experiment_id"]],
-                              filter_string=f"tags.mlflow.parentRunId = '{parent['run_id']}'",
-                              max_results=1000)
-    return {"info": parent, "run": client.get_run(parent["run_id"])}, runs
+    return {"info": parent, "run": client.get_run(parent["run_id"])}, \
+        child_runs(client, parent["run_id"])
 
 
 def finished_sweep(sweep_dir: Path, key: Any) -> list:

@@ -1,6 +1,8 @@
 """What a researcher sees in MLflow 3.17's UI, checked in headless Chromium against
 `python -m rlexp.ui` on 127.0.0.1: the UI starts quietly, the experiment opens in the
 model-training view and stays there when one clicks into a run, the sweep's parent and Compare;
+the parent's Overview answers which group is better, with the group table, and links to the
+chart view of its group runs, where one chart draws both groups;
 a run's page shows its source, params, metrics (system metrics too) and dataset input, the eval
 samples and training rollouts render as tables, the sweep's parent shows its seed groups' table
 and CI band plot (and copies no child's values), its children carry their group (rlexp.group),
@@ -141,9 +143,32 @@ class Chrome:
             self.call("Input.dispatchMouseEvent", self.session, type=kind, x=box[0], y=box[1],
                       button="left", clickCount=1)
 
+    def screenshot(self, path: Path) -> None:
+        """The page as a PNG, MLflow's assistant panel closed (it covers a third of it)."""
+        import base64
+
+        self.js("document.querySelector('button[aria-label=Close]')?.click()")
+        time.sleep(1)
+        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", self.session,
+                                                    format="png")["data"]))
+
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+# The names of the runs one chart of MLflow's chart view draws: the Plotly plot (its .data, a
+# trace per run) whose smallest enclosing card is titled METRIC.
+CHART_RUNS = """(() => {
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    for (let card = plot.parentElement; card; card = card.parentElement) {
+      if (card.querySelectorAll('.js-plotly-plot').length > 1) break;
+      if (card.innerText.split('\\n').some(line => line.trim() == 'METRIC'))
+        return (plot.data || []).map(trace => trace.name);
+    }
+  }
+  return null;
+})()"""
 
 
 def sidebar(text: str) -> str:
@@ -206,13 +231,15 @@ def api(base: str, path: str, **query) -> dict:
 
 
 def children(ui) -> list[dict]:
+    """The sweep's job runs (not its group runs)."""
     parent = json.loads((ui["sweep"] / "parent_run.json").read_text())
     body = json.dumps({"experiment_ids": [parent["experiment_id"]], "max_results": 100,
                        "filter": f"tags.`mlflow.parentRunId` = '{parent['run_id']}'"}).encode()
     req = urllib.request.Request(f"{ui['base']}/api/2.0/mlflow/runs/search", data=body,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())["runs"]
+        runs = json.loads(resp.read())["runs"]
+    return [r for r in runs if {"key": "rlexp.role", "value": "group"} not in r["data"]["tags"]]
 
 
 def test_the_ui_starts_quietly(ui):
@@ -246,8 +273,8 @@ def test_clicks_from_the_link_stay_in_model_training(ui):
         chrome.click(f"document.querySelector('a[href$=\"/runs/{parent}\"]')")
         text = chrome.wait_for("Child runs")
         assert in_model_training(text), sidebar(text)
-        # the parent carries each group's mean curves, never a copy of a child's values
-        assert re.search(r"Metrics \(\d+\)", text) and "mean/β:0.04/eval/accuracy" in text
+        # the parent copies no child's values; its group runs carry the groups' mean curves
+        assert "Metrics (0)" in chrome.wait_for("β=0.04: mean of 2")
         assert "rlexp.best_child" not in text
         # its artifacts: the group table (a table view) and the CI band plot
         chrome.click("document.querySelector('[role=tab][aria-controls$=content-artifacts]')")
@@ -292,7 +319,7 @@ def test_clicks_from_the_link_stay_in_model_training(ui):
         chrome.wait_for("β=0 seed=0")
         chrome.click("document.querySelector('input[aria-label=\"Select all runs\"]')")
         chrome.click("document.querySelector('[data-testid=runs-compare-button]')")
-        text = chrome.wait_for("Comparing 5 Runs")
+        text = chrome.wait_for("Comparing 7 Runs")  # the parent, 4 jobs, 2 group runs
         assert in_model_training(text), sidebar(text)
     finally:
         chrome.close()
@@ -347,3 +374,40 @@ def test_the_four_runs_of_a_sweep_have_distinct_names(ui):
     assert "Comparing 4 Runs" in text
     shown = re.search(r"Run Name: (.*?) Start Time:", text).group(1)
     assert all(shown.count(name) == 1 for name in names), shown
+
+
+def test_the_parent_overview_answers_and_one_chart_overlays_the_groups(ui):
+    """The parent's Overview (its description) holds the group table, the paired line and which
+    group is better, in words; its 'group curves' link opens the chart view on the sweep's
+    group runs, where one chart of eval/accuracy draws both groups' mean curves. Screenshots:
+    overview.png and group_chart.png in $RLEXP_BROWSER_SHOTS."""
+    parent = json.loads((ui["sweep"] / "parent_run.json").read_text())
+    url = (f"{ui['base']}/#/experiments/{parent['experiment_id']}/runs/{parent['run_id']}"
+           "?workflowType=machine_learning")
+    chrome = Chrome(ui["root"] / "profile-overview")
+    try:
+        chrome.goto(url)
+        chrome.wait_for("Child runs")
+        chrome.click("document.querySelector('[data-testid=show-comment-toggle]')")  # Show more
+        overview = chrome.wait_for("Show less").split("Artifacts", 1)[-1]  # past the tabs
+        assert re.search(r"final acc: β=0\.04 is (better than|worse than|not distinguishable "
+                         r"from) β=0\n", overview), overview[:3000]
+        assert re.search(r"group\s+n\s+final acc\s+95% CI\s+final reward\s+95% CI", overview)
+        assert re.search(r"β=0\.04\s+2\s+\d\.\d{3} ±\d\.\d{3}\s+\[\d\.\d{3}, \d\.\d{3}\]",
+                         overview), overview[:3000]
+        assert "final acc, β=0.04 - β=0: " in overview
+        chrome.screenshot(ui["browser"].shots / "overview.png")
+
+        # the link opens a new tab (MLflow's Markdown links do): follow its address here
+        chrome.goto(chrome.js("Array.from(document.querySelectorAll('a'))"
+                              ".find(a => a.innerText.trim() == 'group curves').href"))
+        deadline = time.monotonic() + 90
+        while (drawn := chrome.js(CHART_RUNS.replace("METRIC", "eval/accuracy"))) is None:
+            assert time.monotonic() < deadline, chrome.text()[:3000]
+            time.sleep(0.5)
+        # (MLflow 3.17 draws a run as two traces: its line and its points)
+        assert sorted(set(drawn)) == ["β=0.04: mean of 2", "β=0: mean of 2"], drawn
+        assert "2 matching runs" in chrome.text()  # the group runs alone, not nested
+        chrome.screenshot(ui["browser"].shots / "group_chart.png")
+    finally:
+        chrome.close()

@@ -125,14 +125,16 @@ def test_a_runs_log_lines_go_to_stderr_in_rlexps_format(hydra_like_logging, caps
                                 "absl: warning: something a user should see"]
 
 
-def test_in_a_sweep_every_line_carries_the_label_and_warm_starts_stay_quiet(
+def test_in_a_sweep_every_line_carries_the_label_and_the_table_stays_in_the_log(
         hydra_like_logging, capsys, tmp_path):
+    from rlexp.engine import warm_start
+
     log_file = logging.FileHandler(tmp_path / "rlexp.log")  # Hydra's job log file
     logging.getLogger().addHandler(log_file)
     env = SweepEnv(size=8, keys=["algo.beta", "algo.num_generations"]).to_env()
     overrides = ["algo.beta=0.04", "algo.num_generations=4", "train.steps=10"]
     with job_output(2, overrides, environ=env):
-        logging.getLogger("rlexp.engine.warm_start").info("warm start: loaded from the cache")
+        warm_start.log.info("warm start: loaded from the cache")
         logging.getLogger("rlexp.engine").warning("dataset: skipped 2 rows")
         listener = ConsoleListener(Config())  # prints to sys.stderr: the job's
         listener.on_run_start(RunInfo(name=NAME, run_dir=None, params={}, tags={},
@@ -146,7 +148,7 @@ def test_in_a_sweep_every_line_carries_the_label_and_warm_starts_stay_quiet(
     out, err = capsys.readouterr()
     lines = [ln for ln in (out + err).splitlines() if ln.strip()]
     assert all(ln.startswith("[3/8 β=0.04 G=4] ") for ln in lines), lines
-    assert not any("warm start" in ln for ln in lines)
+    assert "[3/8 β=0.04 G=4] rlexp: warm start: loaded from the cache" in lines
     assert any("rlexp: warning: dataset: skipped 2 rows" in ln for ln in lines)
     assert any("step 10/10" in ln for ln in lines)
     # the before/after table stays in the job's log file: the sweep ends with its group table
@@ -176,6 +178,40 @@ def test_on_a_terminal_a_sweeps_job_draws_no_bar_and_sends_its_lines_to_the_laun
     lines = [r["text"] for r in records if r["kind"] == "line"]
     assert any("eval @ step 0" in ln for ln in lines)
     assert all(ln.startswith("[1/4 β=0.04] ") for ln in lines if ln.strip()), lines
+
+
+def test_a_sweeps_console_shows_each_jobs_start_up_phases_labelled(tmp_path, hydra_like_logging,
+                                                                  capsys):
+    """The first minute of a sweep on a terminal: each job's build, warm start (with its
+    progress) and compile lines reach the sweep's console through the relay its jobs write,
+    labelled as their step lines, above the one bar (once only "sweep 0/2 done, 2 running")."""
+    from rlexp.engine import warm_start
+    from rlexp.job.console import phase
+
+    env = SweepEnv(size=2, keys=["algo.beta"], relay=tmp_path, terminal=True).to_env()
+    for index, beta in enumerate(("0", "0.04")):
+        with job_output(index, [f"algo.beta={beta}"], environ=env):
+            phase("building the model (importing JAX and Tunix)")
+            warm_start.log.info("warm start: 300 supervised steps on the reference answers")
+            warm_start.log.info("warm start: 100/300 steps, loss 1.234, 8s")
+            listener = ConsoleListener(Config())
+            listener.on_run_start(RunInfo(name=NAME, run_dir=None, params={}, tags={},
+                                          total_steps=10))
+            listener.on_metrics(1, {"train/reward_mean": 1.0, "time/step_s": 0.1})
+    assert capsys.readouterr() == ("", "")  # all of it went through the relay
+    out = io.StringIO()
+    monitor = SweepMonitor(tmp_path, size=2, workers=2, stream=out, terminal=True)
+    monitor.poll()
+    monitor.close()
+    lines = [ln for ln in re.split(r"[\r\n]", out.getvalue()) if "rlexp: " in ln or "step" in ln]
+    for label in ("[1/2 β=0]", "[2/2 β=0.04]"):
+        mine = [ln.removeprefix(label + " ") for ln in lines if ln.startswith(label + " ")]
+        assert mine[:4] == ["rlexp: building the model (importing JAX and Tunix)",
+                            "rlexp: warm start: 300 supervised steps on the reference answers",
+                            "rlexp: warm start: 100/300 steps, loss 1.234, 8s",
+                            "rlexp: training 10 steps; compiling the first evaluation and step"], \
+            lines
+        assert mine[4].startswith("step 1/10: reward 1.000")
 
 
 def test_a_stopped_sweep_job_tells_the_launcher_killed_not_failed(tmp_path, hydra_like_logging,

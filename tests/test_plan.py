@@ -164,6 +164,21 @@ def test_beta_zero_drops_the_reference(pair):
     assert with_ref.peak - without.peak == pytest.approx(with_ref.trainer["reference"])
 
 
+def test_off_policy_sampling_beside_the_update_holds_both_phases(pair):
+    """Two meshes over the same chips: with rollout.off_policy_steps the sampler's KV cache and
+    the update's activations are live at once; one mesh samples first, then updates."""
+    other = ("hardware.rollout_mesh={fsdp: 1, tp: 4}",)
+    on = memory_plan(pair("qwen3-0.6b", "v5p-8", *other))
+    off = memory_plan(pair("qwen3-0.6b", "v5p-8", *other, "rollout.off_policy_steps=1"))
+    t, r = off.trainer, off.rollout
+    phases = (t["new weights"] + t["activations"] + t["logits"], r["kv cache"]
+              + r["sampler logits"])
+    assert off.peak - on.peak == pytest.approx(min(phases))
+    one_mesh = [memory_plan(pair("qwen3-0.6b", "v5p-8", f"rollout.off_policy_steps={k}")).peak
+                for k in (0, 1)]
+    assert one_mesh[0] == one_mesh[1]
+
+
 def test_gradient_accumulation_keeps_a_gradient_buffer(pair):
     cfg = pair("qwen3-0.6b", "cpu", "train.mini_batch_size=8", "train.micro_batch_size=2")
     mem = memory_plan(cfg)
@@ -424,7 +439,7 @@ def test_default_run_keeps_the_tiny_recipe(compose_config):
             cfg.train.weight_decay, cfg.train.remat) == (
         "tiny", 900, 32, 1e-3, "cosine", 0, 1.0, 0.0, "none")
     assert (cfg.rollout.max_prompt_length, cfg.rollout.max_completion_length,
-            cfg.rollout.kv_cache_size, cfg.eval.every, cfg.eval.num_samples) == (64, 24, 96, 150, 128)
+            cfg.rollout.kv_cache_size, cfg.eval.every, cfg.eval.num_samples) == (64, 24, 88, 150, 128)
     assert (cfg.model.warm_start_steps, cfg.model.param_dtype) == (300, "float32")
     # recipe=none: the schema's real-model defaults on the same model.
     assert compose_config("recipe=none").train.learning_rate == pytest.approx(3e-6)

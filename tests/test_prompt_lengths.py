@@ -8,8 +8,12 @@ import json
 import sqlite3
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 
 from rlexp.base.errors import UserError
+from rlexp.config.convert import to_config
+from rlexp.config.paths import conf_dir
 from rlexp.config.schema import Config, DatasetConfig
 from rlexp.config.validate import knobs
 from rlexp.data import build_splits
@@ -92,7 +96,7 @@ def test_gsm8k_prompts_cut_to_64_tokens_exit_2_at_start(tmp_path):
     proc = cli("dataset=gsm8k", f"dataset.path={data}", "rollout.max_prompt_length=64",
                # room for the reasoning template's shortest answer (42 char tokens), so the
                # prompt length is the one thing wrong
-               "rollout.max_completion_length=48", "rollout.kv_cache_size=112",
+               "rollout.max_completion_length=48",
                "dataset.num_eval=4", "eval.num_samples=4", "train.batch_size=8", cwd=cwd,
                timeout=300)
     line = one_line_exit_2(proc, "rollout.max_prompt_length=64 is too short",
@@ -104,3 +108,30 @@ def test_gsm8k_prompts_cut_to_64_tokens_exit_2_at_start(tmp_path):
     if db.exists():  # the store may have been opened ahead of the run, but holds no run
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+
+
+def _config(*overrides: str) -> Config:
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(conf_dir()), version_base="1.3"):
+            return to_config(compose("config", overrides=list(overrides)))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize("overrides,want", [
+    (["dataset=gsm8k", "rollout.max_prompt_length=320"], 320 + 24),  # tiny's completion: 24
+    (["rollout.max_completion_length=40"], 64 + 40),
+    (["recipe=none"], 256 + 768),
+    (["rollout=vllm", "recipe=none"], 256 + 512),
+    (["experiment=tunix_grpo_demo"], 1280),  # the demo's own value, with its 256 slack
+    (["rollout.max_prompt_length=320", "rollout.kv_cache_size=400"], 400),
+])
+def test_kv_cache_size_is_the_two_lengths_unless_set(overrides, want):
+    """Once refused until the user also set rollout.kv_cache_size=352: the lengths decide it."""
+    assert _config(*overrides).rollout.kv_cache_size == want
+
+
+def test_an_explicit_kv_cache_too_small_for_the_lengths_is_refused():
+    with pytest.raises(UserError, match="rollout.kv_cache_size=300 is invalid: must be >= "):
+        _config("rollout.max_prompt_length=320", "rollout.kv_cache_size=300")

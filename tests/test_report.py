@@ -321,16 +321,74 @@ def test_the_parent_carries_the_comparison_and_children_their_group(seeds_sweep)
                                                       str(sweep_dir / "dl"))).read_text())
     assert table["columns"][:3] == ["group", "n", "final acc"]
     assert [row[0] for row in table["data"]] == ["grpo", "gspo"]
-    # per-group mean curves at their steps; no child's final values copied
-    history = client.get_metric_history(parent.info.run_id, "mean/gspo/eval/accuracy")
-    assert [m.step for m in history] == [0, 2, 4]
-    gspo = [final_accuracy("gspo", s) for s in SEEDS]
-    assert history[-1].value == pytest.approx(np.mean(gspo))
-    assert "eval/accuracy" not in parent.data.metrics
+    assert not parent.data.metrics  # no child's values copied, no per-group metric names
     summary = (sweep_dir / "summary.md").read_text()
     assert "## Seed groups" in summary and "final acc, gspo - grpo" in summary
     kids = compare.child_runs(client, parent.info.run_id)
     assert sorted(k.data.tags["rlexp.group"] for k in kids) == ["grpo"] * 3 + ["gspo"] * 3
+    # the Overview: the answer in words, the group table, the paired line, then the command
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("**final acc: gspo is better than grpo**\n"), note
+    assert re.search(r"\| grpo \| 3 \| 0\.2\d\d ±0\.\d{3} \| \[0\.\d{3}, 0\.\d{3}\] \|", note), note
+    assert "final acc, gspo - grpo: +0.040" in note
+    assert note.index("[group curves](#/experiments/") < note.index("#### Command\n\n`python ")
+
+
+def group_runs(client, parent_id: str) -> dict:
+    """The parent's group runs by name."""
+    return {r.info.run_name: r for r in compare.nested_runs(client, parent_id)
+            if r.data.tags.get("rlexp.role") == "group"}
+
+
+def test_a_run_per_group_carries_its_mean_curve_and_t_interval(seeds_sweep):
+    """Under the children's metric names, at the steps every seed logged: one chart of
+    eval/accuracy in MLflow's chart view then holds both groups."""
+    from scipy import stats
+
+    from rlexp.tracking import store
+
+    uri, sweep_dir, _ = seeds_sweep
+    client = store.client(uri)
+    runs = group_runs(client, parent_run_id(sweep_dir))
+    assert sorted(runs) == ["grpo: mean of 3", "gspo: mean of 3"]
+    run = runs["gspo: mean of 3"]
+    assert run.info.status == "FINISHED"
+    assert set(run.data.metrics) == {f"{m}{s}" for m in ("eval/accuracy", "train/reward_mean")
+                                     for s in ("", "_lo", "_hi")}
+    history = {m: client.get_metric_history(run.info.run_id, m)
+               for m in ("eval/accuracy", "eval/accuracy_lo", "eval/accuracy_hi")}
+    assert [m.step for m in history["eval/accuracy"]] == [0, 2, 4]
+    final = np.array([final_accuracy("gspo", s) for s in SEEDS])
+    ci = stats.ttest_1samp(final, 0).confidence_interval(0.95)
+    assert history["eval/accuracy"][-1].value == pytest.approx(final.mean())
+    assert (history["eval/accuracy_lo"][-1].value, history["eval/accuracy_hi"][-1].value) == \
+        pytest.approx((ci.low, ci.high))
+
+
+def test_publishing_again_replaces_the_group_runs_and_counts_no_group_run_as_a_job(
+        seeds_sweep):
+    """A rerun of the sweep publishes again: still one run per group, the same Overview, and
+    the report, the end line and resume see the six jobs only."""
+    from rlexp.tracking import store
+    from rlexp.tracking.callback import publish_comparison
+
+    uri, sweep_dir, _ = seeds_sweep
+    client = store.client(uri)
+    parent = parent_run_id(sweep_dir)
+    before = client.get_run(parent).data.tags["mlflow.note.content"]
+    first = {r.info.run_id for r in group_runs(client, parent).values()}
+    rows = [compare.row_from_run(client, r, None) for r in compare.child_runs(client, parent)]
+    assert len(rows) == 6
+    (sweep_dir / "again").mkdir()
+    publish_comparison(client, parent, sweep_dir / "again", rows, "sweep seeds", "FINISHED")
+    again = group_runs(client, parent)
+    assert sorted(again) == ["grpo: mean of 3", "gspo: mean of 3"]
+    assert not first & {r.info.run_id for r in again.values()}  # replaced, not added
+    note = client.get_run(parent).data.tags["mlflow.note.content"]
+    assert note == before and note.count("**final acc:") == 1
+    assert len(compare.child_runs(client, parent)) == 6
+    assert not any(r.data.tags.get("rlexp.role") == "group"
+                   for r in compare.experiment_runs(client, "seeds"))
 
 
 def test_runs_of_different_groups_never_share_a_colour(seeds_sweep, tmp_path, monkeypatch):
@@ -419,3 +477,24 @@ def test_many_groups_fit_100_columns_sorted_baseline_first_with_holm():
     assert means == sorted(means, reverse=True)
     words = " ".join(paired.split())
     assert "p < 0.001 (Holm < 0.001)" in words and "Holm: p adjusted for the 3 comparisons" in words
+
+
+def test_the_answer_in_words_follows_the_paired_test():
+    """Better and worse only where the paired line says 'beyond seed noise' (after Holm's
+    correction), the rest not distinguishable; one seed per group asks for seeds."""
+    shift = {"base": 0.0, "up": 0.05, "down": -0.05, "same": 0.0}
+    noise = {"base": [0, 0, 0], "up": [0.001, -0.001, 0], "down": [0, 0.001, -0.001],
+             "same": [0.04, -0.03, -0.01]}
+    rows = [compare.Row(name=f"{g}-{s}", run_id=None, status="FINISHED",
+                        values={"algo": g, "train.seed": str(s)},
+                        final_accuracy=0.3 + 0.02 * s + shift[g] + noise[g][s])
+            for g in shift for s in range(3)]
+    groups, _, paired = compare.group_report(rows, ["algo", "train.seed"])
+    assert compare.answer(groups) == ("final acc: up is better than base; down is worse than "
+                                      "base; same is not distinguishable from base")
+    words = " ".join(paired.split())  # the lines unwrapped
+    assert "down - base: -0.050 [-0.052, -0.048], p < 0.001 (Holm < 0.001), 3 seeds: beyond " \
+        "seed noise" in words and "3 seeds: not distinguishable from seed noise" in words
+    one_seed = compare.group_rows([r for r in rows if r.values["train.seed"] == "0"], ["algo"])
+    assert compare.answer(one_seed).endswith("add train.seed=0,1,2")
+    assert compare.answer(one_seed[:1]) == ""

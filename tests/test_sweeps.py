@@ -245,6 +245,8 @@ def test_a_joblib_sweeps_piped_output_labels_every_job_line(tmp_path):
         mine = [ln for ln in job_lines if ln.startswith(label)]
         assert any("step 2/2:" in ln for ln in mine) and any("eval @ step 2" in ln for ln in mine)
         assert not any("mean reward" in ln for ln in mine), label
+        assert any(ln.startswith(f"{label} rlexp: ") and "building the model" in ln
+                   for ln in proc.stderr.splitlines()), label  # its start-up phases too
     groups = [ln for ln in proc.stdout.splitlines() if re.match(r"β=0(\.04)? G=[24]\s+1\s", ln)]
     assert len(groups) == 4, proc.stdout  # one seed each: 4 groups of 1
     assert not re.search(r"^\[\d{4}-\d\d-\d\d .*\]\[", proc.stderr, re.M)  # no Hydra stamps
@@ -332,6 +334,7 @@ def test_a_long_single_run_name_keeps_whole_tokens():
 # per run), then 2 steps of 4 prompts instead of the recipe's 32, evaluated before and after
 # only (the group table and the paired difference read the final evaluation), untracked (the
 # table comes from the jobs' summaries; tests/test_report.py reads it from MLflow runs).
+# Seed 0's warm start is test_multihost's and test_export's too (the same inputs).
 SEED_SWEEP = ["-m", "algo=grpo,gspo", "train.seed=0,1,2", "train.steps=2", "train.batch_size=4",
               "eval.num_samples=8", "dataset.num_eval=8", "eval.pass_k=2",
               "model.warm_start_steps=100", "hydra/launcher=basic", "tracker=none"]

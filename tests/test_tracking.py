@@ -389,10 +389,9 @@ def test_sweep_callback_makes_one_parent_with_its_children(uri, client, tmp_path
     lines = (sweep_dir / "summary.csv").read_text().splitlines()
     assert lines[0].startswith("run,algo.beta,final reward,final acc,best acc")
     assert len(lines) == 3 and lines[1].startswith("beta0.04,0.04,3.12,0.12,0.12,3,1.5,")
-    # the parent copies no child's values: it carries each group's mean curves at their steps
+    # the parent copies no child's values; with one seed per group no group runs carry curves
     tags = run.data.tags
-    assert "eval/accuracy" not in run.data.metrics and "rlexp.best_child" not in tags
-    assert run.data.metrics["mean/β:0.04/eval/accuracy"] == pytest.approx(0.12)
+    assert not run.data.metrics and "rlexp.best_child" not in tags
     assert tags["mlflow.source.name"] and tags["mlflow.user"]
     assert "sweep dir: " + str(sweep_dir.resolve()) in tags["mlflow.note.content"]
     assert "`python " in tags["mlflow.note.content"]  # the sweep command
@@ -702,3 +701,55 @@ def test_a_single_run_prints_its_link_and_lasts_as_long_in_mlflow(tmp_path):
     duration = (run.info.end_time - run.info.start_time) / 1000
     assert duration == pytest.approx(summary["wall_s"], rel=0.05), (duration, summary)
     assert summary["wall_s"] > 2.0
+
+
+def test_a_steps_completions_and_reward_quantiles_read_back_through_mlflows_own_api(
+        uri, client, tmp_path, monkeypatch):
+    """One step's probe (rewards of two functions, the group advantages) through the listener:
+    MLflow's load_table (what its UI's table view reads, by mlflow.loggedArtifacts) returns a
+    row per completion with each function's reward, their sum and the advantage, and the
+    step's reward quantiles are NumPy's of those sums (as observed on a real tiny run's
+    rollouts/step_000002.json: prompt, completion, format_exact ... answer_close, reward,
+    advantage, length, truncated)."""
+    import numpy as np
+    from tunix.rl.rollout.base_rollout import RolloutOutput
+
+    from rlexp.algo.advantages import group_advantages
+    from rlexp.engine.probes import QUANTILES, StepProbe
+
+    fmt = np.array([0.5, 0.0, 0.5, 0.5, 0.0, 0.0, 0.5, 0.5])
+    ans = np.array([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 2.0])
+    total = fmt + ans
+    texts = [f"<answer>{i}</answer>" for i in range(8)]
+    probe = StepProbe(num_generations=4, max_tokens=8)
+    probe.record_reward("format_exact", list(fmt))
+    probe.record_reward("answer_exact", list(ans))
+    probe.record_generate(0.1, RolloutOutput(
+        text=texts, logits=None, tokens=[np.ones(n) for n in (3, 8, 5, 4, 8, 2, 6, 7)],
+        left_padded_prompt_tokens=np.ones((8, 4)), logprobs=None), pad_id=0)
+    probe.record_prepare(0.1, ["1+1="] * 4 + ["2+2="] * 4, group_advantages(total, 4))
+    run_dir = tmp_path / "run"
+    listener = MlflowListener(uri, "completions", run_dir, gated=False, flush_every_s=0.1)
+    listener.on_run_start(info(run_dir))
+    listener.on_metrics(1, probe.metrics())
+    listener.on_rollouts(1, probe.rows())
+    listener.on_run_end("FINISHED", {"steps_done": 1})
+    rid = run_id(run_dir)
+    run = client.get_run(rid)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # load_table searches the fluent store
+    table = client.load_table(run.info.experiment_id, "rollouts/step_000001.json",
+                              run_ids=[rid])
+    assert list(table.columns) == ["prompt", "completion", "format_exact", "answer_exact",
+                                   "reward", "advantage", "length", "truncated"]
+    assert list(table["completion"]) == texts and table["prompt"][4] == "2+2="
+    np.testing.assert_allclose(table["format_exact"], fmt)
+    np.testing.assert_allclose(table["reward"], total)
+    np.testing.assert_allclose(table["advantage"], group_advantages(total, 4), atol=1e-6)
+    assert list(table["truncated"]) == [False, True, False, False, True, False, False, False]
+    got = run.data.metrics
+    want = dict(zip([f"p{q}" for q in QUANTILES], np.percentile(total, QUANTILES)),
+                min=total.min(), max=total.max())
+    assert {k: got[f"train/reward_dist/{k}"] for k in want} == pytest.approx(want)
+    # sorted 0 0 0 .5 .5 1.5 1.5 2.5: p90 at 0.9 x 7 = 6.3, between 1.5 and 2.5
+    assert got["train/reward_dist/p90"] == pytest.approx(1.5 + 0.3 * (2.5 - 1.5))

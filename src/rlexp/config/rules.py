@@ -50,10 +50,30 @@ def _rollout_correction(cfg: Config) -> Optional[Refusal]:
     if lo is not None and hi is not None and lo >= hi:
         return Refusal("algo.rollout_correction_clip_min", lo,
                        f"must be below algo.rollout_correction_clip_max ({hi})")
+    # A *_mask mode zeroes weights outside the bounds: without 1 inside, every token whose
+    # sampler and trainer agree (weight 1) leaves the loss.
+    for key, bound, outside in (("clip_min", lo, lo is not None and lo > 1.0),
+                                ("clip_max", hi, hi is not None and hi < 1.0)):
+        if a.rollout_correction.endswith("_mask") and outside:
+            return Refusal(f"algo.rollout_correction_{key}", bound, f"must leave 1 within the "
+                           f"bounds: algo.rollout_correction={a.rollout_correction} would mask "
+                           "every token whose sampler and trainer agree (weight 1)")
     if a.loss == "vespo" and a.rollout_correction.startswith("sequence"):
         return Refusal("algo.rollout_correction", a.rollout_correction,
                        "algo.loss=vespo takes token_truncate or token_mask (its gamma weight "
                        "is already per sequence)")
+    return None
+
+
+def _loss_knobs_act(cfg: Config) -> Optional[Refusal]:
+    # Values that leave the loss's own mechanism nothing to act on.
+    a = cfg.algo
+    if a.loss == "clip_cov" and a.clip_cov_lb >= a.clip_cov_ub:
+        return Refusal("algo.clip_cov_lb", a.clip_cov_lb, f"must be below algo.clip_cov_ub "
+                       f"({a.clip_cov_ub}): no covariance lies between, Clip-Cov cuts nothing")
+    if a.delta is not None and a.loss not in ("ppo_clip", "luspo"):
+        return Refusal("algo.delta", a.delta, f"caps the ratio of algo.loss=ppo_clip or luspo "
+                       f"only (TRL's clipped losses); algo.loss={a.loss}: leave it null")
     return None
 
 
@@ -354,6 +374,7 @@ RULES: tuple[Rule, ...] = (
     Rule("algo_imports", _algo_imports),
     Rule("epsilon_high_at_least_epsilon", _epsilon_high),
     Rule("rollout_correction_bounds", _rollout_correction),
+    Rule("loss_knobs_act", _loss_knobs_act),
     Rule("profile_steps_pair", _profile_steps),
     Rule("mini_batch_divides_batch", _mini_divides_batch),
     Rule("micro_batch_divides_mini_batch", _micro_divides_mini),

@@ -240,8 +240,9 @@ class RolloutConfig:
     max_prompt_length: int = knob(256, range=f"[1, {MAX_TOKENS}]")
     # Tokens per completion: room for <reasoning> and <answer> (MaxText rl.yml, grpo_demo).
     max_completion_length: int = knob(768, range=f"[1, {MAX_TOKENS}]")
-    # KV-cache size in tokens: prompt + completion + 256 slack (MaxText's kv_cache_buffer).
-    kv_cache_size: int = knob(1280, range=f"[2, {2 * MAX_TOKENS}]")
+    # KV-cache size in tokens (vLLM's max_model_len); a composed config derives it from the two
+    # lengths above unless set (KV_CACHE_DEFAULT); 1024 is their sum at the schema's lengths.
+    kv_cache_size: int = knob(1024, range=f"[2, {2 * MAX_TOKENS}]")
     # Prompts per sampler call (and log-prob pass); None = planned (memory.rollout_micro_prompts).
     micro_batch_size: Optional[int] = knob(None, range=f"[1, {MAX_BATCH}]")
     # vllm: tensor-parallel size; -1 = devices / data_parallel_size (both -1: all, DP 1).
@@ -256,6 +257,12 @@ class RolloutConfig:
     hbm_utilization: float = knob(0.4, range="(0, 1]")
     # Sync a separate sampler's weights every N steps (MaxText's inference_rollouts): stale.
     sync_every: int = knob(1, range=f"[1, {MAX_STEPS}]")
+    # Steps the sampler runs ahead of the trainer (MaxText's rl.off_policy_steps): step n's batch
+    # is sampled with weights at most k updates old, beside step n-1's update; 0 = on-policy.
+    off_policy_steps: int = knob(0, range="[0, 4]")
+    # Steps between the sampler's per-token log-probs for rollout/logprob_diff, step 1 always
+    # (0: step 1 only); every step when algo.rollout_correction or off_policy_steps uses them.
+    logprob_gap_every: int = knob(10, range=f"[0, {MAX_STEPS}]")
 
 
 @dataclass
@@ -428,11 +435,21 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
 
 
+# rollout.kv_cache_size where a config is composed: prompt + completion, what the sampler fills
+# (Tunix's Sampler refuses less), resolved when the config becomes a Config, so a recipe's or an
+# override's lengths move it and an explicit value replaces it.
+KV_CACHE_DEFAULT = "${rlexp_sum:${.max_prompt_length},${.max_completion_length}}"
+
+
 def register_configs() -> None:
     """Store the schema `base_config` (first in config.yaml's defaults) and the sweeps."""
     cs = ConfigStore.instance()
+    if not OmegaConf.has_resolver("rlexp_sum"):
+        OmegaConf.register_new_resolver("rlexp_sum", lambda *terms: sum(int(t) for t in terms))
     # The root schema types every group's node, so group YAML files need no schema of their own.
-    cs.store(name="base_config", node=Config)
+    base = OmegaConf.structured(Config)
+    base.rollout.kv_cache_size = KV_CACHE_DEFAULT
+    cs.store(name="base_config", node=base)
     # sweeps/*.yaml become the `sweep` group (+sweep=NAME), from the wheel or the checkout.
     found = sweeps_dir()
     for path in sorted(found.glob("*.yaml")) if found else []:

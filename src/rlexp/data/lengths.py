@@ -45,7 +45,6 @@ def check_prompt_lengths(lengths: Sequence[int], limit: int, max_fraction: float
         raise UserError(
             f"{KEY}={limit} is too short: {got.over} of {got.total} prompts are longer "
             f"(longest {got.longest} tokens), more than dataset.max_truncated_fraction="
-            f"{max_fraction:g}; set {KEY}={got.p99} to fit 99% of them (and "
-            "rollout.kv_cache_size >= it + rollout.max_completion_length)")
+            f"{max_fraction:g}; set {KEY}={got.p99} to fit 99% of them")
     return (f"{got.over} of {got.total} prompts exceed {KEY}={limit} "
             f"(longest {got.longest} tokens); they are cut")

@@ -2,17 +2,20 @@
 
 On a terminal the progress is a bar; elsewhere (a file, a pipe) plain periodic lines, where a
 bar's carriage returns would pile up. Everything a job shows goes to stderr in one format
-('rlexp: ...', 'rlexp: warning: ...'), log records too (route_logs).
+('rlexp: ...', 'rlexp: warning: ...'), log records too (route_logs); a sweep's job writes through
+a LabelledStream, its label on every line.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from rlexp.base import runtime
 from rlexp.base.events import Listener, RunInfo
@@ -85,6 +88,37 @@ def before_after_table(before: dict[str, float], after: dict[str, float]) -> str
                 label = pass_at_k_label(after)
             lines.append(f"{label:18}{b:9.3f}{a:9.3f}{a - b:+9.3f}")
     return "\n".join(lines)
+
+
+class LabelledStream(io.TextIOBase):
+    """sys.stdout/sys.stderr of a sweep's job: each line goes to `write_line` whole, the job's
+    label in front (one write: lines of jobs running side by side never mix)."""
+
+    def __init__(self, label: str, write_line: Callable[[str], None]):
+        super().__init__()
+        self.label = label
+        self.write_line = write_line
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+        for line in lines:
+            line = line.rsplit("\r", 1)[-1]  # a redraw: the last state only
+            self.write_line(f"{self.label} {line}" if line.strip() else line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # a partial line waits for its end (end_line at the job's end)
+
+    def end_line(self) -> None:
+        if self._partial:
+            self.write("\n")
+
+    def writable(self) -> bool:
+        return True
 
 
 def is_terminal(stream: Any) -> bool:
@@ -193,9 +227,9 @@ class ConsoleListener(Listener):
         elif before and self.last_eval and self.last_eval_step > 0 and not failed:
             # Stopped early: the latest evaluation is not "after training"; say when it was.
             table = before_after_table(before, self.last_eval).replace("   after", "  latest", 1)
-        # a sweep job (its stream labels each line: sweep_messages.LabelledStream): the table
-        # stays in its log file; the sweep ends with one group table
-        if table and getattr(self.stream, "label", None):
+        # a sweep job (its stream labels each line): the table stays in its log file; the
+        # sweep ends with one group table
+        if table and isinstance(self.stream, LabelledStream):
             logging.getLogger(JOB_LOG_ONLY).info("evaluation before and after training\n%s",
                                                  table)
         elif table:
@@ -232,15 +266,14 @@ class ConsoleFormatter(logging.Formatter):
 FILE_ONLY = "rlexp.job.file_only"
 
 
-# In a sweep, each job's start-up lines (and its before/after table, JOB_LOG_ONLY) stay in its
-# rlexp.log: the sweep's progress says the rest. Warnings always show.
+# In a sweep, each job's before/after table stays in its rlexp.log: the sweep ends with one group
+# table. Its start-up phases (reading the weights, the warm start and its progress) show,
+# labelled: they fill a first minute the sweep's bar alone would leave at "0/6 done".
 JOB_LOG_ONLY = "rlexp.job.log_only"
-STARTUP_LOGGERS = ("rlexp.engine.warm_start", "rlexp.base.retention", "rlexp.inputs.model_files",
-                   JOB_LOG_ONLY)
 
 
-def _not_startup(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.WARNING or not record.name.startswith(STARTUP_LOGGERS)
+def _not_log_only(record: logging.LogRecord) -> bool:
+    return record.name != JOB_LOG_ONLY
 
 
 def _console(record: logging.LogRecord) -> bool:
@@ -252,7 +285,7 @@ def _console(record: logging.LogRecord) -> bool:
 
 
 # Filters on the console handlers (logging takes a plain function as a filter).
-_OURS = (_not_startup, _console)
+_OURS = (_not_log_only, _console)
 
 
 def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, Any, Any]]:
@@ -271,7 +304,7 @@ def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, 
             handler.removeFilter(old)
         handler.addFilter(_console)
         if sweep:
-            handler.addFilter(_not_startup)
+            handler.addFilter(_not_log_only)
     return changed
 
 
@@ -284,7 +317,8 @@ def restore_logs(changed: list[tuple[logging.Handler, Any, Any]]) -> None:
 
 
 def phase(text: str) -> None:
-    """A start-up phase begins: one line on a terminal, from process 0 (piped output keeps a
-    bad input's one error line; a sweep's job has no tty)."""
-    if is_terminal(sys.stderr) and runtime.is_main_process():
+    """A start-up phase begins: one line from process 0 on a terminal (piped output keeps a bad
+    input's one error line), or in a sweep's job, labelled (pre-flight refused bad input)."""
+    shown = is_terminal(sys.stderr) or isinstance(sys.stderr, LabelledStream)
+    if shown and runtime.is_main_process():
         print(f"rlexp: {text}", file=sys.stderr, flush=True)

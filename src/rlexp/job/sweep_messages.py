@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rlexp.base.events import Listener
-from rlexp.job.console import restore_logs, route_logs
+from rlexp.job.console import LabelledStream, restore_logs, route_logs
 
 # What the launching process tells a sweep's jobs in their environment (SweepEnv).
 SWEEP_SIZE_ENV = "RLEXP_SWEEP_SIZE"
@@ -76,37 +75,6 @@ class Relay:
         with self._lock, contextlib.suppress(OSError):
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(line)
-
-
-class LabelledStream(io.TextIOBase):
-    """sys.stdout/sys.stderr of a sweep's job: each line goes to `write_line` whole, the job's
-    label in front (one write: lines of jobs running side by side never mix)."""
-
-    def __init__(self, label: str, write_line: Callable[[str], None]):
-        super().__init__()
-        self.label = label
-        self.write_line = write_line
-        self._partial = ""
-        self._lock = threading.Lock()
-
-    def write(self, text: str) -> int:
-        with self._lock:
-            lines = (self._partial + text).split("\n")
-            self._partial = lines.pop()
-        for line in lines:
-            line = line.rsplit("\r", 1)[-1]  # a redraw: the last state only
-            self.write_line(f"{self.label} {line}" if line.strip() else line)
-        return len(text)
-
-    def flush(self) -> None:
-        pass  # a partial line waits for its end (end_line at the job's end)
-
-    def end_line(self) -> None:
-        if self._partial:
-            self.write("\n")
-
-    def writable(self) -> bool:
-        return True
 
 
 def _line_writer(stream: Any) -> Callable[[str], None]:

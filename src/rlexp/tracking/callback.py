@@ -7,11 +7,12 @@ ends it (parent_status). Import-light: Hydra loads it for every run, mlflow only
 from __future__ import annotations
 
 import atexit
-import re
+import math
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -21,10 +22,10 @@ from rlexp.base.events import Listener
 from rlexp.base.files import read_json_object, write_json_atomic
 from rlexp.base.lock import Busy, DirLock
 from rlexp.base.redact import placeholders, redact_text, redact_uri
-from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, store
+from rlexp.tracking import PARENT_FILE, SWEPT_FILE, compare, seed_stats, store
 from rlexp.tracking.conventions import standard_tags, sweep_display_name, swept_keys
 from rlexp.tracking.environment import git_commit
-from rlexp.tracking.links import run_link, uri_option
+from rlexp.tracking.links import TRAINING_VIEW, run_link, uri_option
 from rlexp.tracking.listener import TERMINAL, clean_params, clean_tags, now_ms, warn
 from rlexp.tracking.remote_jobs import tracker_uri
 
@@ -43,46 +44,94 @@ def parent_status(statuses: list[str], completed: bool) -> str:
     return "FINISHED" if completed else "FAILED"
 
 
-def _metric_name(text: str) -> str:
-    """A label as part of an MLflow metric name (letters, digits, _ - . : space only)."""
-    return re.sub(r"[^\w.\- :]", ":", text.replace("=", ":"))
+# Where the note a parent run was made with (command, sweep dir, git) starts on its Overview: the
+# comparison goes above it, and a rerun replaces only that.
+SOURCE_HEADING = "#### Command"
+NOTE_TAG = "mlflow.note.content"
+# The group table's metrics on the Overview (summary.md has them all).
+OVERVIEW_METRICS = tuple(m for m in compare.GROUP_METRICS if m[1] in ("final_accuracy",
+                                                                       "final_reward"))
 
 
 def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list, title: str,
                        status: str, swept: list[str] | None = None) -> str:
-    """summary.csv, summary.md and the PNGs in `sweep_dir` and the parent run, with the group
-    table, the groups' mean curves, rlexp.group tags on the children (for MLflow's "Group by")
-    and `status`. Returns the group table and paired lines."""
-    from mlflow.entities import Metric
-
+    """summary.csv, summary.md and the PNGs in `sweep_dir` and the parent run, the group table
+    and the answer in words on its Overview, a run per group (publish_group_runs), rlexp.group
+    tags on the children (for MLflow's "Group by") and `status`. Returns the group table and
+    paired lines."""
     swept = swept or compare.swept_keys(rows)
     groups, table, paired = compare.group_report(rows, swept)  # baseline first, then by acc
     ranked = compare.rank(rows, None)
-    g_header, g_body = compare.group_table(groups)
     header, body = compare.table(ranked, None)
     paths = [sweep_dir / SUMMARY_CSV, sweep_dir / SUMMARY_MD]
     paths[0].write_text(compare.to_csv(header, body))
-    paths[1].write_text(
-        f"# {title}\n\n## Seed groups\n\n" + compare.to_markdown(g_header, g_body)
-        + f"\n{compare.table_note(groups)}\n" + (f"\n```\n{paired}\n```\n" if paired else "")
-        + "\n## Runs\n\n" + compare.to_markdown(header, body))
+    paths[1].write_text(f"# {title}\n\n## Seed groups\n\n{compare.groups_markdown(groups, paired)}"
+                        "\n## Runs\n\n" + compare.to_markdown(header, body))
     paths += compare.draw(ranked, groups, swept, sweep_dir, title).values()
     for path in paths:
         client.log_artifact(parent_id, str(path))
+    g_header, g_body = compare.group_table(groups)
     client.log_table(parent_id, {h: [row[i] for row in g_body] for i, h in enumerate(g_header)},
                      GROUPS_TABLE)
-    now = now_ms()
-    metrics = [Metric(f"mean/{_metric_name(g.label)}/{m}", mean, now, step)
-               for g in groups for m in compare.GROUP_CURVES
-               for step, mean, _, _ in g.curve(m)]
-    for i in range(0, len(metrics), store.MAX_METRICS_PER_BATCH):
-        client.log_batch(parent_id, metrics=metrics[i:i + store.MAX_METRICS_PER_BATCH])
+    # the Overview: the answer, final acc and reward by group, the chart view of the group runs
+    parent = client.get_run(parent_id)
+    markdown = compare.groups_markdown(groups, paired, OVERVIEW_METRICS)
+    if publish_group_runs(client, parent, groups):
+        markdown += (f"\n[group curves]({group_chart_link(parent)}): a run per group, its mean "
+                     f"over seeds under the children's metric names, its {seed_stats.CI_NAME} as "
+                     "`<metric>_lo` and `<metric>_hi`: one chart per metric draws every group\n")
+    source = parent.data.tags.get(NOTE_TAG, "")
+    source = source[source.find(SOURCE_HEADING):] if SOURCE_HEADING in source else source
+    client.set_tag(parent_id, NOTE_TAG, f"{markdown}\n{source}")
     for group in groups:
         for row in group.rows:
             if row.run_id:
                 client.set_tag(row.run_id, "rlexp.group", group.label)
     client.set_terminated(parent_id, status)
     return "\n".join(x for x in (table, paired) if x)
+
+
+def group_chart_link(parent: Any) -> str:
+    """The experiment's chart view (MLflow 3.17 server/js: compareRunsMode, searchFilter) on the
+    parent's group runs, best first: sorted by anything but date, it lists them unnested, so
+    their curves show without expanding the parent."""
+    search = (f"tags.`{compare.ROLE_TAG}` = '{compare.GROUP_ROLE}' and "
+              f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    return (f"#/experiments/{parent.info.experiment_id}/runs?{TRAINING_VIEW}&compareRunsMode=CHART"
+            f"&searchFilter={quote(search)}&orderByKey={quote(f'metrics.`{compare.ACCURACY}`')}"
+            "&orderByAsc=false")
+
+
+def publish_group_runs(client: Any, parent: Any, groups: list[compare.Group]) -> list[str]:
+    """A run per seed group under the parent (rlexp.role=group) with the group's mean curve under
+    the children's own metric names and its t-interval as <metric>_lo and <metric>_hi, so
+    MLflow's chart view draws the groups in one chart per metric. Made when there are groups
+    to compare, one with two seeds (else the runs are the groups' curves); a rerun replaces
+    them. Returns their run ids."""
+    from mlflow.entities import Metric
+
+    for old in compare.nested_runs(client, parent.info.run_id):
+        if old.data.tags.get(compare.ROLE_TAG) == compare.GROUP_ROLE:
+            client.delete_run(old.info.run_id)
+    if len(groups) < 2 or all(len(g.finished()) < 2 for g in groups):
+        return []
+    now = now_ms()
+    made = []
+    for group in groups:
+        metrics = [Metric(f"{m}{suffix}", value, now, step) for m in compare.GROUP_CURVES
+                   for step, *values in group.curve(m)
+                   for suffix, value in zip(("", "_lo", "_hi"), values) if math.isfinite(value)]
+        if not metrics:
+            continue
+        run = client.create_run(parent.info.experiment_id,
+                                run_name=f"{group.label}: mean of {len(group.finished())}",
+                                tags={"mlflow.parentRunId": parent.info.run_id,
+                                      compare.ROLE_TAG: compare.GROUP_ROLE})
+        for i in range(0, len(metrics), store.MAX_METRICS_PER_BATCH):
+            client.log_batch(run.info.run_id, metrics=metrics[i:i + store.MAX_METRICS_PER_BATCH])
+        client.set_terminated(run.info.run_id, "FINISHED")
+        made.append(run.info.run_id)
+    return made
 
 
 def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
@@ -95,8 +144,8 @@ def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
     prog = "python -m rlexp" if Path(sys.argv[0]).parent.name == "rlexp" or \
         sys.argv[0].endswith("rlexp") else f"python {Path(sys.argv[0]).name}"
     command = redact_text(" ".join([prog, *sys.argv[1:]]))
-    tags["mlflow.note.content"] = (f"`{command}`\n\nsweep dir: {sweep_dir}"
-                                   f"\n\ngit: {commit or 'unknown'}")
+    tags[NOTE_TAG] = (f"{SOURCE_HEADING}\n\n`{command}`\n\nsweep dir: {sweep_dir}"
+                      f"\n\ngit: {commit or 'unknown'}")
     return tags
 
 
@@ -178,7 +227,8 @@ class SweepCallback(Callback):
         name = self.sweep_dir.name
         exp_id = store.experiment_id(client, experiment, uri)
         tags = clean_tags({"sweep": name, "rlexp.sweep_id": name,
-                           "rlexp.sweep_dir": str(self.sweep_dir), "rlexp.role": "sweep",
+                           "rlexp.sweep_dir": str(self.sweep_dir),
+                           compare.ROLE_TAG: compare.SWEEP_ROLE,
                            "overrides": " ".join(overrides), "rlexp.dir_name": name,
                            **parent_source_tags(self.sweep_dir)})
         run = client.create_run(exp_id, run_name=sweep_display_name(

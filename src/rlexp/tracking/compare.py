@@ -110,11 +110,23 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-def child_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
+# rlexp.role of a sweep's parent run and of its group runs (a seed group's mean curves, made by
+# the sweep's end): neither is a job, so no comparison, count or resume lists them.
+ROLE_TAG, SWEEP_ROLE, GROUP_ROLE = "rlexp.role", "sweep", "group"
+
+
+def nested_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
+    """Every run under a parent: its jobs and its group runs."""
     parent = client.get_run(parent_run_id)
     return client.search_runs([parent.info.experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
                               max_results=10000, order_by=["attributes.start_time ASC"])
+
+
+def child_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
+    """The parent's job runs (its group runs left out)."""
+    return [r for r in nested_runs(client, parent_run_id)
+            if r.data.tags.get(ROLE_TAG) != GROUP_ROLE]
 
 
 def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
@@ -127,7 +139,7 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
     # A sweep's parent is no training run, even childless (stopped early, a launcher dry run).
     parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
     return [r for r in runs if r.info.run_id not in parents
-            and r.data.tags.get("rlexp.role") != "sweep"]
+            and r.data.tags.get(ROLE_TAG) not in (SWEEP_ROLE, GROUP_ROLE)]
 
 
 # ------------------------------------------------------------------------------ from run dirs
@@ -382,25 +394,30 @@ def find_group(groups: list[Group], spec: str) -> Group:
     return hits[0]
 
 
-def _cell(summary: seed_stats.Summary | None) -> str:
-    if summary is None:
-        return "-"
-    if summary.n < 2:
-        return f"{summary.mean:.3f}"
-    return f"{summary.mean:.3f} ±{summary.std:.3f} [{summary.low:.3f}, {summary.high:.3f}]"
+def _cells(summary: seed_stats.Summary | None, split: bool) -> list[str]:
+    """'mean ±std [low, high]', or with `split` the interval in a cell of its own."""
+    if summary is None or summary.n < 2:
+        mean = "-" if summary is None else f"{summary.mean:.3f}"
+        return [mean, "-"] if split else [mean]
+    cells = [f"{summary.mean:.3f} ±{summary.std:.3f}", f"[{summary.low:.3f}, {summary.high:.3f}]"]
+    return cells if split else [" ".join(cells)]
 
 
-def group_table(groups: list[Group]) -> tuple[list[str], list[list[str]]]:
-    """One row per group: n (finished runs) and, per metric, mean ±std [95% CI]."""
-    metrics = [(name, attr) for name, attr in GROUP_METRICS
-               if any(g.values_of(attr) for g in groups)]
-    header = ["group", "n", *(name for name, _ in metrics)]
+def group_table(groups: list[Group], metrics: tuple[tuple[str, str], ...] = GROUP_METRICS,
+                split: bool = False) -> tuple[list[str], list[list[str]]]:
+    """One row per group: n (finished runs) and, per metric, mean ±std [95% CI] (with `split`,
+    the interval in a column of its own)."""
+    metrics = tuple((name, attr) for name, attr in metrics
+                    if any(g.values_of(attr) for g in groups))
+    header = ["group", "n", *(c for name, _ in metrics
+                              for c in ([name, "95% CI"] if split else [name]))]
     body = []
     for group in groups:
         finished = len(group.finished())
         n = str(finished) + (f" (+{len(group.rows) - finished} not finished)"
                              if finished < len(group.rows) else "")
-        body.append([group.label, n, *(_cell(group.stats(attr)) for _, attr in metrics)])
+        body.append([group.label, n, *(c for _, attr in metrics
+                                       for c in _cells(group.stats(attr), split))])
     return header, body
 
 
@@ -453,6 +470,39 @@ def paired_lines(groups: list[Group], baseline: Group, attr: str = "final_accura
             if tested > 1 else "")
     return lines + [wrap(f"group - baseline over the seeds both ran [95% t-interval], p: "
                          f"paired t-test{note}")]
+
+
+def answer(groups: list[Group], attr: str = "final_accuracy", name: str = "final acc") -> str:
+    """Which groups are better (higher) or worse than the baseline, the first, in words, by the
+    paired lines' own test: 'final acc: gspo is better than grpo'; '' for one group."""
+    if len(groups) < 2:
+        return ""
+    base = groups[0]
+    found = pairs(groups, base, attr)
+    tested = [(g, p) for g, p in found if p is not None and p.n > 1]
+    if not tested:
+        return f"{name}: " + (f"one seed per group, no spread to judge a difference by: add "
+                              f"{SEEDS_HINT}" if any(p for _, p in found)
+                              else "no seed ran in both groups, nothing to pair")
+
+    def said(labels: list[str], what: str) -> list[str]:
+        verb = "is" if len(labels) == 1 else "are"
+        return [f"{', '.join(labels)} {verb} {what} {base.label}"] if labels else []
+
+    better = [g.label for g, p in tested if seed_stats.beyond_noise(p) and p.mean > 0]
+    worse = [g.label for g, p in tested if seed_stats.beyond_noise(p) and p.mean < 0]
+    same = [g.label for g, p in tested if not seed_stats.beyond_noise(p)]
+    return f"{name}: " + "; ".join(said(better, "better than") + said(worse, "worse than")
+                                   + said(same, "not distinguishable from"))
+
+
+def groups_markdown(groups: list[Group], paired: str,
+                    metrics: tuple[tuple[str, str], ...] = GROUP_METRICS) -> str:
+    """The groups in Markdown (the parent run's Overview, summary.md): the answer in words, the
+    group table (intervals in columns of their own) and its note, the paired lines as printed."""
+    said = answer(groups)
+    return ((f"**{said}**\n\n" if said else "") + to_markdown(*group_table(groups, metrics, True))
+            + f"\n{table_note(groups)}\n" + (f"\n```\n{paired}\n```\n" if paired else ""))
 
 
 def aggregate_lines(groups: list[Group], baseline: Group | None, attr: str = "final_accuracy",

@@ -117,9 +117,14 @@ def verdict(pair: Paired) -> str:
         return "one seed: no spread to judge it by"
     if pair.p >= ALPHA:
         return "not distinguishable from seed noise"
-    if pair.holm is not None and pair.holm >= ALPHA:
+    if not beyond_noise(pair):
         return f"beyond seed noise alone, not after Holm's correction for {pair.comparisons}"
     return "beyond seed noise"
+
+
+def beyond_noise(pair: Paired) -> bool:
+    """The difference holds at the ALPHA level, after Holm's correction where there is one."""
+    return pair.n > 1 and pair.p < ALPHA and (pair.holm is None or pair.holm < ALPHA)
 
 
 # ------------------------------------------------------------------------------ rliable
