@@ -8,7 +8,7 @@
 #   4. vanilla rollout tokens/s at 32, 64, 128 and 256 rows (bench/accelerator.py) against the
 #      HBM roofline (roofline(): decode bound by reading the weights and the KV cache once per
 #      token step), and the overlap of rollout and update on the CPU (bench/overlap.py --quick).
-#   (3 and 4's additions of #45, the log-prob A/B side and the roofline, not yet run on a device.)
+#   (3 and 4's log-prob A/B side and the HBM roofline are not yet run on a device.)
 # 1 and 2 run at once (their figures are accuracies and memory peaks, not timings; each
 # process reads its own peak with preallocation off), then 3 and 4 alone, each timed. Each
 # part has its own time budget, cut to what is left of DEVICE_CHECK_S (555) so the summary
@@ -168,7 +168,7 @@ else
     say "learning, memory: skipped (no SmolLM2 weights: carry .cache/device/smollm2-a, then -b)"
   fi
   # The default tiny run on the GPU; no MLflow on the device (tracker=none). Alone: timings.
-  # Third side: the sampler's log-probs every step, as before #45 (their per-step cost: on
+  # Third side: the sampler's log-probs every step, as before rollout.logprob_gap_every (their per-step cost: on
   # the H100 in 2026-11 1.41x bare Tunix's step with them, 0.975x without); --trace: host
   # seconds per phase, rlexp vs bare; the warm-cache rerun is left out (17.9 s to the first
   # step on the H100 in 2026-11).

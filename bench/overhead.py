@@ -17,7 +17,7 @@ RSS <= 3 GB.
     python bench/overhead.py --repeats 3 --ab algo.beta=0
         # + a third side, rlexp with this override too, in the same alternation (A/B of a key)
     python bench/overhead.py --repeats 3 --ab rollout.logprob_gap_every=1
-        # + rlexp whose sampler returns its per-token log-probs every step (as before #45)
+        # + rlexp whose sampler returns its per-token log-probs every step (as every step did before rollout.logprob_gap_every)
     python bench/overhead.py --no-warm  # without the warm-cache start-up rerun
 
 Each A/B side also prints CPU seconds per step (all of the process's threads): on a shared
@@ -28,6 +28,10 @@ every step: CPU s/step rlexp 0.6864, without them 0.6787 (0.989), bare Tunix 0.6
 rollout.logprob_gap_every-th step only (rlexp.engine.rollout.RolloutBackend.logprobs_at):
 `--repeats 3 --steps 16 --no-warm -- tracker=none` (load 7-15, a step's wall ~2x its CPU time)
 gave CPU s/step rlexp 1.0574, bare Tunix 1.0824 (0.977); wall 2.2730 vs 2.1527 (1.056).
+Quiet (load < 1), the same command with --ab rollout.logprob_gap_every=1: wall s/step rlexp
+0.6949, bare 0.5787 (1.201), log-probs every step 0.7746 (1.115 of rlexp); CPU 1.0947 / 0.9423
+(1.162). A --trace run minutes later: rlexp 0.5869, bare 0.7717 (0.761): on this VM one side's
+wall time swings by 30% between runs, more than the effect measured.
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
