@@ -203,8 +203,9 @@ def token_entropy(logits: Any) -> Any:
     # The mass beside one top logit: the others' exp, plus 1 for each further tie at the top.
     rest = jnp.sum(jnp.where(shifted < 0, e, 0.0), axis=-1, keepdims=True) + (
         jnp.sum(shifted == 0, axis=-1, keepdims=True) - 1)
-    logp = shifted - jnp.log1p(rest)
-    return -jnp.sum(jnp.exp(logp) * jnp.where(e > 0, logp, 0.0), axis=-1)
+    norm = jnp.log1p(rest)
+    # p from the exponentials already taken (one exp over the vocabulary, not two)
+    return -jnp.sum(e / jnp.exp(norm) * jnp.where(e > 0, shifted - norm, 0.0), axis=-1)
 
 
 @function_registry.register_advantage_estimator(ADVANTAGE)
