@@ -205,6 +205,38 @@ def test_no_correction_keeps_the_loss_and_still_logs_the_gap():
     assert "is_weight_mean" not in aux
 
 
+@pytest.mark.parametrize("old", [False, True])
+def test_all_unknown_sampler_log_probs_change_nothing_and_log_no_gap(old):
+    """A step without the sampler's log-probs hands the loss an all-NaN array (one compiled
+    update for every step): loss and gradient equal those without any, also where
+    off_policy_mask_threshold takes pi_old as the behaviour, and the gap is NaN (not logged)."""
+    data = inputs()
+    settings = registry.algo_settings(AlgoConfig(name="grpo", beta=0.0, num_iterations=2,
+                                                 off_policy_mask_threshold=0.01), budget=T)
+    ex = TrainExample(prompt_ids=None, prompt_mask=None,
+                      completion_ids=jnp.ones((B, T), jnp.int32),
+                      completion_mask=jnp.asarray(data["ragged"]),
+                      advantages=jnp.asarray(data["advantages"]) - 0.5,
+                      ref_per_token_logps=None,
+                      old_per_token_logps=jnp.asarray(data["far"]) if old else None)
+    unknown = registry.with_sampler_logps(ex, jnp.full((B, T), jnp.nan, jnp.float32))
+
+    def f(example):
+        return jax.value_and_grad(registry.loss_from_logps, has_aux=True)(
+            jnp.asarray(data["logp"]), example, settings)
+
+    (plain, _), g_plain = f(ex)
+    (loss, aux), g = f(unknown)
+    np.testing.assert_array_equal(float(loss), float(plain))
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(g_plain))
+    assert np.isnan(float(aux["logprob_diff"])) and np.isnan(float(aux["logprob_diff_max"]))
+    if old:  # the mask acted: the case is not vacuous
+        no_mask = registry.algo_settings(AlgoConfig(name="grpo", beta=0.0, num_iterations=2),
+                                         budget=T)
+        other, _ = registry.loss_from_logps(jnp.asarray(data["logp"]), ex, no_mask)
+        assert abs(float(other) - float(plain)) > 1e-6
+
+
 def test_on_policy_the_loss_compares_the_sampler_with_its_own_forward():
     """num_iterations=1 (no old log-probs): the weights come from this forward's log-probs,
     held constant, and equal those of an example whose old log-probs are the same values."""

@@ -123,6 +123,7 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
                             rows=jnp.max(train_example.window_rows))
     mask, sampler = train_example.completion_mask, getattr(train_example, "sampler_logps", None)
     c = algo_config.correction
+    behaviour = None
     if sampler is not None:
         # The trainer's log-probs the rollout is compared with: the old ones, or (on-policy)
         # this forward's, the same weights (engine/learner.py's docstring).
@@ -130,13 +131,18 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
         trainer = jax.lax.stop_gradient(per_token_logps if old is None else old)
         if c.enabled:
             weights = rc.importance_weights(trainer, sampler, mask, c)
+        # A step without the sampler's log-probs has them all NaN (engine/learner.py): its rows
+        # take pi_old as the behaviour, as when there are none.
+        known = jnp.any(~jnp.isnan(sampler), axis=-1, keepdims=True)
+        behaviour = jnp.where(known, sampler, trainer)
     loss, aux = policy_loss(per_token_logps, train_example.old_per_token_logps,
                             train_example.ref_per_token_logps, train_example.advantages,
                             train_example.completion_mask, algo_config.loss,
                             truncated(train_example, algo_config, eos_id), algo_config.budget,
-                            divisors, entropy, weights, sampler)
-    if sampler is not None:
-        aux.update(rc.logprob_gap(trainer, sampler, mask))
+                            divisors, entropy, weights, behaviour)
+    if sampler is not None:  # NaN on a step without them: the probe logs none
+        aux.update({k: jnp.where(jnp.any(known), v, jnp.nan)
+                    for k, v in rc.logprob_gap(trainer, sampler, mask).items()})
     if weights is not None:
         aux.update(rc.weight_stats(weights, mask, c.mode))
     return loss, aux

@@ -182,12 +182,16 @@ class Learner(GRPOLearner):
         rows, c = self.rl_cluster.take_logprobs(), self.algo_config.correction
         if mode != Mode.TRAIN:
             return example
+        cluster = self.rl_cluster
         if rows is None:  # the sampler gave none: fine unless a correction needs them
             if c.enabled:
                 raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
                                    "per-token log-probs, and this rollout engine returned none")
-            return example
-        cluster = self.rl_cluster
+            # All unknown (NaN), not absent: the update's inputs keep one structure, so steps
+            # with and without log-probs (rollout.logprob_gap_every) share one compiled step.
+            [unknown] = on_trainer_mesh(cluster, np.full(example.completion_ids.shape, np.nan,
+                                                         np.float32))
+            return registry.with_sampler_logps(example, unknown)
         [sampler] = on_trainer_mesh(cluster,
                                     rc.sampler_logps(rows, example.completion_ids.shape[1]))
         if self.off_policy and not c.enabled:

@@ -100,6 +100,8 @@ def update_stats(updates: dict[str, list[Any]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for k, v in updates.items():
         vals = np.asarray([np.asarray(x, dtype=np.float64) for x in v])
+        if k in _ROLLOUT_NAMES and np.isnan(vals).all():
+            continue  # a step without the sampler's log-probs (engine/algo_registry.py)
         name = f"rollout/{k}" if k in _ROLLOUT_NAMES else f"train/{k}"
         out[name] = float(_EXTREMES.get(k, np.mean)(vals))
     if updates:
