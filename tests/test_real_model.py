@@ -17,7 +17,9 @@ SMALL = ["model=smollm2-135m", "hardware=cpu", "model.dtype=bfloat16", "model.pa
          "algo.num_generations=4", "rollout.max_prompt_length=96",
          "rollout.max_completion_length=8", "rollout.kv_cache_size=112",
          "dataset.num_train=32", "dataset.num_eval=4", "eval.num_samples=4",
-         "tracker=none"]
+         # log-probs on both steps: one sampler program, not one with and one without (each
+         # 20 s of compiling a 30-layer decode here), and the real model's trainer/sampler gap
+         "rollout.logprob_gap_every=1", "tracker=none"]
 
 
 def digit_reward(prompts, completions, answers, **_):
@@ -53,6 +55,8 @@ def test_smollm2_steps_on_cpu_have_finite_changing_loss_and_varied_rewards(tmp_p
     losses = [m["train/loss"] for m in metrics]
     assert all(np.isfinite(losses)), losses
     assert len(set(losses)) > 1, losses
+    gaps = [m["rollout/logprob_diff"] for m in metrics]
+    assert all(0 <= g < 0.1 for g in gaps), gaps  # bfloat16 sampler vs trainer, same weights
     rewards = [m["train/reward_std"] for m in metrics]
     assert max(rewards) > 0, rewards  # completions of a group score differently
     assert max(m["train/reward_std/digits"] for m in metrics) > 0

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import require
-from helpers import cli, one_line_exit_2
+from helpers import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("RLEXP_TPU_STACK_VENV", "/opt/rlexp-tpu-stack"))
@@ -41,26 +40,18 @@ def env() -> dict[str, str]:
     return {"PYTHONPATH": f"{src}{os.pathsep}{path}" if path else src, "JAX_PLATFORMS": "cpu"}
 
 
-def run(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PYTHON), "-c", code], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env={**os.environ, **env()})
-
-
 @pytest.fixture(scope="module", autouse=True)
 def stack() -> None:
     require(PYTHON.is_file(), f"rollout=vllm's TPU stack needs the environment {VENV}",
             "bash scripts/setup --test")
 
 
-def test_the_stack_imports_at_its_versions():
-    proc = run("import json, sys, importlib.metadata as m\n"
-               "import tpu_inference, vllm, tunix\n"
-               f"print(json.dumps({{n: m.version(n) for n in {sorted(VERSIONS)!r}}}))\n"
-               "print(sys.version_info[:2])")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    versions, python = proc.stdout.strip().splitlines()[-2:]
-    assert json.loads(versions) == VERSIONS
-    assert python == "(3, 12)"
+def test_the_stack_imports_at_its_versions(mapped):
+    """tpu_inference, vllm and tunix imported in the mapping's process (one interpreter start
+    of this environment fewer), at the README's versions, on Python 3.12."""
+    got, _ = mapped
+    assert got["versions"] == VERSIONS
+    assert got["python"] == [3, 12]
     # Tunix's override, exactly: tpu-inference's qwix pin and Tunix's safetensors cap (vllm-tpu's
     # transformers needs safetensors>=0.8), and libtpu (--cpu); rlexp's own jax 0.10.2 stack pins
     # aside (installed with --no-deps); nothing else is inconsistent.
@@ -75,6 +66,8 @@ def test_the_stack_imports_at_its_versions():
 def test_two_steps_train_on_the_cpu(tmp_path):
     proc = cli("train.steps=2", "model.warm_start_steps=0", "train.batch_size=2",
                "eval.num_samples=4", "dataset.num_eval=4", "eval.pass_k=1", "run.progress=false",
+               # one sampler program (log-probs on both steps): every compile here is cold
+               "rollout.logprob_gap_every=1",
                f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, timeout=900,
                python=str(PYTHON), env=env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -82,12 +75,13 @@ def test_two_steps_train_on_the_cpu(tmp_path):
     assert summary["status"] == "FINISHED" and summary["steps_done"] == 2
 
 
-# In the venv: rlexp's tiny Qwen3 policy as the trainer holds it, Tunix's vllm_jax mapping of
+# In the venv: the stack's imports and versions; rlexp's tiny Qwen3 policy as the trainer holds it, Tunix's vllm_jax mapping of
 # it (what VllmSampler.update_params hands transfer_state_with_mappings), and rlexp's export of
 # the same weights (the HF names tpu-inference loads model.path with). Prints the mapping's
 # misses as JSON; writes the export to argv[2] for the TPU-boundary run.
 MAPPING = r"""
-import json, re, sys
+import importlib.metadata, json, re, sys
+import tpu_inference, vllm, tunix
 from pathlib import Path
 import numpy as np
 from flax import nnx
@@ -118,14 +112,16 @@ for name, value in flat.items():
         wrong.append([name, dst])
 write(Path(sys.argv[2]), flat, cfg.model, None)
 print(json.dumps({"params": len(flat), "unmapped": unmapped, "wrong": wrong,
-                  "not_synced": sorted(set(hf) - hit)}))
+                  "not_synced": sorted(set(hf) - hit), "python": sys.version_info[:2],
+                  "versions": {n: importlib.metadata.version(n) for n in sys.argv[3:]}}))
 """
 
 
 @pytest.fixture(scope="module")
 def mapped(tmp_path_factory) -> tuple[dict, Path]:
     export = tmp_path_factory.mktemp("tpu_stack") / "export"
-    proc = subprocess.run([str(PYTHON), "-c", MAPPING, str(ROOT / "conf"), str(export)],
+    proc = subprocess.run([str(PYTHON), "-c", MAPPING, str(ROOT / "conf"), str(export),
+                           *sorted(VERSIONS)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
                           env={**os.environ, **env()})
     assert proc.returncode == 0, proc.stderr[-4000:]
