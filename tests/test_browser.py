@@ -48,19 +48,25 @@ def text_of(html: str) -> str:
     return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
 
 
+# Where screenshots go; None (unset): none taken, which spares a Chromium start per page.
+SHOTS = os.environ.get("RLEXP_BROWSER_SHOTS")
+
+
 class Browser:
     def __init__(self, root: Path):
         self.root = root
-        self.shots = Path(os.environ.get("RLEXP_BROWSER_SHOTS", root / "shots"))
-        self.shots.mkdir(parents=True, exist_ok=True)
+        self.shots = Path(SHOTS) if SHOTS else None
+        if self.shots:
+            self.shots.mkdir(parents=True, exist_ok=True)
 
     def page(self, url: str, name: str) -> str:
         """The text of the page once the app rendered (a fresh profile: no saved UI state)."""
         args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                 f"--user-data-dir={self.root / ('profile-' + name)}",
                 "--window-size=1400,1000", "--virtual-time-budget=20000"]
-        subprocess.run([*args, f"--screenshot={self.shots / (name + '.png')}", url],
-                       capture_output=True, timeout=180)
+        if self.shots:
+            subprocess.run([*args, f"--screenshot={self.shots / (name + '.png')}", url],
+                           capture_output=True, timeout=180)
         out = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True,
                              timeout=180)
         return text_of(out.stdout)
@@ -143,10 +149,14 @@ class Chrome:
             self.call("Input.dispatchMouseEvent", self.session, type=kind, x=box[0], y=box[1],
                       button="left", clickCount=1)
 
-    def screenshot(self, path: Path) -> None:
-        """The page as a PNG, MLflow's assistant panel closed (it covers a third of it)."""
+    def screenshot(self, name: str) -> None:
+        """The page as <$RLEXP_BROWSER_SHOTS>/NAME.png, MLflow's assistant panel closed (it
+        covers a third of it); nothing when RLEXP_BROWSER_SHOTS is unset."""
         import base64
 
+        if not SHOTS:
+            return
+        path = Path(SHOTS) / f"{name}.png"
         self.js("document.querySelector('button[aria-label=Close]')?.click()")
         time.sleep(1)
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", self.session,
@@ -396,7 +406,7 @@ def test_the_parent_overview_answers_and_one_chart_overlays_the_groups(ui):
         assert re.search(r"β=0\.04\s+2\s+\d\.\d{3} ±\d\.\d{3}\s+\[\d\.\d{3}, \d\.\d{3}\]",
                          overview), overview[:3000]
         assert "final acc, β=0.04 - β=0: " in overview
-        chrome.screenshot(ui["browser"].shots / "overview.png")
+        chrome.screenshot("overview")
 
         # the link opens a new tab (MLflow's Markdown links do): follow its address here
         chrome.goto(chrome.js("Array.from(document.querySelectorAll('a'))"
@@ -408,6 +418,6 @@ def test_the_parent_overview_answers_and_one_chart_overlays_the_groups(ui):
         # (MLflow 3.17 draws a run as two traces: its line and its points)
         assert sorted(set(drawn)) == ["β=0.04: mean of 2", "β=0: mean of 2"], drawn
         assert "2 matching runs" in chrome.text()  # the group runs alone, not nested
-        chrome.screenshot(ui["browser"].shots / "group_chart.png")
+        chrome.screenshot("group_chart")
     finally:
         chrome.close()

@@ -36,8 +36,11 @@ from rlexp.engine.checkpoint_store import (DiskFull, disk_full, quiet_orbax_fail
                                            unfinished)
 from rlexp.tracking.spool import LINK_FILE
 
-SMALL = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
-         "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false"]
+# test_reliability's RUN: the real runs of both files share one warm start and one set of
+# compiled programs in the session's run cache (train.steps is part of the train step).
+RUN = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
+       "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false",
+       "train.steps=8"]
 # Bytes of a checkpoint of the tiny model on disk (orbax 0.12, measured).
 TINY_CHECKPOINT = 1_115_599
 
@@ -142,7 +145,7 @@ def _fill(where: Path, leave: int) -> Path:
 def test_the_issues_full_5mb_disk_is_refused_at_start_in_one_line(small_disk, tmp_path):
     _fill(small_disk, 420 * 1024)
     run_dir = small_disk / "run"
-    proc = cli(*SMALL, "train.steps=3", "train.checkpoint_every=1", f"hydra.run.dir={run_dir}",
+    proc = cli(*RUN, "train.checkpoint_every=1", f"hydra.run.dir={run_dir}",
                cwd=tmp_path, timeout=300)
     one_line_exit_2(proc, f"hydra.run.dir={run_dir}", "free", "room for two")
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # nothing written
@@ -488,7 +491,7 @@ def test_orbax_save_on_a_full_tmpfs_stops_cleanly_and_resumes(small_disk, tmp_pa
             fillers.append(_fill(small_disk, 600_000))
 
     monkeypatch.setattr(listeners.ProgressFile, "on_metrics", progress)
-    (cfg,) = preflight([*SMALL, "train.steps=4", "train.checkpoint_every=1",
+    (cfg,) = preflight([*RUN, "train.checkpoint_every=1",
                         f"hydra.run.dir={small_disk / 'run'}"]).jobs
     run_dir = small_disk / "run"
     run_dir.mkdir()
@@ -512,13 +515,13 @@ def test_orbax_save_on_a_full_tmpfs_stops_cleanly_and_resumes(small_disk, tmp_pa
     run(cfg, job)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "FINISHED" and summary["resumed_from_step"] == 1
-    assert history(client, rid) == [1, 2, 3, 4]
+    assert history(client, rid) == list(range(1, 9))
     assert client.get_run(rid).info.status == "FINISHED"
 
 
 @pytest.mark.slow
 def test_the_issues_finished_run_with_a_truncated_summary_through_the_cli(tmp_path):
-    overrides = [*SMALL, "train.steps=3", "train.checkpoint_every=1"]
+    overrides = [*RUN, "train.checkpoint_every=4"]
     first = cli(*overrides, cwd=tmp_path, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     (run_dir,) = (tmp_path / "outputs" / "runs").iterdir()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -78,24 +79,27 @@ def runs(tmp_path_factory):
         (source / "config.json").write_text(json.dumps(get(m.family).write_hf(m, "float32")))
         models[case], sources[case] = m, source
     built = hf_build(list(sources.values()), TOKENS)
-    out: dict[str, dict] = {}
     exports = []
     for case, m in models.items():
-        source = sources[case]
-        model = build_model(m, mesh=None, seed=0)
-        flat = params(model)
-        with_source = export.write(root / case / "export", flat, m, source=source)
-        own = export.write(root / case / "export-own", flat, m, source=None)
-        exports += [with_source, own]
-        use_training_remat(m.family, "full")  # the wrapper finds each family's cache argument
-        try:
-            remat = _rlexp_logits(model)
-        finally:
-            use_training_remat(m.family, "none")
-        out[case] = {"model": m, "hf": np.load(source / "hf_logits.npy"),
-                     "rlexp": _rlexp_logits(model), "remat": remat,
-                     "hf_params": built[str(source)]["params"]}
-    logits = hf_logits_many(exports, TOKENS)
+        flat = params(build_model(m, mesh=None, seed=0))
+        exports += [export.write(root / case / "export", flat, m, source=sources[case]),
+                    export.write(root / case / "export-own", flat, m, source=None)]
+    # transformers reloads the exports in its child process while rlexp's logits run here, each
+    # model built anew (a build sets process-wide patches, e.g. the family's RoPE base)
+    with ThreadPoolExecutor(1) as pool:
+        reloaded = pool.submit(hf_logits_many, exports, TOKENS)
+        out: dict[str, dict] = {}
+        for case, m in models.items():
+            model = build_model(m, mesh=None, seed=0)
+            use_training_remat(m.family, "full")  # the wrapper finds each family's cache argument
+            try:
+                remat = _rlexp_logits(model)
+            finally:
+                use_training_remat(m.family, "none")
+            out[case] = {"model": m, "hf": np.load(sources[case] / "hf_logits.npy"),
+                         "rlexp": _rlexp_logits(model), "remat": remat,
+                         "hf_params": built[str(sources[case])]["params"]}
+        logits = reloaded.result()
     for i, case in enumerate(models):
         out[case]["exports"] = logits[2 * i: 2 * i + 2]
     return out

@@ -2,8 +2,9 @@
 
 Fast: discovery and composition of every launcher option, the per-job resource rule, and how
 Hydra's basic and joblib launchers propagate a job's exception (a toy app, seconds).
-Slow (real `python -m rlexp` training, JAX compiles): joblib 2 x 2 under one MLflow parent,
-submitit_local, a failing job plus the rerun that repeats only it (Ray: tests/test_ray.py).
+Slow (real `python -m rlexp` training, JAX compiles): submitit_local, a failing job under
+joblib plus the rerun that repeats only it (a joblib 2 x 2 sweep under one MLflow parent:
+tests/test_sweeps.py; Ray: tests/test_ray.py; SLURM: tests/test_slurm.py).
 """
 
 from __future__ import annotations

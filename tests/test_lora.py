@@ -8,7 +8,7 @@ LoRA policy's."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
 import numpy as np
 import pytest
@@ -202,14 +202,16 @@ def _base_arrays(model):
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
-    """A LoRA engine (rank 4, beta > 0): steps 1-2, a checkpoint, step 3."""
+    """A LoRA engine (rank 4, beta > 0): steps 1-2, a checkpoint, step 3. The session's run
+    cache: the warm start (which trains the base, LoRA or not) is test_accumulation's."""
     from rlexp import engine as engine_lib
     from rlexp.engine import rollout_key
     from test_engine import tiny_config
 
-    cache = tmp_path_factory.mktemp("cache")
+    cache = os.environ.get("RLEXP_CACHE_DIR") or tmp_path_factory.mktemp("cache")
     cfg = tiny_config("grpo", cache)
     cfg.algo.num_iterations = 1
+    cfg.rollout.logprob_gap_every = 1  # every step the same sampler program (one compile)
     cfg.model.lora.rank, cfg.model.lora.alpha = 4, 8.0
     cfg.train.learning_rate = 1e-2
     cfg = validate(cfg)

@@ -11,8 +11,10 @@ from rlexp.config.validate import validate
 
 
 def _tiny(dtype: str, param_dtype: str) -> Config:
+    """One decoder layer: what these tests check acts per layer, and each update compiles
+    its own program (bfloat16's on the CPU slowest), whose size grows with the layers."""
     c = Config()
-    c.model.num_layers, c.model.embed_dim, c.model.hidden_dim = 2, 64, 128
+    c.model.num_layers, c.model.embed_dim, c.model.hidden_dim = 1, 64, 128
     c.model.num_heads, c.model.num_kv_heads, c.model.head_dim = 4, 2, 16
     c.model.vocab_size, c.model.dtype, c.model.param_dtype = 128, dtype, param_dtype
     c.train.learning_rate, c.train.lr_schedule = 5e-6, "constant"
@@ -230,7 +232,7 @@ def test_llama3_computes_in_bfloat16_on_float32_weights_and_samples():
         assert sum(int((np.asarray(g) != 0).sum()) for g in leaves) > 0
         tok = TokenizerAdapter(rlexp_models.build_tokenizer(c.model))
         sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
-            cache_size=32, num_layers=2, num_kv_heads=2, head_dim=16))
+            cache_size=32, num_layers=c.model.num_layers, num_kv_heads=2, head_dim=16))
         assert sampler.dtype == jnp.bfloat16
         out = sampler(["1 + 2 ="], max_generation_steps=4, max_prompt_length=16)
         assert len(out.text) == 1

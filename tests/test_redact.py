@@ -21,6 +21,7 @@ from rlexp.base.redact import MASK, is_secret_key, redact_params, redact_text, s
 from rlexp.tracking import prepare_store
 from rlexp.tracking.listener import MlflowListener
 from helpers import cli, cli_env, said
+from sweep_helpers import TINY
 
 TOKEN = "hf_PlantedTokenValue123456"
 API_KEY = "sk-planted-api-key-987654"
@@ -347,11 +348,11 @@ def _secrets_under(root: Path) -> list[Path]:
 
 
 # A SIGTERM stops a run at its next step boundary, so the job still evaluates and takes its
-# one step (and writes its end-of-run files, which are checked too) after it reached the
+# first step (and writes its end-of-run files, which are checked too) after it reached the
 # store: the smallest evaluation and batch keep that short (not the recipe's 128 prompts x
-# pass@4 evaluation and 32-prompt step).
-SMALL_RUN = ["train.steps=1", "model.warm_start_steps=0", "train.batch_size=2",
-             "eval.num_samples=4", "dataset.num_eval=4", "eval.pass_k=1"]
+# pass@4 evaluation and 32-prompt step). sweep_helpers.TINY, the launcher tests' job: its
+# programs are compiled once for the session (the run cache), not once more here.
+SMALL_RUN = TINY
 
 
 @pytest.mark.slow  # 30-100 s: the job reaches the store once its engine is built

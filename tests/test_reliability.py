@@ -2,7 +2,7 @@
 the lock or at pre-flight): the run/sweep-dir lock, damaged tracking state, one MLflow run per
 run dir, summary fields, keep-N pruning, bad paths refused before anything is written.
 Slow, with real `python -m rlexp` runs: SIGKILL and SIGTERM mid-run, rerun the same command,
-nothing lost or doubled (one warm-start cache shared between them keeps each run short)."""
+nothing lost or doubled (one config for them all keeps each run short, see RUN)."""
 
 from __future__ import annotations
 
@@ -396,17 +396,18 @@ def test_a_failure_line_names_the_reward_its_exception_and_where_in_the_loop():
 
 # ------------------------------------------------------- real runs killed and rerun (slow)
 
-SMALL = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
-         "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false"]
+# Every real run of this file and test_disk_and_state's slow ones: the same model, batch,
+# lengths and train.steps (the learning-rate schedule, part of the compiled train step, depends
+# on it), so the session's run cache makes the warm start and each compiled program once for
+# all of them: a cold run is ~2 minutes on a busy 2-core CPU, a warm one ~30 s, a step ~0.1 s.
+# Tests differ in what does not compile: checkpoints, signals, the reward plug-in.
+RUN = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
+       "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false",
+       "train.steps=8"]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-def _overrides(cache: Path, *extra: str) -> list[str]:
-    return [*SMALL, f"run.cache_dir={cache}", *extra]
+def _overrides(*extra: str) -> list[str]:
+    return [*RUN, *extra]
 
 
 def _rerun(cwd: Path, overrides: list[str]) -> subprocess.CompletedProcess:
@@ -447,8 +448,10 @@ def _tracked(run_dir: Path) -> tuple[MlflowClient, str]:
 
 
 @pytest.mark.slow
-def test_sigkill_after_step_6_then_rerun_logs_every_step_once(tmp_path, cache_dir):
-    overrides = _overrides(cache_dir, "train.steps=12", "train.checkpoint_every=4")
+def test_sigkill_after_step_6_then_rerun_logs_every_step_once(tmp_path):
+    """Killed between the checkpoints of steps 4 and 8: the steps after 4 that the first
+    attempt logged are trained again, and logged once."""
+    overrides = _overrides("train.checkpoint_every=4")
     code, out = _start_and_signal(tmp_path, overrides, 6, signal.SIGKILL)
     assert code == -signal.SIGKILL
     run_dir = _run_dir(tmp_path)
@@ -457,42 +460,39 @@ def test_sigkill_after_step_6_then_rerun_logs_every_step_once(tmp_path, cache_di
     _rerun(tmp_path, overrides)
     client, rid = _tracked(run_dir)
     assert rid == first_id
-    assert history(client, rid) == list(range(1, 13))  # 12 consecutive steps, each exactly once
+    assert history(client, rid) == list(range(1, 9))  # 8 consecutive steps, each exactly once
     evals = history(client, rid, "eval/accuracy")
-    assert evals == sorted(set(evals)) and evals[0] == 0 and evals[-1] == 12
+    assert evals == sorted(set(evals)) and evals[0] == 0 and evals[-1] == 8
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "FINISHED" and summary["steps_done"] == 12
+    assert summary["status"] == "FINISHED" and summary["steps_done"] == 8
     assert summary["resumed_from_step"] >= 4
     assert client.get_run(rid).info.status == "FINISHED"
 
 
 @pytest.mark.slow
-def test_off_policy_sigkill_then_rerun_logs_every_step_once_with_its_staleness(tmp_path,
-                                                                              cache_dir):
+def test_off_policy_sigkill_then_rerun_logs_every_step_once_with_its_staleness(tmp_path):
     """rollout.off_policy_steps=1 on the one CPU mesh: step n trains on a batch sampled before
     step n-1's update (staleness 1); step 1's and the first resumed step's batch (the one in
     flight at the kill, regenerated) are sampled with the weights they train (0)."""
-    overrides = _overrides(cache_dir, "train.steps=6", "train.checkpoint_every=2",
-                           "rollout.off_policy_steps=1")
+    overrides = _overrides("train.checkpoint_every=2", "rollout.off_policy_steps=1")
     code, _ = _start_and_signal(tmp_path, overrides, 3, signal.SIGKILL)
     assert code == -signal.SIGKILL
     run_dir = _run_dir(tmp_path)
     _rerun(tmp_path, overrides)
     client, rid = _tracked(run_dir)
-    assert history(client, rid) == list(range(1, 7))
+    assert history(client, rid) == list(range(1, 9))
     resumed = json.loads((run_dir / "summary.json").read_text())["resumed_from_step"]
     stale = {m.step: m.value for m in client.get_metric_history(rid, "rollout/staleness")}
-    assert 2 <= resumed < 6
-    assert stale == {s: float(s not in (1, resumed + 1)) for s in range(1, 7)}
+    assert 2 <= resumed < 8
+    assert stale == {s: float(s not in (1, resumed + 1)) for s in range(1, 9)}
 
 
 @pytest.mark.slow
-def test_sigkill_without_checkpoints_restarts_the_same_mlflow_run(tmp_path, cache_dir):
+def test_sigkill_without_checkpoints_restarts_the_same_mlflow_run(tmp_path):
     """train.checkpoint_every=0: nothing to resume from, so the rerun trains from step 0 again,
     in the same MLflow run (one run per run dir), and logs no step twice (the same rule as
     test_crash_before_the_first_checkpoint_keeps_one_run, through a real killed process)."""
-    overrides = _overrides(cache_dir, "train.steps=8", "train.checkpoint_every=0",
-                           "tracker.flush_every_s=0.05")
+    overrides = _overrides("train.checkpoint_every=0", "tracker.flush_every_s=0.05")
     code, _ = _start_and_signal(tmp_path, overrides, 4, signal.SIGKILL)
     assert code == -signal.SIGKILL
     run_dir = _run_dir(tmp_path)
@@ -512,8 +512,8 @@ def _corrupt(checkpoint: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_marks_killed_and_resumes_past_a_corrupt_checkpoint(tmp_path, cache_dir):
-    overrides = _overrides(cache_dir, "train.steps=8", "train.checkpoint_every=2")
+def test_sigterm_checkpoints_marks_killed_and_resumes_past_a_corrupt_checkpoint(tmp_path):
+    overrides = _overrides("train.checkpoint_every=2")
     code, out = _start_and_signal(tmp_path, overrides, 3, signal.SIGTERM)
     assert code != 0, out[-2000:]
     run_dir = _run_dir(tmp_path)
@@ -537,14 +537,14 @@ def test_sigterm_checkpoints_marks_killed_and_resumes_past_a_corrupt_checkpoint(
 
 
 @pytest.mark.slow
-def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, cache_dir, monkeypatch):
+def test_nan_reward_stops_the_run_failed_and_keeps_the_checkpoint(tmp_path, monkeypatch):
     import importlib
 
     from rlexp.launch.preflight import preflight
     from rlexp.job.experiment import JobContext, run
 
     monkeypatch.chdir(tmp_path)
-    (cfg,) = preflight(_overrides(cache_dir, "train.steps=4", "train.checkpoint_every=2")).jobs
+    (cfg,) = preflight(_overrides("train.checkpoint_every=2")).jobs
     calls: list[int] = []
 
     def nan_after_probe(prompts, completions, answers, **_):
@@ -630,9 +630,8 @@ def _failed_in_mlflow_with_traceback_in_log(run_dir: Path, *needles: str) -> Non
 
 
 @pytest.mark.slow
-def test_a_reward_plug_in_that_raises_mid_run_ends_in_one_line(tmp_path, cache_dir, flaky_env):
-    proc = cli(*_overrides(cache_dir, "train.steps=2", "model.warm_start_steps=0",
-                           _reward("raises")), cwd=tmp_path,
+def test_a_reward_plug_in_that_raises_mid_run_ends_in_one_line(tmp_path, flaky_env):
+    proc = cli(*_overrides("model.warm_start_steps=0", _reward("raises")), cwd=tmp_path,
                env=flaky_env, timeout=900)
     line = _ends_in_one_line(proc, "reward raises raised ValueError: the grader is down",
                              "at step 0")
@@ -642,10 +641,8 @@ def test_a_reward_plug_in_that_raises_mid_run_ends_in_one_line(tmp_path, cache_d
 
 
 @pytest.mark.slow
-def test_a_nan_reward_says_no_checkpoint_was_saved_and_no_numpy_warning(tmp_path, cache_dir,
-                                                                         flaky_env):
-    proc = cli(*_overrides(cache_dir, "train.steps=3", "train.checkpoint_every=0",
-                           "model.warm_start_steps=0",
+def test_a_nan_reward_says_no_checkpoint_was_saved_and_no_numpy_warning(tmp_path, flaky_env):
+    proc = cli(*_overrides("train.checkpoint_every=0", "model.warm_start_steps=0",
                            _reward("nan_later")), cwd=tmp_path, env=flaky_env, timeout=900)
     line = _ends_in_one_line(proc, "step 1: ", "train/reward/nan_later=nan",
                              "no checkpoint was saved (train.checkpoint_every=0)")
@@ -657,10 +654,8 @@ def test_a_nan_reward_says_no_checkpoint_was_saved_and_no_numpy_warning(tmp_path
 
 
 @pytest.mark.slow
-def test_a_sweep_with_a_failing_job_counts_it_says_its_line_and_exits_1(tmp_path, cache_dir,
-                                                                         flaky_env):
-    proc = cli("-m", *_overrides(cache_dir, "train.steps=2", "model.warm_start_steps=0",
-                                 _reward("raises"),
+def test_a_sweep_with_a_failing_job_counts_it_says_its_line_and_exits_1(tmp_path, flaky_env):
+    proc = cli("-m", *_overrides("model.warm_start_steps=0", _reward("raises"),
                                  "+reward.functions.0.kwargs.fail=true,false"),
                cwd=tmp_path, env=flaky_env, timeout=900)
     out = proc.stdout + proc.stderr

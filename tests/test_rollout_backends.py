@@ -119,9 +119,10 @@ def test_a_backend_of_ones_own_trains_two_steps(tmp_path):
         f"defaults:\n  - vanilla\n  - _self_\nname: {__name__}.RecordingSpec\n")
     calls = tmp_path / "calls.jsonl"
     # The launchers' tiny run (no warm start: the calls, not the learning, are the point), so
-    # its programs are the ones those tests' runs put in the session's compilation cache.
+    # its programs are among those tests' runs put in the session's compilation cache; with
+    # log-probs asked at both steps (logprob_gap_every=1) its sampler compiles one program.
     proc = cli("--config-dir", str(tmp_path / "conf"), "rollout=recording", *TINY,
-               "tracker=none", cwd=tmp_path, timeout=900,
+               "rollout.logprob_gap_every=1", "tracker=none", cwd=tmp_path, timeout=900,
                env={RECORD_ENV: str(calls), "PYTHONPATH": os.pathsep.join(
                    [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -209,11 +209,12 @@ def test_a_down_store_passes_preflight_and_dry_runs_do_not_probe():
 # ------------------------------------------------------------ wrong: refused at start
 
 
+# Each kind of wrong store once through the entry point (a process start each); 403 is
+# refused exactly as 401 (test_classify_tells_down_from_wrong has its verdict).
 @pytest.mark.parametrize("kind,needle", [
     ("unresolved", "does not resolve"),
     ("html", "answers with an HTML page"),
     ("401", "refused access (HTTP 401)"),
-    ("403", "refused access (HTTP 403)"),
 ])
 def test_a_wrong_store_exits_2_at_start_and_writes_nothing(kind, needle, serve, tmp_path):
     fake = serve(kind) if kind in STORES else None
@@ -355,9 +356,10 @@ def test_sync_says_whether_the_store_is_down_or_wrong(serve, tmp_path, capsys):
     spool = (run_dir / SPOOL_FILE).read_bytes()
     link = json.loads((run_dir / LINK_FILE).read_text())
     assert link["uri"].startswith("http://alice:***@") and link["run_id"] is None
+    # down, and wrong before and after a connection (a process start each; the other wrong
+    # kinds are classify's, test_classify_tells_down_from_wrong)
     cases = [(with_secrets(down_url()), "the store is down: ", "run this command again"),
              (with_secrets(UNRESOLVED), "the store is wrong: ", "does not resolve"),
-             (with_secrets(serve("html").url), "the store is wrong: ", "HTML page"),
              (with_secrets(serve("401").url), "the store is wrong: ", "HTTP 401")]
     for uri, *needles in cases:
         proc = _sync(run_dir, uri)
@@ -377,7 +379,8 @@ def test_a_real_run_with_a_down_store_spools_quietly_and_leaks_nothing(tmp_path)
     exits 0 and spools; one warning says so; no urllib3 retry lines; no secret on the
     console, in the run dir (rlexp.log, .hydra, spool, summary) or anywhere under the cwd."""
     uri = with_secrets(down_url())
-    proc = cli(*TINY, quoted(uri), cwd=tmp_path, timeout=600)
+    # logprob_gap_every=1: log-probs at both steps, one sampler program to compile
+    proc = cli(*TINY, "rollout.logprob_gap_every=1", quoted(uri), cwd=tmp_path, timeout=600)
     console = proc.stdout + proc.stderr
     assert proc.returncode == 0, console[-3000:]
     assert console.count("unreachable (") == 1 and "python -m rlexp.sync" in console, console

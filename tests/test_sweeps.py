@@ -200,7 +200,7 @@ def test_real_multirun_takes_the_command_line_value(tmp_path):
 def test_optuna_sweep_maximizes_what_the_jobs_return(tmp_path):
     """Two real trials: each job returns its final eval accuracy, Optuna records the best."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    from sweep_helpers import TINY as RUN_TINY, explain, rlexp
+    from sweep_helpers import TINY as RUN_TINY, explain, rlexp, summaries
 
     proc = rlexp(["+sweep=optuna", "hydra.sweeper.n_trials=2", "tracker=none", *RUN_TINY],
                  tmp_path)
@@ -209,52 +209,10 @@ def test_optuna_sweep_maximizes_what_the_jobs_return(tmp_path):
     best = OmegaConf.load(result)
     assert 0.0 <= float(best.best_value) <= 1.0
     assert set(best.best_params) >= {"algo.beta", "algo.epsilon", "train.learning_rate"}
+    jobs = summaries(result.parent)  # what each trial's job returned: the best is their max
+    assert len(jobs) == 2 and all(s["status"] == "FINISHED" for s in jobs.values()), jobs
+    assert float(best.best_value) == pytest.approx(max(s["objective"] for s in jobs.values()))
     assert "Directions: ['maximize']" in proc.stdout + proc.stderr
-
-
-@pytest.mark.slow
-def test_a_joblib_sweeps_piped_output_labels_every_job_line(tmp_path):
-    """4 jobs, 2 at a time, stderr a pipe: every step and eval line names its job
-    ([2/4 β=0 G=4]), one line per event; the launching process adds a line per finished
-    job; no joblib.Parallel line, no Hydra timestamp on a job's lines; the jobs' before/after
-    tables stay in their logs, and the sweep ends with one group table line per group. The 4
-    MLflow children sit under one parent (what tests/test_launchers.py's joblib 2x2 sweep
-    checks too)."""
-    from sweep_helpers import (TINY_SHOWN, explain, finished_sweep, mlflow_children,
-                               only_sweep_dir, rlexp)
-
-    proc = rlexp(["-m", "hydra/launcher=joblib", "algo.beta=0.0,0.04", "algo.num_generations=2,4",
-                  *TINY_SHOWN], tmp_path)
-    assert proc.returncode == 0, explain(proc)
-    sweep_dir = only_sweep_dir(tmp_path)
-    assert finished_sweep(sweep_dir, lambda r: (float(r.data.params["algo.beta"]),
-                                                int(r.data.params["algo.num_generations"]))) == [
-        (0.0, 2), (0.0, 4), (0.04, 2), (0.04, 4)]
-    parent, _ = mlflow_children(sweep_dir)
-    text = proc.stdout + proc.stderr
-    assert "Joblib.Parallel(" not in text
-    job_lines = [ln for ln in proc.stderr.splitlines()
-                 if re.search(r"(step \d+/\d+:|eval @ step|accuracy  |pass@k  |mean reward  |"
-                              r"before +after)", ln)]
-    labels = {f"[{i}/4 β={b} G={g}]" for i, (b, g) in
-              enumerate([("0", 2), ("0", 4), ("0.04", 2), ("0.04", 4)], start=1)}
-    assert len(job_lines) >= 4 * (2 + 2), proc.stderr  # steps, evals
-    for line in job_lines:
-        assert any(line.startswith(label + " ") for label in labels), line
-    for label in labels:  # each job's steps and evaluations; its table is in its log
-        mine = [ln for ln in job_lines if ln.startswith(label)]
-        assert any("step 2/2:" in ln for ln in mine) and any("eval @ step 2" in ln for ln in mine)
-        assert not any("mean reward" in ln for ln in mine), label
-        assert any(ln.startswith(f"{label} rlexp: ") and "building the model" in ln
-                   for ln in proc.stderr.splitlines()), label  # its start-up phases too
-    groups = [ln for ln in proc.stdout.splitlines() if re.match(r"β=0(\.04)? G=[24]\s+1\s", ln)]
-    assert len(groups) == 4, proc.stdout  # one seed each: 4 groups of 1
-    assert not re.search(r"^\[\d{4}-\d\d-\d\d .*\]\[", proc.stderr, re.M)  # no Hydra stamps
-    done = re.findall(r"^rlexp: sweep (\d)/4 done", proc.stderr, re.M)
-    assert done == ["1", "2", "3", "4"], proc.stderr
-    # the end names the parent run (its id in the store, or its UI page)
-    end = [ln for ln in text.splitlines() if re.match(r"rlexp: sweep \S+: 4 runs FINISHED", ln)]
-    assert len(end) == 1 and parent["run"].info.run_id in end[0], text
 
 
 # ------------------------------------------------------------------------------ labels
@@ -330,40 +288,57 @@ def test_a_long_single_run_name_keeps_whole_tokens():
 
 # ------------------------------------------------------------------------------ a real one
 
-# 6 jobs in one process: a short warm start per seed (formatted answers: rewards that differ
-# per run), then 2 steps of 4 prompts instead of the recipe's 32, evaluated before and after
-# only (the group table and the paired difference read the final evaluation), untracked (the
-# table comes from the jobs' summaries; tests/test_report.py reads it from MLflow runs).
-# Seed 0's warm start is test_multihost's and test_export's too (the same inputs).
-SEED_SWEEP = ["-m", "algo=grpo,gspo", "train.seed=0,1,2", "train.steps=2", "train.batch_size=4",
-              "eval.num_samples=8", "dataset.num_eval=8", "eval.pass_k=2",
-              "model.warm_start_steps=100", "hydra/launcher=basic", "tracker=none"]
+# One real sweep read by the two tests below (module-scoped: a sweep costs its jobs' start-up,
+# warm starts and compiles; each test reads a different side of its output). 4 jobs under
+# joblib, 2 at a time, stderr a pipe, tracked in the default MLflow store: 2 algos x 2 seeds,
+# the seed key first, so the 2 concurrent jobs compile the two algos' programs side by side
+# and the next two load them from the run cache. Each job: a short warm start per seed
+# (formatted answers: rewards that differ per run), 4 steps of 4 prompts instead of the
+# recipe's 32, evaluated before and after only (the group table and the paired difference
+# read the final evaluation). The grpo jobs' inputs are test_export's run (experiment=quick at
+# 8 eval prompts), and seed 0's warm start is test_multihost's and test_export's too: the
+# session compiles and trains them once.
+SEED_SWEEP = ["-m", "hydra/launcher=joblib", "train.seed=0,1", "algo=grpo,gspo",
+              "train.steps=4", "train.batch_size=4", "eval.num_samples=8", "dataset.num_eval=8",
+              "eval.pass_k=2", "model.warm_start_steps=100"]
+# The jobs' labels, in launch order ([i/4 seed=S ALGO]).
+SEED_JOBS = [(0, "grpo"), (0, "gspo"), (1, "grpo"), (1, "gspo")]
+
+
+@pytest.fixture(scope="module")
+def seed_sweep(tmp_path_factory):
+    """(the finished `python -m rlexp SEED_SWEEP` process, its cwd)."""
+    from sweep_helpers import rlexp
+
+    cwd = tmp_path_factory.mktemp("seed_sweep")
+    return rlexp(SEED_SWEEP, cwd=cwd, timeout=3000), cwd
 
 
 @pytest.mark.slow
-def test_a_real_seed_sweep_ends_with_the_group_table_the_report_prints(tmp_path):
-    """`-m algo=grpo,gspo train.seed=0,1,2` on the real engine: its last lines are a 2-line
-    group table and one paired difference; rlexp.report on its dir prints the same lines,
-    whose numbers are scipy's on the jobs' own final values; no job's before/after table
-    reaches the sweep's output (each stays in the job's rlexp.log)."""
+def test_a_real_seed_sweep_ends_with_the_group_table_the_report_prints(seed_sweep):
+    """`-m algo=grpo,gspo train.seed=0,1` on the real engine: it ends with a 2-line group
+    table (n=2 seeds: mean, std and t-interval) and one paired difference; rlexp.report on its
+    dir prints the same lines, whose numbers are scipy's on the jobs' own final values; no
+    job's before/after table reaches the sweep's output (each stays in the job's rlexp.log)."""
     import numpy as np
     from scipy import stats
 
-    from sweep_helpers import explain, only_sweep_dir, rlexp, summaries
+    from sweep_helpers import explain, only_sweep_dir, summaries
 
-    proc = rlexp(SEED_SWEEP, cwd=tmp_path, timeout=3000)
+    proc, cwd = seed_sweep
     assert proc.returncode == 0, explain(proc)
     out = proc.stdout + proc.stderr
     assert proc.stderr.splitlines()[0] == "rlexp: starting a sweep: reading the config"
-    groups = [ln for ln in out.splitlines() if re.match(r"(grpo|gspo)\s+3\s+\d\.\d{3} ", ln)]
+    groups = [ln for ln in out.splitlines()
+              if re.match(r"(grpo|gspo)\s+2\s+\d\.\d{3} ±\d\.\d{3} \[", ln)]
     assert [g.split()[0] for g in groups] == ["grpo", "gspo"], explain(proc)
     paired = [ln for ln in out.splitlines() if ln.startswith("final acc, gspo - grpo: ")]
-    assert len(paired) == 1 and "3 seeds" in paired[0]
+    assert len(paired) == 1 and "2 seeds" in paired[0], explain(proc)
     assert not re.search(r"before\s+after\s+change", out)
-    sweep = only_sweep_dir(tmp_path)
+    sweep = only_sweep_dir(cwd)
     assert all(re.search(r"before\s+after\s+change", (sweep / name / "rlexp.log").read_text())
                for name in summaries(sweep))
-    report = subprocess.run([sys.executable, "-m", "rlexp.report", str(sweep)], cwd=tmp_path,
+    report = subprocess.run([sys.executable, "-m", "rlexp.report", str(sweep)], cwd=cwd,
                             capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr
     assert all(line in report.stdout for line in [*groups, paired[0]]), report.stdout
@@ -371,13 +346,59 @@ def test_a_real_seed_sweep_ends_with_the_group_table_the_report_prints(tmp_path)
     for s in summaries(sweep).values():
         values = dict(o.split("=", 1) for o in s["overrides"])
         finals[(values["algo"], int(values["train.seed"]))] = s["eval_after"]["eval/accuracy"]
+    assert len(finals) == 4, finals
     for line in groups:
-        x = np.array([finals[(line.split()[0], seed)] for seed in (0, 1, 2)])
-        mean = float(re.findall(r"\d\.\d{3}", line)[0])
+        x = np.array([finals[(line.split()[0], seed)] for seed in (0, 1)])
+        mean, std, low, high = (float(v) for v in re.findall(r"-?\d\.\d{3}", line)[:4])
         assert mean == pytest.approx(x.mean(), abs=6e-4)
-    a, b = (np.array([finals[(g, s)] for s in (0, 1, 2)]) for g in ("grpo", "gspo"))
-    if np.any(a != b):
+        assert std == pytest.approx(x.std(ddof=1), abs=6e-4)
+        half = stats.t.ppf(0.975, 1) * x.std(ddof=1) / np.sqrt(2)  # 95% t-interval, 1 dof
+        assert (low, high) == (pytest.approx(x.mean() - half, abs=6e-4),
+                               pytest.approx(x.mean() + half, abs=6e-4)), line
+    a, b = (np.array([finals[(g, s)] for s in (0, 1)]) for g in ("grpo", "gspo"))
+    if np.any(a != b) and len(set(b - a)) > 1:
         p = stats.ttest_rel(b, a).pvalue  # the paired t-test
         assert (f"p = {p:.2g}," if p >= 1e-3 else "p < 0.001,") in paired[0]
-    else:  # identical finals: no difference, p = 1
+    elif np.all(a == b):  # identical finals: no difference, p = 1
         assert "+0.000" in paired[0] and "p = 1," in paired[0]
+
+
+@pytest.mark.slow
+def test_a_joblib_sweeps_piped_output_labels_every_job_line(seed_sweep):
+    """The same sweep's console (4 jobs, 2 at a time, stderr a pipe): every step and eval line
+    names its job ([2/4 seed=0 gspo]), one line per event; the launching process adds a line
+    per finished job; no joblib.Parallel line, no Hydra timestamp on a job's lines; the jobs'
+    before/after tables stay in their logs, and the sweep ends with one group table line per
+    group. The 4 MLflow children sit under one parent, whose id the last line names."""
+    from sweep_helpers import explain, finished_sweep, mlflow_children, only_sweep_dir
+
+    proc, cwd = seed_sweep
+    assert proc.returncode == 0, explain(proc)
+    sweep_dir = only_sweep_dir(cwd)
+    assert finished_sweep(sweep_dir, lambda r: (int(r.data.params["train.seed"]),
+                                                r.data.params["algo.name"])) == sorted(SEED_JOBS)
+    parent, _ = mlflow_children(sweep_dir)
+    text = proc.stdout + proc.stderr
+    assert "Joblib.Parallel(" not in text
+    job_lines = [ln for ln in proc.stderr.splitlines()
+                 if re.search(r"(step \d+/\d+:|eval @ step|accuracy  |pass@k  |mean reward  |"
+                              r"before +after)", ln)]
+    labels = {f"[{i}/4 seed={s} {a}]" for i, (s, a) in enumerate(SEED_JOBS, start=1)}
+    assert len(job_lines) >= 4 * (4 + 2), proc.stderr  # steps, evals
+    for line in job_lines:
+        assert any(line.startswith(label + " ") for label in labels), line
+    for label in labels:  # each job's steps and evaluations; its table is in its log
+        mine = [ln for ln in job_lines if ln.startswith(label)]
+        assert any("step 4/4:" in ln for ln in mine) and any("eval @ step 4" in ln for ln in mine)
+        assert sum(ln.startswith(f"{label} step ") for ln in mine) == 4, mine  # one per step
+        assert not any("mean reward" in ln for ln in mine), label
+        assert any(ln.startswith(f"{label} rlexp: ") and "building the model" in ln
+                   for ln in proc.stderr.splitlines()), label  # its start-up phases too
+    groups = [ln for ln in proc.stdout.splitlines() if re.match(r"(grpo|gspo)\s+2\s", ln)]
+    assert len(groups) == 2, proc.stdout  # 2 seeds each: 2 groups of 2
+    assert not re.search(r"^\[\d{4}-\d\d-\d\d .*\]\[", proc.stderr, re.M)  # no Hydra stamps
+    done = re.findall(r"^rlexp: sweep (\d)/4 done", proc.stderr, re.M)
+    assert done == ["1", "2", "3", "4"], proc.stderr
+    # the end names the parent run (its id in the store, or its UI page)
+    end = [ln for ln in text.splitlines() if re.match(r"rlexp: sweep \S+: 4 runs FINISHED", ln)]
+    assert len(end) == 1 and parent["run"].info.run_id in end[0], text

@@ -194,9 +194,10 @@ def test_algorithm_family_is_one_sweep():
 @pytest.mark.slow
 def test_user_experiment_runs_dapo_and_dr_grpo_with_its_reward_logged(user):
     """The acceptance run: user config dir + package + data, 3 steps, one sweep over DAPO and
-    Dr.GRPO (both jobs in one process, so JAX starts once)."""
+    Dr.GRPO (both jobs in one process, so JAX starts once; log-probs asked at every step, so
+    the sampler compiles one program, not one with and one without)."""
     proc = _user_cli("--config-dir", "conf", "-m", "experiment=mine", "algo=dapo,dr_grpo",
-                     cwd=user, timeout=900)
+                     "rollout.logprob_gap_every=1", cwd=user, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summaries = [json.loads(p.read_text()) for p in (user / "outputs").rglob("summary.json")
                  if p.parent.name != p.parents[1].name]
