@@ -19,12 +19,9 @@ from helpers import cli
 
 # The smallest real training run: 2 RL steps, a handful of eval prompts, the tiny model on
 # CPU without its supervised warm start (16 s, and launchers do not care what it learns), so
-# a job costs its JAX compile plus seconds. vocab_size=128: conf/model/tiny.yaml says 64, which
-# the char tokenizer refuses (it needs >= 100).
+# a job costs its JAX compile plus seconds (vocab_size=128 repeats conf/model/tiny.yaml's).
 TINY = ["train.steps=2", "train.batch_size=2", "eval.num_samples=4", "dataset.num_eval=4",
         "eval.pass_k=1", "run.progress=false", "model.warm_start_steps=0", "model.vocab_size=128"]
-# The same, with the step lines a user sees (what the sweep's output tests read).
-TINY_SHOWN = [o for o in TINY if o != "run.progress=false"]
 # A hardware=cpu-2host job (two processes joined by jax.distributed), for the launchers' tests:
 # batches and evaluation that split over its 4-device mesh, one step, 8 completion tokens.
 # Each decode step all-gathers the fsdp-sharded weights through gloo's TCP collectives, whose

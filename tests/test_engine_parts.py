@@ -1,4 +1,5 @@
-"""Engine pieces without compiling a model: step metrics, learning-rate schedules, keys."""
+"""Engine pieces without compiling a model: step metrics, keys (the learning-rate schedule:
+tests/test_lr_schedule.py)."""
 
 from __future__ import annotations
 
@@ -72,36 +73,6 @@ def test_reward_stats_against_numpy():
     # groups (1, 1), (.5, 1.5), (.5, .5): two of three have identical rewards
     assert m["train/zero_std_groups"] == pytest.approx(2 / 3)
     assert "train/zero_std_groups" not in reward_stats({"a": a[:5]}, group=2)  # ragged
-
-
-def test_host_schedule_matches_optax():
-    from rlexp.engine.tunix_adapter import host_lr_schedule, lr_schedule
-
-    cfg = Config()
-    cfg.train.steps, cfg.train.learning_rate, cfg.train.warmup_steps = 10, 1e-3, 2
-    host, ref = host_lr_schedule(cfg), lr_schedule(cfg)
-    got = [host(k) for k in range(12)]
-    assert all(isinstance(x, float) for x in got)
-    np.testing.assert_allclose(got, [float(ref(min(k, 10))) for k in range(12)], rtol=1e-6)
-
-
-def test_learning_rate_schedules():
-    from rlexp.engine.tunix_adapter import lr_schedule, updates_per_step
-
-    cfg = Config()
-    cfg.train.steps, cfg.train.learning_rate = 10, 1e-3
-    cfg.algo.num_iterations, cfg.train.batch_size, cfg.train.mini_batch_size = 2, 8, 4
-    assert updates_per_step(cfg) == 4  # 2 mini-batches x 2 iterations
-    cfg.train.lr_schedule = "constant"
-    assert float(lr_schedule(cfg)(25)) == pytest.approx(1e-3)
-    cfg.train.lr_schedule = "cosine"
-    s = lr_schedule(cfg)
-    assert float(s(0)) == pytest.approx(1e-3)
-    assert float(s(20)) == pytest.approx(0.5e-3, rel=1e-5)  # half way through 40 updates
-    assert float(s(40)) == pytest.approx(0.0, abs=1e-9)
-    cfg.train.lr_schedule, cfg.train.warmup_steps = "warmup_cosine", 1
-    s = lr_schedule(cfg)
-    assert float(s(0)) == 0.0 and float(s(2)) == pytest.approx(0.5e-3) and float(s(4)) == pytest.approx(1e-3)
 
 
 def test_keys_are_pure_and_distinct():

@@ -6,6 +6,7 @@ typed `Engine` protocol (protocol). `build()` refuses only what needs the built 
 
 Modules: learner (the Tunix subclasses, one global step), rollout (a backend per rollout engine),
 algo_registry (rlexp's losses plugged into Tunix), tunix_adapter (optimizer, cluster),
+lr_schedule (the learning-rate schedule as optimizer state: one program for any rate or length),
 tunix_models, cohere (Aya Expanse: Tunix has none), lora, warm_start, tunix_names and
 tunix_patches (the private names and patches relied on), checkpoint_store, weights, export,
 probes (host-side step metrics), profile (JAX traces).

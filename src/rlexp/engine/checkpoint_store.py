@@ -240,6 +240,10 @@ class EngineCheckpoints:
         self._global_counters()
         _, meta = self.manager.maybe_restore(trainer.model, trainer.optimizer, step=step,
                                              restore_only_lora_params=self.lora)
+        # the schedule's numbers are optimizer state: this run's config, not the saver's
+        from rlexp.engine import lr_schedule, tunix_adapter
+
+        lr_schedule.set_numbers(trainer.optimizer, tunix_adapter.schedule_numbers(self.engine.cfg))
         return dict(meta)
 
     def resume(self, meta: dict[str, Any]) -> None:

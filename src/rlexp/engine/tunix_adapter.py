@@ -16,6 +16,7 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 
 from rlexp.config.rules import batch_sizes
 from rlexp.config.schema import Config
+from rlexp.engine import lr_schedule
 from rlexp.engine.learner import Cluster
 from rlexp.engine.probes import StepProbe
 from rlexp.engine.rollout import RolloutBackend
@@ -30,46 +31,39 @@ def updates_per_step(cfg: Config) -> int:
     return cfg.train.batch_size // batch_sizes(cfg)[0] * cfg.algo.num_iterations
 
 
-def lr_schedule(cfg: Config) -> optax.Schedule:
-    """Learning rate as a function of the optimizer update count."""
+def schedule_numbers(cfg: Config) -> dict[str, np.float32]:
+    """train.*'s schedule as the optimizer state's numbers (rlexp.engine.lr_schedule), counted
+    in optimizer updates."""
     t = cfg.train
     total = max(t.steps * updates_per_step(cfg), 1)
-    if t.lr_schedule == "constant":
-        return optax.constant_schedule(t.learning_rate)
-    if t.lr_schedule == "cosine":
-        return optax.cosine_decay_schedule(t.learning_rate, total,
-                                           alpha=t.end_learning_rate / t.learning_rate)
     warmup = min(t.warmup_steps * updates_per_step(cfg), total - 1)
-    if t.lr_schedule == "linear":
-        # learning_rate -> end_learning_rate in a straight line after the warm-up (EasyDeL's
-        # LINEAR scheduler; optax.linear_schedule), reached at the last update.
-        decay = optax.linear_schedule(t.learning_rate, t.end_learning_rate, total - warmup)
-        if warmup == 0:
-            return decay
-        return optax.join_schedules([optax.linear_schedule(0.0, t.learning_rate, warmup), decay],
-                                    [warmup])
-    return optax.warmup_cosine_decay_schedule(0.0, t.learning_rate, warmup, total,
-                                              end_value=t.end_learning_rate)
+    return lr_schedule.schedule_numbers(t.lr_schedule, t.learning_rate, t.end_learning_rate,
+                                        warmup, total)
 
 
 def host_lr_schedule(cfg: Config) -> Callable[[int], float]:
     """The LR schedule as a host table: the loop's per-step read is a lookup, not a sync."""
 
-    schedule, total = lr_schedule(cfg), cfg.train.steps * updates_per_step(cfg)
+    kind, numbers = cfg.train.lr_schedule, schedule_numbers(cfg)
+    total = cfg.train.steps * updates_per_step(cfg)
 
     @functools.cache
     def table() -> np.ndarray:
         # this process's own CPU device: jax.devices("cpu")[0] is process 0's in a
         # multi-controller run, which another process cannot compute on or read
         with jax.default_device(jax.local_devices(backend="cpu")[0]):
-            return np.asarray(jax.vmap(schedule)(np.arange(total + 1)))
+            value = jax.vmap(functools.partial(lr_schedule.schedule_value, kind), (0, None))
+            return np.asarray(value(np.arange(total + 1, dtype=np.int32), numbers))
 
     return lambda count: float(table()[min(int(count), total)])
 
 
 def optimizer(cfg: Config) -> optax.GradientTransformation:
+    """AdamW (b1 0.9, b2 0.99) after global-norm clipping; the schedule's numbers are state,
+    so a learning-rate or length sweep shares one compiled train step."""
     t = cfg.train
-    adam = optax.adamw(lr_schedule(cfg), b1=0.9, b2=0.99, weight_decay=t.weight_decay)
+    adam = lr_schedule.adamw(t.lr_schedule, schedule_numbers(cfg), b1=0.9, b2=0.99,
+                             weight_decay=t.weight_decay)
     return optax.chain(optax.clip_by_global_norm(t.grad_clip), adam) if t.grad_clip > 0 else adam
 
 
