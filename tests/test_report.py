@@ -498,3 +498,19 @@ def test_the_answer_in_words_follows_the_paired_test():
     one_seed = compare.group_rows([r for r in rows if r.values["train.seed"] == "0"], ["algo"])
     assert compare.answer(one_seed).endswith("add train.seed=0,1,2")
     assert compare.answer(one_seed[:1]) == ""
+
+
+def test_children_come_in_the_sweeps_order_not_the_order_their_runs_started(client):
+    """joblib starts two jobs together: job 1's MLflow run may be created a moment before job
+    0's. The children (and so the first group, the paired lines' baseline) follow the sweep's
+    job numbers; a run without one (an older run) keeps its start-time place before them."""
+    exp = client.create_experiment("job-order")
+    parent = client.create_run(exp, run_name="sweep").info.run_id
+    for name, start, index in (("job1", 1000, "1"), ("job0", 2000, "0"), ("old", 2500, None),
+                               ("job2", 3000, "2")):
+        tags = {"mlflow.parentRunId": parent}
+        if index is not None:
+            tags[compare.JOB_INDEX_TAG] = index
+        client.create_run(exp, start_time=start, run_name=name, tags=tags)
+    names = [r.info.run_name for r in compare.child_runs(client, parent)]
+    assert names == ["old", "job0", "job1", "job2"]

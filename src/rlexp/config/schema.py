@@ -20,6 +20,8 @@ from rlexp.families import families
 DTYPES = ("float32", "bfloat16")
 # Whether a higher or a lower metric is better.
 MODES = ("max", "min")
+# train.lr_schedule (rlexp.engine.lr_schedule computes them).
+LR_SCHEDULES = ("constant", "cosine", "warmup_cosine", "linear")
 # train.steps' (and derived steps') bound: 11 days at 1 s a step; the LR table has a float a step.
 MAX_STEPS = 1_000_000
 # Prompts per step or per call (RL recipes: 8-1024): far past any accelerator's memory.
@@ -352,8 +354,7 @@ class TrainConfig:
     # Peak learning rate (MaxText rl.yml, Tunix grpo_demo: 3e-6; conf/recipe/tiny.yaml: 1e-3).
     learning_rate: float = knob(3e-6, range="(0, inf)")
     # constant | cosine | warmup_cosine | linear (warm-up, then a line to end_learning_rate).
-    lr_schedule: str = knob("warmup_cosine",
-                            choices=("constant", "cosine", "warmup_cosine", "linear"))
+    lr_schedule: str = knob("warmup_cosine", choices=LR_SCHEDULES)
     # Learning rate the decaying schedules reach after the last optimizer update; 0 = to zero.
     end_learning_rate: float = knob(0.0, range="[0, inf)")
     # Passes over the prompts: steps = ceil(epochs x num_train / batch_size) (EasyDeL: 3).

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-KINDS = ("constant", "cosine", "linear", "warmup_cosine")
+from rlexp.config.schema import LR_SCHEDULES as KINDS
 # The state's dict key: a restored checkpoint's numbers are replaced by the config's under it.
 STATE_KEY = "lr_schedule"
 

@@ -22,6 +22,7 @@ from rlexp.job.console import ConsoleListener
 from rlexp.job.sweep_messages import current_job
 from rlexp.tracking import default_uri, make_listener, parent_run_id, swept_keys
 from rlexp.tracking.callback import RemoteParentCloser
+from rlexp.tracking.compare import JOB_INDEX_TAG
 from rlexp.tracking.conventions import display_name, swept_tags
 from rlexp.tracking.environment import git_tags, version_tags
 from rlexp.tracking.links import run_dir_link
@@ -86,6 +87,8 @@ def run_tags(cfg: Config, job: JobContext) -> dict[str, str]:
             **git_tags(), **version_tags()}
     if job.sweep_dir is not None:
         tags["sweep"] = job.sweep_dir.name
+    if job.index is not None:
+        tags[JOB_INDEX_TAG] = str(job.index)
     if cfg.run.init_from:  # a fork names its origin (run dir, checkpoint or MLflow run id)
         tags["rlexp.init_from"] = cfg.run.init_from
     return tags

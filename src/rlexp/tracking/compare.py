@@ -113,6 +113,9 @@ def _float(text: str | None) -> float | None:
 # rlexp.role of a sweep's parent run and of its group runs (a seed group's mean curves, made by
 # the sweep's end): neither is a job, so no comparison, count or resume lists them.
 ROLE_TAG, SWEEP_ROLE, GROUP_ROLE = "rlexp.role", "sweep", "group"
+# A sweep job's number in its multirun (Hydra's job.num): the children's order, so the first
+# group (the paired lines' baseline) is the sweep's first, not whichever job started first.
+JOB_INDEX_TAG = "rlexp.job_index"
 
 
 def nested_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
@@ -124,9 +127,11 @@ def nested_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
 
 
 def child_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
-    """The parent's job runs (its group runs left out)."""
-    return [r for r in nested_runs(client, parent_run_id)
+    """The parent's job runs (its group runs left out), in the sweep's order (start time for
+    runs without a job number)."""
+    runs = [r for r in nested_runs(client, parent_run_id)
             if r.data.tags.get(ROLE_TAG) != GROUP_ROLE]
+    return sorted(runs, key=lambda r: int(r.data.tags.get(JOB_INDEX_TAG, "-1")))
 
 
 def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
