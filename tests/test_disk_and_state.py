@@ -37,7 +37,7 @@ from rlexp.engine.checkpoint_store import (DiskFull, disk_full, quiet_orbax_fail
 from rlexp.tracking.spool import LINK_FILE
 
 # test_reliability's RUN: the real runs of both files share one warm start and one set of
-# compiled programs in the session's run cache (train.steps is part of the train step).
+# compiled programs in the session's run cache.
 RUN = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
        "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false",
        "train.steps=8"]

@@ -67,6 +67,25 @@ def test_schedules_equal_optax_at_every_update(kind):
                                    err_msg=str((kind, steps, warmup, lr, end)))
 
 
+def test_schedules_by_hand_in_optimizer_updates():
+    """Counted in optimizer updates: 2 mini-batches x 2 iterations = 4 a step, 40 in all."""
+    cfg = Config()
+    cfg.train.steps, cfg.train.learning_rate = 10, 1e-3
+    cfg.algo.num_iterations, cfg.train.batch_size, cfg.train.mini_batch_size = 2, 8, 4
+    assert updates_per_step(cfg) == 4
+    cfg.train.lr_schedule = "constant"
+    assert host_lr_schedule(cfg)(25) == pytest.approx(1e-3)
+    cfg.train.lr_schedule = "cosine"
+    s = host_lr_schedule(cfg)
+    assert s(0) == pytest.approx(1e-3)
+    assert s(20) == pytest.approx(0.5e-3, rel=1e-5)  # half way through 40 updates
+    assert s(40) == pytest.approx(0.0, abs=1e-9)
+    cfg.train.lr_schedule, cfg.train.warmup_steps = "warmup_cosine", 1
+    s = host_lr_schedule(cfg)
+    assert s(0) == 0.0 and s(2) == pytest.approx(0.5e-3) and s(4) == pytest.approx(1e-3)
+    assert all(isinstance(s(k), float) for k in range(42))
+
+
 def _params():
     keys = jax.random.split(jax.random.key(0), 3)
     return {"w": jax.random.normal(keys[0], (4, 3)), "b": jax.random.normal(keys[1], (3,))}

@@ -397,9 +397,8 @@ def test_a_failure_line_names_the_reward_its_exception_and_where_in_the_loop():
 # ------------------------------------------------------- real runs killed and rerun (slow)
 
 # Every real run of this file and test_disk_and_state's slow ones: the same model, batch,
-# lengths and train.steps (the learning-rate schedule, part of the compiled train step, depends
-# on it), so the session's run cache makes the warm start and each compiled program once for
-# all of them: a cold run is ~2 minutes on a busy 2-core CPU, a warm one ~30 s, a step ~0.1 s.
+# lengths and train.steps, so the session's run cache makes the warm start and each compiled
+# program once for all of them: a cold run is ~2 minutes on a busy 2-core CPU, a warm one ~30 s, a step ~0.1 s.
 # Tests differ in what does not compile: checkpoints, signals, the reward plug-in.
 RUN = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
        "eval.num_samples=4", "eval.pass_k=2", "model.warm_start_steps=5", "run.progress=false",
