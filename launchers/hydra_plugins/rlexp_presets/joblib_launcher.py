@@ -29,7 +29,6 @@ def sweep_env(job_overrides: Sequence[Sequence[str]], initial_job_idx: int, term
     """What each job needs to label its lines (a SweepEnv without an event dir): the sweep's
     size and swept keys as rlexp's entry point found them, else this batch's differing keys."""
     from rlexp.job.sweep_messages import SweepEnv
-
     known = SweepEnv.from_env()
     size = known.size or initial_job_idx + len(job_overrides)
     keys = known.keys
@@ -50,15 +49,13 @@ class RlexpJoblibLauncher(JoblibLauncher):
         from joblib import effective_n_jobs
 
         from rlexp.job import sweep_monitor
-
         quiet_parallel_line()
         terminal = bool(getattr(sys.stderr, "isatty", lambda: False)())
         env = sweep_env(job_overrides, initial_job_idx, terminal)
         workers = min(effective_n_jobs(self.joblib.get("n_jobs", -1)), env.size)
         monitor = sweep_monitor.sweep_monitor(env.size, workers)
         env.relay = monitor.relay
-        # loky starts the workers during the launch: they inherit the labels' inputs and the
-        # dir of their events from this environment
+        # loky starts the workers during the launch: they inherit the labels and event dir here
         os.environ.update(env.to_env())
         results = {initial_job_idx + i: False for i in range(len(job_overrides))}
         try:

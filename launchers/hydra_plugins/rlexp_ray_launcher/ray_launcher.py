@@ -1,17 +1,16 @@
-"""Hydra launcher that runs every job of a sweep as Ray tasks on a running Ray cluster.
+"""Hydra launcher that runs every job of a sweep as Ray tasks on a running Ray cluster. Each process
+of a job is one Ray task in a fresh worker (max_calls=1: JAX's backend, flags and jax.distributed
+belong to that process) running the job as hydra-submitit-launcher does. A multi-controller job
+(hardware.hosts=N) is N tasks in one placement group, PACKed on one node for CPU profiles,
+STRICT_SPREAD otherwise; a small task in bundle 0 picks the coordinator's address, given to each
+task with its index through JAX's own variables. The job's result is process 0's.
 
-Each process of a job is one Ray task in a fresh worker (max_calls=1: JAX's backend, flags and
-jax.distributed belong to that process) running the job as hydra-submitit-launcher does. A
-multi-controller job (hardware.hosts=N) is N tasks in one placement group, PACKed on one node for
-CPU profiles, STRICT_SPREAD otherwise; a small task in bundle 0 picks the coordinator's address,
-given to each task with its index through JAX's own variables. The job's result is process 0's.
-
-TPUs as Ray 2.60 defines them (ray/_private/accelerators/tpu.py, ray/util/tpu.py): each host
-offers "TPU" = its chips, its slice's name (1 per host) and, on worker 0 only, "TPU-<pod
-type>-head". A multi-host slice is reserved as Ray's SlicePlacementGroup does: a placement group
-on the head first (two jobs never share a slice), whose host names the slice, then one bundle per
-host, STRICT_SPREAD, each {"CPU", "TPU": chips per host, <slice name>: 1}. A one-host job asks
-for the head and the chips in its own task."""
+TPUs as Ray 2.60 defines them (ray/_private/accelerators/tpu.py, ray/util/tpu.py): each host offers
+"TPU" = its chips, its slice's name (1 per host) and, on worker 0 only, "TPU-<pod type>-head". A
+multi-host slice is reserved as Ray's SlicePlacementGroup does: a placement group on the head first
+(two jobs never share a slice), whose host names the slice, then one bundle per host, STRICT_SPREAD,
+each {"CPU", "TPU": chips per host, <slice name>: 1}. A one-host job asks for the head and the chips
+in its own task."""
 
 # No `from __future__ import annotations`: see config.py.
 import logging
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
@@ -28,13 +28,10 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.base.files import remove_dry_run_dir
+from rlexp.base.runtime import COORDINATOR_ENV, COUNT_ENV, INDEX_ENV
 
 log = logging.getLogger(__name__)
 
-# JAX's variables for an explicit multi-controller start (jax/_src/distributed.py reads
-# JAX_COORDINATOR_ADDRESS; rlexp.planning.hardware the count and the index).
-COORDINATOR_ENV, COUNT_ENV, INDEX_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
-                                         "JAX_PROCESS_ID")
 # Where a multi-host job's worker bundles get the slice's name before the head is reserved.
 SLICE_PLACEHOLDER = "<slice name>"
 
@@ -46,10 +43,8 @@ class Layout:
     processes: int
     cpus: float
     gpus: float
-    # Placement group strategy for processes > 1.
-    strategy: str
-    # TPU chips per process (Ray's "TPU" resource); 0 off TPU.
-    tpus: float = 0.0
+    strategy: str  # placement group strategy for processes > 1
+    tpus: float = 0.0  # TPU chips per process (Ray's "TPU" resource); 0 off TPU
     # The slice's head resource ("TPU-v4-64-head") a TPU job reserves first; None off TPU.
     head: Optional[str] = None
 
@@ -98,7 +93,6 @@ def worker_env(params: Dict[str, Any], environ: Dict[str, str]) -> Dict[str, str
 def placement_lines(lay: Layout, env: Dict[str, str], params: Dict[str, Any]) -> List[str]:
     """The dry run's account of one job: how Ray would place it, and the environment names."""
     from rlexp.base.redact import redact_value
-
     lines = []
     if lay.head and lay.processes > 1:
         lines.append(f"slice head: placement group [{{{lay.head!r}: 1}}] first; its host names "
@@ -129,7 +123,6 @@ def _coordinator_address() -> str:
     import socket
 
     import ray
-
     host = ray.util.get_node_ip_address()
     with socket.socket() as s:
         s.bind((host, 0))
@@ -139,7 +132,6 @@ def _coordinator_address() -> str:
 def _slice_name() -> str:
     """The TPU slice (its name, a resource of each of its hosts) this task's host is in."""
     from ray.util import tpu
-
     name = tpu.get_current_pod_name()
     if not name:
         raise RuntimeError("the host holding the TPU head resource reports no TPU name")
@@ -152,7 +144,6 @@ def _reserve_slice(head: str, params: Dict[str, Any]) -> Tuple[Any, str]:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     pg = placement_group([{head: 1}])
     timeout = float(params.get("slice_timeout_s") or 600)
     ready, _ = ray.wait([pg.ready()], timeout=timeout)
@@ -171,7 +162,6 @@ def _run_process(launcher: "RlexpRayLauncher", overrides: List[str], job_num: in
                  coordinator: Optional[str], count: int, index: int) -> JobReturn:
     """One process of one job, inside its Ray worker."""
     from hydra.core.utils import run_job, setup_globals
-
     os.environ.update(env)
     os.environ.update(process_env(coordinator, count, index))
     if os.path.isdir(cwd):  # a shared filesystem: relative outputs/ is the sweep's
@@ -205,10 +195,8 @@ class RlexpRayLauncher(Launcher):
         self.task_function = task_function
 
     def _job(self, overrides: Sequence[str]) -> Tuple[Layout, int]:
-        """The job's layout and timeout (seconds)."""
         assert self.config is not None and self.hydra_context is not None
-        job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config,
-                                                                     list(overrides))
+        job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         timeout = self.params.get("timeout_s") or 60 * int(
             OmegaConf.select(job_cfg, "hardware.timeout_min", default=60) or 60)
         return job_layout(self.params, job_cfg), int(timeout)
@@ -216,8 +204,6 @@ class RlexpRayLauncher(Launcher):
     def _dry_run(self, job_overrides: Sequence[Sequence[str]],
                  initial_job_idx: int) -> Sequence[JobReturn]:
         """Each job's placement, printed; nothing started, the sweep dir Hydra made removed."""
-        from hydra.core.hydra_config import HydraConfig
-
         assert self.config is not None
         env = worker_env(self.params, dict(os.environ))
         original = HydraConfig.instance().cfg
@@ -245,22 +231,18 @@ class RlexpRayLauncher(Launcher):
         import ray  # lazy: plugin discovery must stay fast
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         address = str(self.params["address"])
         if not ray.is_initialized():
             ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
-        log.info(f"Ray launcher: {len(job_overrides)} job(s) on {address}, sweep dir "
-                 f"{sweep_dir}")
+        log.info(f"Ray launcher: {len(job_overrides)} job(s) on {address}, sweep dir {sweep_dir}")
 
         # The sweep's store and parent run reach every process (as the SLURM launcher does).
         from rlexp.tracking.remote_jobs import job_env
-
         env = job_env(sweep_dir, None)  # no job count: this process closes the parent
-        # What the workers need to import rlexp and the plugins where they are not installed.
-        # RLEXP_MASKED_SECRET: the secrets kept out of the overrides (rlexp.base.redact).
+        # PYTHONPATH: rlexp and plugins where not installed; RLEXP_MASKED_SECRET: mask_argv's.
         env.update({k: os.environ[k] for k in ("PYTHONPATH", "RLEXP_MASKED_SECRET")
                     if os.environ.get(k)})
         env.update(worker_env(self.params, dict(os.environ)))  # tokens, caches, launcher env
@@ -322,7 +304,6 @@ class RlexpRayLauncher(Launcher):
     def _collect(self, overrides: List[str], refs: List[Any], timeout: float) -> JobReturn:
         """Process 0's JobReturn; a process Ray lost (or the timeout) fails the job."""
         import ray
-
         deadline = time.monotonic() + timeout
         outs: List[Any] = []
         for ref in refs:

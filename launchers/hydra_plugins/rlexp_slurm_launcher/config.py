@@ -20,10 +20,8 @@ if SlurmQueueConf is not None:
         # applies to every job of the sweep and wins over the hardware group.
         # Wall-clock limit per job, minutes (hardware.timeout_min).
         timeout_min: Optional[int] = None  # type: ignore[assignment]
-        # CPUs per task (hardware.cpus_per_task).
-        cpus_per_task: Optional[int] = None
-        # GPUs per node (hardware.gpus_per_node; 0 requests none).
-        gpus_per_node: Optional[int] = None
+        cpus_per_task: Optional[int] = None  # CPUs per task (hardware.cpus_per_task)
+        gpus_per_node: Optional[int] = None  # GPUs per node (hardware.gpus_per_node; 0: none)
         # SLURM partition (hardware.partition; None = the cluster's default partition).
         partition: Optional[str] = None
         # Nodes per job; None = from the job's hardware (slurm_launcher.job_layout: hosts

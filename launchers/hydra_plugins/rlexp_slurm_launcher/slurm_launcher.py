@@ -1,12 +1,11 @@
-"""Submitit launchers whose resources come from each job's `hardware` group.
-
-hydra-submitit-launcher submits the sweep as one job array of one executor, instantiated from the
-sweep's primary config: a preset interpolating `${hardware.cpus_per_task}` gives every job the
-first job's resources (measured: `hardware=a,b` with 1 and 2 CPUs both ran with
-SLURM_CPUS_PER_TASK=1). Here each job's config is composed first (cheap, no JAX) and jobs are
-grouped by the resources their hardware asks for (cpus_per_task, gpus_per_node, timeout_min,
-partition; nodes and tasks per node from job_layout), one job array per group. The rest (pickled
-job, run_job, requeue on timeout) is hydra-submitit-launcher's own code."""
+"""Submitit launchers whose resources come from each job's `hardware` group. hydra-submitit-launcher
+submits the sweep as one job array of one executor, instantiated from the sweep's primary config: a
+preset interpolating `${hardware.cpus_per_task}` gives every job the first job's resources
+(measured: `hardware=a,b` with 1 and 2 CPUs both ran with SLURM_CPUS_PER_TASK=1). Here each job's
+config is composed first (cheap, no JAX) and jobs are grouped by the resources their hardware asks
+for (cpus_per_task, gpus_per_node, timeout_min, partition; nodes and tasks per node from
+job_layout), one job array per group. The rest (pickled job, run_job, requeue on timeout) is
+hydra-submitit-launcher's own code."""
 
 # No `from __future__ import annotations`: see config.py.
 import logging
@@ -64,13 +63,11 @@ def job_layout(params: Dict[str, Any], job_cfg: DictConfig) -> Dict[str, int]:
 if BaseSubmititLauncher is not None:
 
     class _PerJobResources(BaseSubmititLauncher):
-        # Which hardware keys this executor understands.
-        _RESOURCE_KEYS: Tuple[str, ...] = ()
+        _RESOURCE_KEYS: Tuple[str, ...] = ()  # which hardware keys this executor understands
 
         def launch(self, job_overrides: Sequence[Sequence[str]],
                    initial_job_idx: int) -> Sequence[JobReturn]:
             import submitit  # lazy: plugin discovery must stay fast
-
             assert self.config is not None and self.hydra_context is not None
             num_jobs = len(job_overrides)
             assert num_jobs > 0
@@ -93,7 +90,6 @@ if BaseSubmititLauncher is not None:
             # Each job gets the sweep's store and parent run in its environment (sbatch and the
             # local executor pass it on), so it nests even where parent_run.json is unreadable.
             from rlexp.tracking.remote_jobs import job_env
-
             os.environ.update(job_env(sweep_dir, None))  # no job count: we close the parent
 
             base_keys = set(OmegaConf.structured(BaseQueueConf).keys())

@@ -26,18 +26,12 @@ _RESERVED = {"true", "false", "null", "none", "nan", "inf"}
 class Workload:
     """One sweep job as an xpk workload."""
 
-    # Workload name as xpk and Kubernetes see it (<= 40 chars, [a-z0-9-]).
-    name: str
-    # `create` (one process per host) or `create-pathways` (hardware.runtime=pathways).
-    subcommand: str
-    # TPU type, e.g. v6e-8 (from the job's hardware.accelerator_type).
-    tpu_type: str
-    # The shell command the container runs: `python -m rlexp <overrides>`.
-    command: str
-    # The full argv of the xpk call.
+    name: str  # workload name as xpk and Kubernetes see it (<= 40 chars, [a-z0-9-])
+    subcommand: str  # `create` (a process per host) or `create-pathways` (runtime=pathways)
+    tpu_type: str  # TPU type, e.g. v6e-8 (from the job's hardware.accelerator_type)
+    command: str  # the shell command the container runs: `python -m rlexp <overrides>`
     argv: tuple[str, ...]
-    # The sweep's job: its number, overrides and subdir (rlexp's deterministic name of it).
-    job_num: int
+    job_num: int  # the sweep's job: number, overrides, subdir (its deterministic name)
     overrides: list[str]
     job_subdir: str
 
@@ -98,13 +92,9 @@ def resolved_overrides(
     the pod needs no sweep file and no MULTIRUN mode."""
     kept = [o for o in job_overrides if not is_launch_only(o)]
     job_flat, plain_flat = flatten(job_cfg), flatten(plain_cfg)
-    extra = []
-    for key in sorted(job_flat):
-        if key not in plain_flat:
-            extra.append(f"+{key}={format_value(job_flat[key])}")
-        elif job_flat[key] != plain_flat[key]:
-            extra.append(f"{key}={format_value(job_flat[key])}")
-    return kept + extra
+    return kept + [f"{'' if key in plain_flat else '+'}{key}={format_value(job_flat[key])}"
+                   for key in sorted(job_flat)
+                   if key not in plain_flat or job_flat[key] != plain_flat[key]]
 
 
 def build_argv(p: Mapping[str, Any], *, name: str, tpu_type: str, pathways: bool, command: str,
@@ -147,8 +137,7 @@ def shell_command(program: str, overrides: Sequence[str]) -> str:
 
 # xpk 1.16's `workload create --priority` choices (xpk/parser/workload.py), lowest first.
 PRIORITIES = ("very-low", "low", "medium", "high", "very-high")
-# What xpk uses when --priority is not given.
-DEFAULT_PRIORITY = "medium"
+DEFAULT_PRIORITY = "medium"  # what xpk uses when --priority is not given
 
 
 def workload_priority(launcher: Optional[str], recipe: Optional[str]) -> str:

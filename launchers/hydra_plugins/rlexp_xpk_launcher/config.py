@@ -14,8 +14,7 @@ class XpkLauncherConf:
     # The xpk executable (split like a shell word list, so "python -m xpk.main" works too).
     # RLEXP_XPK_BIN points at an xpk installed outside this environment (its pins clash).
     xpk: str = "${oc.env:RLEXP_XPK_BIN,xpk}"
-    # GKE cluster the workloads go to (created beforehand with `xpk cluster create`).
-    cluster: str = "rlexp"
+    cluster: str = "rlexp"  # GKE cluster of the workloads (made by `xpk cluster create`)
     # GCP project; None = xpk asks `gcloud config get project`.
     project: Optional[str] = "${oc.env:RLEXP_XPK_PROJECT,null}"
     # GCP zone of the cluster; None = xpk asks `gcloud config get compute/zone`.
@@ -31,12 +30,9 @@ class XpkLauncherConf:
     # Kueue priority: very-low | low | medium | high | very-high; None = each job's
     # run.priority (a recipe's: MaxText's Pathways recipes say high), else medium.
     priority: Optional[str] = None
-    # TPU slices per workload (multislice when > 1).
-    num_slices: int = 1
-    # JobSet restarts on failure; > 0 only if the job resumes from its checkpoint.
-    max_restarts: int = 0
-    # Program the container runs; the job's resolved overrides are appended.
-    program: str = "python -m rlexp"
+    num_slices: int = 1  # TPU slices per workload (multislice when > 1)
+    max_restarts: int = 0  # JobSet restarts on failure; > 0 only if the job resumes
+    program: str = "python -m rlexp"  # the container's program; the job's resolved overrides follow
     # Environment of the container, e.g. {MLFLOW_TRACKING_URI: http://mlflow:5000}.
     env: Dict[str, str] = field(default_factory=dict)
     # Launching-process env vars given to every workload, never on a command line or in output
@@ -48,23 +44,18 @@ class XpkLauncherConf:
     secrets_if_set: List[str] = field(default_factory=lambda: ["HF_TOKEN"])
     # Further xpk flags, appended verbatim (e.g. ["--spot"]).
     extra_args: List[str] = field(default_factory=list)
-    # Pass --dry-run to xpk: it prints the gcloud/kubectl commands and creates nothing.
-    dry_run: bool = False
+    dry_run: bool = False  # xpk --dry-run: print the gcloud/kubectl commands, create nothing
     # Project and zone for xpk --dry-run when none is configured: xpk 1.16's offline dry run
     # crashes without a zone (zone_to_region(None)) and prints project=None without a project.
     dry_run_project: str = "dry-run-project"
     dry_run_zone: str = "us-central1-a"
-    # First part of every workload name (names are <= 40 chars, [a-z0-9-]).
-    workload_prefix: str = "rlexp"
-    # xpk calls in flight at once (each waits on several gcloud/kubectl round trips).
-    max_parallel: int = 4
-    # Seconds one xpk call may take before the job counts as failed to submit.
-    timeout_s: int = 900
+    workload_prefix: str = "rlexp"  # start of each workload name (<= 40 chars, [a-z0-9-])
+    max_parallel: int = 4  # xpk calls in flight (each waits on gcloud/kubectl round trips)
+    timeout_s: int = 900  # seconds one xpk call may take before the job counts as failed to submit
     # Print xpk's whole output (dry run: the manifests too); it is always saved in
     # <sweep dir>/xpk/<workload>.log.
     verbose: bool = False
 
 
-ConfigStore.instance().store(
-    group="hydra/launcher", name="xpk", node=XpkLauncherConf, provider="rlexp_xpk_launcher"
-)
+ConfigStore.instance().store(group="hydra/launcher", name="xpk", node=XpkLauncherConf,
+                             provider="rlexp_xpk_launcher")

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
@@ -39,18 +40,15 @@ _DRY_RUN_MARK = "not running since it is a dry run"
 
 class XpkLauncher(Launcher):
     def __init__(self, **params: Any) -> None:
-        # Resolved once, in the launching process; the per-job values come from each job's
-        # own config (hardware), never from here.
+        # Resolved once, here; per-job values come from each job's own config (hardware).
         self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v)
                        else v for k, v in params.items()}
         self.config: Optional[DictConfig] = None
         self.hydra_context: Optional[HydraContext] = None
         self.task_function: Optional[TaskFunction] = None
-        # What every workload's container is given so its run nests under the sweep's
-        # parent MLflow run (rlexp.tracking.remote_jobs.job_env).
+        # Given to every workload: its run nests under the sweep's parent run (remote_jobs.job_env).
         self.tracking_env: dict = {}
-        # With hydra.launcher.secrets: the xpk --env-file every workload gets, and its line
-        # as printed (secrets as NAME=***); see _write_env_file.
+        # With hydra.launcher.secrets: the workloads' xpk --env-file and its printed line.
         self.env_file: Optional[str] = None
         self.env_shown = ""
         self.env_dir: Any = None
@@ -61,8 +59,6 @@ class XpkLauncher(Launcher):
         self.hydra_context = hydra_context
         self.task_function = task_function
 
-    # ------------------------------------------------------------------------------ plan
-
     def _job_config(self, overrides: list[str], job_num: int) -> DictConfig:
         assert self.hydra_context is not None and self.config is not None
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -72,8 +68,6 @@ class XpkLauncher(Launcher):
         return cfg
 
     def _plan(self, overrides: list[str], job_num: int, sweep_id: str) -> Workload:
-        from hydra.core.hydra_config import HydraConfig
-
         p = self.params
         cfg = self._job_config(overrides, job_num)
         # Interpolations under hydra.* (the job's subdir name) read HydraConfig.
@@ -86,10 +80,9 @@ class XpkLauncher(Launcher):
         platform = str(OmegaConf.select(hardware, "platform", default="tpu"))
         tpu_type = str(hardware.accelerator_type)
         if platform != "tpu":
-            raise ValueError(
-                f"job #{job_num}: hardware={hardware.get('name', tpu_type)} is a {platform} "
-                f"profile; the xpk launcher submits TPU slices: pick a TPU hardware profile "
-                f"(e.g. hardware=v6e-8) or another launcher")
+            raise ValueError(f"job #{job_num}: hardware={hardware.get('name', tpu_type)} is a "
+                             f"{platform} profile; the xpk launcher submits TPU slices: pick a "
+                             "TPU hardware profile (e.g. hardware=v6e-8) or another launcher")
         # hardware.runtime=pathways (v5p-64): `create-pathways`, ONE controller on the head pod
         # reaching every host's chips through its proxy. Else `create`, whose JobSet runs the
         # command per host (joined by jax.distributed's GKE TPU detection).
@@ -110,19 +103,16 @@ class XpkLauncher(Launcher):
             command = f"{command_prefix()} {command}"
 
         dry_run = bool(p["dry_run"])
-        if not dry_run and not p["docker_image"] and not (p["base_docker_image"]
-                                                           and p["script_dir"]):
+        if not (dry_run or p["docker_image"] or p["base_docker_image"] and p["script_dir"]):
             # xpk would otherwise wrap its default python:3.10 base image, which lacks rlexp
             # and JAX: the workload would start on the slice and die at `python -m rlexp`.
             raise ValueError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: "
-                             "an image with rlexp installed (docker build -f "
-                             "docker/tpu.Dockerfile -t IMAGE .); or set both "
-                             "hydra.launcher.base_docker_image and script_dir to let xpk build "
-                             "one")
+                             "an image with rlexp installed (docker build -f docker/tpu.Dockerfile "
+                             "-t IMAGE .); or set both hydra.launcher.base_docker_image and "
+                             "script_dir to let xpk build one")
         project = p["project"] or (p["dry_run_project"] if dry_run else None)
         zone = p["zone"] or (p["dry_run_zone"] if dry_run else None)
-        # The job's subdir is rlexp's deterministic name of the job (its identity overrides),
-        # so the same job of the same sweep always maps to the same workload.
+        # The subdir is the job's deterministic name: the same job of a sweep, the same workload.
         name = workload_name(p["workload_prefix"], sweep_id, job_num, [subdir])
         priority = workload_priority(p["priority"],
                                      OmegaConf.select(cfg, "run.priority", default=None))
@@ -133,12 +123,8 @@ class XpkLauncher(Launcher):
                         tpu_type=tpu_type, command=command, argv=argv, job_num=job_num,
                         overrides=list(overrides), job_subdir=subdir)
 
-    # ---------------------------------------------------------------------------- launch
-
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from hydra.core.hydra_config import HydraConfig
-
         assert self.config is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         dry_run = bool(self.params["dry_run"])
@@ -157,8 +143,7 @@ class XpkLauncher(Launcher):
             plans = [self._plan(list(o), initial_job_idx + i, sweep_dir.name)
                      for i, o in enumerate(job_overrides)]
         except (ValueError, UserError) as exc:
-            # A configuration mistake, not a crash: one line and exit code 2 (rlexp's rule
-            # for user errors), no traceback, nothing submitted.
+            # A configuration mistake, not a crash: one line, exit 2, nothing submitted.
             print(f"rlexp: error: {exc}", file=sys.stderr, flush=True)
             self._remove_env_file()
             remove_dry_run_dir(sweep_dir)  # nothing half-made: Hydra's multirun.yaml only
@@ -194,8 +179,7 @@ class XpkLauncher(Launcher):
                 "command": wl.command, "xpk_argv": [redact_text(a) for a in wl.argv],
                 "cluster": self.params["cluster"], "dry_run": dry_run, "state": state,
                 "returncode": rc, "error": error, "submit_s": round(seconds, 3),
-                "time": time.time(), "log": str(log_path),
-            })
+                "time": time.time(), "log": str(log_path)})
         self._remove_env_file()
         if scratch is not None:
             scratch.cleanup()
@@ -209,7 +193,6 @@ class XpkLauncher(Launcher):
         """Every workload's environment: hydra.launcher.env, the sweep's store and parent run,
         and the real values behind mask_argv's placeholders (the pod's rlexp puts them back)."""
         from rlexp.base.redact import SECRETS_ENV
-
         masked = {SECRETS_ENV: os.environ[SECRETS_ENV]} if os.environ.get(SECRETS_ENV) else {}
         return {**(self.params["env"] or {}), **self.tracking_env, **masked}
 
@@ -262,8 +245,7 @@ class XpkLauncher(Launcher):
         return ret
 
     def _tag_parent_run(self, records: list[dict]) -> None:
-        """Tag the sweep's MLflow parent run (made by the tracking callback) with the
-        workloads; never fatal: the workloads exist whatever happens to this bookkeeping."""
+        """Tag the sweep's MLflow parent run with the workloads; never fatal (bookkeeping)."""
         run_id = self.tracking_env.get(ENV_PARENT)
         if not run_id:
             return
@@ -271,8 +253,7 @@ class XpkLauncher(Launcher):
             import mlflow  # lazy: seconds of import, and only needed here
 
             client = mlflow.MlflowClient(tracking_uri=self.tracking_env[ENV_URI])
-            client.set_tag(run_id, "xpk.workloads",
-                           ",".join(r["workload"] for r in records)[:5000])
+            client.set_tag(run_id, "xpk.workloads", ",".join(r["workload"] for r in records)[:5000])
             client.set_tag(run_id, "xpk.cluster", str(records[0]["cluster"]) if records else "")
             client.set_tag(run_id, "xpk.dry_run", str(any(r["dry_run"] for r in records)).lower())
             failed = [r["workload"] for r in records if r["returncode"] != 0]
@@ -282,26 +263,19 @@ class XpkLauncher(Launcher):
             log.warning(f"could not tag the MLflow parent run {run_id}: {exc}")
 
 
-# -------------------------------------------------------------------------------- helpers
-
-
 def _tracking_env(config: DictConfig, sweep_dir: Path, num_jobs: int, dry_run: bool) -> dict:
     """MLFLOW_TRACKING_URI, RLEXP_PARENT_RUN_ID and RLEXP_SWEEP_JOBS for every workload; in a
     dry run the parent does not exist yet (or is the one this sweep got when submitted)."""
     from rlexp.tracking.remote_jobs import ENV_JOBS, job_env
-
     env = job_env(sweep_dir, num_jobs)
     if env or not dry_run or OmegaConf.select(config, "tracker.name", default="mlflow") == "none":
         return env
     from rlexp.tracking.store import resolve_uri
-
     return {ENV_URI: resolve_uri(OmegaConf.select(config, "tracker.uri", default=None)),
-            ENV_PARENT: "<the sweep's parent run, created at submission>",
-            ENV_JOBS: str(num_jobs)}
+            ENV_PARENT: "<the sweep's parent run, created at submission>", ENV_JOBS: str(num_jobs)}
 
 
 def _task_part(cfg: DictConfig) -> dict:
-    """The job's config without `hydra`, resolved, as plain containers."""
     out = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(out, dict)
     out.pop("hydra", None)

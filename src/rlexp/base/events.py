@@ -15,19 +15,12 @@ log = logging.getLogger(__name__)
 class RunInfo:
     """What listeners learn at start: identity, config and where things go."""
 
-    # Readable run name, e.g. "gspo-v6e-8-beta0.04".
-    name: str
-    # The run dir (Hydra's output dir for this job).
-    run_dir: Path
-    # Resolved config, flattened to dotted keys (secrets already redacted).
-    params: dict[str, Any]
-    # Tags: choices, overrides, versions, git, host, sweep id.
-    tags: dict[str, str]
-    # Global step the loop starts from (> 0 when resuming).
-    start_step: int = 0
-    # Total steps the run will reach.
+    name: str  # readable run name, e.g. "gspo-v6e-8-beta0.04"
+    run_dir: Path  # the run dir (Hydra's output dir for this job)
+    params: dict[str, Any]  # resolved config, flattened to dotted keys (secrets already redacted)
+    tags: dict[str, str]  # tags: choices, overrides, versions, git, host, sweep id
+    start_step: int = 0  # global step the loop starts from (> 0 when resuming)
     total_steps: int = 0
-    # Sweep dir when the run is a job of a multirun, else None.
     sweep_dir: Path | None = None
     # Extra context (e.g. MLflow parent run id) for listeners that need it.
     extra: dict[str, Any] = field(default_factory=dict)

@@ -1,5 +1,5 @@
-"""Files readers never see half-written: write a temporary sibling, then os.replace (rename(2)
-swaps a name in one step; a dir too, when the destination is missing or empty). Also
+"""Files readers never see half-written: write a temporary sibling, then os.replace (rename(2) swaps
+a name in one step; a dir too, when the destination is missing or empty); also set_aside and
 remove_dry_run_dir."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,13 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def set_aside(path: Path) -> Path:
+    """Move a damaged file to <name>.damaged-<unix time>, kept for a post-mortem."""
+    aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+    os.replace(path, aside)
+    return aside
 
 
 def read_json_object(path: Path) -> dict | None:

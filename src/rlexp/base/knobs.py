@@ -12,14 +12,12 @@ from typing import Any, Callable, Iterable, Optional, Union
 class Valid:
     """The values a field takes (None, an Optional field left unset, passes the range)."""
 
-    # Interval of a finite number ("[1, inf)"; a list field's numbers each).
-    range: Optional[str] = None
+    range: Optional[str] = None  # interval of a finite number, or of each in a list ("[1, inf)")
     # The valid values, in the order a refusal lists them, or a function returning them.
     choices: Union[tuple[str, ...], Callable[[], Iterable[str]]] = ()
     # Instead of `choices`: the keys of this dict field of the same section (when it has any).
     keys_of: Optional[str] = None
-    # Also valid: null, as a refusal words it ("null (the algorithm's own)").
-    null: Optional[str] = None
+    null: Optional[str] = None  # also valid: null; a refusal words it "null (the algorithm's own)"
     # Also valid: a dotted import path, as a refusal words it ("a dotted path to fn(text)").
     dotted: Optional[str] = None
 

@@ -1,10 +1,10 @@
-"""One process at a time in a run dir or a sweep dir: an flock on <dir>/rlexp.lock. Two identical
-commands resolve to the same dir (named from the overrides) and would write the same checkpoints,
-spool and MLflow run. Taken before rlexp writes in the dir, held for the job's life; the kernel
-drops it when its holder dies, the file only names the holder. flock works across hosts on NFSv4
-and Lustre mounted with -o flock. Process i > 0 of a multi-controller run locks rlexp.<i>.lock: a
-run's processes never refuse each other, a second launch is refused in every process. Also
-try_flock and flocked."""
+"""One process at a time in a run dir or a sweep dir: an flock on <dir>/rlexp.lock (also try_flock
+and flocked). Two identical commands resolve to the same dir (named from the overrides) and would
+write the same checkpoints, spool and MLflow run. Taken before rlexp writes in the dir, held for the
+job's life; the kernel drops it when its holder dies, the file only names the holder. flock works
+across hosts on NFSv4 and Lustre mounted with -o flock. Process i > 0 of a multi-controller run
+locks rlexp.<i>.lock: a run's processes never refuse each other, a second launch is refused in every
+process."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class DirLock:
 
     def __init__(self, directory: Path, process: int = 0):
         self.directory = Path(directory)
-        self.path = self.directory / lock_file(process)
+        self.path = self.directory / (LOCK_FILE if process == 0 else f"rlexp.{process}.lock")
         self._handle: IO[str] | None = None
 
     def acquire(self) -> "DirLock":
@@ -46,7 +46,9 @@ class DirLock:
             raise Busy(self.busy_message())
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps(holder()))
+        # No command line: it may carry credentials, and the message does not need it.
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": round(time.time(), 3)}))
         handle.flush()
         self._handle = handle
         return self
@@ -97,19 +99,9 @@ def flocked(path: Path, mode: str = "a") -> Iterator[IO[str]]:
         yield handle  # closing the handle drops the lock
 
 
-def lock_file(process: int = 0) -> str:
-    """rlexp.lock for process 0 (and one-process runs), rlexp.<process>.lock for the others."""
-    return LOCK_FILE if process == 0 else f"rlexp.{process}.lock"
-
-
 def is_lock_file(name: str) -> bool:
     return name == LOCK_FILE or (name.startswith("rlexp.") and name.endswith(".lock")
                                  and name[6:-5].isdigit())
-
-
-def holder() -> dict:
-    # No command line: it may carry credentials, and the message does not need it.
-    return {"pid": os.getpid(), "host": socket.gethostname(), "since": round(time.time(), 3)}
 
 
 def read_holder(path: Path) -> dict | None:

@@ -36,8 +36,7 @@ def resolve(target: str, key: str, want_callable: bool = True) -> Any:
         if not hasattr(obj, part):
             kind = "submodule or attribute" if inspect.ismodule(obj) else "attribute"
             owner = getattr(obj, "__name__", type(obj).__name__)
-            raise UserError(f"{key}={target!r}: cannot import it: {owner!r} has no {kind} "
-                            f"{part!r}")
+            raise UserError(f"{key}={target!r}: cannot import it: {owner!r} has no {kind} {part!r}")
         obj = getattr(obj, part)
     if want_callable and not callable(obj):
         raise UserError(f"{key}={target!r}: not callable")

@@ -19,30 +19,22 @@ from typing import Any, Iterator
 
 @dataclasses.dataclass(frozen=True)
 class PrivateApi:
-    # The distribution it comes from ("python" for the standard library).
-    library: str
-    # The version it was read from.
-    checked: str
-    # "module" (a module global) or "module:Class" (a class attribute or method).
-    owner: str
-    # The attribute, function, class, dataclass field or global.
-    name: str
+    library: str  # the distribution it comes from ("python" for the standard library)
+    checked: str  # the version it was read from
+    owner: str  # "module" (a module global) or "module:Class" (a class attribute or method)
+    name: str  # the attribute, function, class, dataclass field or global
     # function | method | global (of type `shape`) | class | attribute (set as self.<name> in
     # the class or a base) | field (of a dataclass) | property.
     kind: str
     # Parameters rlexp passes (after self; None = not checked), by position or by keyword.
     params: tuple[str, ...] | None = None
-    # global: the type the value must have.
-    shape: type | None = None
+    shape: type | None = None  # global: the type the value must have
     # A function of the owner ("launch", "Class.method") that must still read the name, so
     # that patching it changes what that code does.
     read_by: str | None = None
-    # Where rlexp uses it (files or dotted rlexp names).
-    used_by: str = ""
-    # What it does for rlexp, and why no public API does it.
-    why: str = ""
-    # How `params` are passed (see params).
-    positional: bool = True
+    used_by: str = ""  # where rlexp uses it (files or dotted rlexp names)
+    why: str = ""  # what it does for rlexp, and why no public API does it
+    positional: bool = True  # how `params` are passed (see params)
 
     def label(self) -> str:
         return f"{self.owner.replace(':', '.')}.{self.name}"

@@ -1,10 +1,9 @@
-"""Work-arounds for Python interpreter bugs, each gated to the versions that have it.
-
-CPython 3.11.0-3.11.7 and 3.12.0, gh-106905: `ast.parse` keeps its recursion-depth counter in
-interpreter-wide state, so two threads parsing at once raise "SystemError: AST constructor
-recursion depth mismatch". `inspect.signature` of a builtin, `traceback` and `ast.literal_eval`
-parse at run time on any thread: a two-process Ray job died of it in CI (3.11.7). Fixed in
-3.11.8 and 3.12.1; here every `ast.parse` takes one re-entrant lock."""
+"""Work-arounds for Python interpreter bugs, each gated to the versions that have it. CPython
+3.11.0-3.11.7 and 3.12.0, gh-106905: `ast.parse` keeps its recursion-depth counter in
+interpreter-wide state, so two threads parsing at once raise "SystemError: AST constructor recursion
+depth mismatch". `inspect.signature` of a builtin, `traceback` and `ast.literal_eval` parse at run
+time on any thread: a two-process Ray job died of it in CI (3.11.7). Fixed in 3.11.8 and 3.12.1;
+here every `ast.parse` takes one re-entrant lock."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs.
-Masked wherever rlexp writes, and taken out of the command line before Hydra saves it
-(mask_argv): URI credentials (`postgresql://user:PW@host`, `?token=`, `&sig=`), the value of a
-secret-named key (`tracker.api_key=...`, `Authorization: Bearer ...`) wherever it reappears, and
-the values of secret-named environment variables ($HF_TOKEN, ...).
-
-A key is secret when its LAST word is a secret word (or its last two words a secret pair):
-`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY` are; `token_budget`, `eval/token_accuracy`,
-`model.tokenizer` are not (a test on any word or substring would hide them from the store)."""
+"""Keep secrets (tokens, passwords, API keys, signed URLs) out of MLflow, run dirs and logs. Masked
+wherever rlexp writes, and taken out of the command line before Hydra saves it (mask_argv): URI
+credentials (`postgresql://user:PW@host`, `?token=`, `&sig=`), the value of a secret-named key
+(`tracker.api_key=...`, `Authorization: Bearer ...`) wherever it reappears, and the values of
+secret-named environment variables ($HF_TOKEN, ...). A key is secret when its LAST word is a secret
+word (or its last two words a secret pair): `HF_TOKEN`, `AWS_SECRET_ACCESS_KEY` are; `token_budget`,
+`eval/token_accuracy`, `model.tokenizer` are not (a test on any word or substring would hide them
+from the store)."""
 
 from __future__ import annotations
 
@@ -109,8 +108,7 @@ def redact_uri(uri: str, found: set[str] | None = None,
             secret = password if colon else user
             if found is not None and secret:
                 found.update({secret, unquote(secret)})
-            authority = (f"{user}:{masked(password)}@{host}" if colon
-                         else f"{masked(user)}@{host}")
+            authority = f"{user}:{masked(password)}@{host}" if colon else f"{masked(user)}@{host}"
         if "?" in tail:
             path, _, query = tail.partition("?")
             query, hash_, fragment = query.partition("#")
@@ -142,10 +140,9 @@ def remember(*texts: str | None) -> None:
 
 
 # Hydra saves the overrides (.hydra/*.yaml, multirun.yaml, submitit's pickles) before any job or
-# callback runs, so masking those later leaves them in clear if the command stops first. So
-# mask_argv puts a placeholder (`***1***`) in the override, the values travel in SECRETS_ENV
-# ({placeholder: value} as base64 JSON), and each job puts them back (unmask_config, unmask;
-# store.resolve_uri).
+# callback runs: masked later, they stay in clear if the command stops first. So mask_argv puts a
+# placeholder (`***1***`) in the override, the values travel in SECRETS_ENV (base64 JSON) and each
+# job puts them back (unmask_config, unmask; store.resolve_uri).
 SECRETS_ENV = "RLEXP_MASKED_SECRET"
 _PLACEHOLDER = re.compile(r"\*\*\*\d+\*\*\*")
 
@@ -215,7 +212,6 @@ def placeholders(text: str) -> str:
 def unmask_config(cfg: Any) -> None:
     """A job's composed config (DictConfig), in place: placeholders back to real values."""
     from omegaconf import OmegaConf, flag_override
-
     if not masked_secrets():
         return
 

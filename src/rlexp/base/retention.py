@@ -4,6 +4,7 @@ aside by rlexp.job.resume) and the warm-start cache, pruned when a run adds or u
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -13,10 +14,8 @@ from pathlib import Path
 
 log = logging.getLogger("rlexp")
 
-# Unusable checkpoints kept per run dir (the newest ones).
-KEEP_UNUSABLE = 2
-# A warm-start temporary file this old belongs to a dead process.
-STALE_TMP_S = 24 * 3600.0
+KEEP_UNUSABLE = 2  # unusable checkpoints kept per run dir (the newest ones)
+STALE_TMP_S = 24 * 3600.0  # a warm-start temporary file this old belongs to a dead process
 CACHE_FILE = "params.npz"
 
 _UNUSABLE = re.compile(r"^\d+\.unusable-(\d+)$")
@@ -43,10 +42,8 @@ def prune_unusable(directory: Path, keep: int = KEEP_UNUSABLE) -> list[Path]:
 
 def mark_used(entry_file: Path) -> None:
     """An entry was used now (its mtime orders the cache)."""
-    try:
+    with contextlib.suppress(OSError):  # read-only cache: pruning then goes by creation time
         os.utime(entry_file)
-    except OSError:
-        pass  # read-only cache: pruning then goes by creation time
 
 
 def prune_cache(root: Path, keep: int, protect: Path | None = None) -> list[Path]:
@@ -60,12 +57,9 @@ def prune_cache(root: Path, keep: int, protect: Path | None = None) -> list[Path
     for entry in root.iterdir():
         if not entry.is_dir():
             continue
-        params = entry / CACHE_FILE
-        try:
-            complete.append((params.stat().st_mtime, entry))
+        with contextlib.suppress(FileNotFoundError):
+            complete.append(((entry / CACHE_FILE).stat().st_mtime, entry))
             continue
-        except FileNotFoundError:
-            pass
         try:  # the dir itself too: a writer makes it just before its temporary file
             stale = all(now - p.stat().st_mtime > STALE_TMP_S for p in [entry, *entry.iterdir()])
         except FileNotFoundError:  # a writer just renamed its file: the entry is live

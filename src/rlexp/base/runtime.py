@@ -17,8 +17,7 @@ from typing import Iterator, Mapping, NoReturn, Sequence
 # Jobs this process has started (sweeps run several in one process), and whether one runs.
 _jobs_in_process = 0
 _in_job = False
-# The frozen heap's size (objects) after this process's last full collection.
-_frozen_after_full = 0
+_frozen_after_full = 0  # the frozen heap's size (objects) after this process's last full collection
 
 
 @contextmanager
@@ -66,8 +65,7 @@ def loading() -> Iterator[None]:
             gc.freeze()
 
 
-# The status a command that skips the interpreter's teardown leaves with (exit_status).
-_exit_status = 0
+_exit_status = 0  # what a command that skips the teardown exits with (exit_status)
 
 
 def skip_teardown() -> None:
@@ -106,10 +104,7 @@ def exit_at_once(code: int) -> NoReturn:
     os._exit(code)
 
 
-# ------------------------------------------------------------------------------ processes
-
-# This process's index and the process count (set by hardware.init_distributed; 0 of 1 until).
-_process = (0, 1)
+_process = (0, 1)  # (index, count) of this process (hardware.init_distributed sets it)
 
 # The explicit route: JAX_COORDINATOR_ADDRESS is JAX's own; the count and id are rlexp's
 # (jax.distributed.initialize takes them as arguments only).
@@ -167,7 +162,6 @@ def is_main_process() -> bool:
     """Process 0: the one that writes the run's files, logs to MLflow and prints."""
     return _process[0] == 0
 
-# ----------------------------------------------------------------------------- supervising
 
 # Set in the child of `supervise`, so that it trains instead of supervising again.
 SUPERVISED_ENV = "RLEXP_SUPERVISED"
@@ -198,7 +192,6 @@ def supervise(argv: Sequence[str], index: int | None, count: int | None) -> NoRe
     one line naming the lost process. The child dies with us, gets our signals, gives our status."""
     import signal
     import subprocess
-
     child = subprocess.Popen([sys.executable, "-m", "rlexp", *argv], stderr=subprocess.PIPE,
                              env={**os.environ, SUPERVISED_ENV: "1"}, preexec_fn=_die_with_parent)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
@@ -242,6 +235,5 @@ def _die_with_parent() -> None:
     """In the child, before exec: get SIGKILL when the supervising parent dies (Linux)."""
     import ctypes
     import signal
-
     with suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

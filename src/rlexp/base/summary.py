@@ -4,11 +4,9 @@ redacts and replaces it atomically."""
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 
-from rlexp.base import runtime
+from rlexp.base import files, runtime
 from rlexp.base.files import read_json_object
 from rlexp.base.redact import redact_obj
 
@@ -35,7 +33,4 @@ def write_summary(run_dir: Path, summary: dict) -> None:
 
 def set_aside(run_dir: Path) -> Path:
     """A damaged summary.json moves to summary.json.damaged-<time>, kept for a post-mortem."""
-    path = Path(run_dir) / SUMMARY_FILE
-    aside = path.with_name(f"{SUMMARY_FILE}.damaged-{int(time.time())}")
-    os.replace(path, aside)
-    return aside
+    return files.set_aside(Path(run_dir) / SUMMARY_FILE)

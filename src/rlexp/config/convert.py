@@ -74,9 +74,7 @@ def to_config(cfg: DictConfig) -> Config:
         obj = OmegaConf.to_object(plain)
     except Exception as exc:  # interpolation or type errors surfacing late
         raise UserError(one_line_omegaconf_error(exc)) from None
-    if config_digest(obj) in os.environ.get(VETTED_ENV, "").split():
-        return obj  # pre-flight validated this very config
-    return validate(obj)
+    return obj if config_digest(obj) in os.environ.get(VETTED_ENV, "").split() else validate(obj)
 
 
 def one_line_omegaconf_error(exc: BaseException) -> str:

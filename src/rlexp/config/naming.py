@@ -1,7 +1,6 @@
 """Run and sweep names, the deterministic dirs built from them, and the one label formatter
 (`label`, 'gspo β=0.04 G=4': run names, legends, job labels, the report's table). A run dir is
-a function of the command's overrides, so the same command finds (and resumes) the same dir.
-"""
+a function of the command's overrides, so the same command finds (and resumes) the same dir."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ NEUTRAL_PREFIXES = ("hydra.", "hydra/", "run.", "+run.", "~run.", "tracker.", "+
                     "+sweep", "sweep=")
 # run.* keys that do change what a run computes: a fork is a new run, never its origin's dir.
 IDENTITY_RUN_KEYS = ("run.init_from=",)
-# Groups whose choice is part of every run name, in this order.
-NAMED_GROUPS = ("algo", "model", "dataset", "hardware")
+NAMED_GROUPS = ("algo", "model", "dataset", "hardware")  # in every run name, in this order
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 MAX_NAME = 80
 
@@ -93,8 +91,7 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# Keys a sweep varies, abbreviated as the GRPO/GSPO papers write them; other keys go by their
-# last part.
+# Swept keys as the GRPO/GSPO papers write them; other keys go by their last part.
 ABBREVIATIONS = {"beta": "β", "epsilon": "ε", "epsilon_high": "ε_high",
                  "num_generations": "G", "num_iterations": "μ", "learning_rate": "lr",
                  "batch_size": "B", "mini_batch_size": "mini_B", "temperature": "T",
@@ -113,10 +110,9 @@ def short_value(value: Any) -> str:
     if text.lstrip("+-").isdigit():
         return text
     try:
-        number = float(text)
+        return f"{float(text):.4g}"
     except ValueError:
         return text
-    return f"{number:.4g}"
 
 
 def short_key(key: str, keys: Iterable[str] = ()) -> str:
@@ -134,9 +130,7 @@ def short_key(key: str, keys: Iterable[str] = ()) -> str:
 
 def label_item(key: str, value: Any, keys: Iterable[str] = ()) -> str:
     """'algo.beta', '0.04' -> 'β=0.04'; a group choice by its value ('gspo')."""
-    if is_choice(key):
-        return short_value(value)
-    return f"{short_key(key, keys)}={short_value(value)}"
+    return short_value(value) if is_choice(key) else f"{short_key(key, keys)}={short_value(value)}"
 
 
 def fit(tokens: Iterable[str], max_len: int | None = None, sep: str = " ") -> str:
@@ -161,9 +155,5 @@ def label(values: Mapping[str, Any], keys: Iterable[str], max_len: int | None = 
 
 def override_values(overrides: Iterable[str]) -> dict[str, str]:
     """['algo=gspo', '+algo.beta=0.04'] -> {'algo': 'gspo', 'algo.beta': '0.04'}."""
-    out = {}
-    for item in overrides:
-        key, sep, value = str(item).lstrip("+~").partition("=")
-        if sep:
-            out[key] = value
-    return out
+    pairs = (str(item).lstrip("+~").partition("=") for item in overrides)
+    return {key: value for key, sep, value in pairs if sep}

@@ -12,10 +12,7 @@ _HERE = Path(__file__).resolve().parents[1]
 
 def _first_dir(name: str) -> Path | None:
     # Inside the installed wheel (rlexp/conf) or at the checkout root (editable install).
-    for candidate in (_HERE / name, _HERE.parents[1] / name):
-        if candidate.is_dir():
-            return candidate
-    return None
+    return next((d for d in (_HERE / name, _HERE.parents[1] / name) if d.is_dir()), None)
 
 
 def conf_dir() -> Path:

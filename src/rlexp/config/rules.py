@@ -5,19 +5,31 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from rlexp.algo import algorithm
-from rlexp.config.refusal import Refusal
 from rlexp.config.rollouts import rollout_spec
 from rlexp.config.schema import MAX_STEPS, Config
 from rlexp.families import get as get_family
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A config value refused: the dotted key it blames, the value (shown as repr) and why
+    ("must be >= 1"), worded as one line."""
+
+    key: str
+    value: Any
+    why: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.key}={self.value!r} is invalid: {self.why}"
+
+
+@dataclass(frozen=True)
 class Rule:
-    # Named in tests and README.md's rule table.
-    name: str
+    name: str  # named in tests and README.md's rule table
     # cfg -> a Refusal, or None when the config keeps the rule (or UserError in its own words).
     check: Callable[[Config], Optional[Refusal]]
 
@@ -119,8 +131,7 @@ def rollout_devices(cfg: Config) -> int:
 
 
 def sampler_call_prompts(cfg: Config) -> Optional[int]:
-    """Prompts per sampler call the config fixes (None: the plan sizes it): rollout.
-    micro_batch_size, else per_device_batch_size x the rollout devices, at most a mini-batch."""
+    """Prompts per sampler call the config fixes (None: the plan sizes it)."""
     r = cfg.rollout
     if r.per_device_batch_size is None:
         return r.micro_batch_size
@@ -210,8 +221,7 @@ def _answer_regex_compiles(cfg: Config) -> Optional[Refusal]:
     try:
         re.compile(pattern)
     except re.error as exc:
-        return Refusal("dataset.answer_regex", pattern,
-                       f"not a Python regular expression ({exc})")
+        return Refusal("dataset.answer_regex", pattern, f"not a Python regular expression ({exc})")
     return None
 
 
@@ -231,8 +241,7 @@ def _tracker_names(cfg: Config) -> Optional[Refusal]:
         return None
     if len(t.experiment) > MAX_EXPERIMENT_NAME:
         return Refusal("tracker.experiment", _shown(t.experiment),
-                       f"MLflow takes experiment names of at most {MAX_EXPERIMENT_NAME} "
-                       f"characters")
+                       f"MLflow takes experiment names of at most {MAX_EXPERIMENT_NAME} characters")
     if t.run_name is not None and len(t.run_name) > MAX_RUN_NAME:
         return Refusal("tracker.run_name", _shown(t.run_name),
                        f"MLflow stores run names of at most {MAX_RUN_NAME} characters")
@@ -289,7 +298,6 @@ def _sync_every_needs_a_sampler_copy(cfg: Config) -> Optional[Refusal]:
 
 def _sync_every_within_steps(cfg: Config) -> Optional[Refusal]:
     # As MaxText's grpo_trainer: past the last step the sampler keeps the initial weights.
-
     r, steps = cfg.rollout, cfg.train.steps
     if r.sync_every <= steps:
         return None
@@ -330,9 +338,8 @@ def _replicas_need_an_accelerator(cfg: Config) -> Optional[Refusal]:
     if r.replicas == 1 or (h.platform != "cpu" and not h.emulate):
         return None
     return Refusal("rollout.replicas", r.replicas,
-                   "needs a TPU or GPU: on the CPU (hardware=cpu or hardware.emulate=true) "
-                   "Tunix's weight sync refuses the host-staged copy into replicated samplers; "
-                   "use 1 there")
+                   "needs a TPU or GPU: on the CPU (hardware=cpu or hardware.emulate=true) Tunix's "
+                   "weight sync refuses the host-staged copy into replicated samplers; use 1 there")
 
 
 def _split_fractions(cfg: Config) -> Optional[Refusal]:

@@ -217,7 +217,6 @@ class DatasetConfig:
     # File holding `prompt` (read at start); wins over dataset.prompt.
     prompt_file: Optional[str] = None
     # Share of prompts allowed past rollout.max_prompt_length (start cut); more = error; 0 = none.
-
     max_truncated_fraction: float = knob(0.05, range="[0, 1]")
     # reasoning-gym arithmetic: operators drawn from, a subset of "+-*/".
     operators: str = "+-"
@@ -416,7 +415,6 @@ class RunConfig:
     # Outputs outliving the machine (gs://bucket/rlexp): checkpoints, summary.json, export/.
     output_uri: Optional[str] = None
     # Scheduler priority (xpk --priority); null = the launcher's (hydra.launcher.priority wins).
-
     priority: Optional[str] = knob(None, choices=("very-low", "low", "medium", "high",
                                                   "very-high"),
                                    null="null (the launcher's own)")

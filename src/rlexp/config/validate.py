@@ -9,8 +9,7 @@ from typing import Any, Iterator, Optional
 
 from rlexp.base.errors import UserError
 from rlexp.base.knobs import Valid, valid_of
-from rlexp.config.refusal import Refusal
-from rlexp.config.rules import RULES, epoch_steps, rollout_devices
+from rlexp.config.rules import RULES, Refusal, epoch_steps, rollout_devices
 from rlexp.config.schema import Config
 
 
@@ -18,8 +17,7 @@ def in_range(value: float, interval: str) -> bool:
     """value lies in `interval` ("[0, 1)", "(0, inf)", ...) and is finite."""
     if not math.isfinite(value):
         return False
-    lo_text, hi_text = interval[1:-1].split(",")
-    lo, hi = float(lo_text), float(hi_text)
+    lo, hi = (float(bound) for bound in interval[1:-1].split(","))
     above = value >= lo if interval[0] == "[" else value > lo
     below = value <= hi if interval[-1] == "]" else value < hi
     return above and below

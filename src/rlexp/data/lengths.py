@@ -10,20 +10,15 @@ from typing import Optional, Sequence
 from rlexp.base.errors import UserError
 
 KEY = "rollout.max_prompt_length"
-# Share of the prompts the suggested rollout.max_prompt_length fits.
-FIT_SHARE = 0.99
+FIT_SHARE = 0.99  # share of the prompts the suggested rollout.max_prompt_length fits
 
 
 @dataclass(frozen=True)
 class PromptLengths:
-    # Prompts counted.
-    total: int
-    # Prompts longer than the limit (they are cut).
-    over: int
-    # Tokens of the longest prompt (0 for none).
-    longest: int
-    # Smallest length that fits FIT_SHARE of the prompts (0 for none).
-    p99: int
+    total: int  # prompts counted
+    over: int  # prompts longer than the limit (they are cut)
+    longest: int  # tokens of the longest prompt (0 for none)
+    p99: int  # smallest length that fits FIT_SHARE of the prompts (0 for none)
 
 
 def prompt_lengths(lengths: Sequence[int], limit: int) -> PromptLengths:

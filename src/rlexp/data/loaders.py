@@ -32,20 +32,16 @@ from rlexp.data.extract import (boxed_answer, canonical_answer, canonical_number
 
 @dataclass(frozen=True)
 class Problem:
-    # The task as the dataset states it (before any prompt template).
-    question: str
-    # Reference final answer (a number written canonically, e.g. "12", "-3", "0.5").
-    answer: str
-    # Reference working (may be empty), used by the warm-start target of the reasoning template.
-    reasoning: str = ""
+    question: str  # the task as the dataset states it (before any prompt template)
+    answer: str  # reference final answer, a number written canonically ("12", "-3", "0.5")
+    reasoning: str = ""  # reference working, may be empty (the reasoning template's warm start)
 
 
 @dataclass
 class RawSplits:
     train: list[Problem]
     eval: list[Problem]
-    # Rows dropped because they were malformed or had no usable answer.
-    skipped: int = 0
+    skipped: int = 0  # rows dropped: malformed, or no usable answer
 
 
 def dataset_file(d: DatasetConfig) -> Path | None:
@@ -134,7 +130,6 @@ def _procedural_splits(d: DatasetConfig,
 
 def arithmetic(d: DatasetConfig) -> RawSplits:
     import reasoning_gym
-
     def make(seed: int, size: int) -> Iterator[Problem]:
         ds = reasoning_gym.create_dataset(
             "basic_arithmetic", min_terms=d.min_terms, max_terms=d.max_terms,
@@ -144,13 +139,11 @@ def arithmetic(d: DatasetConfig) -> RawSplits:
         for row in ds:
             expr = row["metadata"]["expression"]
             yield Problem(row["question"], row["answer"], f"{expr} = {row['answer']}")
-
     return _procedural_splits(d, make)
 
 
 def gsm_symbolic(d: DatasetConfig) -> RawSplits:
     import reasoning_gym
-
     def make(seed: int, size: int) -> Iterator[Problem]:
         for row in reasoning_gym.create_dataset("gsm_symbolic", size=size, seed=seed):
             value = parse_number(str(row["answer"]))
@@ -158,7 +151,6 @@ def gsm_symbolic(d: DatasetConfig) -> RawSplits:
                 continue
             cot = row["metadata"].get("answer_cot", "")
             yield Problem(row["question"], canonical_number(value), gsm8k_reasoning(cot))
-
     return _procedural_splits(d, make)
 
 
@@ -178,7 +170,6 @@ def generic(d: DatasetConfig) -> RawSplits:
 def _hub_rows(d: DatasetConfig, split: str) -> list[dict]:
     try:
         import datasets
-
         return list(datasets.load_dataset(d.hub, d.hub_config, split=split))
     except Exception as exc:  # offline, hub down, auth, no such split...
         raise UserError(f"dataset.hub={d.hub}: loading split {split!r} failed "
@@ -269,7 +260,6 @@ def _parse_rows(path: Path, mtime_ns: int, size: int) -> tuple[list[Any], tuple[
     if suffix == ".parquet":
         import pyarrow
         import pyarrow.parquet as pq
-
         try:
             return pq.read_table(path).to_pylist(), ()
         except (pyarrow.ArrowException, OSError) as exc:  # e.g. a text file named .parquet

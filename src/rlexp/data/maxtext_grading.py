@@ -13,47 +13,38 @@ from typing import Sequence
 
 from rlexp.data.rewards import math_verify_timeout
 
-# Imported inside functions, on purpose: math_verify (and sympy, ~1 s) is optional
-# (pip install 'rlexp[math]') and only these graders need it.
+# math_verify (and sympy, ~1 s) is optional (rlexp[math]): imported inside the graders only.
 
 EPSILON = 1e-6
-# extract_answer's value when a completion has neither \boxed{} nor an answer block.
-FALLBACK_ANSWER = "-1000000"
+FALLBACK_ANSWER = "-1000000"  # extract_answer's value without \boxed{} or an answer block
 
-SUBSTITUTIONS = [
-    ("\\\\", "\\"), ("\\tfrac", "\\frac"), ("\\dfrac", "\\frac"), ("an ", ""), ("a ", ""),
-    (".$", "$"), ("\\$", ""), (r"\ ", ""), (" or ", ","), (" and ", ","),
-    ("million", "*10^6"), ("billion", "*10^9"), ("trillion", "*10^12"), (" ", ""),
-    ("mbox", "text"), (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
-]
-UNITS = ["yard", "foot", "feet", "mile", "day", "week", "month", "year", "hour", "minute",
-         "second", "centimeter", "meter", "cm", "mm", "km", "inch", "degree", "pound", "cent",
-         "mph"]
-REMOVED_EXPRESSIONS = [
-    "\\left", "\\right", "\\!", "square", "ways", "integers", "dollars", "units", "\\ldots",
-    "sue", "points", "digits", "gm", "meals", "edges", "students", "childrentickets",
-    "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2", "\\text{}^3",
-    "\\text{\n}", "\\text{}", r"\mathrm{th}", r"^\circ", r"^{\circ}", r"\;", r",\!", "{,}", '"',
-    "\\dots",
-]
+SUBSTITUTIONS = [("\\\\", "\\"), ("\\tfrac", "\\frac"), ("\\dfrac", "\\frac"), ("an ", ""),
+                 ("a ", ""), (".$", "$"), ("\\$", ""), (r"\ ", ""), (" or ", ","), (" and ", ","),
+                 ("million", "*10^6"), ("billion", "*10^9"), ("trillion", "*10^12"), (" ", ""),
+                 ("mbox", "text"), (",\\text{and}", ","), ("\\text{and}", ","),
+                 ("\\text{m}", "\\text{}")]
+UNITS = ["yard", "foot", "feet", "mile", "day", "week", "month", "year", "hour", "minute", "second",
+         "centimeter", "meter", "cm", "mm", "km", "inch", "degree", "pound", "cent", "mph"]
+REMOVED_EXPRESSIONS = ["\\left", "\\right", "\\!", "square", "ways", "integers", "dollars", "units",
+                       "\\ldots", "sue", "points", "digits", "gm", "meals", "edges", "students",
+                       "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+                       "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", r"\mathrm{th}",
+                       r"^\circ", r"^{\circ}", r"\;", r",\!", "{,}", '"', "\\dots"]
 # fix_latex_escaping: a command whose backslash Python read as an escape character.
-_ESCAPE_FIXES = [
-    ("\f", "rac", r"\frac"), ("\n", "ewline", r"\newline"), ("\n", "e", r"\ne"),
-    ("\t", "heta", r"\theta"), ("\t", "an", r"\tan"), ("\t", "o", r"\to"),
-    ("\t", "imes", r"\times"), ("\t", "ext", r"\text"), ("\t", "extbf", r"\textbf"),
-    ("\t", "extit", r"\textit"), ("\r", "ightarrow", r"\rightarrow"),
-    ("\r", "ightarrow", r"\Rightarrow"), ("\b", "eta", r"\beta"), ("\b", "ar", r"\bar"),
-    ("\b", "inom", r"\binom"), ("\b", "oxed", r"\boxed"), ("\a", "lpha", r"\alpha"),
-    ("\a", "pprox", r"\approx"), ("\v", "ec", r"\vec"),
-]
+_ESCAPE_FIXES = [("\f", "rac", r"\frac"), ("\n", "ewline", r"\newline"), ("\n", "e", r"\ne"),
+                 ("\t", "heta", r"\theta"), ("\t", "an", r"\tan"), ("\t", "o", r"\to"),
+                 ("\t", "imes", r"\times"), ("\t", "ext", r"\text"), ("\t", "extbf", r"\textbf"),
+                 ("\t", "extit", r"\textit"), ("\r", "ightarrow", r"\rightarrow"),
+                 ("\r", "ightarrow", r"\Rightarrow"), ("\b", "eta", r"\beta"),
+                 ("\b", "ar", r"\bar"), ("\b", "inom", r"\binom"), ("\b", "oxed", r"\boxed"),
+                 ("\a", "lpha", r"\alpha"), ("\a", "pprox", r"\approx"), ("\v", "ec", r"\vec")]
 # ... and a command written without its backslash.
-_LATEX_COMMANDS = [
-    "frac", "sqrt", "pi", "theta", "alpha", "beta", "gamma", "delta", "sum", "int", "infty",
-    "cdot", "times", "div", "pm", "mp", "leq", "geq", "neq", "approx", "equiv", "sin", "cos",
-    "tan", "log", "ln", "exp", "lim", "to", "rightarrow", "leftarrow", "Rightarrow",
-    "Leftarrow", "overline", "underline", "hat", "bar", "vec", "dot", "ddot", "mathbb",
-    "mathbf", "mathrm", "text", "textbf", "textit", "boxed", "left", "right", "choose", "binom",
-]
+_LATEX_COMMANDS = ["frac", "sqrt", "pi", "theta", "alpha", "beta", "gamma", "delta", "sum", "int",
+                   "infty", "cdot", "times", "div", "pm", "mp", "leq", "geq", "neq", "approx",
+                   "equiv", "sin", "cos", "tan", "log", "ln", "exp", "lim", "to", "rightarrow",
+                   "leftarrow", "Rightarrow", "Leftarrow", "overline", "underline", "hat", "bar",
+                   "vec", "dot", "ddot", "mathbb", "mathbf", "mathrm", "text", "textbf", "textit",
+                   "boxed", "left", "right", "choose", "binom"]
 
 
 def boxed(x: str) -> str:
@@ -140,16 +131,13 @@ def extract_answer(response: str) -> str:
     m = re.search(r"\\boxed\s*\{?\s*([a-zA-Z0-9\.,\-]+)\s*\}?", content)
     if m:
         return m.group(1).strip()
-    if blocks:
-        return blocks[-1].strip()
-    return FALLBACK_ANSWER
+    return blocks[-1].strip() if blocks else FALLBACK_ANSWER
 
 
 def _parse_all(texts: Sequence[str], timeout: int | None) -> list:
     """Every expression math_verify parses out of `texts` (expressions and LaTeX)."""
     from math_verify import parse
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
-
     targets = (ExprExtractionConfig(), LatexExtractionConfig())
     return [x for text in texts for x in parse(text, targets, parsing_timeout=timeout)]
 
@@ -157,7 +145,6 @@ def _parse_all(texts: Sequence[str], timeout: int | None) -> list:
 def _equal_under_sympy(gold: object, prediction: object) -> bool:
     """math_verify_pool.are_equal_under_sympy: equal as unevaluated sympy expressions."""
     from sympy.parsing import sympy_parser
-
     try:
         return bool(sympy_parser.parse_expr(str(gold), evaluate=False)
                     == sympy_parser.parse_expr(str(prediction), evaluate=False))
@@ -171,7 +158,6 @@ def verify(golds: Sequence[str], predictions: Sequence[str]) -> float:
     try:
         from math_verify import verify as mv_verify
         from sympy import Basic, MatrixBase
-
         t = math_verify_timeout()
         preds = _parse_all(predictions, t)
         for gold in _parse_all(golds, t) if preds else ():

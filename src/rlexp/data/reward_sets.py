@@ -18,22 +18,18 @@ from rlexp.data.rewards import math_verify_timeout
 
 # MaxText rl.yml (a4de80cc5) "Reward" block.
 MAXTEXT_CONSTANTS = {
-    "reward_exact_format_match": 3.0,
-    "reward_white_space_format_match": 1.5,
-    "reward_partial_format_match": 0.5,
-    "reward_ratio_guess_to_answer_high": 0.5,
-    "reward_ratio_guess_to_answer_low": 0.25,
-    "penalty_incorrect_format": -0.5,
+    "reward_exact_format_match": 3.0, "reward_white_space_format_match": 1.5,
+    "reward_partial_format_match": 0.5, "reward_ratio_guess_to_answer_high": 0.5,
+    "reward_ratio_guess_to_answer_low": 0.25, "penalty_incorrect_format": -0.5,
     "penalty_incorrect_answer": -1.0,
 }
 
 # EasyDeL launch.py (e2e6dccc) SYSTEM_PROMPT: the prompt the format reward is written for.
 EASYDEL_SYSTEM_PROMPT = (
-    "A conversation between User and Assistant. The user asks a question, and the Assistant "
-    "solves it. The assistant first thinks about the think process in the mind and then provides "
-    "the user with the answer. The think process and answer are enclosed within <think> </think> "
-    "and answer needs no tag tags, respectively, i.e., <think> think process here </think> "
-    "answer here")
+    "A conversation between User and Assistant. The user asks a question, and the Assistant solves "
+    "it. The assistant first thinks about the think process in the mind and then provides the user "
+    "with the answer. The think process and answer are enclosed within <think> </think> and answer "
+    "needs no tag tags, respectively, i.e., <think> think process here </think> answer here")
 
 
 def _tags(reasoning_tag: str) -> tuple[str, str, str, str]:
@@ -55,9 +51,8 @@ def _const(kwargs: dict[str, Any], name: str) -> float:
     return float(kwargs.get(name, MAXTEXT_CONSTANTS[name]))
 
 
-def maxtext_format_exact(prompts: Sequence[str], completions: Sequence[str],
-                         answers: Sequence[str], reasoning_tag: str = "reasoning",
-                         **kwargs: Any) -> list[float]:
+def maxtext_format_exact(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                         reasoning_tag: str = "reasoning", **kwargs: Any) -> list[float]:
     """utils_rl.match_format_exactly: reward_exact_format_match when the format regex is found."""
     pattern = maxtext_format_regex(reasoning_tag)
     hit = _const(kwargs, "reward_exact_format_match")
@@ -74,9 +69,8 @@ def maxtext_format_approx(prompts: Sequence[str], completions: Sequence[str],
     return [sum(good if c.count(t) == 1 else bad for t in tags) for c in completions]
 
 
-def maxtext_check_answer(prompts: Sequence[str], completions: Sequence[str],
-                         answers: Sequence[str], reasoning_tag: str = "reasoning",
-                         **kwargs: Any) -> list[float]:
+def maxtext_check_answer(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
+                         reasoning_tag: str = "reasoning", **kwargs: Any) -> list[float]:
     """utils_rl.check_answer of a well-formatted completion: equal string, equal after strip, ratio
     within 10% or 20%, else a penalty (penalty_incorrect_format for a non-number); 0 unformatted."""
     pattern = maxtext_format_regex(reasoning_tag)
@@ -108,8 +102,7 @@ def maxtext_first_number(completion: str) -> str | None:
 
 
 def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
-                          answers: Sequence[str], correct: float = 1.5,
-                          **_: Any) -> list[float]:
+                          answers: Sequence[str], correct: float = 1.5, **_: Any) -> list[float]:
     """utils_rl.check_numbers: 1.5 (MaxText's literal) when the first number after <answer>
     equals the reference as floats, else 0."""
     def score(guess: str | None, ref: str) -> float:
@@ -117,19 +110,15 @@ def maxtext_check_numbers(prompts: Sequence[str], completions: Sequence[str],
             return correct if guess is not None and float(guess) == float(ref) else 0.0
         except (ValueError, OverflowError):
             return 0.0
-
     return [score(maxtext_first_number(c), ref) for c, ref in zip(completions, answers)]
 
 
 # rl.yml (src/maxtext/configs/post_train/rl.yml at e591f30cb, lines 190-198) "Reward" block.
 # The ratio rewards are still in rl.yml but no function reads them any more.
 MAXTEXT_CURRENT_CONSTANTS = {
-    "reward_exact_answer": 1.0,
-    "reward_white_space_format_match": 1.0,
-    "reward_exact_format_match": 0.1,
-    "reward_partial_format_match": 0.0,
-    "penalty_incorrect_format": 0.0,
-    "penalty_incorrect_answer": 0.0,
+    "reward_exact_answer": 1.0, "reward_white_space_format_match": 1.0,
+    "reward_exact_format_match": 0.1, "reward_partial_format_match": 0.0,
+    "penalty_incorrect_format": 0.0, "penalty_incorrect_answer": 0.0,
 }
 
 
@@ -175,7 +164,6 @@ def maxtext_current_check_numbers(prompts: Sequence[str], completions: Sequence[
     """utils_rl.check_numbers (e591f30cb) on `maxtext_grading.extract_answer`'s answer; the
     reference is one GSM8K answer (MaxText's [a, a] list for GSM8K, deduplicated)."""
     from rlexp.data import maxtext_grading as g
-
     exact = _current(kwargs, "reward_exact_answer")
 
     def score(guess: str, ref: str) -> float:
@@ -190,7 +178,6 @@ def maxtext_current_check_numbers(prompts: Sequence[str], completions: Sequence[
                     [g.boxed(g.preprocess_math_string(guess))]) > 0.0:
             return max(floor, exact)
         return floor
-
     return [score(g.extract_answer(c), ref) for c, ref in zip(completions, answers)]
 
 
@@ -209,7 +196,6 @@ def easydel_accuracy(prompts: Sequence[str], completions: Sequence[str], answers
     """launch.py accuracy_reward: math_verify's first LaTeX expression of the completion against
     the gold's first; 1 when the gold has none (the tutorial scores such rows)."""
     from math_verify import LatexExtractionConfig, parse, verify  # optional extra
-
     t = math_verify_timeout()
     first = functools.partial(parse, extraction_mode="first_match",
                               extraction_config=[LatexExtractionConfig()], parsing_timeout=t)

@@ -72,7 +72,6 @@ def _verify(got: str, ref: str) -> bool | None:
     def parsed(text: str) -> list:
         return parse(text if "\\boxed" in text or "$" in text else f"\\boxed{{{text}}}",
                      parsing_timeout=t)
-
     try:
         return bool(verify(parsed(ref), parsed(got), timeout_seconds=t))
     except Exception:  # math-verify raises on some unparsable input
@@ -94,9 +93,7 @@ def same_answer(got: str, ref: str) -> bool:
         # (math-verify takes ~15 ms on free text, per completion).
         return False
     verdict = _verify(got, ref)
-    if verdict is None:
-        return "".join(got.split()) == "".join(ref.split())
-    return verdict
+    return "".join(got.split()) == "".join(ref.split()) if verdict is None else verdict
 
 
 def answer_exact(completion: str, answer: str, **_: object) -> float:
@@ -115,15 +112,12 @@ def answer_close(completion: str, answer: str, **_: object) -> float:
     if a is None or ref is None:
         return 1.0 if same_answer(got, answer) else 0.0
     err = abs(a - ref)
-    if err <= 0.10 * abs(ref):
-        return 1.0
-    return 0.5 if err <= 0.20 * abs(ref) else 0.0
+    return 1.0 if err <= 0.10 * abs(ref) else 0.5 if err <= 0.20 * abs(ref) else 0.0
 
 
 def math_verify(completion: str, answer: str, **_: object) -> float:
     """1 when math-verify judges the <answer> block equivalent to the reference."""
     from math_verify import parse, verify  # optional extra, imported only when weighted
-
     got = extract_answer(completion)
     if got is None:
         return 0.0
@@ -137,7 +131,6 @@ def _batched(score: Callable[..., float], name: str) -> Callable[..., list[float
     def fn(prompts: Sequence[str], completions: Sequence[str], answers: Sequence[str],
            **kwargs: Any) -> list[float]:
         return [score(c, str(a), **kwargs) for c, a in zip(completions, answers)]
-
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = score.__doc__
     return fn
@@ -171,18 +164,13 @@ class RewardFailed(Exception):
 
 @dataclass(frozen=True)
 class Term:
-    # Name reported as train/reward/<name>.
-    name: str
-    # The plug-in: fn(prompts, completions, answers, **kwargs) -> one float per completion.
-    fn: Callable[..., Sequence[float]]
-    # Weight from the reward.functions entry.
-    weight: float
-    # Keyword arguments of the entry, passed on every call.
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    name: str  # reported as train/reward/<name>
+    fn: Callable[..., Sequence[float]]  # fn(prompts, completions, answers, **kwargs) -> floats
+    weight: float  # the reward.functions entry's
+    kwargs: dict[str, Any] = field(default_factory=dict)  # the entry's, passed on every call
     # The run's prompt format (template, reasoning_tag), passed too; entry kwargs win.
     context: dict[str, Any] = field(default_factory=dict)
-    # Token count of a completion, for functions that take `completion_lengths` (the
-    # engine sets the tokenizer's; characters until then).
+    # A completion's token count for `completion_lengths` (the engine sets the tokenizer's).
     count_tokens: Callable[[str], int] = len
 
     @property
@@ -243,9 +231,8 @@ def for_run(cfg: Config, probed: bool = True) -> list[Term]:
     a = cfg.algo
     if a.overlong_buffer > 0 and a.overlong_penalty > 0:
         budget = cfg.rollout.max_completion_length
-        buffer = max(1, round(a.overlong_buffer * budget))
         ts.append(Term("overlong", overlong_penalty, a.overlong_penalty,
-                       {"max_length": budget, "buffer": buffer}))
+                       {"max_length": budget, "buffer": max(1, round(a.overlong_buffer * budget))}))
     return ts
 
 
@@ -258,8 +245,7 @@ PROBE_ANSWERS = ["5", "8", "1"]
 def probe(term: Term) -> None:
     """Call the function once on three examples: it must return 3 finite numbers."""
     key = f"reward.functions (name={term.name})"
-    lengths = [len(c) for c in PROBE_COMPLETIONS]
-    extra = {"completion_lengths": lengths} if term.needs_lengths else {}
+    extra = {"completion_lengths": list(map(len, PROBE_COMPLETIONS))} if term.needs_lengths else {}
     try:
         out = term.fn(list(PROBE_PROMPTS), list(PROBE_COMPLETIONS), list(PROBE_ANSWERS),
                       **{**term.context, **extra, **term.kwargs})
@@ -302,8 +288,6 @@ def tunix_reward_fns(ts: Sequence[Term], record: Callable[[str, list[float]], No
                                  f"{len(completions)} completions")
             record(term.name, values)
             return values
-
         fn.__name__ = term.name  # Tunix logs rewards/<__name__>
         return fn
-
     return [adapter(t) for t in ts]

@@ -1,7 +1,6 @@
 """Prompt templates: what the policy sees, and the reference completion warm start imitates.
 `reasoning` follows MaxText's GSM8K GRPO recipe (working between reasoning tags, then <answer>);
-`answer` asks for the <answer> block only. With a chat template the instruction is the system
-message."""
+`answer` asks for the <answer> block only."""
 
 from __future__ import annotations
 
@@ -20,23 +19,18 @@ REASONING_INSTRUCTION = ("You are given a problem. Think about the problem and p
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    # reasoning | answer: which tags the completion is asked for (and format rewards check).
-    template: str = "answer"
-    # Tag name around the working out when template=reasoning (<reasoning>, <think>, ...).
-    reasoning_tag: str = "reasoning"
-    # Instruction (system message with a chat template); None = the template's own.
-    system_prompt: str | None = None
-    # User message with a {question} placeholder; None = "{question}\n<instruction>\n".
-    prompt: str | None = None
+    template: str = "answer"  # reasoning | answer: the tags asked for (and format rewards check)
+    reasoning_tag: str = "reasoning"  # tag of the working out with template=reasoning (<think>)
+    system_prompt: str | None = None  # instruction (chat: system message); None = the template's
+    prompt: str | None = None  # user message with {question}; None = "{question}\n<instruction>\n"
 
     @classmethod
     def from_config(cls, d: Any) -> "PromptTemplate":
         """From a DatasetConfig: dataset.prompt_file is read here (UserError if unreadable)."""
         prompt = d.prompt
         if d.prompt_file is not None:
-            path = Path(d.prompt_file).expanduser()
             try:
-                prompt = path.read_text(encoding="utf-8")
+                prompt = Path(d.prompt_file).expanduser().read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise UserError(f"dataset.prompt_file={d.prompt_file}: cannot read it "
                                 f"({type(exc).__name__})") from None

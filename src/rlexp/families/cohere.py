@@ -14,9 +14,8 @@ def tunix_config(module: Any, m: Any, remat: str, dtype: Any, param_dtype: Any) 
         num_layers=m.num_layers, vocab_size=m.vocab_size, embed_dim=m.embed_dim,
         hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
         num_kv_heads=m.num_kv_heads, rope_theta=float(m.rope_theta), norm_eps=m.norm_eps,
-        logit_scale=float(m.logit_scale), use_qk_norm=m.qk_norm,
-        weight_tying=m.tie_embeddings, remat_config=getattr(module.RematConfig, remat),
-        dtype=dtype, param_dtype=param_dtype)
+        logit_scale=float(m.logit_scale), use_qk_norm=m.qk_norm, weight_tying=m.tie_embeddings,
+        remat_config=getattr(module.RematConfig, remat), dtype=dtype, param_dtype=param_dtype)
 
 
 def read_hf(hf: dict) -> dict:
@@ -39,21 +38,17 @@ def unsupported(hf: dict) -> str | None:
         why.append(f"RoPE type {kind} (rlexp's Cohere model rotates unscaled)")
     if hf.get("hidden_act", "silu") != "silu":
         why.append(f"hidden_act={hf['hidden_act']}")
-    if not why:
-        return None
-    return "config.json is not what rlexp's cohere model runs: " + "; ".join(why)
+    return "config.json is not what rlexp's cohere model runs: " + "; ".join(why) if why else None
 
 
 def write_hf(m: Any, dtype: str) -> dict:
     return {"architectures": ["CohereForCausalLM"], "model_type": "cohere", "hidden_act": "silu",
-            "attention_bias": False, "num_hidden_layers": m.num_layers,
-            "hidden_size": m.embed_dim, "num_attention_heads": m.num_heads,
-            "num_key_value_heads": m.num_kv_heads, "head_dim": m.head_dim,
-            "intermediate_size": m.hidden_dim, "vocab_size": m.vocab_size,
-            "rope_theta": m.rope_theta, "layer_norm_eps": m.norm_eps,
-            "logit_scale": m.logit_scale, "use_qk_norm": m.qk_norm,
-            "max_position_embeddings": m.max_position, "tie_word_embeddings": m.tie_embeddings,
-            "torch_dtype": dtype}
+            "attention_bias": False, "num_hidden_layers": m.num_layers, "hidden_size": m.embed_dim,
+            "num_attention_heads": m.num_heads, "num_key_value_heads": m.num_kv_heads,
+            "head_dim": m.head_dim, "intermediate_size": m.hidden_dim, "vocab_size": m.vocab_size,
+            "rope_theta": m.rope_theta, "layer_norm_eps": m.norm_eps, "logit_scale": m.logit_scale,
+            "use_qk_norm": m.qk_norm, "max_position_embeddings": m.max_position,
+            "tie_word_embeddings": m.tie_embeddings, "torch_dtype": dtype}
 
 
 def norm_params(m: Any) -> int:

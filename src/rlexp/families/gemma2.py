@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.families.family import (GEMMA_PROJECTIONS, ModelFamily, common_fields, rope,
-                                   text_config)
+from rlexp.families.family import GEMMA_PROJECTIONS, ModelFamily, common_fields, rope, text_config
 from rlexp.families.gemma3 import gemma_weights, tp_dims
 
 ROPE_THETA = 10_000.0
@@ -27,9 +26,8 @@ def tunix_config(module: Any, m: Any, remat: str, dtype: Any, param_dtype: Any) 
     return module.ModelConfig(
         num_layers=m.num_layers, num_embed=m.vocab_size, embed_dim=m.embed_dim,
         hidden_dim=m.hidden_dim, num_heads=m.num_heads, head_dim=m.head_dim,
-        num_kv_heads=m.num_kv_heads, final_logit_softcap=FINAL_SOFTCAP,
-        use_post_attn_norm=True, use_post_ffw_norm=True,
-        attention_types=tuple(kinds[t] for t in layer_types(m.num_layers)),
+        num_kv_heads=m.num_kv_heads, final_logit_softcap=FINAL_SOFTCAP, use_post_attn_norm=True,
+        use_post_ffw_norm=True, attention_types=tuple(kinds[t] for t in layer_types(m.num_layers)),
         attn_logits_soft_cap=ATTN_SOFTCAP, sliding_window_size=m.sliding_window,
         remat_config=getattr(module.RematConfig, remat))
 
@@ -81,9 +79,7 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="gemma2", model_types=("gemma2",),
-    tunix_package="tunix.models.gemma", model_class="Gemma",
+    name="gemma2", model_types=("gemma2",), tunix_package="tunix.models.gemma", model_class="Gemma",
     loader_module="params_safetensors", tunix_config=tunix_config, read_hf=read_hf,
-    write_hf=write_hf, to_hf_weights=gemma_weights, unsupported=unsupported,
-    norms_per_layer=4, tp_dims=tp_dims,
-    lora_projections=GEMMA_PROJECTIONS, patches=("compute_dtype",))
+    write_hf=write_hf, to_hf_weights=gemma_weights, unsupported=unsupported, norms_per_layer=4,
+    tp_dims=tp_dims, lora_projections=GEMMA_PROJECTIONS, patches=("compute_dtype",))

@@ -117,7 +117,6 @@ def gemma_layer(i: int, name: str, w: np.ndarray, m: Any) -> dict[str, np.ndarra
 
     def proj(x: np.ndarray) -> np.ndarray:  # [heads, embed, hd] -> [heads * hd, embed]
         return x.transpose(0, 2, 1).reshape(-1, x.shape[1])
-
     if name == "attn.q_einsum.w":
         return {p + "self_attn.q_proj.weight": proj(w)}
     if name in ("attn.kv_einsum.w", "attn.qkv_einsum.w"):  # "kv" or "qkv", stacked on axis 0
@@ -145,10 +144,8 @@ def tp_dims(m: Any) -> dict[str, int]:
 
 
 FAMILY = ModelFamily(
-    name="gemma3", model_types=("gemma3_text", "gemma3"),
-    tunix_package="tunix.models.gemma3", model_class="Gemma3",
-    loader_module="params_safetensors", tunix_config=tunix_config, read_hf=read_hf,
-    write_hf=write_hf, to_hf_weights=gemma_weights, unsupported=unsupported,
+    name="gemma3", model_types=("gemma3_text", "gemma3"), tunix_package="tunix.models.gemma3",
+    model_class="Gemma3", loader_module="params_safetensors", tunix_config=tunix_config,
+    read_hf=read_hf, write_hf=write_hf, to_hf_weights=gemma_weights, unsupported=unsupported,
     export_config=export_config, norms_per_layer=4, qk_norm=True, tp_dims=tp_dims,
-    lora_projections=GEMMA_PROJECTIONS,
-    patches=("compute_dtype",))
+    lora_projections=GEMMA_PROJECTIONS, patches=("compute_dtype",))

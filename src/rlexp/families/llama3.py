@@ -22,7 +22,6 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="llama3", model_types=("llama",),
-    tunix_package="tunix.models.llama3", model_class="Llama3", tunix_config=tunix_config,
-    read_hf=common_fields, write_hf=write_hf, to_hf_weights=decoder_weights, vllm_untied_head=True,
-    patches=("rope_theta", "compute_dtype"))
+    name="llama3", model_types=("llama",), tunix_package="tunix.models.llama3",
+    model_class="Llama3", tunix_config=tunix_config, read_hf=common_fields, write_hf=write_hf,
+    to_hf_weights=decoder_weights, vllm_untied_head=True, patches=("rope_theta", "compute_dtype"))

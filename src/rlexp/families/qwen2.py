@@ -33,7 +33,6 @@ def write_hf(m: Any, dtype: str) -> dict:
 
 
 FAMILY = ModelFamily(
-    name="qwen2", model_types=("qwen2",),
-    tunix_package="tunix.models.qwen2", model_class="Qwen2", tunix_config=tunix_config,
-    read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights, unsupported=unsupported,
-    vllm_untied_head=True, qkv_bias=True)
+    name="qwen2", model_types=("qwen2",), tunix_package="tunix.models.qwen2", model_class="Qwen2",
+    tunix_config=tunix_config, read_hf=read_hf, write_hf=write_hf, to_hf_weights=decoder_weights,
+    unsupported=unsupported, vllm_untied_head=True, qkv_bias=True)

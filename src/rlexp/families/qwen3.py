@@ -29,8 +29,7 @@ def tp_dims(m: Any) -> dict[str, int]:
 
 
 FAMILY = ModelFamily(
-    name="qwen3", model_types=("qwen3",),
-    tunix_package="tunix.models.qwen3", model_class="Qwen3", tunix_config=tunix_config,
-    read_hf=common_fields, write_hf=write_hf, to_hf_weights=decoder_weights,
-    vllm_untied_head=True, qk_norm=True, tp_dims=tp_dims, patches=("rope_theta",),
-    random_init=True)
+    name="qwen3", model_types=("qwen3",), tunix_package="tunix.models.qwen3", model_class="Qwen3",
+    tunix_config=tunix_config, read_hf=common_fields, write_hf=write_hf,
+    to_hf_weights=decoder_weights, vllm_untied_head=True, qk_norm=True, tp_dims=tp_dims,
+    patches=("rope_theta",), random_init=True)

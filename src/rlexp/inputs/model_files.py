@@ -18,8 +18,7 @@ from rlexp.inputs.smollm2 import ensure_converted
 from rlexp.inputs.sources import check, fetch, parse
 from rlexp.inputs.tokenizer import MIN_VOCAB, CharTokenizer
 
-# Imported inside functions, on purpose: transformers (2.0 s) is imported only for a Hugging Face
-# tokenizer: the tiny model's char tokenizer needs none.
+# transformers (2.0 s) is imported in build_tokenizer only: the char tokenizer needs none.
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +66,8 @@ def build_tokenizer(m: ModelConfig) -> Any:
     path = Path(m.path).expanduser()
     if not (path / "tokenizer.json").is_file() and not (path / "tokenizer.model").is_file():
         raise UserError(f"model.path={m.path}: no tokenizer.json (needed by model.tokenizer=hf)")
-
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from transformers import AutoTokenizer
-
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:

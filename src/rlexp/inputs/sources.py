@@ -20,8 +20,7 @@ from rlexp.base.errors import UserError
 from rlexp.base.files import replace
 from rlexp.base.plugins import first_line
 
-# Imported inside functions, on purpose: huggingface_hub and fsspec are imported only for a hub id
-# or a bucket URL (fsspec's gs:// backend is the optional rlexp[gcs]).
+# huggingface_hub and fsspec are imported only for a hub id or a URL (gs://: rlexp[gcs]).
 
 # Hugging Face repo ids `org/name[@revision]`; a bare `name` is far more likely a relative dir.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
@@ -36,14 +35,10 @@ _BACKENDS = {"gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "s3": ("s3fs", "s3
 
 @dataclass(frozen=True)
 class Source:
-    # local | hub | url
-    kind: str
-    # The value of model.path, as given.
-    spec: str
-    # hub: repo id; url: protocol://rest; local: the path.
-    target: str
-    # hub: branch/tag/sha after '@' (None = main).
-    revision: str | None = None
+    kind: str  # local | hub | url
+    spec: str  # the value of model.path, as given
+    target: str  # hub: repo id; url: protocol://rest; local: the path
+    revision: str | None = None  # hub: branch/tag/sha after '@' (None = main)
 
 
 def parse(spec: str) -> Source:
@@ -77,15 +72,12 @@ def fetch(spec: str, cache_dir: str) -> Path:
     src = parse(spec)
     if src.kind == "local":
         return Path(src.target).expanduser()
-    if src.kind == "hub":
-        return _hub_download(src)
-    return copy_tree(src, cache_dir)
+    return _hub_download(src) if src.kind == "hub" else copy_tree(src, cache_dir)
 
 def _hub_cached(src: Source) -> Path | None:
     """A cached hub id's snapshot dir (local cache only), else None; offline uncached: UserError."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
-
     try:
         path = Path(snapshot_download(src.target, revision=src.revision, local_files_only=True))
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
@@ -101,7 +93,6 @@ def _hub_cached(src: Source) -> Path | None:
 
 def _hub_download(src: Source) -> Path:
     from huggingface_hub import snapshot_download
-
     cached = _hub_cached(src)
     if cached is not None and any(cached.glob("*.safetensors")):
         return cached
@@ -116,7 +107,6 @@ def _hub_download(src: Source) -> Path:
 
 def _filesystem(src: Source):
     import fsspec
-
     protocol = _URL.match(src.target).group(1)  # type: ignore[union-attr]
     try:
         return fsspec.filesystem(protocol)
@@ -155,7 +145,6 @@ def copy_tree(src: Source, cache_dir: str) -> Path:
     tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     from fsspec.core import strip_protocol
-
     prefix = strip_protocol(root).rstrip("/") + "/"
     for remote in names:  # find() gives paths without the protocol: put it back to strip
         local = tmp / strip_protocol(fs.unstrip_protocol(remote))[len(prefix):]

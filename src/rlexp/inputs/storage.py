@@ -14,8 +14,7 @@ from rlexp.base.errors import UserError
 from rlexp.base.plugins import first_line
 from rlexp.inputs.sources import Source, _filesystem as source_fs
 
-# Imported inside functions, on purpose: etils (orbax's path library) is imported only for a
-# bucket output_uri.
+# etils (orbax's path library) is imported only for a bucket output_uri.
 
 log = logging.getLogger("rlexp")
 
@@ -24,9 +23,7 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 
 def run_root(output_uri: str | None, run_name: str) -> str | None:
     """<output_uri>/<run name>, or None when outputs stay local."""
-    if not output_uri:
-        return None
-    return f"{output_uri.rstrip('/')}/{run_name}"
+    return f"{output_uri.rstrip('/')}/{run_name}" if output_uri else None
 
 
 def checkpoint_dir(output_uri: str | None, run_dir: Path, run_name: str) -> Any:
@@ -38,7 +35,6 @@ def checkpoint_dir(output_uri: str | None, run_dir: Path, run_name: str) -> Any:
     if root.startswith("file://"):  # a shared mount (NFS, Filestore): a plain local path
         return Path(root[len("file://"):]) / "checkpoints"
     from etils import epath
-
     return epath.Path(f"{root}/checkpoints")
 
 

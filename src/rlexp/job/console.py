@@ -1,10 +1,7 @@
-"""What a run prints: progress, evaluation lines and a before -> after table at the end.
-
-On a terminal the progress is a bar; elsewhere (a file, a pipe) plain periodic lines, where a
-bar's carriage returns would pile up. Everything a job shows goes to stderr in one format
-('rlexp: ...', 'rlexp: warning: ...'), log records too (route_logs); a sweep's job writes through
-a LabelledStream, its label on every line.
-"""
+"""What a run prints: progress (a bar on a terminal; elsewhere periodic lines, where a bar's
+carriage returns would pile up), evaluation lines and a before -> after table at the end. All of
+it, log records too (route_logs), goes to stderr as 'rlexp: ...' or 'rlexp: warning: ...'; a
+sweep's job writes through a LabelledStream, its label on every line."""
 
 from __future__ import annotations
 
@@ -132,8 +129,7 @@ class ConsoleListener(Listener):
     def __init__(self, cfg: Config, stream: Any = None, terminal: bool | None = None,
                  link: Any = None):
         self.cfg = cfg
-        # () -> the run's MLflow link or None; printed with the run dir (show_link), at the end.
-        self.link = link
+        self.link = link  # () -> the run's MLflow link or None (show_link prints it)
         self.run_dir: Any = None
         self.stream = stream or sys.stderr
         self.terminal = is_terminal(self.stream) if terminal is None else terminal
@@ -159,12 +155,10 @@ class ConsoleListener(Listener):
                     "evaluation and step")
         if self.terminal:
             from tqdm import tqdm
-
             # Figures lead: tqdm trims a narrow terminal's line from its end, the bar shrinks.
             self.bar = tqdm(total=info.total_steps, initial=info.start_step, file=self.stream,
                             desc=f"{info.start_step}/{info.total_steps}", leave=True,
-                            bar_format="{desc} |{bar}| {elapsed}<{remaining}",
-                            dynamic_ncols=True)
+                            bar_format="{desc} |{bar}| {elapsed}<{remaining}", dynamic_ncols=True)
 
     def _print(self, text: str) -> None:
         if self.bar is not None:  # above the bar
@@ -198,7 +192,6 @@ class ConsoleListener(Listener):
         self.last_eval, self.last_eval_step = metrics, step
         self.accuracy = metrics.get("eval/accuracy")
         from rlexp.job.evaluate import pass_at_k_label
-
         self._print(f"eval @ step {step}: accuracy {metrics.get('eval/accuracy', 0):.3f}  "
                     f"format {metrics.get('eval/format_accuracy', 0):.3f}  "
                     f"{pass_at_k_label(metrics)} {metrics.get('eval/pass_at_k', 0):.3f}")
@@ -227,11 +220,8 @@ class ConsoleListener(Listener):
         elif before and self.last_eval and self.last_eval_step > 0 and not failed:
             # Stopped early: the latest evaluation is not "after training"; say when it was.
             table = before_after_table(before, self.last_eval).replace("   after", "  latest", 1)
-        # a sweep job (its stream labels each line): the table stays in its log file; the
-        # sweep ends with one group table
         if table and isinstance(self.stream, LabelledStream):
-            logging.getLogger(JOB_LOG_ONLY).info("evaluation before and after training\n%s",
-                                                 table)
+            logging.getLogger(JOB_LOG_ONLY).info("evaluation before and after training\n%s", table)
         elif table:
             print(table, file=self.stream)
         steps = summary.get("steps_done")
@@ -243,9 +233,6 @@ class ConsoleListener(Listener):
             took = f" in {summary['wall_s']:.0f}s" if "wall_s" in summary else ""
             self._print(f"rlexp: {status.lower()} after {steps} steps{took}")
         self.show_link()
-
-
-# ------------------------------------------------------------ one stream, one format, phases
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -264,8 +251,6 @@ class ConsoleFormatter(logging.Formatter):
 
 # Records for rlexp.log alone: a failure's traceback (its one line is the console's).
 FILE_ONLY = "rlexp.job.file_only"
-
-
 # In a sweep, each job's before/after table stays in its rlexp.log: the sweep ends with one group
 # table. Its start-up phases (reading the weights, the warm start and its progress) show,
 # labelled: they fill a first minute the sweep's bar alone would leave at "0/6 done".
@@ -294,7 +279,6 @@ def route_logs(stream: Any, sweep: bool = False) -> list[tuple[logging.Handler, 
     changed = []
     for handler in logging.getLogger().handlers:
         # Hydra's console handler is a plain StreamHandler; a FileHandler (subclass) stays.
-
         if type(handler) is not logging.StreamHandler:
             continue
         changed.append((handler, handler.stream, handler.formatter))  # type: ignore[attr-defined]

@@ -13,17 +13,12 @@ from omegaconf import OmegaConf
 
 @dataclass
 class JobContext:
-    # Where this job writes (Hydra's output dir); its name is the run's.
-    run_dir: Path
+    run_dir: Path  # where this job writes (Hydra's output dir); its name is the run's
     name: str
-    # Group choices, e.g. {"algo": "gspo", "hardware": "v6e-8", ...}.
-    choices: dict[str, str]
-    # The job's command-line overrides (a sweep job's include its swept values).
-    overrides: list[str]
-    # The sweep dir when this job is part of a multirun.
-    sweep_dir: Path | None = None
-    # The job's number in its multirun (Hydra's job.num, from 0); None for a single run.
-    index: int | None = None
+    choices: dict[str, str]  # group choices, e.g. {"algo": "gspo", "hardware": "v6e-8", ...}
+    overrides: list[str]  # command-line overrides (a sweep job's include its swept values)
+    sweep_dir: Path | None = None  # the sweep dir when this job is part of a multirun
+    index: int | None = None  # Hydra's job.num in a multirun (from 0); None for a single run
 
     @classmethod
     def from_hydra(cls) -> "JobContext":

@@ -17,8 +17,7 @@ from rlexp.engine.checkpoint_store import DiskFull, disk_full, remove_unfinished
 
 log = logging.getLogger("rlexp")
 
-# What every full-disk line asks of the user.
-RERUN = "free some space, then rerun the same command"
+RERUN = "free some space, then rerun the same command"  # what every full-disk line asks
 # The reserve file: summary.json and the tracker's last records take a few KiB of it.
 RESERVE_FILE = ".rlexp-reserve"
 RESERVE_BYTES = 512 * 1024

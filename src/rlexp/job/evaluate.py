@@ -14,7 +14,6 @@ from rlexp.data import maxtext_grading, reward_sets, rewards
 if TYPE_CHECKING:
     from rlexp.engine import Engine
 
-
 _MAXTEXT_FNS = (reward_sets.maxtext_format_exact, reward_sets.maxtext_format_approx,
                 reward_sets.maxtext_check_answer, reward_sets.maxtext_check_numbers)
 
@@ -80,9 +79,8 @@ def maxtext_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]]
     scored = [maxtext_score_responses([c], a, reasoning_tag) for c, a in zip(greedy, answers)]
     each = [[maxtext_score_responses([c], a, reasoning_tag)[0] for c in group]
             for group, a in zip(sampled, answers)]
-    ref = [maxtext_number(a) for a in answers]
     maj = [maxtext_number(maxtext_majority(g)) == r if g and r is not None else False
-           for g, r in zip(sampled, ref)]
+           for g, r in zip(sampled, [maxtext_number(a) for a in answers])]
     return _maxtext_metrics(scored, each, maj)
 
 
@@ -113,7 +111,6 @@ def maxtext_current_score_responses(responses: Sequence[str], answer: str,
             return (*maxtext_grading.check_correctness(got, [answer]), fmt)
         except Exception:  # as the source: a failed grading is wrong, not a crash
             return False, False, fmt
-
     if eval_mode == "maj":
         majority = Counter(extracted).most_common(1)[0][0]
         fmt = any(match_format.search(responses[i]) is not None
@@ -148,7 +145,6 @@ def maxtext_current_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequen
                                  answers: Sequence[str], reasoning_tag: str,
                                  start_in_prompt: bool = False) -> dict[str, float]:
     """evaluate_rl's (e591f30cb) eval_mode=pass of the greedy; pass@k, pass_at_1, maj@k."""
-
     kw = {"reasoning_tag": reasoning_tag, "reasoning_start_in_prompt": start_in_prompt}
     scored = [maxtext_current_score_responses([c], a, **kw) for c, a in zip(greedy, answers)]
     each = [[maxtext_current_score_responses([c], a, **kw)[0] for c in group]
@@ -165,16 +161,14 @@ def uses_easydel_rewards(terms: Sequence[rewards.Term]) -> bool:
 
 def easydel_eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]],
                          answers: Sequence[str]) -> dict[str, float]:
-    """The tutorial's own verdicts (it evaluates its rewards on the test split): accuracy =
-    accuracy_reward and format = format_reward of the greedy completions; pass@k of the
-    sampled ones by accuracy_reward. The answers are whole gold solutions."""
+    """The tutorial's own verdicts (it evaluates its rewards on the test split): accuracy_reward
+    and format_reward of the greedy completions; the answers are whole gold solutions."""
     acc = reward_sets.easydel_accuracy([""] * len(greedy), greedy, answers)
     fmt = reward_sets.easydel_format([""] * len(greedy), greedy, answers)
     each = [reward_sets.easydel_accuracy([""] * len(g), list(g), [a] * len(g))
             for g, a in zip(sampled, answers)]
     return {
-        "eval/accuracy": float(np.mean(acc)),
-        "eval/format_accuracy": float(np.mean(fmt)),
+        "eval/accuracy": float(np.mean(acc)), "eval/format_accuracy": float(np.mean(fmt)),
         "eval/pass_at_k": float(np.mean([max(g) if g else 0.0 for g in each])),
         "eval/sampled_accuracy": float(np.mean([np.mean(g) for g in each if g])),
     }
@@ -185,7 +179,6 @@ def eval_metrics(greedy: Sequence[str], sampled: Sequence[Sequence[str]], answer
                  prompts: Sequence[str] | None = None) -> dict[str, float]:
     """One evaluation's metrics from greedy[i] and k sampled[i] completions of prompt i; MaxText's
     and EasyDeL's reward sets get their own answer metrics (above)."""
-
     weighted = rewards.score_all(terms, greedy, answers, prompts)
     mean_reward = float(np.mean(np.sum(list(weighted.values()), axis=0)))
     if uses_maxtext_rewards(terms):

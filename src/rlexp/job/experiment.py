@@ -1,7 +1,6 @@
 """One job, start to end, in named phases (_run_locked): config -> plan -> engine -> loop ->
 listeners. The only place that decides a run's status (FINISHED, FAILED, KILLED). The phases
-call the job's policies: resume, failure, disk, process0, listeners (a module each).
-"""
+call the job's policies: resume, failure, disk, process0, listeners (a module each)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
 
 from rlexp import engine as engine_lib
 from rlexp.base import runtime
@@ -42,7 +40,6 @@ log = logging.getLogger("rlexp")
 
 def print_plan(cfg: Config, plan, job: JobContext) -> None:
     print("rlexp plan (dry run: nothing compiled)")
-    # the plan, then hosts x devices per host, who logs, host RAM
     for line in [*plan.lines, *process_lines(cfg.hardware)]:
         print(f"  {line}")
     print(f"  outputs    {job.run_dir}")
@@ -87,7 +84,6 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
     """The job's phases: resolve_state -> build_engine -> restore -> open_attempt -> train (the
     loop, then the export) -> finish (however training ended) -> end_run (objective, or exit)."""
     quiet_third_party()  # orbax/absl log each checkpoint at INFO: rlexp's lines only
-    # <run dir>/checkpoints, or <run.output_uri>/<run name>/checkpoints (gs://: orbax writes it)
     checkpoints = storage.checkpoint_dir(cfg.run.output_uri, job.run_dir, job.name)
     previous = resolve_state(cfg, job, checkpoints)
     if (previous or {}).get("status") == "FINISHED":
@@ -106,7 +102,6 @@ def _run_locked(cfg: Config, job: JobContext, plan) -> float | None:
 
 def resolve_state(cfg: Config, job: JobContext, checkpoints: Any) -> dict | None:
     """The earlier attempt's summary (run.resume=true), else its checkpoints and summary go."""
-
     previous = None
     if cfg.run.resume:
         previous = resume.recorded_state(cfg, job, checkpoints)
@@ -152,18 +147,13 @@ class Attempt:
     job: JobContext
     engine: Any
     checkpointer: Checkpointer
-    # Metadata of the checkpoint the engine was restored from (None: from step 0).
-    resumed: dict | None
-    # The earlier attempt's summary (run.resume=true): what this one's keeps (resume.carry_over).
-    previous: dict | None
-    # time.time() when the build began: the summary's `started`, the tracker run's start.
-    started: float
+    resumed: dict | None  # the restored checkpoint's metadata (None: from step 0)
+    previous: dict | None  # the earlier attempt's summary (run.resume=true): resume.carry_over
+    started: float  # time.time() at the build: the summary's `started`, the tracker run's start
     listeners: disk.Observers
-    # The last step this attempt reached (KILLED/FAILED summaries).
-    progress: ProgressFile
+    progress: ProgressFile  # the last step this attempt reached (KILLED/FAILED summaries)
     info: RunInfo
-    # summary.json as it stands; finish completes and writes it.
-    summary: dict[str, Any]
+    summary: dict[str, Any]  # summary.json as it stands; finish completes and writes it
     stops: stopping.Stops
     reserve: disk.DiskReserve
 
@@ -177,10 +167,8 @@ class Outcome:
 
     status: str = "FAILED"
     error: str | None = None
-    # The disk filled up: the unfinished checkpoint and *.tmp files go at the end.
-    full: DiskFull | None = None
-    # A multi-controller run lost one of its processes (the line every survivor prints).
-    lost: str | None = None
+    full: DiskFull | None = None  # a full disk: the unfinished checkpoint, *.tmp files go last
+    lost: str | None = None  # a multi-controller run lost a process (every survivor's line)
 
 
 def open_attempt(cfg: Config, job: JobContext, engine: Any, checkpointer: Checkpointer,
@@ -191,14 +179,12 @@ def open_attempt(cfg: Config, job: JobContext, engine: Any, checkpointer: Checkp
         previous=previous, started=started, listeners=disk.Observers(heard, job.run_dir),
         progress=heard[0], info=run_info(cfg, job, engine, resumed, started),
         summary=_first_summary(job, engine, started),
-        stops=stopping.make_stops(cfg.train.early_stop, cfg.train.prune, job.sweep_dir,
-                                  job.name),
+        stops=stopping.make_stops(cfg.train.early_stop, cfg.train.prune, job.sweep_dir, job.name),
         reserve=disk.DiskReserve(job.run_dir if process0.here() else None))
 
 
 def _first_summary(job: JobContext, engine: Any, started: float) -> dict[str, Any]:
     import jax
-
     return {
         **job.identity(), "status": "RUNNING", "devices": jax.device_count(), "started": started,
         "resumed_from_step": engine.start_step,
@@ -248,11 +234,9 @@ def finish(a: Attempt, outcome: Outcome) -> None:
     if outcome.lost is None:  # orbax's close waits for every process: not for a lost one
         a.checkpointer.close()
     tracking = read_json_object(a.job.run_dir / "tracking.json") or {}
-    eval_after = a.summary.get("eval_after") or {}
     a.summary.update(status=outcome.status, error=outcome.error,
-                     wall_s=round(time.time() - a.started, 3),
-                     mlflow_run_id=tracking.get("run_id"),
-                     objective=eval_after.get("eval/accuracy"))
+                     wall_s=round(time.time() - a.started, 3), mlflow_run_id=tracking.get("run_id"),
+                     objective=(a.summary.get("eval_after") or {}).get("eval/accuracy"))
     a.summary.setdefault("steps_done", a.steps_done())
     a.summary = resume.carry_over(a.previous, a.summary)
     _record(a, outcome)
@@ -293,7 +277,6 @@ def end_run(job: JobContext, outcome: Outcome, summary: dict[str, Any]) -> float
 
 def _export(cfg: Config, engine: Any, run_dir: Path, observers: Listeners) -> str | None:
     """The policy as a Hugging Face dir (artifact `model`); never fails the run (checkpoint)."""
-
     try:
         source = Path(cfg.model.path) if cfg.model.path else None
         state = engine.policy_state()  # every process: gathering the shards is a collective

@@ -1,11 +1,9 @@
 """Guards: settings that silently do nothing (found up front) and values that went non-finite.
-
 Tunix 0.1.7 computes the old log-probs only when num_iterations > 1 (grpo_learner.py; each
 mini-batch is rolled out with the current weights): on-policy the ratio is exactly 1, nothing
 is clipped, and GRPO and GSPO give bit-identical updates. The warning is for a user who *chose*
 such a knob (command line, sweep, or an experiment file or group choice that sets a value other
-than the default's); printed by pre-flight (rlexp.launch.preflight.warn_noop).
-"""
+than the default's); printed by pre-flight (rlexp.launch.preflight.warn_noop)."""
 
 from __future__ import annotations
 
@@ -20,15 +18,13 @@ NOOP_KEYS = ("algo.epsilon", "algo.epsilon_high", "algo.name", "algo.ratio_level
              # at ratio 1 SAPO's gate has GRPO's gradient and VESPO's weight phi(1) is 1
              "algo.sapo_temperature_pos", "algo.sapo_temperature_neg", "algo.vespo_k_pos",
              "algo.vespo_lambda_pos", "algo.vespo_k_neg", "algo.vespo_lambda_neg")
-# Group choices that set algo.name (`algo=gspo`).
-NOOP_GROUPS = {"algo": "algo.name"}
+NOOP_GROUPS = {"algo": "algo.name"}  # group choices that set algo.name (`algo=gspo`)
 # Algorithm knobs that act with num_iterations=1 too (they shape the advantages, the mask or
 # the aggregation, not the ratio): Dr.GRPO's and DAPO's on-policy parts. An algo choice that
 # changes one of them (algo=dr_grpo, algo=dapo) is not a no-op; algo=gspo is (beta aside).
 ON_POLICY_KEYS = ("algo.scale_rewards", "algo.loss_agg", "algo.mask_truncated",
                   "algo.dynamic_sampling", "algo.overlong_buffer", "algo.advantage",
                   "algo.entropy_coef", "algo.top_entropy_quantile")
-
 
 # The guards by name (README.md's rule table): a warning at start and a stop mid-run.
 GUARDS = ("on_policy_noop", "nonfinite")

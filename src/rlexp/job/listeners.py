@@ -37,10 +37,8 @@ class ProgressFile(Listener):
 
     def __init__(self, run_dir: Path, write: bool = True):
         self.path = run_dir / "progress.json"
-        # Latest step whose metrics were emitted by this process (-1: none yet).
-        self.step = -1
-        # False: count steps only (processes other than 0 of a multi-controller run).
-        self.write = write
+        self.step = -1  # the latest step whose metrics this process emitted (-1: none yet)
+        self.write = write  # False: count steps only (a multi-controller run's other processes)
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.step = step

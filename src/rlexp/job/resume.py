@@ -1,16 +1,13 @@
 """Checkpoint and resume policy; the engine's state on disk is rlexp.engine.checkpoint_store's.
-
 The step that matters lives in our metadata (Tunix's final save drops its global step). Orbax
 renames a step's dir when complete, so a SIGKILL mid-save leaves no half checkpoint; one that
-fails to restore is set aside with a warning for the one before. Before each save the free
-space is compared with the previous checkpoint's size (the plan's for the first); a save short
-of room raises DiskFull, its unfinished dir removed, the committed ones kept.
+fails to restore is set aside with a warning for the one before. A save short of free space
+(the newest checkpoint's size, the plan's for the first) raises DiskFull; committed ones stay.
 
 A rerun learns the earlier attempt's state from the first readable of: summary.json, the MLflow
 run (tracking.json's id, else the run tagged rlexp.run_dir), the newest checkpoint (the loop's
 last one carries `eval_after`). A damaged or missing summary.json of a finished run is rebuilt
-from the others, said in one line: the run is never trained or reopened again.
-"""
+from the others, said in one line: the run is never trained or reopened again."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ from rlexp.base.retention import prune_unusable
 from rlexp.base.summary import SUMMARY_FILE, read_summary, set_aside, write_summary
 from rlexp.config.schema import Config
 from rlexp.engine.checkpoint_store import (DiskFull, committed_steps, dir_bytes, disk_full,
-                                           free_bytes, is_local, read_metadata,
-                                           remove_unfinished)
+                                           free_bytes, is_local, read_metadata, remove_unfinished)
 from rlexp.tracking import default_uri
 from rlexp.tracking.listener import recorded_run, warn
 
@@ -66,14 +62,12 @@ class Checkpointer:
 
     def __init__(self, directory: Path, keep: int, engine: "Engine", checkpoint_bytes: float = 0.0):
         self.directory = directory
-        # A save killed midway left orbax's temporary dir: remove it before orbax sees it.
-        remove_unfinished(directory)
+        remove_unfinished(directory)  # a killed save's temporary dir, before orbax sees it
         self.store = engine.checkpoint_store(str(directory), keep)
         # Bytes the next save needs: the newest checkpoint's size, else the plan's estimate.
         self.expected = float(checkpoint_bytes)
         self._measured = False
-        # A save failed (disk full): the store may not close cleanly.
-        self.failed = False
+        self.failed = False  # a save failed (disk full): the store may not close cleanly
 
     def save(self, step: int, seed: int, extra: dict[str, Any]) -> Path:
         """Save synchronously (durable on return); DiskFull, nothing left, when it cannot."""
@@ -158,7 +152,6 @@ ATTEMPT_FIELDS = ("status", "error", "wall_s", "started", "steps_done", "resumed
 
 def carry_over(previous: dict | None, summary: dict) -> dict:
     """What the earlier attempt's summary knew and this one does not (no emptier summary)."""
-
     empty = (None, {}, [], "")
     out = dict(summary)
     for key, value in (previous or {}).items():
@@ -211,12 +204,10 @@ def _summary_from_mlflow(recorded: dict, job: JobContext, final: dict | None) ->
         steps = recorded.get("tags", {}).get("rlexp.steps_done")
         summary = {"started": start / 1000 if start else None,
                    "wall_s": (end - start) / 1000 if start and end else None,
-                   "steps_done": int(steps) if str(steps).isdigit() else
-                   (final or {}).get("step"),
+                   "steps_done": int(steps) if str(steps).isdigit() else (final or {}).get("step"),
                    "objective": recorded.get("metrics", {}).get("eval/accuracy")}
         if final is not None:
-            summary.update(eval_before=final.get("eval_before"),
-                           eval_after=final.get("eval_after"))
+            summary.update(eval_before=final.get("eval_before"), eval_after=final.get("eval_after"))
     summary.update(job.identity(), status=status, mlflow_run_id=recorded["run_id"],
                    rebuilt_from=f"MLflow run {recorded['run_id']}")
     if status == "FINISHED":
@@ -231,8 +222,7 @@ def _summary_from_checkpoint(final: dict, job: JobContext) -> dict:
     return {**job.identity(), "status": "FINISHED", "error": None,
             "steps_done": final.get("step"), "eval_before": final.get("eval_before") or {},
             "eval_after": eval_after, "objective": eval_after.get("eval/accuracy"),
-            "mlflow_run_id": link.get("run_id"),
-            "rebuilt_from": f"checkpoint {final.get('step')}"}
+            "mlflow_run_id": link.get("run_id"), "rebuilt_from": f"checkpoint {final.get('step')}"}
 
 
 def forget_previous(run_dir: Path) -> None:

@@ -1,5 +1,4 @@
 """Stopping a run before train.steps: early stopping on a stalled metric, pruning of sweep jobs.
-
 The loop asks each `Stop` after each logged step and evaluation; the first reason ends training
 (the final evaluation and checkpoint still run, the run ends FINISHED with the reason).
 
@@ -8,8 +7,7 @@ sweep()), so no job sees its trial. Instead each finished or pruned job appends 
 to the sweep dir's pruning.jsonl; a job loads those into an in-memory study as earlier trials
 and stops when Optuna's MedianPruner says so. (Optuna 2.10's RDB storage fails its alembic
 check with SQLAlchemy 2, which MLflow needs: no shared sqlite study.) Any sweeper, any launcher
-whose jobs share the sweep dir; a pruned job still returns its final eval accuracy.
-"""
+whose jobs share the sweep dir; a pruned job still returns its final eval accuracy."""
 
 from __future__ import annotations
 
@@ -77,7 +75,6 @@ class SweepPruner:
 
     def __init__(self, cfg: PruneConfig, sweep_dir: Path, job_name: str):
         import optuna
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.cfg = cfg
         self.job = job_name
@@ -90,8 +87,7 @@ class SweepPruner:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             for job in read_jobs(self.path):  # the sweep's earlier jobs, as Optuna trials
                 self.study.add_trial(optuna.trial.create_trial(
-                    state=getattr(optuna.trial.TrialState, job["state"]),
-                    value=job.get("value"),
+                    state=getattr(optuna.trial.TrialState, job["state"]), value=job.get("value"),
                     intermediate_values={int(k): v for k, v in job["curve"].items()},
                     user_attrs={"job": job["job"]}))
         self.trial = self.study.ask()

@@ -1,7 +1,6 @@
 """A sweep's jobs and the process that launched them, across processes: each job's label
 (`[3/8 β=0.04 G=4]`), its lines labelled whole, and, under the joblib launcher, its events
-(start, lines on a terminal, end) for rlexp.job.sweep_monitor.
-"""
+(start, lines on a terminal, end) for rlexp.job.sweep_monitor."""
 
 from __future__ import annotations
 
@@ -28,21 +27,16 @@ SWEEP_TERMINAL_ENV = "RLEXP_SWEEP_TERMINAL"
 def job_label(index: int, size: int | None, overrides: Sequence[str], keys: Sequence[str]) -> str:
     """'[3/8 β=0.04 G=4]': the job's number of the sweep's `size` and its swept values."""
     from rlexp.config.naming import label, override_values
-
     head = f"{index + 1}/{size}" if size else str(index + 1)
     return f"[{' '.join(x for x in (head, label(override_values(overrides), keys)) if x)}]"
 
 
 @dataclass
 class SweepEnv:
-    # Jobs in the sweep (None: unknown).
-    size: int | None = None
-    # The keys the sweep varies, for the labels.
-    keys: list[str] = field(default_factory=list)
-    # The joblib launcher's event dir, where each job writes <job index>.jsonl.
-    relay: Path | None = None
-    # The launching process draws a bar on a terminal: jobs send it their lines.
-    terminal: bool = False
+    size: int | None = None  # jobs in the sweep (None: unknown)
+    keys: list[str] = field(default_factory=list)  # the keys the sweep varies, for the labels
+    relay: Path | None = None  # the joblib launcher's event dir: each job writes <index>.jsonl
+    terminal: bool = False  # the launcher draws a bar on a terminal: jobs send it their lines
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "SweepEnv":
@@ -117,14 +111,11 @@ def job_output(index: int | None, overrides: Sequence[str],
     out = JobOutput(label, relay)
     streams = sys.stdout, sys.stderr
     if label is not None:
-        if relay is not None and sweep.terminal:
-            def to_relay(line: str) -> None:
-                relay.send(kind="line", text=line)
-            sys.stdout = LabelledStream(label, to_relay)
-            sys.stderr = LabelledStream(label, to_relay)
-        else:
-            sys.stdout = LabelledStream(label, _line_writer(streams[0]))
-            sys.stderr = LabelledStream(label, _line_writer(streams[1]))
+        def to_relay(line: str) -> None:
+            relay.send(kind="line", text=line)
+        relayed = relay is not None and sweep.terminal
+        writers = (to_relay, to_relay) if relayed else map(_line_writer, streams)
+        sys.stdout, sys.stderr = (LabelledStream(label, write) for write in writers)
     changed = route_logs(sys.stderr, sweep=label is not None)
     previous, _job = _job, out
     if relay is not None:
@@ -141,8 +132,7 @@ def job_output(index: int | None, overrides: Sequence[str],
         sys.stdout, sys.stderr = streams
         restore_logs(changed)
         if relay is not None:
-            status = out.status or ("FAILED" if failed else "FINISHED")
-            relay.send(kind="end", status=status)
+            relay.send(kind="end", status=out.status or ("FAILED" if failed else "FINISHED"))
 
 
 def failed_jobs(sweep_dir: Path, keys: Sequence[str] = ()) -> list[str]:
@@ -150,7 +140,6 @@ def failed_jobs(sweep_dir: Path, keys: Sequence[str] = ()) -> list[str]:
     'rlexp: error: [β=0.04] reward exact raised ValueError: ... at step 3'."""
     from rlexp.base.summary import read_summary
     from rlexp.config.naming import label, override_values
-
     lines = []
     for path in sorted(Path(sweep_dir).glob("*/summary.json")):
         summary = read_summary(path.parent)

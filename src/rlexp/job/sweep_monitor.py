@@ -1,7 +1,5 @@
 """A sweep seen from the process that launches it (the joblib launcher): its jobs' event files
-(rlexp.job.sweep_messages.job_output writes them) become one bar on a terminal, or one line per
-finished job when piped (SweepMonitor).
-"""
+(sweep_messages.job_output writes them) become one bar on a terminal, else a line per job done."""
 
 from __future__ import annotations
 
@@ -22,12 +20,10 @@ from rlexp.job.console import is_terminal
 def sweep_eta(durations: Sequence[float], running_for: Sequence[float], queued: int,
               workers: int) -> float | None:
     """Seconds left, from finished jobs' mean duration (None before the first), `workers` wide."""
-
     if not durations:
         return None
     mean = sum(durations) / len(durations)
-    work = sum(max(mean - ran, 0.0) for ran in running_for) + queued * mean
-    return work / max(1, workers)
+    return (sum(max(mean - ran, 0.0) for ran in running_for) + queued * mean) / max(1, workers)
 
 
 def short_duration(seconds: float) -> str:
@@ -154,7 +150,6 @@ class SweepMonitor:
             if not self.started:  # Hydra lists the jobs first: the bar comes with the first
                 return
             from tqdm import tqdm
-
             # The figures lead, the bar takes what is left (a narrow terminal trims the end).
             self.bar = tqdm(total=self.size, file=self.stream, dynamic_ncols=True, leave=True,
                             desc="sweep", bar_format="{desc} |{bar}|")

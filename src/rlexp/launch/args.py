@@ -3,7 +3,6 @@ the wrong place (`python -m rlexp a=1 -m b=1,2`) is one line naming the fix and 
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, Sequence
 
 from rlexp.base.errors import UserError
@@ -11,7 +10,6 @@ from rlexp.base.errors import UserError
 
 def hydra_only(args: Any) -> bool:
     """Hydra's own flags (help, info, completion, a pickled job's rerun): no rlexp job runs."""
-
     return bool(args.help or args.hydra_help or args.info or args.shell_completion
                 or args.experimental_rerun)
 
@@ -23,19 +21,13 @@ VERSIONS = (("rlexp", "rlexp"), ("google-tunix", "Tunix"), ("jax", "JAX"), ("hyd
 
 def versions_line() -> str:
     """'rlexp 0.1.0 (Tunix 0.1.7, ...)' from package metadata: importing them takes seconds."""
-    def of(dist: str) -> str:
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            return "not installed"
-
+    from rlexp.base.private_apis import installed_version as of
     (first, name), *rest = VERSIONS
     return f"{name} {of(first)} ({', '.join(f'{n} {of(d)}' for d, n in rest)})"
 
 
 def usage_error(message: str, argv: Sequence[str]) -> str:
     """argparse's complaint -> one line naming the fix (usually -m typed after an override)."""
-
     flags = [a for a in argv if a in ("-m", "--multirun")]
     if message.startswith("unrecognized arguments") and flags:
         rest = [a for a in argv if a not in ("-m", "--multirun")]
@@ -51,7 +43,6 @@ def usage_error(message: str, argv: Sequence[str]) -> str:
 def parse_args(argv: Sequence[str]) -> Any:
     """Hydra's own argument parser: UserError for a mistake; --version exits 0."""
     from hydra._internal.utils import get_args_parser
-
     argv = list(argv)
     if "--version" in argv[:argv.index("--") if "--" in argv else None]:
         print(versions_line(), flush=True)  # instead of Hydra's own "Hydra 1.3.8"

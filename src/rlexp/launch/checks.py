@@ -132,13 +132,11 @@ LAUNCHER_NEEDS = {
     "submitit_slurm": ("sbatch", SLURM_CLIENT),
     "ray": ("hydra_plugins.hydra_ray_launcher", "use hydra/launcher=rlexp_ray (pip install "
             "'rlexp[ray]'): hydra-ray-launcher pins cloudpickle<3, which joblib refuses"),
-    "rlexp_ray": ("ray", "pip install 'rlexp[ray]' and start a cluster: ray start --head"),
-}
+    "rlexp_ray": ("ray", "pip install 'rlexp[ray]' and start a cluster: ray start --head")}
 
 
 def check_tracker(cfg: Config, ctx: CheckContext) -> None:
     """tracker.uri names a store MLflow can log to: one down spools, an impossible one fails."""
-
     if cfg.tracker.name != "mlflow":
         return
     if not cfg.tracker.experiment.strip():
@@ -278,12 +276,10 @@ def check_free_space(cfg: Config, ctx: CheckContext) -> None:
 
 @dataclass(frozen=True)
 class Check:
-    # Named in tests and README.md's rule table.
-    name: str
+    name: str  # named in tests and README.md's rule table
     # Raises UserError (one line) when the job cannot work; check_fits returns the plan.
     fn: Callable[[Config, CheckContext], Optional[Plan]]
-    # Whether a dry run applies it too.
-    dry_run: bool = True
+    dry_run: bool = True  # whether a dry run applies it too
 
 
 # In order: the first refusal is the one reported.
@@ -361,7 +357,6 @@ def check_launcher(base: Any) -> None:
         if not launcher.dry_run and not launcher.docker_image and not (
                 launcher.base_docker_image and launcher.script_dir):
             # xpk's default python:3.10 has neither rlexp nor JAX: it dies at `python -m rlexp`.
-
             raise UserError("hydra.launcher.docker_image (or $RLEXP_DOCKER_IMAGE) is required: an "
                             "image with rlexp installed (docker build -f docker/tpu.Dockerfile "
                             "-t IMAGE .); or set both hydra.launcher.base_docker_image and "

@@ -13,7 +13,6 @@ from rlexp.launch.preflight import Preflight, warn_noop
 
 def dry_run(pre: Preflight) -> None:
     """Each job's plan printed, nothing launched; one that does not fit exits 2 after it."""
-
     if pre.multirun:
         # Range/interval sweeps (Optuna) are kept as their override line: values come later.
         lazy = {k: v[0] for k, v in pre.swept.items() if len(v) == 1 and "=" in v[0]}

@@ -1,9 +1,7 @@
-"""Pre-flight: compose and validate every job of a command before Hydra runs anything.
-
-Hydra reports composition errors over several lines with exit code 1, lets `+key=value` through
-for keys the schema lacks, and in a multirun finds a bad value only when that job starts; here
-(cheap: no JAX, no MLflow) the first mistake is one line and exit code 2.
-"""
+"""Pre-flight: compose and validate every job of a command before Hydra runs anything. Hydra reports
+composition errors over several lines with exit code 1, lets `+key=value` through for keys the
+schema lacks, and in a multirun finds a bad value only when that job starts; here (cheap: no JAX, no
+MLflow) the first mistake is one line and exit code 2."""
 
 from __future__ import annotations
 
@@ -40,30 +38,23 @@ from rlexp.launch.args import hydra_only, parse_args
 from rlexp.planning.hardware import platform_env, setup_platform
 from rlexp.planning.plan import Plan
 
-# Past this many jobs, validate each swept value once instead of the whole product.
-MAX_PRODUCT = 256
+MAX_PRODUCT = 256  # past this many jobs, validate each swept value once, not the product
 
 
 @dataclass
 class Preflight:
-    # True for -m / --multirun or a sweep file that sets hydra.mode=MULTIRUN.
-    multirun: bool
+    multirun: bool  # true for -m / --multirun or a sweep file that sets hydra.mode=MULTIRUN
     # Every job's validated config (all of them, or one per swept value past MAX_PRODUCT).
     jobs: list[Config] = field(default_factory=list)
     # Swept keys -> their values (empty for a single run).
     swept: dict[str, list[str]] = field(default_factory=dict)
-    # --cfg/--resolve: Hydra only prints the config, nothing runs.
-    print_only: bool = False
+    print_only: bool = False  # --cfg/--resolve: Hydra only prints the config, nothing runs
     # Each job's overrides, as the launcher would pass them (parallel to `jobs`).
     job_overrides: list[list[str]] = field(default_factory=list)
-    # The command's overrides as typed.
-    overrides: list[str] = field(default_factory=list)
-    # Where the run (or the sweep) would write: hydra.run.dir, or hydra.sweep.dir.
-    out_dir: Path | None = None
-    # Jobs launched: every combination of the swept values (`jobs` may sample), or n_trials.
-    size: int = 1
-    # True when `size` is a sweeper's trial count (hydra.sweeper.n_trials).
-    trials: bool = False
+    overrides: list[str] = field(default_factory=list)  # the command's overrides as typed
+    out_dir: Path | None = None  # hydra.run.dir, or hydra.sweep.dir for a sweep
+    size: int = 1  # jobs launched: every combination (`jobs` may sample), or n_trials
+    trials: bool = False  # true when `size` is a sweeper's trial count (hydra.sweeper.n_trials)
     # Each job's plan (parallel to `jobs`; empty for --cfg).
     plans: list[Plan | None] = field(default_factory=list)
     context: CheckContext = field(default_factory=CheckContext)
@@ -161,8 +152,7 @@ def primary_config_dir(config_path: str | None) -> str:
 
 def quote_override(value: str) -> str:
     """`value` quoted in Hydra's override grammar (1.3)."""
-    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""),
-                     value)
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
     return f"'{escaped}'"
 
 
@@ -241,8 +231,7 @@ class JobComposer:
     gets them set as compose() does; anything else (a group choice, +/++/~, a list or dict, an
     @package) composes in full. tests/test_cli.py checks the two agree."""
 
-    # False: every job composes in full (the reference the shortcut is tested against).
-    reuse = True
+    reuse = True  # false: every job composes in full (the reference the shortcut is tested against)
 
     def __init__(self, config_name: str) -> None:
         self.config_name = config_name
@@ -274,9 +263,8 @@ class JobComposer:
                     f"Could not override '{override.key_or_group}'."
                     f"\nTo append to your config use +{override.input_line}") from ex
             except OmegaConfBaseException as ex:
-                raise ConfigCompositionException(
-                    f"Error merging override {override.input_line}"
-                ).with_traceback(sys.exc_info()[2]) from ex
+                raise ConfigCompositionException(f"Error merging override {override.input_line}"
+                                                 ).with_traceback(sys.exc_info()[2]) from ex
         return cfg
 
 
@@ -326,7 +314,6 @@ def preflight(argv: list[str]) -> Preflight | None:
 def _compose_first(args: Any, config_name: str, overrides: list[str],
                    searchpath: Callable[[list[str]], list[str]]) -> tuple[Any, bool, dict]:
     """The config of each sweep's first value, with whether it is a multirun and its sweeper's."""
-
     parsed = OverridesParser.create().parse_overrides(overrides)
     firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
               if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
@@ -359,7 +346,6 @@ def before_launch(pre: Preflight) -> None:
             refuse_unfit(plan)  # others: it prints its plan in the job, refused here
     warn_noop(pre)
     # XLA_FLAGS and GPU memory fraction precede JAX's backend; other settings: in the job.
-
     shares = [rollout_spec(j).gpu_share(j) for j in pre.jobs]
     envs = {tuple(sorted(platform_env(j.hardware, os.environ, s).items()))
             for j, s in zip(pre.jobs, shares)}

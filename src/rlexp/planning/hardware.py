@@ -2,8 +2,7 @@
 
 In this order: `setup_platform` before JAX creates its backend (hardware.emulate fakes the
 devices on CPU), `init_distributed` (joins a multi_controller run's processes), `role_meshes`
-when the engine builds. Nothing imports jax (1.4 s) at module level: plans start no backend.
-"""
+when the engine builds. Nothing imports jax (1.4 s) at module level: plans start no backend."""
 
 from __future__ import annotations
 
@@ -81,7 +80,6 @@ def _backend_started() -> bool:
     if "jax" not in sys.modules:
         return False
     from jax._src import xla_bridge  # private, but the only way to ask without starting one
-
     return bool(xla_bridge._backends)
 
 
@@ -93,7 +91,6 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 
     changes = platform_env(hw, os.environ, vllm_share)
     if changes and _backend_started():
         import jax
-
         found = jax.local_device_count()
         if expected_platform(hw) == "cpu" and found != local_devices(hw):
             raise UserError(
@@ -105,7 +102,6 @@ def setup_platform(hw: HardwareConfig, *, job: bool = True, vllm_share: float = 
         # JAX read these variables when it was imported (a sweep worker forked from a process
         # that imported it): the variables alone would not reach the backend it starts.
         import jax
-
         if "JAX_PLATFORMS" in changes:
             jax.config.update("jax_platforms", changes["JAX_PLATFORMS"])
         if _CPU_COLLECTIVES_ENV in changes:
@@ -158,7 +154,6 @@ def init_distributed(hw: HardwareConfig) -> None:
         runtime.set_process(0, 1)
         return
     import jax
-
     if not jax.distributed.is_initialized():
         launch = detect_launch(os.environ)
         check_launch(hw, launch)
@@ -190,7 +185,6 @@ def _wait_for_coordinator(hw: HardwareConfig, address: str, launch: Launch) -> N
     """Until hardware.join_timeout_s: process 0's coordinator accepts a TCP connection."""
     import socket
     import time
-
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + hw.join_timeout_s
     while True:
@@ -215,7 +209,6 @@ def any_process(flag: bool) -> bool:
     if runtime.process_count() < 2:
         return bool(flag)
     from jax.experimental import multihost_utils
-
     return bool(np.any(multihost_utils.process_allgather(np.array([int(flag)], np.int32))))
 
 
@@ -223,26 +216,22 @@ def sync_processes(name: str) -> None:
     """Wait until every process of a multi-controller run reaches this point."""
     if runtime.process_count() > 1:
         from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)
 
 
 def to_host(x: object) -> np.ndarray:
     """A NumPy copy of `x`, gathered from every process (a collective: all call it, in order)."""
     import jax
-
     if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
         from jax.experimental import multihost_utils
-
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.array(x)
 
 
 # What a collective or jax.distributed raises in a process whose peer is gone (gloo's TCP
 # pair, the coordination service's heartbeat and barriers; jaxlib 0.10.2).
-_PEER_GONE = ("Gloo", "Connection reset by peer", "Connection closed by peer",
-              "heartbeat timeout", "stopped sending heartbeats", "Barrier failed",
-              "coordination service")
+_PEER_GONE = ("Gloo", "Connection reset by peer", "Connection closed by peer", "heartbeat timeout",
+              "stopped sending heartbeats", "Barrier failed", "coordination service")
 
 
 def lost_peer(exc: BaseException) -> str | None:
@@ -267,7 +256,6 @@ def _dead_processes(count: int) -> str | None:
     """The processes the coordination service no longer counts alive ("2, 5"), or None."""
     try:
         from jax._src import distributed  # no public API lists the live processes
-
         alive = distributed.global_state.client.get_live_nodes(list(range(count)))
         return ", ".join(str(i) for i in range(count) if i not in alive) or None
     except Exception:  # the coordinator itself is gone: it was process 0
@@ -310,7 +298,6 @@ def check_devices(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = N
     """Raise UserError (one line) when the visible devices do not match the profile."""
     if devices is None:
         import jax
-
         devices = jax.devices()
     first = devices[0]
     problem = device_mismatch(hw, first.platform, len(devices), first.device_kind)
@@ -332,7 +319,6 @@ class RoleDevices:
 
 def role_device_ranges(hw: HardwareConfig) -> RoleDevices:
     """Device ranges per role: all when colocated; split, first/last fractions (as MaxText)."""
-
     n = hw.devices
     if hw.split == "colocated":
         return RoleDevices(trainer=(0, n), rollout=(0, n))
@@ -352,7 +338,6 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
     each replica consecutive devices holding a whole copy (MaxText's inference_replicas)."""
     import jax
     from jax.experimental import mesh_utils
-
     one = replica_mesh(mesh, replicas)
     shape = (mesh.fsdp, mesh.tp) if replicas == 1 else (replicas, one.fsdp, one.tp)
     axes = ("fsdp", "tp") if replicas == 1 else ("replica", "fsdp", "tp")
@@ -369,9 +354,7 @@ def make_mesh(mesh: MeshConfig, devices: Sequence["jax.Device"],
 def role_meshes(hw: HardwareConfig, devices: Sequence["jax.Device"] | None = None,
                 replicas: int = 1) -> dict[str, "jax.sharding.Mesh"]:
     """Meshes per Tunix role, trainer and rollout; the SAME Mesh when they can share weights."""
-
     import jax
-
     init_distributed(hw)
     devices = list(jax.devices() if devices is None else devices)
     check_devices(hw, devices)

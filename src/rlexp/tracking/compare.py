@@ -27,39 +27,30 @@ if TYPE_CHECKING:
 
 REWARD = "train/reward_mean"
 ACCURACY = "eval/accuracy"
-# Metrics drawn in comparison.png (plus --metric).
-COMPARED = (REWARD, ACCURACY)
+COMPARED = (REWARD, ACCURACY)  # metrics drawn in comparison.png (plus --metric)
 # Parameters that differ between runs without being a choice (never shown as swept).
 NOT_SWEPT = frozenset({"run.dry_run", "run.progress", "run.resume", "tracker.uri",
                        "tracker.flush_every_s"})
-# Width of the text tables and lines (a terminal's, with room for a prefix).
-WIDTH = 100
+WIDTH = 100  # width of the text tables and lines (a terminal's, with room for a prefix)
 
 
 @dataclass
 class Row:
-    # Run name (MLflow run name, else the job dir's name).
-    name: str
-    # MLflow run id; None for a job known only from its summary.json.
-    run_id: str | None
-    # FINISHED | FAILED | KILLED | RUNNING (no end recorded).
-    status: str
-    # The run's config values: MLflow params, else its overrides.
-    values: dict[str, str]
+    name: str  # run name (MLflow run name, else the job dir's name)
+    run_id: str | None  # MLflow run id; None for a job known only from its summary.json
+    status: str  # FINISHED | FAILED | KILLED | RUNNING (no end recorded)
+    values: dict[str, str]  # the run's config values: MLflow params, else its overrides
     final_reward: float | None = None
     final_accuracy: float | None = None
-    # Best held-out accuracy after step 0 (the model before any update).
-    best_accuracy: float | None = None
+    best_accuracy: float | None = None  # best held-out accuracy after step 0 (no update yet)
     # Best train reward of a step (from its curve; None for a job known by its summary only).
     best_reward: float | None = None
-    # Final value of the --metric column.
-    metric: float | None = None
+    metric: float | None = None  # final value of the --metric column
     steps: int | None = None
     wall_s: float | None = None
     run_dir: str | None = None
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    # Why training ended before train.steps: early_stop | pruned (None = it did not).
-    stopped: str | None = None
+    stopped: str | None = None  # why training ended early: early_stop | pruned
     # The keys its sweep varies, as its sweep.* tags name them (empty: unknown).
     swept: list[str] = field(default_factory=list)
     # Last value of every metric it logged (what --metric may name).
@@ -73,9 +64,6 @@ def _last(points: list[tuple[int, float]] | None) -> float | None:
 def _best(points: list[tuple[int, float]] | None) -> float | None:
     finite = [v for s, v in points or [] if s > 0 and not math.isnan(v)]
     return max(finite) if finite else None
-
-
-# ------------------------------------------------------------------------------ from MLflow
 
 
 def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
@@ -95,12 +83,10 @@ def row_from_run(client: "MlflowClient", run: "Run", metric: str | None) -> Row:
         name=info.run_name or info.run_id[:8], run_id=info.run_id, status=info.status,
         values={**run.data.params, **swept}, final_reward=_last(curves.get(REWARD)),
         final_accuracy=_last(curves.get(ACCURACY)), best_accuracy=_best(curves.get(ACCURACY)),
-        best_reward=_best(curves.get(REWARD)),
-        metric=_last(curves.get(metric)) if metric else None,
+        best_reward=_best(curves.get(REWARD)), metric=_last(curves.get(metric)) if metric else None,
         steps=int(steps) if steps is not None else max(reward_steps) if reward_steps else None,
         wall_s=wall, run_dir=tags.get("rlexp.run_dir"), curves=curves,
-        stopped=tags.get("rlexp.stopped"),
-        swept=sorted(swept), finals=dict(run.data.metrics))
+        stopped=tags.get("rlexp.stopped"), swept=sorted(swept), finals=dict(run.data.metrics))
 
 
 def _float(text: str | None) -> float | None:
@@ -127,8 +113,7 @@ def nested_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
 
 
 def child_runs(client: "MlflowClient", parent_run_id: str) -> list["Run"]:
-    """The parent's job runs (its group runs left out), in the sweep's order (start time for
-    runs without a job number)."""
+    """The parent's job runs (not its group runs), in the sweep's order (else by start time)."""
     runs = [r for r in nested_runs(client, parent_run_id)
             if r.data.tags.get(ROLE_TAG) != GROUP_ROLE]
     return sorted(runs, key=lambda r: int(r.data.tags.get(JOB_INDEX_TAG, "-1")))
@@ -145,9 +130,6 @@ def experiment_runs(client: "MlflowClient", name: str) -> list["Run"] | None:
     parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
     return [r for r in runs if r.info.run_id not in parents
             and r.data.tags.get(ROLE_TAG) not in (SWEEP_ROLE, GROUP_ROLE)]
-
-
-# ------------------------------------------------------------------------------ from run dirs
 
 
 def row_from_summary(path: Path) -> Row | None:
@@ -167,10 +149,9 @@ def row_from_summary(path: Path) -> Row | None:
         status=str(s.get("status") or "RUNNING"),
         values=naming.override_values(s.get("overrides") or []),
         final_reward=float(reward) if isinstance(reward, (int, float)) else None,
-        final_accuracy=after, best_accuracy=after,
-        steps=s.get("steps_done"), wall_s=s.get("wall_s"), run_dir=str(path.parent),
-        stopped=str(s["stop_reason"]).split(":", 1)[0] if s.get("stop_reason") else None,
-        finals=finals)
+        final_accuracy=after, best_accuracy=after, steps=s.get("steps_done"),
+        wall_s=s.get("wall_s"), run_dir=str(path.parent), finals=finals,
+        stopped=str(s["stop_reason"]).split(":", 1)[0] if s.get("stop_reason") else None)
 
 
 def summary_rows(sweep_dir: Path) -> list[Row]:
@@ -183,8 +164,7 @@ def summary_rows(sweep_dir: Path) -> list[Row]:
 def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
     """MLflow rows completed by the jobs' summaries (exact steps, wall time, status)."""
     by_id = {r.run_id: r for r in tracked}
-    # A job whose store was down at its end has no run id in summary.json (sync made the
-    # run later): its run dir still matches.
+    # A job whose store was down at its end has no run id in summary.json: its run dir matches.
     by_dir = {str(Path(r.run_dir).resolve()): r for r in tracked if r.run_dir}
     out = list(tracked)
     for job in jobs:
@@ -204,9 +184,6 @@ def merge(tracked: list[Row], jobs: list[Row]) -> list[Row]:
         for key, value in job.finals.items():
             row.finals.setdefault(key, value)
     return out
-
-
-# ------------------------------------------------------------------------------ the table
 
 
 def swept_keys(rows: list[Row]) -> list[str]:
@@ -230,9 +207,7 @@ def rank(rows: list[Row], metric: str | None, ascending: bool = False) -> list[R
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def table(rows: list[Row], metric: str | None) -> tuple[list[str], list[list[str]]]:
@@ -257,13 +232,9 @@ def to_text(header: list[str], body: list[list[str]], width: int = WIDTH) -> str
         if blocks[-1] and used + widths[i] > width:
             blocks.append([])
         blocks[-1].append(i)
-    texts = []
-    for block in blocks:
-        cols = [0, *block]
-        texts.append("\n".join(
-            "  ".join(str(line[j]).ljust(widths[j]) for j in cols).rstrip()
-            for line in [header, ["-" * w for w in widths], *body]))
-    return "\n\n".join(texts)
+    lines = [header, ["-" * w for w in widths], *body]
+    return "\n\n".join("\n".join("  ".join(str(line[j]).ljust(widths[j]) for j in [0, *block])
+                                 .rstrip() for line in lines) for block in blocks)
 
 
 def to_markdown(header: list[str], body: list[list[str]]) -> str:
@@ -303,10 +274,7 @@ def plot(rows: list[Row], metric: str | None, path: Path, title: str, swept: lis
     return plot_compare(lines, metrics, path, colors, title=title)
 
 
-# ------------------------------------------------------------------------------ seed groups
-
-# Keys that only tell seeds apart: runs that differ in nothing else form one group.
-SEED_KEYS = ("train.seed",)
+SEED_KEYS = ("train.seed",)  # runs differing only in these keys: one group
 # The group table's metrics: (column, Row attribute).
 GROUP_METRICS = (("final acc", "final_accuracy"), ("best acc", "best_accuracy"),
                  ("final reward", "final_reward"), ("best reward", "best_reward"))
@@ -316,19 +284,15 @@ GROUP_CURVES = (ACCURACY, REWARD)
 # as does one task from this many seeds on.
 TASK_KEYS = ("dataset",)
 MANY_SEEDS = 10
-# What the one-seed line asks for.
-SEEDS_HINT = "train.seed=0,1,2"
+SEEDS_HINT = "train.seed=0,1,2"  # what the one-seed line asks for
 
 
 @dataclass
 class Group:
-    # naming.label of the group's values ('gspo β=0.04'); 'all' when nothing else varies.
-    label: str
-    # The group's values of the keys that define it.
-    values: dict[str, str]
+    label: str  # naming.label of the group's values ('gspo β=0.04'); 'all' when nothing else varies
+    values: dict[str, str]  # the group's values of the keys that define it
     rows: list[Row]
-    # seed label ('seed=0') of each run, same order.
-    seeds: list[str]
+    seeds: list[str]  # seed label ('seed=0') of each run, same order
 
     def finished(self) -> list[tuple[str, Row]]:
         return [(s, r) for s, r in zip(self.seeds, self.rows) if r.status == "FINISHED"]
@@ -410,8 +374,7 @@ def _cells(summary: seed_stats.Summary | None, split: bool) -> list[str]:
 
 def group_table(groups: list[Group], metrics: tuple[tuple[str, str], ...] = GROUP_METRICS,
                 split: bool = False) -> tuple[list[str], list[list[str]]]:
-    """One row per group: n (finished runs) and, per metric, mean ±std [95% CI] (with `split`,
-    the interval in a column of its own)."""
+    """One row per group: n (finished runs), per metric mean ±std [95% CI] (`split`: CI apart)."""
     metrics = tuple((name, attr) for name, attr in metrics
                     if any(g.values_of(attr) for g in groups))
     header = ["group", "n", *(c for name, _ in metrics

@@ -1,6 +1,5 @@
 """What MLflow's UI and its users expect of a run: standard tags, a short name, dataset inputs,
-system metrics, and no series that cannot vary. Pure functions, except the monitor.
-"""
+system metrics, and no series that cannot vary. Pure functions, except the monitor."""
 
 from __future__ import annotations
 
@@ -17,15 +16,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from rlexp.base.redact import is_secret_key
 from rlexp.config import naming
-from rlexp.config.naming import identity_overrides
 
 # Imported inside functions, on purpose: mlflow (2.3 s) and pandas, where a dataset input or the
 # system-metrics monitor is made (tracking.warm_up loads MLflow on a thread as the engine builds).
 
 log = logging.getLogger("rlexp")
 
-# MLflow's run-name column and chart legends show ~20-30 characters.
-MAX_RUN_NAME = 48
+MAX_RUN_NAME = 48  # MLflow's run-name column and chart legends show ~20-30 characters
 # Group choices that make up the default name of a run that is not part of a sweep.
 NAME_GROUPS = ("algo", "model", "dataset", "hardware")
 
@@ -43,7 +40,7 @@ def display_name(run_name: str | None, choices: Mapping[str, str], overrides: It
     else group choices plus the command's overrides. Run dirs keep their long unique names."""
     if run_name:
         return run_name
-    pairs = [o.lstrip("+~").split("=", 1) for o in identity_overrides(overrides) if "=" in o]
+    pairs = [o.lstrip("+~").split("=", 1) for o in naming.identity_overrides(overrides) if "=" in o]
     pairs = [(k, v) for k, v in pairs if not is_secret_key(k)]
     if swept is not None and (picked := naming.label(dict(pairs), list(swept), MAX_RUN_NAME)):
         return picked
@@ -117,7 +114,6 @@ def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dic
     """A run input as MLflow's dataset entity (mlflow.data.pandas_dataset), JSON for the spool."""
     import mlflow.data
     import pandas as pd
-
     with warnings.catch_warnings():  # "source can be interpreted in multiple ways": a name
         warnings.simplefilter("ignore")
         ds = mlflow.data.from_pandas(pd.DataFrame(rows), source=source, name=name)
@@ -183,12 +179,10 @@ class SystemMetrics:
 
     def sample(self) -> None:
         from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         for reader in self.readers:
             for key, value in reader().items():
-                self.pending.append(Metric(f"{self.prefix}{key}", round(value, 1), now,
-                                           self.step))
+                self.pending.append(Metric(f"{self.prefix}{key}", round(value, 1), now, self.step))
         self.step += 1
 
     def flush(self) -> None:
@@ -234,7 +228,6 @@ class SystemMetrics:
 def process_memory() -> dict[str, float]:
     """This process's resident memory, MiB (psutil, which MLflow's monitor needs anyway)."""
     import psutil
-
     return {"process_rss_megabytes": psutil.Process().memory_info().rss / 2**20}
 
 

@@ -10,8 +10,7 @@ from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import Path
 from typing import Any
 
-# Where rlexp's own code lives (its git checkout, if it is one).
-SOURCE = Path(__file__).resolve().parents[1]
+SOURCE = Path(__file__).resolve().parents[1]  # rlexp's own code (its git checkout, if one)
 # A diff larger than this is cut (a vendored tree or a data file under version control).
 MAX_DIFF_BYTES = 5 * 2**20
 

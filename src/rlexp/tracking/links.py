@@ -28,10 +28,9 @@ def ui_file(uri: str) -> Path | None:
 def announce_ui(uri: str, url: str) -> Path | None:
     """rlexp.ui serves `uri` at `url` (this process): runs started now link to it."""
     path = ui_file(uri)
-    if path is None:
-        return None
     try:
-        write_json_atomic(path, {"url": url, "pid": os.getpid()})
+        if path is not None:
+            write_json_atomic(path, {"url": url, "pid": os.getpid()})
     except OSError:  # a read-only store dir: runs print the run id instead
         return None
     return path
@@ -47,11 +46,8 @@ def known_ui(uri: str) -> str | None:
     """The UI URL serving `uri` now: the server itself, else rlexp.ui's (alive), else None."""
     if uri.startswith(("http://", "https://")):
         return redact_uri(uri).rstrip("/")
-    path = ui_file(uri)
-    if path is None:
-        return None
-    try:
-        data = json.loads(path.read_text())
+    try:  # no ui_file (not sqlite): AttributeError
+        data = json.loads(ui_file(uri).read_text())
         pid, url = int(data["pid"]), str(data["url"])
         os.kill(pid, 0)  # raises when the UI is gone
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -1,17 +1,16 @@
-"""The MLflow listener: loop events -> spooled records -> batched writes by a writer thread.
+"""The MLflow listener: loop events -> spooled records -> batched writes by a writer thread. The
+loop only appends to the spool (~0.02 ms a step); the writer uses log_batch (MLflow's sqlite store:
+~0.15 ms per metric point, ~3 ms a step at 20 metrics; JAX releases the GIL while computing, so it
+writes in those gaps). MLflow's async logging cost a 30 ms step more (bench/tracking_step.py,
+medians of 3, loaded 2-core CPU: +4.8 and +6.5 ms against +3.0 and +1.7 ms), sends only metrics,
+params and tags, never retries a failed batch, and a dead logging thread leaves RunOperations.wait()
+waiting for ever.
 
-The loop only appends to the spool (~0.02 ms a step); a background thread writes with log_batch
-(MLflow's sqlite store: ~0.15 ms per metric point, ~3 ms a step at 20 metrics; JAX releases the
-GIL while computing, so the writer runs in those gaps). MLflow's async logging cost a 30 ms step
-more (bench/tracking_step.py, medians of 3, loaded 2-core CPU: +4.8 and +6.5 ms against +3.0 and
-+1.7 ms), sends only metrics, params and tags, never retries a failed batch, and a dead logging
-thread leaves RunOperations.wait() waiting for ever.
-
-Exactly once across crashes and resumes: with checkpointing, metrics of step s are written only
-once a checkpoint at step >= s exists (the gate); a run resumed at step S reopens its MLflow run,
-writes spooled metrics of steps <= S and drops later ones, which the loop produces again. Without
-checkpointing, writes happen every tracker.flush_every_s and at the end. Never fatal: an
-unreachable store leaves records in the spool, retried or replayed by `python -m rlexp.sync`."""
+Exactly once across crashes and resumes: with checkpointing, metrics of step s are written once a
+checkpoint at step >= s exists (the gate); a run resumed at step S reopens its MLflow run, writes
+spooled metrics of steps <= S and drops later ones (the loop produces them again). Without
+checkpointing, writes happen every tracker.flush_every_s and at the end. Never fatal: an unreachable
+store leaves records in the spool, retried or replayed by `python -m rlexp.sync`."""
 
 from __future__ import annotations
 
@@ -39,26 +38,21 @@ from rlexp.tracking.run import ALWAYS, NEVER, TrackedRun, record
 from rlexp.tracking.spool import LOCK_FILE, SPOOL_FILE, Link, Spool
 
 SAMPLES_DIR = "eval_samples"
-# Training rollouts (on_rollouts: prompt, completion, rewards, advantage, length, truncated),
-# one table per logged step, as TRL's log_completions.
+# Training rollouts (on_rollouts), one table per logged step, as TRL's log_completions.
 ROLLOUTS_DIR = "rollouts"
 # The artifact folders listed in mlflow.loggedArtifacts (the UI's table view of each).
 TABLE_DIRS = (SAMPLES_DIR, ROLLOUTS_DIR)
-# How long on_run_end waits for environment.json and diff.patch (made on a thread at start).
-ENVIRONMENT_WAIT_S = 10.0
+ENVIRONMENT_WAIT_S = 10.0  # on_run_end's wait for environment.json, diff.patch
 # The exported Hugging Face dir's artifact path (rlexp.export), also logged as a LoggedModel
 # output: MLflow 3's UI lists runs without one as "Evaluation runs" in its GenAI view.
 MODEL_ARTIFACT = "model"
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
-# How long on_run_start waits for the run to be created (the run id in tracking.json).
-START_WAIT_S = 30.0
+START_WAIT_S = 30.0  # how long on_run_start waits for the run id (tracking.json)
 # How long on_run_end may take in all (SIGTERM leaves a grace period of ~30 s); what is not
 # written by then stays in the spool for `rlexp.sync`.
 END_BUDGET_S = 20.0
-# Shortest pause of the writer's timer (flush_every_s=0 would spin).
-MIN_PERIOD_S = 0.05
-# Pauses between the final attempts (a sqlite store briefly locked by other jobs).
-FINAL_RETRY_S = (0.5, 1.5)
+MIN_PERIOD_S = 0.05  # shortest pause of the writer's timer (flush_every_s=0 would spin)
+FINAL_RETRY_S = (0.5, 1.5)  # between final attempts (a sqlite store locked by other jobs)
 # mlflow.loggedArtifacts lists tables for the UI's evaluation view; the tag holds 8000 chars.
 MAX_LISTED_TABLES = 100
 
@@ -106,17 +100,14 @@ class MlflowListener(Listener):
         self.gated = gated
         self.flush_every_s = flush_every_s
         self.run: TrackedRun | None = None
-        # Highest step whose metrics may be written (latest checkpoint when gated).
-        self._gate = NEVER if gated else ALWAYS
-        # On resume, events at steps <= the resumed step are already logged or spooled.
-        self._skip_upto = NEVER
+        self._gate = NEVER if gated else ALWAYS  # write metrics up to this step (gated: checkpoint)
+        self._skip_upto = NEVER  # on resume: steps <= this are logged or spooled
         self._ended = False
         self._names: dict[str, str] = {}
         self._lock: IO[str] | None = None
         # Writer thread: flush requests are numbered; `_done` is the last one served.
         self._cv = threading.Condition()
-        self._requested = 0
-        self._done = 0
+        self._requested = self._done = 0
         self._stopping = False
         self._writer: threading.Thread | None = None
         # Series left out because they cannot vary in this run (names, prefixes).
@@ -125,11 +116,8 @@ class MlflowListener(Listener):
         self._system: Any = None
         self._last_step = 0
         self._environment: threading.Thread | None = None
-        # The last write's failure (None after a write that went through).
-        self._failure: BaseException | None = None
+        self._failure: BaseException | None = None  # last write's failure (None after a good one)
         self._dropped_said = False
-
-    # ------------------------------------------------------------------------------ events
 
     def on_run_start(self, info: RunInfo) -> None:
         store.wait_prepared(self.uri)  # tracking.warm_up's thread, if the job started one
@@ -154,8 +142,7 @@ class MlflowListener(Listener):
             if link is not None:
                 self._close_previous(link)
             self._start(info)
-        self._writer = threading.Thread(target=self._write_loop, name="rlexp-mlflow",
-                                        daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="rlexp-mlflow", daemon=True)
         self._writer.start()
         self.flush(timeout=START_WAIT_S)  # the run exists (tracking.json) before step 1
         # environment.json, requirements.txt, diff.patch: ~0.1-0.4 s, off the loop's thread
@@ -184,10 +171,8 @@ class MlflowListener(Listener):
                 name = self._names[key] = "" if constant else store.sanitize_key(key)
             if not name:
                 continue
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 values[name] = float(value)
-            except (TypeError, ValueError):
-                continue
         if values:
             self.run.add(record("metrics", step=int(step), t=now_ms(), values=values))
 
@@ -277,8 +262,6 @@ class MlflowListener(Listener):
                   file=sys.stderr, flush=True)
         self._release_lock()
 
-    # ------------------------------------------------------------------------------ writing
-
     def flush(self, timeout: float | None = None) -> bool:
         """Write what is ready now and wait for it; True if the store took it all."""
         if self._writer is None or not self._writer.is_alive():
@@ -348,8 +331,6 @@ class MlflowListener(Listener):
         if self._writer is None or not self._writer.is_alive():
             self.run.close()
 
-    # ------------------------------------------------------------------------------ internals
-
     @property
     def _live(self) -> bool:
         return self.run is not None and not self._ended
@@ -358,7 +339,6 @@ class MlflowListener(Listener):
         link = Link(uri=self.uri, experiment=self.experiment, gated=self.gated)
         link.save(self.run_dir)
         self.run = TrackedRun(self.run_dir, link)
-
         run_dir = str(self.run_dir.resolve())
         tags = clean_tags({**info.tags, **(info.extra.get("swept_tags") or {}),
                            "rlexp.run_dir": run_dir,
@@ -404,8 +384,7 @@ class MlflowListener(Listener):
             print(f"rlexp: tracking: no checkpoint to resume from: training restarts from step "
                   f"0 in the same MLflow run {rid}{already}", flush=True)
         else:
-            print(f"rlexp: tracking: resuming MLflow run {rid} from step {start_step}",
-                  flush=True)
+            print(f"rlexp: tracking: resuming MLflow run {rid} from step {start_step}", flush=True)
 
     def _recover_link(self) -> Link | None:
         """tracking.json is damaged: find the run again (summary.json's mlflow_run_id, else the
@@ -437,8 +416,7 @@ class MlflowListener(Listener):
         old = TrackedRun(self.run_dir, link)
         try:
             gate = link.checkpoint_step if link.gated else ALWAYS
-            if link.run_id is not None and \
-                    old.client.get_run(link.run_id).info.status == "RUNNING":
+            if link.run_id is not None and old.client.get_run(link.run_id).info.status == "RUNNING":
                 old.add(record("status", status="KILLED", t=now_ms()))
             old.flush(gate)
             old.close()
@@ -474,8 +452,7 @@ class MlflowListener(Listener):
         try:
             env = redact_obj(environment())
             self.run.add(record("json", artifact_file="environment.json", data=env))
-            self.run.add(record("text", artifact_file="requirements.txt",
-                                text=requirements(env)))
+            self.run.add(record("text", artifact_file="requirements.txt", text=requirements(env)))
             diff = git_diff() if dirty else None
             if diff:
                 self.run.add(record("text", artifact_file="diff.patch", text=redact_text(diff)))

@@ -61,8 +61,7 @@ def plot_bands(groups: Sequence[tuple[str, Mapping[str, Sequence[tuple[int, floa
                metrics: Sequence[str], path: Path, colors: Mapping[str, Color], title: str = ""
                ) -> bool:
     """One panel per metric; per group its mean curve and CI band (step, mean, low, high)."""
-    lines = {m: [(label, curves[m]) for label, curves in groups if curves.get(m)]
-             for m in metrics}
+    lines = {m: [(label, curves[m]) for label, curves in groups if curves.get(m)] for m in metrics}
     style = {label: (colors[label], "-") for label, _ in groups}
     return _draw(lines, path, title, legend_size=8, style=style)
 
@@ -121,7 +120,6 @@ def _draw(panels: dict[str, list[tuple[str, list]]], path: Path, title: str,
 def _figure(width: float, height: float) -> "Figure":
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig

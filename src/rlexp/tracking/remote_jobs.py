@@ -1,14 +1,11 @@
 """Sweeps whose jobs run on other machines stay one MLflow comparison. A launcher that runs jobs
-elsewhere passes each job the sweep's store (MLFLOW_TRACKING_URI, read when tracker.uri is
-unset), its parent run (RLEXP_PARENT_RUN_ID: the job's run becomes its child) and the job count
-(RLEXP_SWEEP_JOBS: the last child to end closes the parent), and refuses at start a store the
-jobs cannot reach:
-  xpk (GKE pods)  only a tracking server (http(s):// or databricks): pods see none of the
-                  launching machine's disk, so no sqlite:// or file:
-  SLURM, Ray      a sqlite store only on the sweep dir's shared filesystem (submitit pickles
-                  jobs there). sqlite on a network filesystem is unsafe with many writers:
-                  prefer a server (`mlflow server`, tracker.uri=http://host:5000).
-Import-light: no mlflow here."""
+elsewhere passes each job the sweep's store (MLFLOW_TRACKING_URI, read when tracker.uri is unset),
+its parent run (RLEXP_PARENT_RUN_ID: the job's run becomes its child) and the job count
+(RLEXP_SWEEP_JOBS: the last child to end closes the parent), and refuses at start a store the jobs
+cannot reach. xpk's GKE pods see none of this machine's disk: a tracking server only (http(s):// or
+databricks). SLURM and Ray jobs: a sqlite store only on the sweep dir's shared filesystem (submitit
+pickles jobs there), though sqlite on a network filesystem is unsafe with many writers: prefer a
+server (`mlflow server`, tracker.uri=http://host:5000). Import-light: no mlflow here."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ from rlexp.tracking.store import resolve_uri, sqlite_path
 ENV_URI = "MLFLOW_TRACKING_URI"
 ENV_PARENT = "RLEXP_PARENT_RUN_ID"
 ENV_JOBS = "RLEXP_SWEEP_JOBS"
-# Remote launchers, as hydra.launcher._target_ names them.
-_KINDS = ("xpk", "slurm", "ray")
+_KINDS = ("xpk", "slurm", "ray")  # remote launchers, as hydra.launcher._target_ names them
 SERVER_SCHEMES = ("http://", "https://", "databricks")
 
 

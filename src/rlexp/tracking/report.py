@@ -93,8 +93,7 @@ def report(target: str, uri: str | None = None, metric: str | None = None,
         if compare.resolve_key(key, swept) is None:
             raise UserError(f"--over {key!r} is not a key this sweep varies; it varies: "
                             f"{', '.join(swept) or 'nothing'}")
-    groups, table, paired = compare.group_report(rows, swept, over, baseline, metric,
-                                                 ascending)
+    groups, table, paired = compare.group_report(rows, swept, over, baseline, metric, ascending)
     rows = compare.rank(rows, metric, ascending)
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="rlexp-report-"))
     out.mkdir(parents=True, exist_ok=True)

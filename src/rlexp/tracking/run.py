@@ -19,10 +19,8 @@ if TYPE_CHECKING:
 
 CURVES_FILE = "curves.png"
 # What curves.png plots (whichever the run has): panel title -> metric names.
-CURVE_PANELS = {
-    "reward": ("train/reward_mean", "eval/mean_reward"),
-    "accuracy": ("eval/accuracy", "eval/format_accuracy", "eval/pass_at_k"),
-}
+CURVE_PANELS = {"reward": ("train/reward_mean", "eval/mean_reward"),
+                "accuracy": ("eval/accuracy", "eval/format_accuracy", "eval/pass_at_k")}
 NEVER = float("-inf")
 ALWAYS = float("inf")
 # Records that become files or dataset inputs of the run (sent one by one, in order).
@@ -41,22 +39,17 @@ class TrackedRun:
         self.run_dir = Path(run_dir)
         self.link = link
         self.spool = Spool(self.run_dir / SPOOL_FILE)
-        # Records not yet in the store (mirror of the spool file).
-        self.records: list[dict] = self.spool.read()
-        # Damaged spool lines skipped on reading (each one said once, here).
-        self.skipped = self.spool.skipped
+        self.records: list[dict] = self.spool.read()  # not yet in the store (as spooled)
+        self.skipped = self.spool.skipped  # damaged spool lines, said once here
         if self.skipped:
-            print(f"rlexp: warning: {self.spool.path}: skipped {self.skipped} damaged "
-                  f"record(s) (torn or unreadable lines); the others are sent", file=sys.stderr,
-                  flush=True)
-        # Re-entrant: an on_run_end called by a signal handler may interrupt an add.
-        self._lock = threading.RLock()
+            print(f"rlexp: warning: {self.spool.path}: skipped {self.skipped} damaged record(s) "
+                  "(torn or unreadable lines); the others are sent", file=sys.stderr, flush=True)
+        self._lock = threading.RLock()  # re-entrant: a signal's on_run_end may interrupt an add
         # True inside add(): a signal handler that lands there must not wait for the writer,
         # which needs the lock this thread holds.
         self.adding = False
         self._client: MlflowClient | None = None
-        # Records the store failed for a lasting reason (not an outage), as "what: why";
-        # not retried (see _send).
+        # Records the store failed for good (not an outage), as "what: why"; never retried.
         self.dropped: list[str] = []
 
     @property
@@ -107,8 +100,6 @@ class TrackedRun:
 
     def close(self) -> None:
         self.spool.close()
-
-    # ------------------------------------------------------------------------------ sending
 
     def _send(self, ready: list[dict]) -> None:
         if self.link.run_id is None:
@@ -172,7 +163,6 @@ class TrackedRun:
     def _log_params_tags(self, run_id: str, params: dict[str, str], tags: dict[str, str]) -> None:
         from mlflow.entities import Param, RunTag
         from mlflow.exceptions import MlflowException
-
         items = [Param(k, v) for k, v in params.items()] + [RunTag(k, v) for k, v in tags.items()]
         n = store.MAX_PARAMS_TAGS_PER_BATCH
         for i in range(0, len(items), n):
@@ -190,7 +180,6 @@ class TrackedRun:
 
     def _log_metrics(self, run_id: str, records: list[dict]) -> None:
         from mlflow.entities import Metric
-
         metrics = [Metric(key, value, r["t"], r["step"])
                    for r in records for key, value in r["values"].items()]
         n = store.MAX_METRICS_PER_BATCH
@@ -200,7 +189,6 @@ class TrackedRun:
     def _log_inputs(self, run_id: str, datasets: list[dict]) -> None:
         """Run inputs (Datasets column, Inputs), less those the run has (a resend adds nothing)."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
-
         run = self.client.get_run(run_id)
         have = {(i.dataset.name, i.dataset.digest)
                 for i in (run.inputs.dataset_inputs if run.inputs else [])}
@@ -215,17 +203,15 @@ class TrackedRun:
     def _log_model_output(self, run_id: str, artifact_path: str, step: int) -> None:
         """A READY LoggedModel at `artifact_path` (no second copy) as the run's output, once."""
         from mlflow.entities import LoggedModelOutput
-
         exp_id = self.link.experiment_id or self.client.get_run(run_id).info.experiment_id
         found = self.client.search_logged_models(
             experiment_ids=[exp_id], filter_string=f"source_run_id = '{run_id}'")
         if found:
             model_id = found[0].model_id
         else:
-            model = self.client.create_logged_model(
+            model_id = self.client.create_logged_model(
                 exp_id, name="policy", source_run_id=run_id, model_type="hf-safetensors",
-                tags={"rlexp.weights": f"runs:/{run_id}/{artifact_path}"})
-            model_id = model.model_id
+                tags={"rlexp.weights": f"runs:/{run_id}/{artifact_path}"}).model_id
             self.client.finalize_logged_model(model_id, "READY")
         # The store keeps one output row per (run, model) and refuses a second one (a rerun
         # that exports again, a resend): log it only when the run does not have it yet.

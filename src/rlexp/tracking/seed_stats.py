@@ -16,11 +16,9 @@ import numpy as np
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE
-# Resamples of the stratified bootstrap (scipy.stats.bootstrap's default is 9999).
-N_RESAMPLES = 9999
+N_RESAMPLES = 9999  # stratified bootstrap resamples (scipy.stats.bootstrap's default)
 SEED = 0
-# What the interval is, for tables and plots.
-CI_NAME = "95% t-interval over seeds"
+CI_NAME = "95% t-interval over seeds"  # what the interval is, for tables and plots
 
 
 @dataclass(frozen=True)
@@ -28,8 +26,7 @@ class Summary:
     """Mean, spread and t-interval of one metric over a group's seeds."""
     n: int
     mean: float
-    # Sample standard deviation (ddof=1); nan for n=1.
-    std: float
+    std: float  # sample standard deviation (ddof=1); nan for n=1
     low: float
     high: float
 
@@ -42,8 +39,7 @@ class Paired:
     low: float
     high: float
     p: float
-    # Holm-adjusted p among `comparisons` against the same baseline (None: one comparison).
-    holm: float | None = None
+    holm: float | None = None  # Holm-adjusted p among `comparisons` vs one baseline (None: one)
     comparisons: int = 1
 
 
@@ -51,7 +47,6 @@ def t_columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     """Per column of x[seed, column]: (mean, CI low, CI high, two-sided p of mean 0) from one t:
     mean ± t_(1+c)/2,n-1 · s/√n. One row: nan bounds and p. Zero spread: p 0 (1 at mean 0)."""
     from scipy.special import stdtr, stdtrit
-
     x = np.asarray(x, dtype=float)
     n = x.shape[0]
     mean = x.mean(axis=0)
@@ -79,8 +74,7 @@ def summarize(values: Sequence[float]) -> Summary | None:
 
 def paired_difference(a: dict[str, float], b: dict[str, float]) -> Paired | None:
     """b - a over the seeds (keys) both have a finite value for; None without one."""
-    seeds = sorted(k for k in a.keys() & b.keys()
-                   if math.isfinite(a[k]) and math.isfinite(b[k]))
+    seeds = sorted(k for k in a.keys() & b.keys() if math.isfinite(a[k]) and math.isfinite(b[k]))
     if not seeds:
         return None
     d = np.array([[b[s] - a[s]] for s in seeds])
@@ -125,9 +119,6 @@ def verdict(pair: Paired) -> str:
 def beyond_noise(pair: Paired) -> bool:
     """The difference holds at the ALPHA level, after Holm's correction where there is one."""
     return pair.n > 1 and pair.p < ALPHA and (pair.holm is None or pair.holm < ALPHA)
-
-
-# ------------------------------------------------------------------------------ rliable
 
 
 def iqm(scores: np.ndarray) -> np.ndarray:

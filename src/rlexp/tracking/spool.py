@@ -1,22 +1,19 @@
-"""What a run dir remembers about its MLflow run: the link (tracking.json) and the spool.
-
-The spool (tracking_spool.jsonl) is a write-ahead log: every record is appended here first and
-removed once the store has it, so tracking survives a dead server (`python -m rlexp.sync`
-replays) and a crash (records of steps a checkpoint covers are logged on resume, others
-dropped). One JSON object per line, "kind" says which (REQUIRED lists the kinds); a line of
-another shape (torn, edited, random bytes) is skipped with a warning and counted."""
+"""What a run dir remembers about its MLflow run: the link (tracking.json) and the spool
+(tracking_spool.jsonl), a write-ahead log: every record is appended here first and removed once the
+store has it, so tracking survives a dead server (`python -m rlexp.sync` replays) and a crash
+(records of steps a checkpoint covers are logged on resume, others dropped). One JSON object per
+line, "kind" says which (REQUIRED lists the kinds); a line of another shape (torn, edited, random
+bytes) is skipped with a warning and counted."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rlexp.base.files import read_json_object, write_atomic, write_json_atomic
+from rlexp.base.files import read_json_object, set_aside, write_atomic, write_json_atomic
 from rlexp.base.redact import redact_uri
 
 LINK_FILE = "tracking.json"
@@ -28,17 +25,12 @@ LOCK_FILE = "tracking.lock"
 class Link:
     """tracking.json: which store and run this run dir logs to."""
 
-    # Tracking URI (absolute for sqlite).
-    uri: str
+    uri: str  # tracking URI (absolute for sqlite)
     experiment: str
-    # MLflow run id; None while the store was unreachable at start (a start record waits).
-    run_id: str | None = None
-    # MLflow experiment id, once known.
+    run_id: str | None = None  # None while the store was unreachable at start
     experiment_id: str | None = None
-    # Metrics are written only up to the latest checkpoint (train.checkpoint_every > 0).
-    gated: bool = False
-    # Step of the latest checkpoint reported (the gate; -1 = none yet).
-    checkpoint_step: int = -1
+    gated: bool = False  # metrics written only up to the latest checkpoint
+    checkpoint_step: int = -1  # step of the latest checkpoint reported (the gate; -1 = none yet)
     # Highest metrics step the store has (saved after each flush; -1 = none): a rerun that
     # restarts from an earlier step does not log these steps again.
     logged_step: int = -1
@@ -66,10 +58,7 @@ class Link:
     @staticmethod
     def set_aside(run_dir: Path) -> Path:
         """Move a damaged tracking.json out of the way (kept for a post-mortem)."""
-        path = Path(run_dir) / LINK_FILE
-        aside = path.with_name(f"{LINK_FILE}.damaged-{int(time.time())}")
-        os.replace(path, aside)
-        return aside
+        return set_aside(Path(run_dir) / LINK_FILE)
 
     def save(self, run_dir: Path) -> None:
         # Credentials in the URI stay out of the file (a rerun or `rlexp.sync --uri` has them).
@@ -116,8 +105,7 @@ class Spool:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._handle: IO[str] | None = None
-        # Damaged lines the latest read() skipped (torn by a crash, edited, random bytes).
-        self.skipped = 0
+        self.skipped = 0  # damaged lines the latest read() skipped (torn, edited, garbage)
 
     def read(self) -> list[dict]:
         """The valid records, in order; damaged lines are skipped and counted in `skipped`."""

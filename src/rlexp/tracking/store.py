@@ -29,10 +29,8 @@ if TYPE_CHECKING:
 
     from rlexp.config.schema import Config
 
-# Default store, relative to the directory the command runs in.
-DEFAULT_DB = Path("outputs") / "mlflow.db"
-# Artifacts of a sqlite store live next to the database, in this folder.
-ARTIFACTS_DIR = "mlartifacts"
+DEFAULT_DB = Path("outputs") / "mlflow.db"  # default store, relative to the command's cwd
+ARTIFACTS_DIR = "mlartifacts"  # a sqlite store's artifacts: this folder beside the db
 # MLflow limits (mlflow.utils.validation), copied so callers need not import mlflow.
 MAX_KEY_LEN = 250
 MAX_PARAM_VAL_LEN = 6000
@@ -41,8 +39,7 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 # HTTP stores: MLflow's defaults retry for minutes (7 retries, backoff 2 s); a tracker must
 # fail fast and spool instead of stalling training. A user's own settings win.
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 
 _BAD_KEY_CHARS = re.compile(r"[^/\w.\- ]")
@@ -130,7 +127,6 @@ def ensure_store(uri: str) -> None:
         _prepared.add(uri)  # a server (http) or a platform: it manages its own schema
         return
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
     if path is None:
         SqlAlchemyStore(uri, "./mlruns")
     else:
@@ -142,8 +138,6 @@ def ensure_store(uri: str) -> None:
             SqlAlchemyStore(uri, str(root))
     _prepared.add(uri)
 
-
-# ------------------------------------------------------------ down or wrong (classify)
 
 # How long classify() waits for a name lookup and for the store's answer: a store that is
 # down costs the start of a run at most this (a refused connection answers at once).
@@ -275,9 +269,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def _network_error(exc: BaseException, where: str, timeout: float) -> str:
-    """A connection that failed -> 'down: ...' or 'wrong: ...'."""
     import http.client
-
     chain = list(_chain(exc))
     found = lambda *types: next((e for e in chain if isinstance(e, types)), None)  # noqa: E731
     if tls := found(ssl.SSLError, ssl.CertificateError):
@@ -299,7 +291,6 @@ def _network_error(exc: BaseException, where: str, timeout: float) -> str:
 def _classify_http(uri: str, scheme: str, host: str | None, port: int, timeout: float) -> str:
     """One GET of PROBE_ENDPOINT via mlflow.utils.rest_utils (the writes' auth, TLS, proxies)."""
     import urllib.request
-
     if not host:
         return "wrong: the URI names no host (http://host:port)"
     where = f"{host}:{port}"
@@ -310,7 +301,6 @@ def _classify_http(uri: str, scheme: str, host: str | None, port: int, timeout: 
         return why
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
-
     try:
         response = http_request(get_default_host_creds(uri), PROBE_ENDPOINT, "GET",
                                 max_retries=0, backoff_factor=0, timeout=timeout,
@@ -322,7 +312,6 @@ def _classify_http(uri: str, scheme: str, host: str | None, port: int, timeout: 
 
 
 def _judge_answer(status: int, content_type: str, body: bytes) -> str:
-    """The store's answer to PROBE_ENDPOINT -> ok, down or wrong."""
     try:
         data = json.loads(body.decode("utf-8")) if body.strip() else None
     except ValueError:
@@ -345,7 +334,6 @@ def _judge_answer(status: int, content_type: str, body: bytes) -> str:
 def schema_template() -> Path:
     """Where this MLflow version's empty, migrated sqlite schema is kept, once per machine."""
     import mlflow
-
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlexp"
     return base / f"mlflow-{mlflow.__version__}-schema.db"
 
@@ -357,7 +345,6 @@ def _copy_schema(path: Path, root: Path) -> None:
     name (creating `Default` with the store's artifact root) and takes the store's name only if
     MLflow accepted it. No template: MLflow migrates as usual."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
     template = schema_template()
     part = temp_sibling(path)
     try:
@@ -395,7 +382,6 @@ def _usable(template: Path) -> bool:
 
 def client(uri: str) -> "MlflowClient":
     from mlflow import MlflowClient
-
     remember(uri)  # its credentials are masked in every line, also inside MLflow's errors
     if uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
@@ -468,7 +454,6 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 def experiment_id(mlflow_client: "MlflowClient", name: str, uri: str) -> str:
     """Id of experiment `name`, created or restored if needed, typed as model training."""
     from mlflow.exceptions import MlflowException
-
     exp = mlflow_client.get_experiment_by_name(name)
     if exp is None:
         root = artifact_root(uri)
@@ -517,7 +502,6 @@ def find_run(mlflow_client: "MlflowClient", experiment: str, run_dir: Path,
     """The MLflow run of `run_dir` when its tracking.json is lost: `hint` (summary.json's
     mlflow_run_id) if the store has it for this dir, else the newest run tagged with the dir."""
     from mlflow.exceptions import MlflowException
-
     where = str(Path(run_dir).resolve())
     if hint:  # a hint deleted, or another store's id: search by the dir instead
         with contextlib.suppress(MlflowException):

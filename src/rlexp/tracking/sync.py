@@ -1,13 +1,12 @@
 """Send what a run dir's spool still holds to MLflow: `python -m rlexp.sync <run dir>`.
 
-After an unreachable store (or a crash), records not yet in the store wait in <run
-dir>/tracking_spool.jsonl. Sending is idempotent: syncing twice, or a run that later resumes,
-logs nothing twice. Metrics after the last checkpoint are held back (a resume produces them
-again) unless --all says the run will not resume. Damaged input never crashes it: bad spool
-lines are skipped and counted, a damaged tracking.json is rebuilt from the run dir (summary.json's
-run id, or the store's run tagged with the dir; the gate from the newest checkpoint). A store it
-cannot send to is named in one line: down (sync again once up), wrong (pass --uri), or failing a
-write for a lasting reason (fix that first); the spool keeps every record."""
+After an unreachable store or a crash, unsent records wait in <run dir>/tracking_spool.jsonl.
+Sending is idempotent: syncing twice, or a later resume, logs nothing twice. Metrics after the last
+checkpoint are held back (a resume produces them again) unless --all. Damaged input never crashes
+it: bad spool lines are skipped and counted, a damaged tracking.json is rebuilt (summary.json's run
+id, or the store's run tagged with the dir; the gate from the newest checkpoint). A store it cannot
+send to is named in one line: down (sync again once up), wrong (pass --uri), or failing a write for
+good (fix that first); the spool keeps every record."""
 
 from __future__ import annotations
 
@@ -142,7 +141,6 @@ def _store_error(uri: str, exc: BaseException | None, state: str | None = None) 
 def _status(run: TrackedRun, run_id: str) -> str | None:
     """The run's status in the store; None when the store does not have it."""
     from mlflow.exceptions import MlflowException
-
     try:
         return run.client.get_run(run_id).info.status
     except MlflowException as exc:
@@ -195,8 +193,7 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     (sent to the lost run): rebuild them from summary.json and Hydra's saved config."""
     summary = read_summary(run_dir) or {}
     if not any(r["kind"] == "start" for r in run.records):
-        tags = {**(summary.get("choices") or {}),
-                store.RUN_DIR_TAG: str(run_dir.resolve()),
+        tags = {**(summary.get("choices") or {}), store.RUN_DIR_TAG: str(run_dir.resolve()),
                 "rlexp.synced_from_run": old_run_id or "none"}
         run.add(record("start", name=str(summary.get("name") or run_dir.name),
                        tags=clean_tags(tags), t=now_ms(), parent_run_id=None))

@@ -81,7 +81,6 @@ def server_app(uri: str):
     from mlflow.server.constants import (ARTIFACT_ROOT_ENV_VAR, ARTIFACTS_DESTINATION_ENV_VAR,
                                          BACKEND_STORE_URI_ENV_VAR, REGISTRY_STORE_URI_ENV_VAR,
                                          SERVE_ARTIFACTS_ENV_VAR)
-
     os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     os.environ.update({BACKEND_STORE_URI_ENV_VAR: uri, REGISTRY_STORE_URI_ENV_VAR: uri,
                        SERVE_ARTIFACTS_ENV_VAR: "true",
@@ -112,8 +111,7 @@ def server_app(uri: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.ui",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlexp.ui", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=5000, help="port (0 = any free port)")
     parser.add_argument("--uri", help="tracking URI (default: as for runs)")
     args = parser.parse_args(argv)
@@ -141,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     for link in experiment_links(uri, base):
         print(f"  {link}", flush=True)
     import uvicorn
-
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     app = server_app(uri)
     announced = announce_ui(uri, base)

