@@ -1,6 +1,7 @@
 """Config layer: schema (in Hydra's ConfigStore), validate (ranges, choices, then the rules),
-rollouts (backends' Tunix-free half), convert (DictConfig -> Config), naming, paths. May import:
-rlexp.algo (AlgoConfig), rlexp.families (model.family's choices) and rlexp.base."""
+refusal (what a rule or range returns), rollouts (backends' Tunix-free half), convert
+(DictConfig -> Config), naming, paths. May import: rlexp.algo (AlgoConfig), rlexp.families
+(model.family's choices) and rlexp.base."""
 
 from rlexp.config.naming import register_resolvers
 from rlexp.config.schema import register_configs

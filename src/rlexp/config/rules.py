@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from rlexp.algo import algorithm
+from rlexp.config.refusal import Refusal
 from rlexp.config.rollouts import rollout_spec
 from rlexp.config.schema import MAX_STEPS, Config
 from rlexp.families import get as get_family
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A config value refused: the dotted key it blames, the value (shown as repr) and why
-    ("must be >= 1"), worded as one line."""
-
-    key: str
-    value: Any
-    why: str
-
-    @property
-    def message(self) -> str:
-        return f"{self.key}={self.value!r} is invalid: {self.why}"
 
 
 @dataclass(frozen=True)

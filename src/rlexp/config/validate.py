@@ -9,7 +9,8 @@ from typing import Any, Iterator, Optional
 
 from rlexp.base.errors import UserError
 from rlexp.base.knobs import Valid, valid_of
-from rlexp.config.rules import RULES, Refusal, epoch_steps, rollout_devices
+from rlexp.config.refusal import Refusal
+from rlexp.config.rules import RULES, epoch_steps, rollout_devices
 from rlexp.config.schema import Config
 
 

@@ -16,7 +16,7 @@ from rlexp.base.plugins import resolve
 from rlexp.config.rollouts.names import ROLLOUTS
 
 if TYPE_CHECKING:
-    from rlexp.config.rules import Refusal
+    from rlexp.config.refusal import Refusal
     from rlexp.config.schema import Config
 
 # Set in the environment of a command re-run in a backend's Python: it never re-runs itself.

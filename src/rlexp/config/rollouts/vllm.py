@@ -19,7 +19,8 @@ from typing import Optional
 
 from rlexp.base.errors import UserError
 from rlexp.config.rollouts import RERUN_ENV, RolloutSpec, spec_class
-from rlexp.config.rules import Refusal, rollout_devices
+from rlexp.config.refusal import Refusal
+from rlexp.config.rules import rollout_devices
 from rlexp.config.schema import Config
 
 INSTALL = "pip install 'rlexp[vllm]'"
