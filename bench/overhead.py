@@ -21,17 +21,15 @@ RSS <= 3 GB.
     python bench/overhead.py --no-warm  # without the warm-cache start-up rerun
 
 Each A/B side also prints CPU seconds per step (all of the process's threads): on a shared
-host wall time counts the other jobs' load too. Measured on the 2-core CPU (default tiny run,
-tracker=none, 16 steps, 3 alternating repeats, load ~7), when the sampler returned log-probs at
-every step: CPU s/step rlexp 0.6864, without them 0.6787 (0.989), bare Tunix 0.6599 (rlexp/bare
-1.040); wall ratios of the same runs swung 0.86-1.13. They are now asked for at step 1 and every
-rollout.logprob_gap_every-th step only (rlexp.engine.rollout.RolloutBackend.logprobs_at):
-`--repeats 3 --steps 16 --no-warm -- tracker=none` (load 7-15, a step's wall ~2x its CPU time)
-gave CPU s/step rlexp 1.0574, bare Tunix 1.0824 (0.977); wall 2.2730 vs 2.1527 (1.056).
-Quiet (load < 1), the same command with --ab rollout.logprob_gap_every=1: wall s/step rlexp
-0.6949, bare 0.5787 (1.201), log-probs every step 0.7746 (1.115 of rlexp); CPU 1.0947 / 0.9423
-(1.162). A --trace run minutes later: rlexp 0.5869, bare 0.7717 (0.761): on this VM one side's
-wall time swings by 30% between runs, more than the effect measured.
+host wall time counts the other jobs' load too. Measured on a quiet 2-core CPU (load < 1), the
+default run (MLflow tracking on), `--repeats 3 --steps 40 --no-warm`: rlexp 0.3293 s/step, bare
+Tunix 0.3258 (1.011); CPU 0.5611 vs 0.5585 (1.005); bare's own repeats spread 0.3145-0.3331.
+Timed inside both processes (40 steps, medians): Tunix's global step (RLLearner._run_global_step:
+rollout, rewards, advantages, update) 325.5-334.6 ms under rlexp vs 325.5-340.8 ms bare, the same
+within the spread between processes; what rlexp adds around it is ~4 ms a step (the metrics'
+one fetch and statistics 1.2 ms, the listeners 1.1 ms, data and sampling keys ~1 ms). With
+tracker=none the CPU ratio is the same (0.996 of the tracked run): MLflow's writer thread
+writes in the update's gaps. Earlier figures were taken under load 7-15 (wall ratios 0.86-1.13).
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
