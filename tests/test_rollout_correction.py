@@ -367,6 +367,12 @@ def test_the_learner_whitens_then_hands_the_sampler_log_probs(tmp_path, monkeypa
     assert "rollout/logprob_diff" in m and "train/grad_norm" in m
     out = seen[0]
     assert isinstance(out, registry.RolloutExample) and out.sampler_logps is not None
+    # the loss's runtime numbers ride beside the batch, one row per completion
+    from rlexp.algo.losses import runtime_numbers
+
+    rows = np.asarray(out.loss_numbers)
+    np.testing.assert_array_equal(
+        rows, np.tile(runtime_numbers(cfg.algo.for_loss()), (len(out.completion_mask), 1)))
     mask = np.asarray(out.completion_mask) > 0
     kept = np.asarray(out.advantages)[mask]
     assert abs(kept.mean()) < 1e-4 and abs(kept.std(ddof=1) - 1) < 1e-3

@@ -73,6 +73,28 @@ from rlexp.algo.settings import AlgoConfig
 # Log-ratios are clipped before exp() so one wild token cannot overflow (as Tunix does).
 MAX_LOG_RATIO = 20.0
 
+# The settings a sweep varies that change no shape or branch of the loss: the update reads them
+# from an array beside the batch (engine/algo_registry.py), so runs differing only in them share
+# one compiled update and its persistent-cache entry. Whether one is None (off) or 0 (beta,
+# entropy_coef), the choices, and the Clip-/KL-Cov shares (counted in NumPy) stay compile-time.
+RUNTIME_NUMBERS = ("beta", "epsilon", "epsilon_high", "delta", "sapo_temperature_pos",
+                   "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                   "vespo_lambda_neg", "clip_cov_lb", "clip_cov_ub", "ppo_kl_coef", "dro_beta",
+                   "off_policy_mask_threshold", "entropy_coef", "top_entropy_quantile")
+
+
+def runtime_numbers(s: AlgoConfig) -> np.ndarray:
+    """s's RUNTIME_NUMBERS as float32, in that order (NaN for None)."""
+    return np.asarray([np.nan if getattr(s, k) is None else getattr(s, k)
+                       for k in RUNTIME_NUMBERS], np.float32)
+
+
+def _numbers(s: AlgoConfig, values: jnp.ndarray | None) -> dict:
+    """RUNTIME_NUMBERS by name: `values` ([K], runtime_numbers' order) or, None, s's own."""
+    if values is None:
+        return {k: getattr(s, k) for k in RUNTIME_NUMBERS}
+    return {k: values[i] for i, k in enumerate(RUNTIME_NUMBERS)}
+
 
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
     m = mask.astype(jnp.float32)
@@ -203,21 +225,23 @@ def _covariance(adv: jnp.ndarray, logp: jnp.ndarray, mask: jnp.ndarray) -> jnp.n
 
 
 def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: jnp.ndarray,
-                   s: AlgoConfig, rollout_weights: jnp.ndarray | None = None
+                   s: AlgoConfig, rollout_weights: jnp.ndarray | None = None,
+                   numbers: jnp.ndarray | None = None
                    ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """[B, T] policy-term loss of s.loss, and the ratio and the 0/1 'this token's update was
     clipped' used for the diagnostics. `adv` is [B, 1] or [B, T]. `rollout_weights` is read
-    by VESPO only (policy_loss weights the others' result)."""
+    by VESPO only (policy_loss weights the others' result); `numbers`: see policy_loss."""
+    x = _numbers(s, numbers)
     ratio = jnp.exp(importance_log_ratio(logp, old, mask, s.ratio_level))
-    lo, hi = 1.0 - s.epsilon, 1.0 + s.epsilon_high
+    lo, hi = 1.0 - x["epsilon"], 1.0 + x["epsilon_high"]
     m = mask.astype(jnp.float32)
     if s.loss in ("ppo_clip", "luspo", "clip_cov"):
-        capped = ratio if s.delta is None else jnp.minimum(ratio, s.delta)
+        capped = ratio if s.delta is None else jnp.minimum(ratio, x["delta"])
         unclipped, clipped = -adv * capped, -adv * jnp.clip(ratio, lo, hi)
         loss, was_clipped = jnp.maximum(unclipped, clipped), (clipped > unclipped)
         if s.loss == "clip_cov":
             cov = _covariance(adv, logp, m)
-            eligible = (m > 0) & ~was_clipped & (cov > s.clip_cov_lb) & (cov < s.clip_cov_ub)
+            eligible = (m > 0) & ~was_clipped & (cov > x["clip_cov_lb"]) & (cov < x["clip_cov_ub"])
             k = share_count(s.clip_cov_ratio, m.sum().astype(jnp.int32), m.size)
             loss = loss * (1.0 - _top_tokens(cov, eligible, k))
         return loss, ratio, was_clipped.astype(jnp.float32)
@@ -225,13 +249,13 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
         weight = jax.lax.stop_gradient(jnp.clip(ratio, lo, hi))
         return -weight * adv * logp, ratio, ((ratio < lo) | (ratio > hi)).astype(jnp.float32)
     if s.loss == "sapo":
-        tau = jnp.where(adv > 0, s.sapo_temperature_pos, s.sapo_temperature_neg)
+        tau = jnp.where(adv > 0, x["sapo_temperature_pos"], x["sapo_temperature_neg"])
         gate = jax.nn.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
         return -gate * adv, ratio, jnp.zeros_like(ratio)
     log_r = logp - old
     if s.loss == "gmpo":
         sign = jnp.sign(adv)
-        clamped = jnp.clip(log_r, -s.epsilon, s.epsilon_high)
+        clamped = jnp.clip(log_r, -x["epsilon"], x["epsilon_high"])
         kept = sign * jnp.minimum(sign * log_r, sign * clamped)
         seq_ratio = jnp.exp((kept * m).sum(-1) / jnp.maximum(m.sum(-1), 1.0))
         seq_adv = (adv * m).sum(-1) / jnp.maximum(m.sum(-1), 1.0)
@@ -245,8 +269,8 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
             seq = seq + log_is.sum(-1, keepdims=True)
         log_w = jnp.clip(seq, jnp.log(1e-8), MAX_LOG_RATIO)
         pos = adv >= 0
-        k = jnp.where(pos, s.vespo_k_pos, s.vespo_k_neg)
-        lam = jnp.maximum(jnp.where(pos, s.vespo_lambda_pos, s.vespo_lambda_neg), 1e-4)
+        k = jnp.where(pos, x["vespo_k_pos"], x["vespo_k_neg"])
+        lam = jnp.maximum(jnp.where(pos, x["vespo_lambda_pos"], x["vespo_lambda_neg"]), 1e-4)
         phi = jnp.nan_to_num(jnp.exp(lam + k * log_w - lam * jnp.exp(log_w)), nan=0.0,
                              posinf=0.0, neginf=0.0)
         return -jax.lax.stop_gradient(phi) * adv * logp, ratio, jnp.zeros_like(ratio)
@@ -256,9 +280,9 @@ def per_token_loss(logp: jnp.ndarray, old: jnp.ndarray, adv: jnp.ndarray, mask: 
                                                   m.size))
         # |log r| with torch's gradient at 0 (0, where jnp.abs has 1): on-policy r = 1 exactly
         abs_log_r = log_r * jnp.sign(jax.lax.stop_gradient(log_r))
-        return -adv * ratio + top * s.ppo_kl_coef * abs_log_r, ratio, top
+        return -adv * ratio + top * x["ppo_kl_coef"] * abs_log_r, ratio, top
     if s.loss == "dro":
-        return -(adv * logp - 0.5 * s.dro_beta * log_r * log_r), ratio, jnp.zeros_like(ratio)
+        return -(adv * logp - 0.5 * x["dro_beta"] * log_r * log_r), ratio, jnp.zeros_like(ratio)
     raise ValueError(f"unknown loss {s.loss!r}; valid: {', '.join(LOSSES)}")
 
 
@@ -267,12 +291,13 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
                 truncated: jnp.ndarray | None = None, budget: int | None = None,
                 divisors: Divisors | None = None, entropy: jnp.ndarray | None = None,
                 rollout_weights: jnp.ndarray | None = None,
-                sampler_logp: jnp.ndarray | None = None
+                sampler_logp: jnp.ndarray | None = None, numbers: jnp.ndarray | None = None
                 ) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """Loss and diagnostics from log-probs [B, T], advantages [B] or [B, T]. None: `old_logp`
     on-policy, `ref_logp` no KL, `rollout_weights` no correction, `sampler_logp` (NaN where
     unknown) pi_old for off_policy_mask_threshold; `entropy` [B, T] for entropy_coef and
-    top_entropy_quantile."""
+    top_entropy_quantile; `numbers` (runtime_numbers(s), traced) replaces s's RUNTIME_NUMBERS."""
+    x = _numbers(s, numbers)
 
     logp = logp.astype(jnp.float32)
     old = jax.lax.stop_gradient(logp) if old_logp is None else old_logp.astype(jnp.float32)
@@ -281,20 +306,21 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
     adv = adv if adv.ndim == 2 else adv[:, None]
     if rollout_weights is not None:
         rollout_weights = jax.lax.stop_gradient(rollout_weights.astype(jnp.float32))
-    per_token, ratio, was_clipped = per_token_loss(logp, old, adv, mask, s, rollout_weights)
+    per_token, ratio, was_clipped = per_token_loss(logp, old, adv, mask, s, rollout_weights,
+                                                   numbers)
     # TRL's clip statistics: tokens whose update the clip removed, below and above.
-    low = ((ratio < 1.0 - s.epsilon) & (adv < 0)).astype(jnp.float32)
-    high = ((ratio > 1.0 + s.epsilon_high) & (adv > 0)).astype(jnp.float32)
+    low = ((ratio < 1.0 - x["epsilon"]) & (adv < 0)).astype(jnp.float32)
+    high = ((ratio > 1.0 + x["epsilon_high"]) & (adv > 0)).astype(jnp.float32)
     if s.off_policy_mask_threshold is not None:
         behaviour = old if sampler_logp is None else sampler_logp.astype(jnp.float32)
         drift = jnp.nan_to_num(behaviour - jax.lax.stop_gradient(logp), nan=0.0) * mask
         mean_drift = drift.sum(-1, keepdims=True) / jnp.maximum(mask.sum(-1, keepdims=True), 1.0)
-        per_token = per_token * ((adv >= 0) | (mean_drift <= s.off_policy_mask_threshold))
+        per_token = per_token * ((adv >= 0) | (mean_drift <= x["off_policy_mask_threshold"]))
     effective = mask
     if s.top_entropy_quantile < 1.0:
         if entropy is None:
             raise ValueError("top_entropy_quantile < 1 needs the per-token entropy")
-        effective = mask * high_entropy_mask(entropy, mask, s.top_entropy_quantile)
+        effective = mask * high_entropy_mask(entropy, mask, x["top_entropy_quantile"])
         per_token = per_token * effective
     if rollout_weights is not None and s.loss != "vespo":
         per_token = per_token * rollout_weights
@@ -307,13 +333,13 @@ def policy_loss(logp: jnp.ndarray, old_logp: jnp.ndarray | None, ref_logp: jnp.n
         kl_loss = aggregate(kl_tok, mask, s.loss_agg, budget, divisors)
     else:
         kl_loss = kl = jnp.zeros((), jnp.float32)
-    loss = pg + s.beta * kl_loss if s.beta else pg
+    loss = pg + x["beta"] * kl_loss if s.beta else pg
     if s.entropy_coef:
         if entropy is None:
             raise ValueError("entropy_coef needs the per-token entropy")
         # TRL: the mean entropy of the tokens the policy term acts on, whatever the loss's
         # aggregation, so entropy_coef means the same for every loss.
-        loss = loss - s.entropy_coef * masked_mean(entropy.astype(jnp.float32), effective)
+        loss = loss - x["entropy_coef"] * masked_mean(entropy.astype(jnp.float32), effective)
     m = mask > 0
     any_token = m.any()
     aux = {

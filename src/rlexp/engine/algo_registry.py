@@ -90,8 +90,11 @@ def advantage_estimator(a: AlgoConfig) -> str:
 
 @flax.struct.dataclass(frozen=True)
 class RolloutExample(TrainExample):
-    """A training example and its sampler's per-token log-probs [B, T] (NaN where none)."""
+    """A training example, its sampler's per-token log-probs [B, T] (NaN where none) and the
+    loss's runtime numbers, [B, K] with every row losses.runtime_numbers (rows: they shard along
+    the batch as every other input does)."""
     sampler_logps: Any = None
+    loss_numbers: Any = None
 
 
 @flax.struct.dataclass(frozen=True)
@@ -122,6 +125,7 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
         divisors = Divisors(tokens=jnp.max(train_example.window_tokens),
                             rows=jnp.max(train_example.window_rows))
     mask, sampler = train_example.completion_mask, getattr(train_example, "sampler_logps", None)
+    numbers = getattr(train_example, "loss_numbers", None)
     c = algo_config.correction
     behaviour = None
     if sampler is not None:
@@ -139,7 +143,8 @@ def loss_from_logps(per_token_logps: Any, train_example: Any, algo_config: AlgoS
                             train_example.ref_per_token_logps, train_example.advantages,
                             train_example.completion_mask, algo_config.loss,
                             truncated(train_example, algo_config, eos_id), algo_config.budget,
-                            divisors, entropy, weights, behaviour)
+                            divisors, entropy, weights, behaviour,
+                            None if numbers is None else numbers[0])
     if sampler is not None:  # NaN on a step without them: the probe logs none
         aux.update({k: jnp.where(jnp.any(known), v, jnp.nan)
                     for k, v in rc.logprob_gap(trainer, sampler, mask).items()})
@@ -169,10 +174,12 @@ def with_window(examples: list[Any], algo_config: AlgoSettings, eos_id: int
                 window_rows=jnp.full(len(ex.completion_mask), rows)) for ex in examples]
 
 
-def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None) -> RolloutExample:
-    """The example as a RolloutExample with the sampler's log-probs (`trainer`: its old ones)."""
+def with_sampler_logps(example: Any, sampler: Any, trainer: Any = None,
+                       numbers: Any = None) -> RolloutExample:
+    """The example as a RolloutExample with the sampler's log-probs (`trainer`: its old ones)
+    and the loss's runtime numbers ([B, K]; None: the loss's settings as constants)."""
     old = {} if trainer is None else {"old_per_token_logps": trainer}
-    return _as(RolloutExample, example, sampler_logps=sampler, **old)
+    return _as(RolloutExample, example, sampler_logps=sampler, loss_numbers=numbers, **old)
 
 
 @function_registry.register_policy_loss_fn(POLICY_LOSS)

@@ -48,6 +48,7 @@ from tunix.rl.grpo.grpo_learner import GRPOLearner
 
 from rlexp.algo import rollout_correction as rc
 from rlexp.algo.choices import TOKEN_LEVEL_ADVANTAGES
+from rlexp.algo.losses import runtime_numbers
 from rlexp.config.schema import Config
 from rlexp.engine import algo_registry as registry
 from rlexp.engine.probes import StepProbe
@@ -139,11 +140,11 @@ class Ahead:
                                            if getattr(out, f.name) is not None})
 
 
-def as_behaviour(example: Any, behaviour: Any) -> Any:
+def as_behaviour(example: Any, behaviour: Any, numbers: Any = None) -> Any:
     """The example whose old log-probs are the behaviour policy's, recorded at sampling
     (positions with none, NaN, lie outside the mask: 0): off-policy, the loss's ratio
     pi_theta / pi_behaviour (verl's one-step-off bypass mode)."""
-    return registry.with_sampler_logps(example, None, trainer=jnp.nan_to_num(behaviour, nan=0.0))
+    return registry.with_sampler_logps(example, None, jnp.nan_to_num(behaviour, nan=0.0), numbers)
 
 
 class Learner(GRPOLearner):
@@ -165,6 +166,7 @@ class Learner(GRPOLearner):
         self.windowed = bool(steps) and steps > 1
         self.with_window = functools.partial(registry.with_window, algo_config=algo_config,
                                              eos_id=rl_cluster.rollout.eos_id())
+        self.loss_numbers = runtime_numbers(algo_config.loss)
 
     def _generate_and_compute_advantage(self, training_input: Any, mode: Any = Mode.TRAIN) -> Any:
         start = time.perf_counter()
@@ -178,11 +180,14 @@ class Learner(GRPOLearner):
 
     def with_sampler_logps(self, example: Any, mode: Any) -> Any:
         """A TRAIN example as a RolloutExample with the sampler's log-probs (and, off the
-        vanilla sampler with old log-probs, the trainer's as its old ones)."""
+        vanilla sampler with old log-probs, the trainer's as its old ones) and the loss's
+        runtime numbers."""
         rows, c = self.rl_cluster.take_logprobs(), self.algo_config.correction
         if mode != Mode.TRAIN:
             return example
         cluster = self.rl_cluster
+        [numbers] = on_trainer_mesh(cluster, np.tile(self.loss_numbers,
+                                                      (example.completion_ids.shape[0], 1)))
         if rows is None:  # the sampler gave none: fine unless a correction needs them
             if c.enabled:
                 raise RuntimeError(f"algo.rollout_correction={c.mode} needs the sampler's "
@@ -191,18 +196,18 @@ class Learner(GRPOLearner):
             # with and without log-probs (rollout.logprob_gap_every) share one compiled step.
             [unknown] = on_trainer_mesh(cluster, np.full(example.completion_ids.shape, np.nan,
                                                          np.float32))
-            return registry.with_sampler_logps(example, unknown)
+            return registry.with_sampler_logps(example, unknown, numbers=numbers)
         [sampler] = on_trainer_mesh(cluster,
                                     rc.sampler_logps(rows, example.completion_ids.shape[1]))
         if self.off_policy and not c.enabled:
-            return as_behaviour(example, sampler)
+            return as_behaviour(example, sampler, numbers)
         trainer = None
         if example.old_per_token_logps is not None and not cluster.old_logps_from_trainer:
             micro = (self._compute_logps_micro_batch_size or 0) * self.algo_config.num_generations
             trainer = trainer_logps(cluster, example.prompt_ids, example.completion_ids,
                                     cluster.rollout.pad_id(), cluster.rollout.eos_id(),
                                     self.algo_config.temperature, micro)
-        return registry.with_sampler_logps(example, sampler, trainer)
+        return registry.with_sampler_logps(example, sampler, trainer, numbers)
 
     def _prepare_data(self, *args: Any, data_queue: Any, mode: Any = Mode.TRAIN, **kw: Any) -> None:
         if self.windowed and mode == Mode.TRAIN:
