@@ -23,7 +23,8 @@ RSS <= 3 GB.
 Each A/B side also prints CPU seconds per step (all of the process's threads): on a shared
 host wall time counts the other jobs' load too. Measured on a quiet 2-core CPU (load < 1), the
 default run (MLflow tracking on), `--repeats 3 --steps 40 --no-warm`: rlexp 0.3293 s/step, bare
-Tunix 0.3258 (1.011); CPU 0.5611 vs 0.5585 (1.005); bare's own repeats spread 0.3145-0.3331.
+Tunix 0.3258 (1.011); CPU 0.5611 vs 0.5585 (1.005); bare's own repeats spread 0.3145-0.3331;
+the same command half an hour later: 0.3491 vs 0.3374 (1.035), CPU 1.033.
 Timed inside both processes (40 steps, medians): Tunix's global step (RLLearner._run_global_step:
 rollout, rewards, advantages, update) 325.5-334.6 ms under rlexp vs 325.5-340.8 ms bare, the same
 within the spread between processes; what rlexp adds around it is ~4 ms a step (the metrics'
