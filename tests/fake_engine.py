@@ -67,7 +67,7 @@ class FakeEngine:
     def schedule(self, count: int) -> float:
         return 1e-3
 
-    def train_step(self, batch: Any, key: Any) -> dict:
+    def train_step(self, batch: Any, key: Any, ahead: Any = ()) -> dict:
         self.step_fn()
         self.done += 1
         return {"train/completion_length": 4.0, **self.train(self.done + self.start_step)}

@@ -23,7 +23,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rlexp.base import runtime
 from rlexp.base.errors import UserError
@@ -75,16 +75,12 @@ class TunixEngine:
     # Called after every global step (model.lora: rlexp.engine.lora.BaseLink), or None.
     after_step: Any = None
 
-    def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
+    def train_step(self, batch: dict[str, Any], key: Any,
+                   ahead: Sequence[tuple[dict[str, Any], Any]] = ()) -> dict[str, float]:
         self.rollout.keys.reset(key)
         self.probe.reset()
-        runner, t = self.step_runner, self.cfg.train
-        step = self.start_step + runner.calls + 1
-        # rollout.off_policy_steps: the next steps' batches and keys, as the loop makes them
-        upcoming = [(self.splits.train_batch(s - 1, t.batch_size, t.seed), rollout_key(t.seed, s))
-                    for s in range(step + 1, min(step + self.cfg.rollout.off_policy_steps, t.steps)
-                                   + 1)]
-        runner(batch, step, key, upcoming)
+        runner = self.step_runner
+        runner(batch, self.start_step + runner.calls + 1, key, ahead)
         if self.after_step is not None:
             self.after_step()
         # host seconds: sampler calls (incl. their device wait), rollout + rewards +

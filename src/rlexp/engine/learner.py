@@ -318,8 +318,8 @@ class StepRunner:
         self.sampled_s = 0.0
 
     def __call__(self, batch: dict[str, Any], step: int = 0, key: Any = None,
-                 upcoming: Sequence[tuple[dict[str, Any], Any]] = ()) -> None:
-        """Global step `step` (1-based) on `batch` sampled with `key`; `upcoming`: the next
+                 ahead: Sequence[tuple[dict[str, Any], Any]] = ()) -> None:
+        """Global step `step` (1-based) on `batch` sampled with `key`; `ahead`: the next
         off_policy_steps steps' (batch, key), fewer near the end."""
         L = self.learner
         self.calls += 1
@@ -327,7 +327,7 @@ class StepRunner:
             L.rl_cluster.cluster_config.rollout_config[Mode.TRAIN].return_logprobs = (
                 self.rollout.logprobs_at(step))
         if self.ahead_steps:
-            self.sample_ahead(step, [(batch, key), *upcoming])
+            self.sample_ahead(step, [(batch, key), *ahead])
         it = iter([batch])
         if self.micro != self.full:
             it = L._create_micro_batch_iterator(it, self.micro)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,8 +48,10 @@ class Engine(Protocol):
     def rollout_batch(self) -> int:
         """Completions per global step."""
 
-    def train_step(self, batch: dict[str, Any], key: Any) -> dict[str, float]:
-        """One RL global step sampled with `key`; the step's metrics as host floats."""
+    def train_step(self, batch: dict[str, Any], key: Any,
+                   ahead: Sequence[tuple[dict[str, Any], Any]] = ()) -> dict[str, float]:
+        """One RL global step sampled with `key`; the step's metrics as host floats. `ahead`:
+        the next rollout.off_policy_steps steps' (batch, key), sampled beside this update."""
 
     def rollouts(self) -> list[dict[str, Any]]:
         """The latest train_step's completions, one dict each: prompt, completion, each reward

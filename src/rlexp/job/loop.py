@@ -205,11 +205,16 @@ def begin(t: Training) -> None:
 def train_step(t: Training) -> dict[str, float]:
     """One global step and its metrics with the step's timings; NonFinite for a NaN/Inf."""
     state, engine = t.state, t.engine
-    with t.phase("data"):
-        batch = engine.splits.train_batch(state.step, t.cfg.train.batch_size, state.seed)
+    size, last = t.cfg.train.batch_size, t.cfg.train.steps
+    with t.phase("data"):  # step s (0-based) trains on batch s, sampled with key s + 1
+        batch = engine.splits.train_batch(state.step, size, state.seed)
+        # rollout.off_policy_steps: the next steps' batches and keys, sampled beside this one
+        ahead = [(engine.splits.train_batch(s, size, state.seed), rollout_key(state.seed, s + 1))
+                 for s in range(state.step + 1,
+                                min(state.step + 1 + t.cfg.rollout.off_policy_steps, last))]
     lr = float(engine.schedule(state.step * engine.updates_per_step))
     with t.phase("step"):
-        metrics = engine.train_step(batch, rollout_key(state.seed, state.step + 1))
+        metrics = engine.train_step(batch, rollout_key(state.seed, state.step + 1), ahead)
     state.step += 1
     step_s = t.phase.last["step"]
     tokens = metrics.get("train/completion_length", 0.0) * engine.rollout_batch
