@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from rlexp.config.schema import Config
+from rlexp.config.schema import LR_SCHEDULES, Config
 from rlexp.engine import lr_schedule
 from rlexp.engine.tunix_adapter import (host_lr_schedule, optimizer, schedule_numbers,
                                         updates_per_step)
@@ -53,7 +53,7 @@ CASES = [(steps, warmup, lr, end) for steps in (1, 2, 7, 150) for warmup in (0, 
          for lr, end in ((3e-6, 0.0), (1e-3, 1e-4), (7e-5, 3.3e-6))]
 
 
-@pytest.mark.parametrize("kind", lr_schedule.KINDS)
+@pytest.mark.parametrize("kind", LR_SCHEDULES)
 def test_schedules_equal_optax_at_every_update(kind):
     for steps, warmup, lr, end in CASES:
         cfg = config(kind, steps, warmup, lr, end)
@@ -102,7 +102,7 @@ def _train(tx: optax.GradientTransformation, updates: int) -> dict:
     return params
 
 
-@pytest.mark.parametrize("kind", lr_schedule.KINDS)
+@pytest.mark.parametrize("kind", LR_SCHEDULES)
 def test_adamw_with_the_schedule_in_its_state_equals_optax_adamw(kind):
     cfg = config(kind, 6, 2, 1e-2, 1e-3)
     cfg.train.grad_clip, cfg.train.weight_decay = 0.5, 0.1

@@ -21,8 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rlexp.config.schema import LR_SCHEDULES as KINDS
-
 
 class ScheduleState(NamedTuple):
     count: jax.Array  # optimizer updates done, as optax.ScaleByScheduleState's
