@@ -46,8 +46,11 @@ def known_ui(uri: str) -> str | None:
     """The UI URL serving `uri` now: the server itself, else rlexp.ui's (alive), else None."""
     if uri.startswith(("http://", "https://")):
         return redact_uri(uri).rstrip("/")
-    try:  # no ui_file (not sqlite): AttributeError
-        data = json.loads(ui_file(uri).read_text())
+    path = ui_file(uri)
+    if path is None:  # not a sqlite store: no rlexp.ui announces it
+        return None
+    try:
+        data = json.loads(path.read_text())
         pid, url = int(data["pid"]), str(data["url"])
         os.kill(pid, 0)  # raises when the UI is gone
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
