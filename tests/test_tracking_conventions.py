@@ -300,9 +300,12 @@ def test_jax_memory_is_sampled_on_accelerators_and_on_cpu(monkeypatch):
 
 
 def test_rss_and_jax_memory_are_logged_by_rlexps_own_sampler(tmp_path, monkeypatch):
-    """SystemMetrics logs this process's RSS and JAX's memory itself (MlflowClient.log_batch,
-    a step per sample, a last one at stop), next to MLflow's own monitor's system/*; a
+    """SystemMetrics logs this process's RSS and JAX's memory and MLflow's monitors' system/*
+    itself (MlflowClient.log_batch, a step per sample, a last one at stop) from one thread:
+    MLflow's monitor thread, which reads the run from the store at every sample, never runs; a
     resumed run goes on from the last step."""
+    import threading
+
     import sys
     import types
 
@@ -317,14 +320,18 @@ def test_rss_and_jax_memory_are_logged_by_rlexps_own_sampler(tmp_path, monkeypat
     run_id = client.create_run(client.create_experiment("sys")).info.run_id
     system = SystemMetrics(uri, run_id, every_s=0.2, resume=False)
     time.sleep(0.7)
+    threads = {t.name for t in threading.enumerate()}
     system.stop()
+    assert "rlexp-system-metrics" in threads and "SystemMetricsMonitor" not in threads
     rss = client.get_metric_history(run_id, "system/process_rss_megabytes")
     steps = sorted(m.step for m in rss)
     assert len(steps) >= 3 and steps == list(range(len(steps)))
     assert all(m.value > 10 for m in rss)  # MiB of a Python process with MLflow loaded
     live = client.get_metric_history(run_id, "system/jax_live_arrays_megabytes")
     assert [m.value for m in live] == [2.0] * len(steps)
-    assert any(k.startswith("system/cpu_utilization") for k in client.get_run(run_id).data.metrics)
+    cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+    assert sorted(m.step for m in cpu) == steps  # one step counter for every system/* key
+    assert all(0 <= m.value <= 100 for m in cpu)
     again = SystemMetrics(uri, run_id, every_s=0.2, resume=True)
     again.stop()
     assert max(m.step for m in client.get_metric_history(
@@ -376,3 +383,20 @@ def test_rollout_rows_by_hand():
          "truncated": False},
         {"prompt": "1+1=", "completion": "2 2 2 2", "format_exact": 0.0, "answer_exact": 0.0,
          "reward": 0.0, "advantage": pytest.approx(-0.7071), "length": 8, "truncated": True}]
+
+
+def test_mlflow_monitors_read_as_mlflows_loop_reads_them():
+    """MLflow's own CPU monitor through mlflow_monitors: with 3 samples before logging
+    (MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING), two calls give nothing, the third the means."""
+    from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+
+    from rlexp.tracking.conventions import mlflow_monitors
+
+    monitor = CPUMonitor()
+    read = mlflow_monitors([monitor], samples=3)
+    assert read() == {} and read() == {}
+    assert len(monitor.metrics["cpu_utilization_percentage"]) == 2
+    out = read()
+    assert 0 <= out["cpu_utilization_percentage"] <= 100 and "system_memory_usage_megabytes" in out
+    assert not monitor.metrics  # cleared: the next mean starts afresh
+    assert mlflow_monitors([monitor])().keys() == out.keys()

@@ -139,33 +139,40 @@ def sampling_interval(elapsed_s: float, cap_s: float) -> float:
 
 
 class SystemMetrics:
-    """System metrics as system/*: MLflow's monitor (CPU, RAM, disk, network, NVIDIA GPUs) and
-    rlexp's RSS and JAX memory, every FLUSH_EVERY_S and at stop, at sampling_interval(run age,
-    every_s) unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL is set."""
+    """System metrics as system/*, sampled on one thread of rlexp's: MLflow's monitors (CPU, RAM,
+    disk, network, NVIDIA GPUs, as its SystemMetricsMonitor builds them) and rlexp's RSS and JAX
+    memory, at sampling_interval(run age, every_s) unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+    is set, written every FLUSH_EVERY_S and at stop, one step per sample.
 
-    # Seconds between two writes of rlexp's own samples: one write per early 1 s sample would
-    # contend with the run's own writes to a sqlite store.
+    MLflow's monitor is built for its monitors but not started: its thread reads the run from the
+    store at every sample (MlflowClient.get_run, 20-22 ms of CPU on the default run's sqlite
+    store) and writes each sample; at the 1 s interval of a run's first minute it took 3.4% of a
+    core beside the training, and the same again for rlexp's own sampler's thread (MLflow 3.17,
+    the tiny default run, 2-core CPU)."""
+
+    # Seconds between two writes: one write per early 1 s sample would contend with the run's
+    # own writes to a sqlite store.
     FLUSH_EVERY_S = 10.0
 
     def __init__(self, uri: str, run_id: str, every_s: float, resume: bool):
         from mlflow import MlflowClient
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        # It logs "Started/Stopping monitoring" at INFO on every run.
+        # It logs "Skip logging GPU metrics" at INFO on every CPU run.
         logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
         fixed = os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL")  # the user's wins
-        first = every_s if fixed else min(MIN_SYSTEM_INTERVAL_S, every_s)
-        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=first,
-                                            resume_logging=resume, tracking_uri=uri)
-        self.monitor.start()
+        self.monitor = SystemMetricsMonitor(run_id, sampling_interval=every_s,
+                                            tracking_uri=uri)
         self.client, self.run_id = MlflowClient(uri), run_id
         self.fixed_s = float(self.monitor.sampling_interval) if fixed else None
         self.every_s = every_s
-        # The key MLflow's monitor uses: system/, and the node id when one is set.
+        # MLflow's keys: system/, and the node id when one is set.
         self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
-        self.readers = [r for r in (process_memory, jax_memory_reader()) if r is not None]
+        self.readers = [mlflow_monitors(self.monitor.monitors, self.monitor.samples_before_logging),
+                        process_memory,
+                        *filter(None, [jax_memory_reader()])]
         self.step = 0
-        if resume:  # one past the last logged RSS sample
+        if resume:  # one past the last logged sample
             history = self.client.get_metric_history(self.run_id,
                                                      f"{self.prefix}process_rss_megabytes")
             self.step = max((m.step for m in history), default=-1) + 1
@@ -203,26 +210,39 @@ class SystemMetrics:
                     self.warned = True
             interval = self.fixed_s or sampling_interval(time.monotonic() - self.started,
                                                          self.every_s)
-            # MLflow's monitor reads its interval before each wait: both keep the same pace.
-            self.monitor.sampling_interval = interval
             if self.stopping.wait(interval):
                 return
 
     def stop(self) -> None:
-        """Stop both samplers and log a last sample of each: MLflow's thread drops the sample
-        it was taking when stopped, so a run shorter than one interval would have none."""
+        """Stop sampling, then a last sample, so a run shorter than one interval has two."""
         self.stopping.set()
         self.thread.join()
-        m = self.monitor
         try:
             self.sample()
             self.flush()
-            m.finish()  # joins the monitor's thread
-            m.collect_metrics()
-            m.publish_metrics(m.aggregate_metrics())
-            m.mlflow_logger.flush()
         except Exception as exc:  # diagnostics only
-            log.warning("system metrics monitor: %s", exc)
+            log.warning("system metrics: %s", exc)
+
+
+def mlflow_monitors(monitors: list[Any], samples: int = 1) -> Callable[[], dict[str, float]]:
+    """MLflow's system-metrics monitors (mlflow.system_metrics.metrics) read as its monitor loop
+    reads them: each call collects; every `samples`-th (MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_
+    LOGGING) gives the mean of the samples since the last, the other calls nothing."""
+    calls = [0]
+
+    def read() -> dict[str, float]:
+        for m in monitors:
+            m.collect_metrics()
+        calls[0] += 1
+        if calls[0] % max(int(samples), 1):
+            return {}
+        out: dict[str, float] = {}
+        for m in monitors:
+            out.update(m.aggregate_metrics())
+            m.clear_metrics()
+        return out
+
+    return read
 
 
 def process_memory() -> dict[str, float]:
