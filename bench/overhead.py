@@ -31,6 +31,14 @@ within the spread between processes; what rlexp adds around it is ~4 ms a step (
 one fetch and statistics 1.2 ms, the listeners 1.1 ms, data and sampling keys ~1 ms). With
 tracker=none the CPU ratio is the same (0.996 of the tracked run): MLflow's writer thread
 writes in the update's gaps. Earlier figures were taken under load 7-15 (wall ratios 0.86-1.13).
+On another 2-core CPU (AMD EPYC, ~2.3x slower a step), per-thread CPU in the steady state
+(/proc/<pid>/task/*/stat over 30 s): MLflow's SystemMetricsMonitor thread 3.4% of a core (it read
+the run from the sqlite store at every 1 s sample, 20-22 ms of CPU each) and rlexp's MLflow
+writer 3.4%, taken from XLA's two threads (148% vs bare's 154%). With rlexp sampling MLflow's
+monitors on its own thread: the two tracking threads 2.1%, XLA's 153%; `--repeats 3 --steps 30
+--no-warm --ab tracker=none`: rlexp 0.7952 s/step, bare 0.8020 (0.992; CPU 0.992), tracker=none
+1.050 of the tracked run: the spread between processes there is +-5-10%, more than what rlexp
+adds.
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
