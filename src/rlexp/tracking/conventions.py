@@ -146,9 +146,8 @@ class SystemMetrics:
 
     MLflow's monitor is built for its monitors but not started: its thread reads the run from the
     store at every sample (MlflowClient.get_run, 20-22 ms of CPU on the default run's sqlite
-    store) and writes each sample; at the 1 s interval of a run's first minute it took 3.4% of a
-    core beside the training, and the same again for rlexp's own sampler's thread (MLflow 3.17,
-    the tiny default run, 2-core CPU)."""
+    store) and writes each sample: 3.4% of a core beside the training at the 1 s interval of a
+    run's first minute (MLflow 3.17, the tiny default run, 2-core CPU)."""
 
     # Seconds between two writes: one write per early 1 s sample would contend with the run's
     # own writes to a sqlite store.
