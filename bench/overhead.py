@@ -37,8 +37,8 @@ the run from the sqlite store at every 1 s sample, 20-22 ms of CPU each) and rle
 writer 3.4%, taken from XLA's two threads (148% vs bare's 154%). With rlexp sampling MLflow's
 monitors on its own thread: the two tracking threads 2.1%, XLA's 153%; `--repeats 3 --steps 30
 --no-warm --ab tracker=none`: rlexp 0.7952 s/step, bare 0.8020 (0.992; CPU 0.992), tracker=none
-1.050 of the tracked run: the spread between processes there is +-5-10%, more than what rlexp
-adds.
+1.050 of the tracked run: the spread between processes there is +-5-10%; the same command
+half an hour later: 0.7868 vs 0.7451 (1.056; CPU 1.066, every rlexp repeat above every bare one).
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
