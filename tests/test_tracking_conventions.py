@@ -304,9 +304,8 @@ def test_rss_and_jax_memory_are_logged_by_rlexps_own_sampler(tmp_path, monkeypat
     itself (MlflowClient.log_batch, a step per sample, a last one at stop) from one thread:
     MLflow's monitor thread, which reads the run from the store at every sample, never runs; a
     resumed run goes on from the last step."""
-    import threading
-
     import sys
+    import threading
     import types
 
     from rlexp.tracking.conventions import SystemMetrics

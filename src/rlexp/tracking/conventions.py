@@ -4,6 +4,7 @@ system metrics, and no series that cannot vary. Pure functions, except the monit
 from __future__ import annotations
 
 import getpass
+import itertools
 import logging
 import os
 import sys
@@ -167,9 +168,10 @@ class SystemMetrics:
         self.every_s = every_s
         # MLflow's keys: system/, and the node id when one is set.
         self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
-        self.readers = [mlflow_monitors(self.monitor.monitors, self.monitor.samples_before_logging),
-                        process_memory,
-                        *filter(None, [jax_memory_reader()])]
+        mlflow_readings = mlflow_monitors(self.monitor.monitors,
+                                          self.monitor.samples_before_logging)
+        self.readers = [r for r in (mlflow_readings, process_memory, jax_memory_reader())
+                        if r is not None]
         self.step = 0
         if resume:  # one past the last logged sample
             history = self.client.get_metric_history(self.run_id,
@@ -227,13 +229,12 @@ def mlflow_monitors(monitors: list[Any], samples: int = 1) -> Callable[[], dict[
     """MLflow's system-metrics monitors (mlflow.system_metrics.metrics) read as its monitor loop
     reads them: each call collects; every `samples`-th (MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_
     LOGGING) gives the mean of the samples since the last, the other calls nothing."""
-    calls = [0]
+    calls = itertools.count(1)
 
     def read() -> dict[str, float]:
         for m in monitors:
             m.collect_metrics()
-        calls[0] += 1
-        if calls[0] % max(int(samples), 1):
+        if next(calls) % max(int(samples), 1):
             return {}
         out: dict[str, float] = {}
         for m in monitors:
