@@ -39,6 +39,10 @@ monitors on its own thread: the two tracking threads 2.1%, XLA's 153%; `--repeat
 --no-warm --ab tracker=none`: rlexp 0.7952 s/step, bare 0.8020 (0.992; CPU 0.992), tracker=none
 1.050 of the tracked run: the spread between processes there is +-5-10%; the same command
 half an hour later: 0.7868 vs 0.7451 (1.056; CPU 1.066, every rlexp repeat above every bare one).
+On an Intel 2-core CPU (load < 1), `--repeats 3 --steps 30 --no-warm`: rlexp 0.8101 s/step,
+bare 0.7617 (1.063; CPU 1.024, every rlexp repeat above every bare one); the same with --trace
+twenty minutes later: 1.0980 vs 1.1786 (0.932; CPU 0.993; each side's repeats spread 0.87-1.32
+s/step). The wall ratio moves more between runs than rlexp's CPU share (0.99-1.07) does.
 
 --trace splits a step into the same phases on both sides (median over the steady steps):
 rollout (the sampler calls, incl. their device time), reward/advantage/log-probs (the rest of
