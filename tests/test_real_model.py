@@ -38,7 +38,8 @@ def first_blocks(src, n: int, dst):
     import json
     import shutil
 
-    from safetensors.numpy import load_file, save_file
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
 
     dst.mkdir()
     for f in src.iterdir():
@@ -46,8 +47,9 @@ def first_blocks(src, n: int, dst):
             shutil.copy(f, dst / f.name)
     hf = json.loads((src / "config.json").read_text())
     (dst / "config.json").write_text(json.dumps({**hf, "num_hidden_layers": n}))
-    keep = {k: v for k, v in load_file(str(src / "model.safetensors")).items()
-            if not k.startswith("model.layers.") or int(k.split(".")[2]) < n}
+    with safe_open(str(src / "model.safetensors"), "np") as f:  # reads the kept tensors only
+        keep = {k: f.get_tensor(k) for k in f.keys()
+                if not k.startswith("model.layers.") or int(k.split(".")[2]) < n}
     save_file(keep, str(dst / "model.safetensors"))
     return dst
 
