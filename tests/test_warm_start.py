@@ -136,3 +136,39 @@ def test_weights_round_trip_through_flat_names_in_the_models_dtypes():
         for k, v in params(b, sep).items():
             assert v.dtype == jnp.float32
             np.testing.assert_array_equal(np.asarray(v), flat[k].astype(np.float32), err_msg=k)
+
+
+def test_a_cached_warm_start_builds_the_model_abstract_and_assigns_every_weight(tmp_path):
+    """A cache hit reads the weights first and builds the model abstract (no random draws);
+    warm_start then gives it exactly the cached weights, as a concrete random-init model
+    loading them would have them; a config without an entry reads nothing."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from rlexp.engine.tunix_models import build_model
+    from rlexp.engine.warm_start import cache_path, cached_params, save_params, warm_start
+    from rlexp.engine.weights import params
+
+    c = Config()
+    c.run.cache_dir = str(tmp_path)
+    c.model.warm_start_steps = 3
+    assert cached_params(c) is None
+    source = build_model(c.model, None, 1)
+    save_params(source, cache_path(c))
+    cached = cached_params(c)
+
+    abstract = build_model(c.model, None, 0, abstract=True)
+    leaves = jax.tree.leaves(nnx.state(abstract))
+    assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
+    info = warm_start(c, abstract, None, [], cached)
+    assert info == {"warm_start/steps": 3, "warm_start/cached": 1}
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(nnx.state(abstract)))
+    concrete = build_model(c.model, None, 0)
+    warm_start(c, concrete, None, [], cached_params(c))
+    want, got = params(source), params(abstract)
+    assert set(got) == set(want) == set(params(concrete))
+    for name, value in want.items():
+        assert isinstance(got[name], jax.Array) and got[name].dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(value), err_msg=name)
+        np.testing.assert_array_equal(np.asarray(params(concrete)[name]), np.asarray(value))

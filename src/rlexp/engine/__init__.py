@@ -203,11 +203,14 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     # Process-wide patches: set before anything traces the model (the warm start does), and
     # reset by every build so a sweep's previous job in this process leaves nothing behind.
     use_training_remat(cfg.model.family, cfg.train.remat)
-    model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed)
+    # A cached warm start's weights replace the random ones: read first, then build abstract.
+    cached = None if cfg.run.init_from else warm_start.cached_params(cfg)
+    model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed,
+                                      abstract=cached is not None and cfg.model.path is None)
     if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
         info.update(init_from(cfg, model))
     else:
-        info.update(warm_start.warm_start(cfg, model, tok, splits.train))
+        info.update(warm_start.warm_start(cfg, model, tok, splits.train, cached))
     if cfg.model.lora.rank:  # adapters train; the frozen base is the reference (no copy)
         base, model = lora.apply(cfg.model, model, meshes["trainer"], cfg.train.seed)
         reference = base if cfg.algo.uses_reference else None

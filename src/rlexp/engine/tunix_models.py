@@ -46,8 +46,10 @@ def use_rope_theta(m: ModelConfig) -> None:
                          else functools.partial(original, rope_theta=m.rope_theta))
 
 
-def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
-    """The policy model: loaded from model.path, or randomly initialised (seeded)."""
+def build_model(m: ModelConfig, mesh: Any, seed: int, abstract: bool = False) -> Any:
+    """The policy model: loaded from model.path, or randomly initialised (seeded). `abstract`:
+    a random-init model's shapes only (nnx.eval_shape), for weights that are assigned next
+    (a cached warm start): the eager init is ~40 small programs to trace, lower and load."""
     family = get(m.family)
     path = model_dir(m)
     use_rope_theta(m)
@@ -67,7 +69,10 @@ def build_model(m: ModelConfig, mesh: Any, seed: int) -> Any:
     import jax
     from flax import nnx
 
-    model = getattr(tunix_module(family), family.model_class)(config, rngs=nnx.Rngs(seed))
+    model_class = getattr(tunix_module(family), family.model_class)
+    if abstract:
+        return nnx.eval_shape(lambda: model_class(config, rngs=nnx.Rngs(seed)))
+    model = model_class(config, rngs=nnx.Rngs(seed))
     # Tunix's MLPs initialise their kernels to zeros (made for loading weights): random ones,
     # or every MLP of a random-init model is dead at the start.
     key = jax.random.PRNGKey(seed + 1)

@@ -158,9 +158,25 @@ def save_params(model: Any, path: Path) -> None:
     tmp.replace(path)
 
 
-def load_params(model: Any, path: Path) -> None:
+def read_params(path: Path) -> dict[str, np.ndarray]:
     with np.load(path) as data:
-        assign(model, {k: data[k] for k in data.files})
+        return {k: data[k] for k in data.files}
+
+
+def load_params(model: Any, path: Path) -> None:
+    assign(model, read_params(path))
+
+
+def cached_params(cfg: Config) -> dict[str, np.ndarray] | None:
+    """The cached warm start's weights for this config, or None (none cached, no warm start,
+    or pruned by another run a moment ago): read before the model is built, so that a hit
+    builds it abstract (tunix_models.build_model) instead of drawing weights it replaces."""
+    if cfg.model.warm_start_steps == 0:
+        return None
+    try:
+        return read_params(cache_path(cfg))
+    except FileNotFoundError:
+        return None
 
 
 def _keep_cache(cfg: Config, path: Path) -> None:
@@ -169,22 +185,20 @@ def _keep_cache(cfg: Config, path: Path) -> None:
     prune_cache(path.parent.parent, cfg.run.cache_keep, protect=path.parent)
 
 
-def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example]
-               ) -> dict[str, Any]:
-    """Apply the (cached) warm start to `model` in place; returns what happened."""
+def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Example],
+               cached: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    """Apply the warm start to `model` in place; returns what happened. `cached`: the cache
+    entry's weights as cached_params read them (`model` may then be abstract), or None: train
+    the warm start and cache it."""
     m = cfg.model
     if m.warm_start_steps == 0:
         return {"warm_start/steps": 0}
     path = cache_path(cfg)
-    if path.is_file():
-        try:
-            load_params(model, path)
-        except FileNotFoundError:  # pruned by another run a moment ago: train it again
-            log.info("warm start: %s was pruned meanwhile; training it again", path)
-        else:
-            log.info("warm start: loaded from the cache (%s)", path)
-            _keep_cache(cfg, path)
-            return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
+    if cached is not None:
+        assign(model, cached)
+        log.info("warm start: loaded from the cache (%s)", path)
+        _keep_cache(cfg, path)
+        return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
     # Said as it starts: the longest start-up phase of a first run (23 s for tiny on a CPU).
     log.info("warm start: %d supervised steps on the reference answers, cached for the next "
              "runs", m.warm_start_steps)
