@@ -206,7 +206,7 @@ def build(cfg: Config, plan: "Plan", run_dir: Path) -> TunixEngine:
     # A cached warm start's weights replace the random ones: read first, then build abstract.
     cached = None if cfg.run.init_from else warm_start.cached_params(cfg)
     model = engine_models.build_model(cfg.model, meshes["trainer"], cfg.train.seed,
-                                      abstract=cached is not None and cfg.model.path is None)
+                                      abstract=cached is not None)
     if cfg.run.init_from:  # a fork starts from its origin's weights: no warm start
         info.update(init_from(cfg, model))
     else:

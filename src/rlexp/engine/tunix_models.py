@@ -49,7 +49,8 @@ def use_rope_theta(m: ModelConfig) -> None:
 def build_model(m: ModelConfig, mesh: Any, seed: int, abstract: bool = False) -> Any:
     """The policy model: loaded from model.path, or randomly initialised (seeded). `abstract`:
     a random-init model's shapes only (nnx.eval_shape), for weights that are assigned next
-    (a cached warm start): the eager init is ~40 small programs to trace, lower and load."""
+    (a cached warm start): the eager init is ~40 small programs to trace, lower and load. A
+    model from model.path loads its weights either way."""
     family = get(m.family)
     path = model_dir(m)
     use_rope_theta(m)

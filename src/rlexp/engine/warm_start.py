@@ -173,10 +173,14 @@ def cached_params(cfg: Config) -> dict[str, np.ndarray] | None:
     builds it abstract (tunix_models.build_model) instead of drawing weights it replaces."""
     if cfg.model.warm_start_steps == 0:
         return None
+    path = cache_path(cfg)  # hashes the dataset's local files: once on a hit
     try:
-        return read_params(cache_path(cfg))
+        weights = read_params(path)
     except FileNotFoundError:
         return None
+    log.info("warm start: loaded from the cache (%s)", path)
+    _keep_cache(cfg, path)
+    return weights
 
 
 def _keep_cache(cfg: Config, path: Path) -> None:
@@ -193,12 +197,10 @@ def warm_start(cfg: Config, model: Any, tok: Any, train_examples: Sequence[Examp
     m = cfg.model
     if m.warm_start_steps == 0:
         return {"warm_start/steps": 0}
-    path = cache_path(cfg)
     if cached is not None:
         assign(model, cached)
-        log.info("warm start: loaded from the cache (%s)", path)
-        _keep_cache(cfg, path)
         return {"warm_start/steps": m.warm_start_steps, "warm_start/cached": 1}
+    path = cache_path(cfg)
     # Said as it starts: the longest start-up phase of a first run (23 s for tiny on a CPU).
     log.info("warm start: %d supervised steps on the reference answers, cached for the next "
              "runs", m.warm_start_steps)
