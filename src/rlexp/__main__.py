@@ -76,7 +76,9 @@ REFUSAL_DELAY_S = 10.0
 def _refusing(index: int | None, step: Callable[..., Any], *step_args: Any) -> Any:
     """step(*step_args), its UserError a refusal (exit 2). Every process of a multi-process
     launch finds the same mistake: process 0 says it at once, the others after a delay, by when
-    the launcher has ended them, so the line comes once."""
+    a launcher that ends the rest on a failure (mpirun; srun -K1) has ended them, so the line
+    comes once. Plain srun lets each finish: each says it, so a mistake only one process finds
+    (a local file it lacks) is never lost."""
     try:
         return step(*step_args)
     except UserError as exc:
