@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from helpers import cli_env
 from slurm_fixture import slurm  # noqa: F401 - the fixture
 from sweep_helpers import (TINY, TWO_HOST, explain, finished_sweep, mlflow_children,
                            only_sweep_dir, rlexp, summaries, toy_reports, write_toy_app)
@@ -128,11 +129,9 @@ def test_slurm_refuses_a_sqlite_store_off_the_shared_filesystem(tmp_path):
 def test_srun_is_found_and_a_process_count_it_does_not_fit_exits_2_in_its_line(tmp_path):
     """`srun -n 2 python -m rlexp hardware=cpu-2host hardware.hosts=3`: each process reads
     srun's count from SLURM's environment and refuses with exit 2, no traceback, nothing
-    written. SLURM's default (KillOnBadExit=0, as .ci/slurm.sh configures it) lets process 1
-    finish after process 0 has exited, so it says the same line after its delay (README:
-    srun -K1 ends the others at once)."""
-    from helpers import cli_env
-
+    written. SLURM's default (KillOnBadExit=0; .ci/slurm.sh leaves it) lets process 1 finish
+    after process 0 has exited, so it says the same line after its delay (README: srun -K1
+    ends the others at once)."""
     proc = subprocess.run(["srun", "-n", "2", sys.executable, "-m", "rlexp", "hardware=cpu-2host",
                            "hardware.hosts=3"], cwd=tmp_path, env=cli_env(),
                           capture_output=True, text=True, timeout=180)
@@ -144,7 +143,6 @@ def test_srun_is_found_and_a_process_count_it_does_not_fit_exits_2_in_its_line(t
     assert "task 0: Exited with exit code 2" in out and "task 1: Exited with exit code 2" in out
     assert out.count("rlexp: starting a run") == 1, out  # process 0 only
     assert "Traceback" not in out and not (tmp_path / "outputs").exists()
-
 
 
 LAYOUT_APP = '''

@@ -170,7 +170,8 @@ def load_params(model: Any, path: Path) -> None:
 def cached_params(cfg: Config) -> dict[str, np.ndarray] | None:
     """The cached warm start's weights for this config, or None (none cached, no warm start,
     or pruned by another run a moment ago): read before the model is built, so that a hit
-    builds it abstract (tunix_models.build_model) instead of drawing weights it replaces."""
+    builds it abstract (tunix_models.build_model) instead of drawing weights it replaces. A
+    hit is logged and marks the entry used (the cache's pruning keeps it)."""
     if cfg.model.warm_start_steps == 0:
         return None
     path = cache_path(cfg)  # hashes the dataset's local files: once on a hit
