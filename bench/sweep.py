@@ -79,7 +79,7 @@ def slurm_overhead(repeats: int, work: Path) -> dict[str, float] | None:
     except ImportError:
         return None
     executor = submitit.AutoExecutor(folder=work / "submitit", cluster="slurm")
-    executor.update_parameters(timeout_min=2, cpus_per_task=1)
+    executor.update_parameters(timeout_min=4, cpus_per_task=1)  # > USR2@90 + 60 s
     times = []
     for i in range(repeats):
         t0 = time.perf_counter()

@@ -63,6 +63,37 @@ def test_launcher_plugins_are_discovered_by_hydra():
     assert {"XpkLauncher", "RlexpSlurmLauncher", "RlexpLocalLauncher", "RlexpRayLauncher"} <= found
 
 
+def test_a_slurm_time_limit_within_submitits_signal_is_refused(hydra_conf, compose_config):
+    """SLURM may send --signal=USR2@<signal_delay_s> 60 s early: a limit <= delay + 60 s can be
+    signalled at the job's start. The limit is the launcher's timeout_min, else the job's."""
+    from rlexp.base.errors import UserError
+    from rlexp.launch.checks import CheckContext, check_slurm_time, slurm_limits
+
+    def limits(*overrides: str):
+        return slurm_limits(compose("config", overrides=list(overrides), return_hydra_config=True))
+
+    assert limits("hydra/launcher=rlexp_slurm") == (None, 120)  # hydra-submitit's default delay
+    assert limits("hydra/launcher=submitit_slurm") == (60, 120)
+    assert limits("hydra/launcher=rlexp_slurm", "hydra.launcher.timeout_min=9",
+                  "hydra.launcher.signal_delay_s=30") == (9, 30)
+    assert limits("hydra/launcher=joblib") is None and limits() is None
+
+    def check(minutes: int, slurm) -> None:
+        check_slurm_time(compose_config(f"hardware.timeout_min={minutes}"), CheckContext(slurm=slurm))
+
+    check(4, (None, 120))  # 240 s > 120 + 60
+    check(2, (None, 30))  # 120 s > 30 + 60
+    check(1, None)  # not SLURM
+    with pytest.raises(UserError) as refused:
+        check(3, (None, 120))  # 180 s: the signal may come at 0 s
+    assert str(refused.value).startswith("hardware.timeout_min=3 is too short for SLURM")
+    assert "signal_delay_s=120" in str(refused.value)
+    assert "set hardware.timeout_min >= 4 or a smaller hydra.launcher.signal_delay_s" \
+        in str(refused.value)
+    with pytest.raises(UserError, match=r"^hydra.launcher.timeout_min=2 .* >= 4 "):
+        check(60, (2, 120))  # the launcher's value wins over the job's
+
+
 def test_per_job_resources_come_from_hardware_unless_the_launcher_sets_them():
     from hydra_plugins.rlexp_slurm_launcher.slurm_launcher import job_resources
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from helpers import cli_env
+from helpers import cli_env, one_line_exit_2
 from slurm_fixture import slurm  # noqa: F401 - the fixture
 from sweep_helpers import (TINY, TWO_HOST, explain, finished_sweep, mlflow_children,
                            only_sweep_dir, rlexp, summaries, toy_reports, write_toy_app)
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("slurm")]
 
 # Two hardware profiles that differ in every resource the launcher maps.
 HARDWARE = {
-    "small": {"cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 3, "partition": None},
+    "small": {"cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 4, "partition": None},
     "large": {"cpus_per_task": 2, "gpus_per_node": 0, "timeout_min": 7, "partition": "debug"},
 }
 
@@ -29,7 +29,9 @@ def test_submitit_runs_a_function_on_slurm(tmp_path):
     import submitit
 
     executor = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
-    executor.update_parameters(timeout_min=2, cpus_per_task=1)
+    # 4 min: submitit's USR2@90 may come 60 s early (sbatch --signal); at 2 min it came at the
+    # job's start once, and the job ended FAILED (launch.checks.check_slurm_time).
+    executor.update_parameters(timeout_min=4, cpus_per_task=1)
     t0 = time.perf_counter()
     job = executor.submit(pow, 2, 10)
     assert job.result() == 1024
@@ -55,7 +57,7 @@ def test_rlexp_slurm_gives_each_job_its_own_resources(tmp_path):
     assert proc.returncode == 0, explain(proc)
     got = toy_reports(tmp_path / "sweep")
     assert got["small"]["cpus"] == "1" and got["large"]["cpus"] == "2"
-    assert got["small"]["time_limit"] == "3:00" and got["large"]["time_limit"] == "7:00"
+    assert got["small"]["time_limit"] == "4:00" and got["large"]["time_limit"] == "7:00"
     assert got["large"]["partition"] == "debug"
     assert got["small"]["slurm_job"] != got["large"]["slurm_job"]
 
@@ -108,6 +110,14 @@ def test_rlexp_sweep_on_slurm(tmp_path):
         assert not (tmp_path / "outputs" / "mlflow.db").exists()  # nothing went to sqlite
     finally:
         server.stop()
+
+
+def test_a_job_time_limit_within_submitits_signal_is_refused_before_any_job(tmp_path):
+    proc = rlexp(["-m", "hydra/launcher=rlexp_slurm", "train.seed=0,1", *TINY,
+                  "hardware.timeout_min=3"], tmp_path, timeout=120)
+    one_line_exit_2(proc, "hardware.timeout_min=3 is too short for SLURM",
+                    "set hardware.timeout_min >= 4")
+    assert not (tmp_path / "outputs").exists()  # no sweep dir, no MLflow parent, no job
 
 
 def test_slurm_refuses_a_sqlite_store_off_the_shared_filesystem(tmp_path):
@@ -171,9 +181,9 @@ if __name__ == "__main__":
 # One plain process, and two processes (multi_controller) on this one CPU node: 2 x 1 CPU.
 LAYOUTS = {
     "one": {"platform": "cpu", "hosts": 1, "runtime": "single", "emulate": "false",
-            "cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 3, "partition": None},
+            "cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 4, "partition": None},
     "two": {"platform": "cpu", "hosts": 2, "runtime": "multi_controller", "emulate": "false",
-            "cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 3, "partition": None},
+            "cpus_per_task": 1, "gpus_per_node": 0, "timeout_min": 4, "partition": None},
 }
 
 

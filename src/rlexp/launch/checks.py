@@ -48,6 +48,9 @@ class CheckContext:
     jobs_run_elsewhere: bool = False
     # Warning lines already printed for this command (a sweep's jobs share one context).
     said: set = dataclasses.field(default_factory=set, compare=False, hash=False)
+    # A SLURM sweep: (hydra.launcher.timeout_min, None = each job's hardware.timeout_min;
+    # hydra.launcher.signal_delay_s), for check_slurm_time. None: no SLURM launcher.
+    slurm: Optional[tuple[Optional[int], int]] = None
 
     def warn(self, line: str) -> None:
         """One `rlexp: warning:` line, once per command (a re-run in the vLLM venv said it)."""
@@ -171,6 +174,30 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
                         f"{state.split(': ', 1)[1]}; fix it or run with tracker=none")
 
 
+# sbatch(1), --signal: "the signal may be sent up to 60 seconds earlier than specified".
+SLURM_SIGNAL_EARLY_S = 60
+
+
+def check_slurm_time(cfg: Config, ctx: CheckContext) -> None:
+    """A SLURM job's time limit outlasts submitit's warning signal (--signal=USR2@<signal_delay_s>,
+    which SLURM may send 60 s early): a limit within it can be signalled as the job starts, and
+    submitit takes a signal before the limit for a preemption and requeues the job, again at each
+    start. Measured with USR2@90 on a one-node SLURM 22.05: --time=2 signalled at 17 s, and once
+    at the job's start (that job ended FAILED); --time=3 at 87 s; --time=4 not in 110 s."""
+    if ctx.slurm is None:
+        return
+    launcher_min, delay_s = ctx.slurm
+    key, minutes = (("hydra.launcher.timeout_min", launcher_min) if launcher_min is not None
+                    else ("hardware.timeout_min", cfg.hardware.timeout_min))
+    earliest = delay_s + SLURM_SIGNAL_EARLY_S
+    if minutes * 60 <= earliest:
+        raise UserError(f"{key}={minutes} is too short for SLURM: submitit's warning signal "
+                        f"(hydra.launcher.signal_delay_s={delay_s} s before the limit, which "
+                        f"SLURM may send {SLURM_SIGNAL_EARLY_S} s earlier) could reach the job "
+                        f"as it starts and requeue it; set {key} >= {earliest // 60 + 1} or a "
+                        f"smaller hydra.launcher.signal_delay_s")
+
+
 def check_rollout(cfg: Config, ctx: CheckContext) -> None:
     """The rollout backend's own pre-flight (RolloutSpec.check)."""
     if not ctx.jobs_run_elsewhere:
@@ -285,6 +312,7 @@ class Check:
 # In order: the first refusal is the one reported.
 CHECKS: tuple[Check, ...] = (
     Check("tracker", check_tracker),
+    Check("slurm_time", check_slurm_time),
     Check("rollout", check_rollout, dry_run=False),  # a plan needs no vLLM
     Check("cache_dir", check_cache_dir),
     Check("dataset_text", check_dataset_text),
@@ -381,7 +409,21 @@ def check_command(output_dir: Path, base: Any, multirun: bool) -> CheckContext:
         check_launcher(base)
         check_sweep_store(base)  # jobs on other machines reach the store
     return CheckContext(output_dir=Path(output_dir),
-                        jobs_run_elsewhere=multirun and jobs_run_elsewhere(base))
+                        jobs_run_elsewhere=multirun and jobs_run_elsewhere(base),
+                        slurm=slurm_limits(base) if multirun else None)
+
+
+# Launchers that submit to SLURM through submitit (sbatch --signal=USR2@signal_delay_s).
+SLURM_LAUNCHERS = ("rlexp_slurm", "submitit_slurm")
+
+
+def slurm_limits(base: Any) -> Optional[tuple[Optional[int], int]]:
+    """CheckContext.slurm of a sweep whose launcher is `base`'s hydra.launcher."""
+    choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
+    if choices.get("hydra/launcher") not in SLURM_LAUNCHERS:
+        return None
+    launcher = OmegaConf.select(base, "hydra.launcher")
+    return launcher.get("timeout_min"), int(launcher.get("signal_delay_s") or 0)
 
 
 # Launchers whose jobs run on other machines: GKE pods, SLURM's compute nodes.
