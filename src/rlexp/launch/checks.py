@@ -367,9 +367,14 @@ def answer_tokens(text: str, model: Any) -> tuple[int, str]:
     return n, f"at least {n} tokens"
 
 
+def launcher_choice(base: Any) -> Any:
+    """The sweep's hydra/launcher option (joblib, rlexp_slurm, ...), None if the config has none."""
+    return (OmegaConf.select(base, "hydra.runtime.choices", default=None) or {}).get("hydra/launcher")
+
+
 def check_launcher(base: Any) -> None:
     """hydra.launcher's prerequisites, before the sweep callback opens an MLflow parent run."""
-    choice = OmegaConf.select(base, "hydra.runtime.choices", default={}).get("hydra/launcher")
+    choice = launcher_choice(base)
     n_jobs = OmegaConf.select(base, "hydra.launcher.n_jobs", default=None)
     if isinstance(n_jobs, int) and (n_jobs == 0 or n_jobs < -1):
         raise UserError(f"hydra.launcher.n_jobs={n_jobs} is invalid: must be >= 1 "
@@ -419,21 +424,19 @@ SLURM_LAUNCHERS = ("rlexp_slurm", "submitit_slurm")
 
 def slurm_limits(base: Any) -> Optional[tuple[Optional[int], int]]:
     """CheckContext.slurm of a sweep whose launcher is `base`'s hydra.launcher."""
-    choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
-    if choices.get("hydra/launcher") not in SLURM_LAUNCHERS:
+    if launcher_choice(base) not in SLURM_LAUNCHERS:
         return None
     launcher = OmegaConf.select(base, "hydra.launcher")
     return launcher.get("timeout_min"), int(launcher.get("signal_delay_s") or 0)
 
 
 # Launchers whose jobs run on other machines: GKE pods, SLURM's compute nodes.
-REMOTE_LAUNCHERS = ("xpk", "rlexp_slurm", "submitit_slurm")
+REMOTE_LAUNCHERS = ("xpk", *SLURM_LAUNCHERS)
 
 
 def jobs_run_elsewhere(base: Any) -> bool:
     """A sweep's jobs run on other hosts: xpk and SLURM launchers, Ray on another machine."""
-    choices = OmegaConf.select(base, "hydra.runtime.choices", default={}) or {}
-    launcher = choices.get("hydra/launcher")
+    launcher = launcher_choice(base)
     if launcher in REMOTE_LAUNCHERS:
         return True
     if launcher != "rlexp_ray":
