@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rlexp.base.errors import UserError
 from rlexp.tracking import default_uri, make_listener, parent_run_id, prepare_store, run_id
 from rlexp.tracking.callback import SweepCallback, parent_status
 from rlexp.tracking.listener import MlflowListener
-from rlexp.tracking.spool import SPOOL_FILE
+from rlexp.tracking.spool import SPOOL_FILE, Spool
 from rlexp.tracking.sync import sync
 from helpers import METRICS, crash, history, info, metrics
 
@@ -219,6 +220,33 @@ def test_run_end_from_a_signal_inside_a_spool_write(uri, client, tmp_path):
     rid = run_id(run_dir)
     assert client.get_run(rid).info.status == "KILLED"
     assert history(client, rid, "train/loss") == [1, 2]
+
+
+def test_run_end_while_the_environment_thread_writes_the_spool_finishes_the_run(
+        uri, client, tmp_path, capsys, monkeypatch):
+    """A short run ends while the environment thread is inside add() (environment.json): no
+    signal landed in this thread's add, so on_run_end waits for the lock and the run is
+    FINISHED (a 60-step job once stayed RUNNING, warned of a signal that never came)."""
+    run_dir = tmp_path / "run"
+    inside, release = threading.Event(), threading.Event()
+    append = Spool.append
+
+    def slow_environment(self, record: dict) -> None:
+        if record.get("artifact_file") == "environment.json":
+            inside.set()
+            release.wait(30)
+        append(self, record)
+
+    monkeypatch.setattr(Spool, "append", slow_environment)
+    listener = MlflowListener(uri, "busy-end", run_dir, gated=False, flush_every_s=3600.0)
+    listener.on_run_start(info(run_dir))
+    assert inside.wait(30)
+    threading.Timer(0.5, release.set).start()
+    listener.on_run_end("FINISHED", {"status": "FINISHED"})
+    assert "signal" not in capsys.readouterr().err
+    rid = run_id(run_dir)
+    assert client.get_run(rid).info.status == "FINISHED"
+    assert "environment.json" in {a.path for a in client.list_artifacts(rid)}
 
 
 def test_unreachable_store_spools_then_sync_replays(uri, client, tmp_path, capsys):

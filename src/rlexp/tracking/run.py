@@ -45,9 +45,8 @@ class TrackedRun:
             print(f"rlexp: warning: {self.spool.path}: skipped {self.skipped} damaged record(s) "
                   "(torn or unreadable lines); the others are sent", file=sys.stderr, flush=True)
         self._lock = threading.RLock()  # re-entrant: a signal's on_run_end may interrupt an add
-        # True inside add(): a signal handler that lands there must not wait for the writer,
-        # which needs the lock this thread holds.
-        self.adding = False
+        # The thread inside add(), if any (the lock admits one): see `adding`.
+        self._adder: int | None = None
         self._client: MlflowClient | None = None
         # Records the store failed for good (not an outage), as "what: why"; never retried.
         self.dropped: list[str] = []
@@ -59,14 +58,21 @@ class TrackedRun:
             self._client = store.client(self.link.uri)
         return self._client
 
+    @property
+    def adding(self) -> bool:
+        """Whether the calling thread is inside add(): a signal handler that lands there must not
+        wait for the writer, which needs the lock this thread holds. Another thread's add (the
+        environment's, at a short run's end) releases it: waiting is safe then."""
+        return self._adder == threading.get_ident()
+
     def add(self, record: dict) -> None:
         with self._lock:
-            self.adding = True
+            outer, self._adder = self._adder, threading.get_ident()
             try:
                 self.records.append(record)
                 self.spool.append(record)
             finally:
-                self.adding = False
+                self._adder = outer
 
     def drop_metrics_after(self, step: int) -> None:
         """Resume from a checkpoint at `step`: later metrics will be produced again."""
