@@ -431,6 +431,7 @@ def test_the_optuna_dry_run_counts_its_trials(tmp_path):
     assert "2 job(s)" not in head
 
 
+@pytest.mark.slow
 def test_a_sweep_past_the_sampled_product_counts_every_job():
     from rlexp.launch.preflight import MAX_PRODUCT
 

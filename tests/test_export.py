@@ -122,6 +122,7 @@ def _rlexp_logits(path: Path, m: ModelConfig, tokens: np.ndarray) -> np.ndarray:
                             jnp.tril(jnp.ones((T, T), bool))[None])[0][0])
 
 
+@pytest.mark.slow
 def test_export_runs_in_transformers_with_rlexp_logits(tmp_path):
     """transformers' Qwen3ForCausalLM on the export = rlexp on the export = NumPy (float32)."""
     require_torch()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from rlexp.base.python_fixes import ast_parse_is_thread_unsafe
 
 RACE = textwrap.dedent("""
@@ -53,6 +55,7 @@ def test_the_versions_with_the_bug():
     assert not ast_parse_is_thread_unsafe((3, 10, 14))
 
 
+@pytest.mark.slow
 def test_parallel_parses_raise_no_system_error_once_rlexp_is_imported():
     if ast_parse_is_thread_unsafe():
         for _ in range(3):  # a race: a very loaded machine may need another try to show it

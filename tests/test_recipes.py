@@ -90,6 +90,7 @@ def test_llama8b_seeds_fit_both_single_host_slices(name, compose_config):
     assert cfg.algo.name == ("gspo" if name.endswith("gspo") else "grpo")
 
 
+@pytest.mark.slow
 def test_the_recipes_dry_run_through_the_entry_point():
     """`python -m rlexp experiment=NAME run.dry_run=true` for every recipe, as one sweep of
     dry runs (one process, ~1 s a recipe): exit 0 and a fitting plan each. Every recipe that

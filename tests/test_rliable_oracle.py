@@ -57,6 +57,7 @@ def rliable() -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_point_estimates_are_rliables(rliable):
     ours = [seed_stats.iqm(s) for s in (X, Y, X[:, :1], X[:7])]
     assert ours == pytest.approx(rliable["iqm"], abs=1e-12)
@@ -65,6 +66,7 @@ def test_point_estimates_are_rliables(rliable):
                                                                           abs=1e-12)
 
 
+@pytest.mark.slow  # with the point estimates: one run of rliable in its venv (~12 s)
 @pytest.mark.parametrize("which", ["iqm", "poi"])
 def test_stratified_bootstrap_cis_are_rliables(rliable, which):
     ours = (seed_stats.stratified_bootstrap_ci(seed_stats.iqm, X) if which == "iqm" else

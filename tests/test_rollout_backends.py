@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rlexp.config.rollouts.vanilla import VanillaSpec
 from rlexp.engine.rollout.vanilla import Rollout, VanillaBackend
 from helpers import cli
@@ -112,6 +114,7 @@ class RecordingRollout(Rollout):
         super().update_params(params, filter_types)
 
 
+@pytest.mark.slow
 def test_a_backend_of_ones_own_trains_two_steps(tmp_path):
     conf = tmp_path / "conf" / "rollout"
     conf.mkdir(parents=True)

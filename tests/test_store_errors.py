@@ -349,6 +349,7 @@ def _sync(run_dir: Path, uri: str) -> subprocess.CompletedProcess:
                           env=cli_env(), capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_sync_says_whether_the_store_is_down_or_wrong(serve, tmp_path, capsys):
     run_dir = tmp_path / "run"
     _spooled_run(run_dir, with_secrets(down_url()))

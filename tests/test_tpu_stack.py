@@ -40,6 +40,10 @@ def env() -> dict[str, str]:
     return {"PYTHONPATH": f"{src}{os.pathsep}{path}" if path else src, "JAX_PLATFORMS": "cpu"}
 
 
+# Each test starts the Python 3.12 environment (importing vLLM and tpu-inference: 20-40 s).
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module", autouse=True)
 def stack() -> None:
     require(PYTHON.is_file(), f"rollout=vllm's TPU stack needs the environment {VENV}",

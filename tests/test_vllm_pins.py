@@ -82,6 +82,7 @@ def test_cpu_extra_resolves_beside_tunix(wheels, tmp_path):
         assert pin in installs, (pin, installs)
 
 
+@pytest.mark.slow
 def test_tpu_extra_still_conflicts_on_qwix(wheels, tmp_path):
     """Python 3.12 (tpu-inference 0.32.0's jax 0.11.2 needs it): the resolver stops on qwix."""
     rc, text = _outcome("vllm-tpu", "3.12", ["google-tunix==0.1.7", *_extra("vllm-tpu")],

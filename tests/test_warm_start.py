@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rlexp.config.schema import Config
 from rlexp.data import Example
@@ -66,6 +67,7 @@ def test_batch_masks_only_the_completion_and_eos():
     np.testing.assert_array_equal(make_batch(tok, [ex], 8)["ids"][0][:5], ids[:5])  # truncation
 
 
+@pytest.mark.slow
 def test_scanned_chunks_train_exactly_like_one_jitted_call_per_step():
     """warm_start.train runs its steps in lax.scan chunks; the weights and losses must be the
     ones a plain loop of jitted steps gives, whatever the chunking (5 steps: 2+2+1)."""

@@ -419,6 +419,7 @@ def test_the_images_install_this_checkout_with_its_own_pins():
 TOKEN = "hf_rlexpTestToken123"  # never printed: the dry run shows HF_TOKEN=***
 
 
+@pytest.mark.slow
 def test_secrets_reach_the_pod_through_xpk_and_are_never_printed(tmp_path, xpk_bin):
     """xpk's own dry run, verbose (its JobSet manifests printed): HF_TOKEN named in
     hydra.launcher.secrets gets into the container's environment through --env-file, its
