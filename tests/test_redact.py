@@ -65,6 +65,23 @@ def test_redact_text_and_params(monkeypatch):
                       "model.tokenizer": "char", "algo.beta": 0.04}
 
 
+def test_secrets_inside_a_list_param_and_a_tag_named_like_one_are_masked(monkeypatch):
+    """flatten stops at lists: reward.functions is one param, a list of dicts whose free-form
+    kwargs can hold a key or a URI's password; a tag is masked by its name as a param is."""
+    from rlexp.config.naming import flatten
+    from rlexp.tracking.listener import clean_params, clean_tags
+
+    functions = [{"name": "judge", "kwargs": {"api_key": API_KEY, "temperature": 0.5,
+                                              "url": "https://u:PlantedPw99@judge.example/v1"}}]
+    flat = flatten({"reward": {"functions": functions}, "algo": {"beta": 0.04}})
+    assert isinstance(flat["reward.functions"], list)  # what reaches the params
+    param = clean_params(flat)["reward.functions"]
+    assert API_KEY not in param and "PlantedPw99" not in param
+    assert "'temperature': 0.5" in param and "judge.example" in param, param
+    tags = clean_tags({"api_key": "sk-short", "team": "rl", "note": f"token={API_KEY}"})
+    assert tags == {"api_key": MASK, "team": "rl", "note": f"token={MASK}"}
+
+
 def _hydra_dir(run_dir: Path) -> None:
     """What Hydra saves for `python -m rlexp +tracker.api_key=... algo.beta=0.1`."""
     hydra = run_dir / ".hydra"

@@ -311,9 +311,10 @@ def redact_obj(obj: Any, key: str = "", values: set[str] | None = None) -> Any:
 
 
 def redact_params(flat: dict[str, Any]) -> dict[str, Any]:
-    """Flattened config {dotted key: value} -> the same with secrets masked."""
+    """Flattened config {dotted key: value} -> the same with secrets masked. A value can still
+    be a list of dicts (flatten stops at lists: reward.functions' kwargs), masked inside too."""
     values = secret_values()
-    return {k: redact_value(k, v, values) for k, v in flat.items()}
+    return {k: redact_obj(v, k, values) for k, v in flat.items()}
 
 
 def _collect_secrets(node: Any, found: set[str], key: str = "") -> None:

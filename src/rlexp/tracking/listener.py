@@ -29,7 +29,7 @@ import yaml
 
 from rlexp.base.events import Listener, RunInfo
 from rlexp.base.lock import try_flock
-from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri
+from rlexp.base.redact import redact_obj, redact_params, redact_text, redact_uri, redact_value
 from rlexp.base.summary import read_summary
 from rlexp.tracking import store
 from rlexp.tracking.conventions import SystemMetrics, dataset_input, rows_of, standard_tags
@@ -85,7 +85,9 @@ def same_store(saved: str, uri: str) -> bool:
 
 
 def clean_tags(tags: dict[str, Any]) -> dict[str, str]:
-    return {store.sanitize_key(k): store.truncate(redact_text(str(v)), store.MAX_TAG_VAL_LEN)
+    """Masked as params are: by a secret name (tracker.tags.api_key) and by value."""
+    return {store.sanitize_key(k): store.truncate(redact_value(str(k), str(v)),
+                                                  store.MAX_TAG_VAL_LEN)
             for k, v in tags.items()}
 
 
