@@ -69,10 +69,20 @@ def test_sweep_parent_name():
 
 
 def test_constant_series_only_on_policy():
+    """On-policy, the loss's ratio statistics are left out (the ratio is 1); the share of
+    completions cut at the length limit (train/clipped_ratio) is not one of them."""
+    from rlexp.engine.algo_registry import AUX_KEYS
+
     names, prefixes = constant_metrics(num_iterations=1, batch_size=8, mini_batch_size=None)
-    assert names == {"eval/k"} and "train/ratio" in prefixes and "train/clip" in prefixes
+    logged = [f"train/{k}" for k in AUX_KEYS] + ["train/clipped_ratio", "train/reward_mean"]
+    dropped = {k for k in logged if k.startswith(prefixes)}
+    assert names == {"eval/k"} and dropped == {
+        "train/ratio_mean", "train/ratio_max", "train/ratio_min", "train/clip_fraction",
+        "train/clip_ratio/low_mean", "train/clip_ratio/high_mean", "train/clip_ratio/region_mean"}
     assert constant_metrics(2, 8, None)[1] == ()  # off-policy: the ratio varies
     assert constant_metrics(1, 8, 4)[1] == ()     # two mini-batches: the second is off-policy
+    # sampled ahead: the ratio is against the behaviour log-probs, the staleness's signal
+    assert constant_metrics(1, 8, None, off_policy_steps=1)[1] == ()
 
 
 def test_flops_by_hand():

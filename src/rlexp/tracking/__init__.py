@@ -37,7 +37,8 @@ def make_listener(cfg: "Config", run_dir: Path) -> "Listener | None":
     return MlflowListener(uri=uri, experiment=cfg.tracker.experiment, run_dir=Path(run_dir),
                           gated=t.checkpoint_every > 0, flush_every_s=cfg.tracker.flush_every_s,
                           constant=constant_metrics(cfg.algo.num_iterations, t.batch_size,
-                                                    t.mini_batch_size),
+                                                    t.mini_batch_size,
+                                                    cfg.rollout.off_policy_steps),
                           system_metrics_every_s=cfg.tracker.system_metrics_every_s)
 
 

@@ -103,12 +103,20 @@ def _user() -> str:
         return os.environ.get("USER", "unknown")
 
 
-def constant_metrics(num_iterations: int, batch_size: int,
-                     mini_batch_size: int | None) -> tuple[set[str], tuple[str, ...]]:
+# The loss's ratio statistics (algo/losses.py): not train/clipped_ratio, the share of
+# completions cut at the length limit, which varies in every run.
+RATIO_PREFIXES = ("train/ratio_", "train/clip_fraction", "train/clip_ratio/")
+
+
+def constant_metrics(num_iterations: int, batch_size: int, mini_batch_size: int | None,
+                     off_policy_steps: int = 0) -> tuple[set[str], tuple[str, ...]]:
     """(names, prefixes) of series constant in this run: on-policy (one update per batch, one
-    mini-batch) the importance ratio is 1, so ratio stats and clip fractions; eval/k too."""
-    off_policy = num_iterations > 1 or (mini_batch_size or batch_size) < batch_size
-    return {"eval/k"}, (() if off_policy else ("train/ratio", "train/clip"))
+    mini-batch, sampled with the weights being updated) the importance ratio is 1, so ratio
+    stats and clip fractions; eval/k too. Sampled ahead (rollout.off_policy_steps), the ratio
+    is taken against the behaviour log-probs: it varies, and shows the staleness."""
+    off_policy = (num_iterations > 1 or (mini_batch_size or batch_size) < batch_size
+                  or off_policy_steps > 0)
+    return {"eval/k"}, (() if off_policy else RATIO_PREFIXES)
 
 
 def dataset_input(name: str, source: str, context: str, rows: list[dict]) -> dict:
