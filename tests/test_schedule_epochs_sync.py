@@ -133,6 +133,26 @@ def test_step_runner_syncs_every_nth_step(sync_every, expected):
     assert cluster.synced_after == expected
 
 
+def test_a_resume_keeps_the_sync_schedule_of_the_uninterrupted_run():
+    """Restored at step 4 of 9 (sync_every=3): the sampler gets the weights at once, and the
+    later syncs come after steps 6 and 9 as without the kill; the counter ends at 9."""
+    from rlexp.engine.checkpoint_store import EngineCheckpoints
+    from rlexp.engine.learner import StepRunner
+
+    cluster = _Cluster()
+    learner = _learner(cluster, separate_copy=True)
+    cluster.actor_trainer = SimpleNamespace()
+    engine = SimpleNamespace(learner=learner, cluster=cluster, probe=SimpleNamespace())
+    meta = {"learner_iter_steps": 4, "trainer_train_steps": 4, "trainer_iter_steps": 4,
+            "cluster_global_steps": 4, "tokens_seen": 0}
+    EngineCheckpoints.resume(SimpleNamespace(engine=engine), meta)
+    assert len(cluster.synced_after) == 1 and cluster.global_steps == 4  # the restored weights
+    runner = StepRunner(learner, batch_size=4, sync_every=3)
+    for step in range(5, 10):
+        runner({"prompts": np.array(["p"] * 4, dtype=object)}, step)
+    assert cluster.synced_after[1:] == [6, 9] and cluster.global_steps == 9
+
+
 def test_step_runner_never_syncs_a_shared_copy():
     from rlexp.engine.learner import StepRunner
 
