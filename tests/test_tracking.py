@@ -308,6 +308,34 @@ def test_sync_marks_a_crashed_run_killed(uri, client, tmp_path):
     assert history(client, rid, "train/loss") == [1, 2, 3]
 
 
+def test_sync_ends_killed_a_crashed_run_the_store_never_had(uri, client, tmp_path):
+    """The store down for a run's whole life, then a crash: sync makes the run and ends it
+    KILLED; so too when an earlier attempt ended FAILED (spooled) and its rerun crashed."""
+    from rlexp.tracking.ui import free_port
+
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    crashed, rerun = tmp_path / "crashed", tmp_path / "rerun"
+    first = MlflowListener(down, "down", crashed, gated=False, flush_every_s=3600.0)
+    first.on_run_start(info(crashed))
+    first.on_metrics(1, metrics(1))
+    crash(first)
+    failed = MlflowListener(down, "down", rerun, gated=False, flush_every_s=3600.0)
+    failed.on_run_start(info(rerun))
+    failed.on_metrics(1, metrics(1))
+    failed.on_run_end("FAILED", {})
+    again = MlflowListener(down, "down", rerun, gated=False, flush_every_s=3600.0)
+    again.on_run_start(info(rerun))
+    for step in (1, 2):
+        again.on_metrics(step, metrics(step))
+    crash(again)
+    for run_dir, steps in ((crashed, [1]), (rerun, [1, 2])):
+        assert run_id(run_dir) is None
+        sync(run_dir, uri=uri)
+        rid = run_id(run_dir)
+        assert client.get_run(rid).info.status == "KILLED", run_dir.name
+        assert history(client, rid) == steps
+
+
 def test_restart_from_step_0_reopens_the_same_run(uri, client, tmp_path, capsys):
     """checkpoint_every=0 (no gate): a crashed run restarts from step 0 in the same MLflow run;
     steps the store or the spool already has are not logged twice, later ones are logged."""

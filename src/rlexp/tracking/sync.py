@@ -77,7 +77,9 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
             link.run_id = link.experiment_id = None
             _add_start(run, run_dir, old)
             notes.append(f"new run (was {old or 'never created'})")
-        ended = any(r["kind"] == "status" and r["status"] != "RUNNING" for r in run.records)
+        # the last status said counts: a rerun's RUNNING after an earlier attempt's FAILED
+        said = [r["status"] for r in run.records if r["kind"] == "status"]
+        ended = bool(said) and said[-1] != "RUNNING"
         gate = ALWAYS if send_all or not link.gated else link.checkpoint_step
         try:
             status = _status(run, link.run_id) if link.run_id is not None else None
@@ -85,8 +87,9 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
                 raise UserError(f"MLflow run {link.run_id} is not in the store "
                                 f"{redact_uri(link.uri)} (deleted?); deliver the spool into a "
                                 f"new run with: python -m rlexp.sync {run_dir} --new-run")
-            # No process holds the lock, so nothing is running: the run crashed.
-            if not ended and (status == "RUNNING" or new_run and link.run_id is None):
+            # No process holds the lock, so nothing is running: the run crashed (a run the
+            # store never had is made by this flush, RUNNING: it ends KILLED too).
+            if not ended and (status == "RUNNING" or link.run_id is None):
                 run.add(record("status", status="KILLED", t=None))
             sent = run.flush(gate)
         except UserError:
