@@ -809,3 +809,27 @@ def test_a_steps_completions_and_reward_quantiles_read_back_through_mlflows_own_
     assert {k: got[f"train/reward_dist/{k}"] for k in want} == pytest.approx(want)
     # sorted 0 0 0 .5 .5 1.5 1.5 2.5: p90 at 0.9 x 7 = 6.3, between 1.5 and 2.5
     assert got["train/reward_dist/p90"] == pytest.approx(1.5 + 0.3 * (2.5 - 1.5))
+
+
+def test_a_child_deleted_before_the_sweep_ends_still_ends_its_parent(uri, client, tmp_path):
+    """publish_comparison tags each child with its group: one deleted in the UI meanwhile
+    costs its tag, not the parent's end (it stayed RUNNING); a failed chart still ends it."""
+    from rlexp.tracking import compare
+    from rlexp.tracking.callback import publish_comparison
+
+    exp = client.create_experiment("deleted-child", artifact_location=str(tmp_path / "art"))
+    parent = client.create_run(exp).info.run_id
+    rows = []
+    for beta, accuracy in (("0", 0.2), ("0.04", 0.4)):
+        child = client.create_run(exp, tags={"mlflow.parentRunId": parent}).info.run_id
+        rows.append(compare.Row(name=f"beta{beta}", run_id=child, status="FINISHED",
+                                values={"algo.beta": beta}, final_accuracy=accuracy,
+                                final_reward=accuracy, steps=4))
+    client.delete_run(rows[0].run_id)
+    publish_comparison(client, parent, tmp_path, rows, "sweep t", "FINISHED")
+    assert client.get_run(parent).info.status == "FINISHED"
+    assert client.get_run(rows[1].run_id).data.tags["rlexp.group"]
+    again = client.create_run(exp).info.run_id
+    with pytest.raises(OSError):  # its directory is gone: no table, no chart
+        publish_comparison(client, again, tmp_path / "gone", rows[1:], "sweep t", "FAILED")
+    assert client.get_run(again).info.status == "FAILED"

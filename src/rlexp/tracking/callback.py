@@ -6,6 +6,7 @@ it (parent_status). Import-light: Hydra loads it for every run, mlflow only when
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import sys
 import tempfile
@@ -55,6 +56,14 @@ def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list,
     """summary.csv, summary.md and the PNGs in `sweep_dir` and the parent run; the group table and
     the answer on its Overview, a run per group, rlexp.group tags on the children (MLflow's "Group
     by") and `status`. Returns the group table and paired lines."""
+    try:
+        return _publish(client, parent_id, sweep_dir, rows, title, swept)
+    finally:  # a failed table or chart still ends the parent (not RUNNING for ever)
+        client.set_terminated(parent_id, status)
+
+
+def _publish(client: Any, parent_id: str, sweep_dir: Path, rows: list, title: str,
+             swept: list[str] | None) -> str:
     swept = swept or compare.swept_keys(rows)
     groups, table, paired = compare.group_report(rows, swept)  # baseline first, then by acc
     ranked = compare.rank(rows, None)
@@ -79,9 +88,11 @@ def publish_comparison(client: Any, parent_id: str, sweep_dir: Path, rows: list,
     source = parent.data.tags.get(NOTE_TAG, "")
     source = source[source.find(SOURCE_HEADING):] if SOURCE_HEADING in source else source
     client.set_tag(parent_id, NOTE_TAG, f"{markdown}\n{source}")
+    from mlflow.exceptions import MlflowException
+
     for row, label in ((r, g.label) for g in groups for r in g.rows if r.run_id):
-        client.set_tag(row.run_id, "rlexp.group", label)
-    client.set_terminated(parent_id, status)
+        with contextlib.suppress(MlflowException):  # a child deleted in the UI meanwhile
+            client.set_tag(row.run_id, "rlexp.group", label)
     return "\n".join(x for x in (table, paired) if x)
 
 
