@@ -290,6 +290,11 @@ def test_sync_refuses_a_live_run_and_a_dir_without_tracking(uri, tmp_path):
     sync(run_dir)
     with pytest.raises(UserError, match="no tracking.json"):
         sync(tmp_path / "elsewhere")
+    plain = tmp_path / "plain"  # a dir, not a run dir: refused, nothing written in it
+    plain.mkdir()
+    with pytest.raises(UserError, match="no tracking.json"):
+        sync(plain)
+    assert list(plain.iterdir()) == []
 
 
 def test_sync_marks_a_crashed_run_killed(uri, client, tmp_path):

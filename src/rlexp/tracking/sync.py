@@ -10,7 +10,6 @@ good (fix that first); the spool keeps every record."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rlexp.base.errors import UserError, fail
+from rlexp.base.errors import OneLineParser, UserError, fail
 from rlexp.base.lock import Busy, DirLock, try_flock
 from rlexp.base.redact import MASK, install_log_redaction, redact_uri, remember
 from rlexp.base.summary import SUMMARY_FILE, read_summary, write_summary
@@ -37,6 +36,9 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} has no tracking.json (not a run dir)")
+    if not (run_dir / LINK_FILE).exists() and not (run_dir / SPOOL_FILE).exists():
+        # said before the locks below are made: a mistyped dir is left as it was
+        raise UserError(f"{run_dir} has no tracking.json (was it tracked with tracker=mlflow?)")
     try:
         dir_lock = DirLock(run_dir).acquire()  # a job starting now waits for us, not mixes in
     except Busy as exc:
@@ -162,9 +164,7 @@ def latest_checkpoint(run_dir: Path) -> int:
 def _rebuild_link(run_dir: Path, uri: str | None, experiment: str | None, new_run: bool,
                   notes: list[str]) -> Link:
     """tracking.json is missing or damaged: rebuild it from what else the run dir holds."""
-    what = "damaged" if Link.damaged(run_dir) else "missing"
-    if what == "missing" and not (run_dir / SPOOL_FILE).exists():
-        raise UserError(f"{run_dir} has no tracking.json (was it tracked with tracker=mlflow?)")
+    what = "damaged" if Link.damaged(run_dir) else "missing"  # sync() saw a spool then
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         raise UserError(f"{run_dir}/{LINK_FILE} is {what}: name the store with --uri URI "
@@ -234,7 +234,7 @@ def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.sync", description=__doc__.split(
+    parser = OneLineParser(prog="python -m rlexp.sync", description=__doc__.split(
         "\n")[0])
     parser.add_argument("run_dir", type=Path, help="the run dir (holds tracking.json)")
     parser.add_argument("--all", action="store_true",
