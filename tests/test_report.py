@@ -450,6 +450,49 @@ def test_bad_usages_end_in_one_line_with_exit_2(sweep, tmp_path):
     assert not (tmp_path / "outputs").exists()  # rlexp.ui never creates a store
 
 
+def _one_line_exit_2(capsys, command, *argv: str) -> str:
+    with pytest.raises(SystemExit) as ended:
+        command(list(argv))
+    out, err = capsys.readouterr()
+    assert ended.value.code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("rlexp: error: ") and "Traceback" not in err
+    return err
+
+
+def test_a_store_report_and_ui_cannot_read_is_one_line_before_mlflow(sweep, tmp_path, capsys):
+    """A usage mistake, an unknown scheme, a server nobody serves, a file that is no database,
+    --out naming a file: one line, exit 2 (MLflow's traceback after its retries before); a
+    sweep dir whose store is down still reports its jobs from their summary.json files."""
+    from rlexp.tracking import ui
+    from rlexp.tracking.ui import free_port
+
+    down = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / "notdb.db").write_text("not a database")
+    (tmp_path / "afile").write_text("")
+    assert "required: target (see python -m rlexp.report --help)" in _one_line_exit_2(
+        capsys, main)
+    assert "unknown scheme 'nonesuch'; valid schemes are sqlite, http" in _one_line_exit_2(
+        capsys, main, "exp", "--uri", "nonesuch://x")
+    assert "cannot be read: down:" in _one_line_exit_2(capsys, main, "exp", "--uri", down)
+    assert "is not an SQLite database" in _one_line_exit_2(
+        capsys, main, "exp", "--uri", f"sqlite:///{tmp_path / 'notdb.db'}")
+    uri, sweep_dir = sweep
+    assert "--out" in _one_line_exit_2(capsys, main, str(sweep_dir), "--out",
+                                       str(tmp_path / "afile"))
+    assert "unknown scheme" in _one_line_exit_2(capsys, ui.main, "--uri", "nonesuch://x")
+    assert "invalid int value" in _one_line_exit_2(capsys, ui.main, "--port", "abc")
+    moved = tmp_path / "moved"  # the sweep's parent run.json names a store now down
+    import shutil
+
+    shutil.copytree(sweep_dir, moved)
+    parent = json.loads((moved / "parent_run.json").read_text())
+    (moved / "parent_run.json").write_text(json.dumps({**parent, "uri": down}))
+    main([str(moved), "--out", str(tmp_path / "png")])
+    out, err = capsys.readouterr()
+    assert err.count("rlexp: warning:") == 1 and "summary.json" in err, err
+    assert [r[0] for r in rows(out)] == ["beta0.04", "beta0.1", "beta0.0"]
+
+
 def test_one_seed_per_group_says_to_add_seeds_in_one_line():
     rows = [compare.Row(name=f"b{i}", run_id=None, status="FINISHED",
                         values={"algo.beta": str(i)}, final_accuracy=0.3 + i / 100)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import NoReturn
 
@@ -20,3 +21,11 @@ def fail(message: str) -> NoReturn:
     # Error lines echo the user's values (a bad override, a URI): never a credential.
     print(f"rlexp: error: {redact_text(message)}", file=sys.stderr, flush=True)
     sys.exit(EXIT_USAGE)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for rlexp's tools (report, sync, ui, export): a usage mistake is one line, as
+    the main command's (argparse's own is the usage block, then its message)."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see {self.prog} --help)")

@@ -7,7 +7,6 @@ the inverse of tunix/models/<family>/params*.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import re
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from rlexp.base.errors import UserError, fail
+from rlexp.base.errors import OneLineParser, UserError, fail
 from rlexp.base.files import replace
 from rlexp.config.convert import one_line_omegaconf_error
 from rlexp.config.schema import Config, ModelConfig
@@ -262,7 +261,7 @@ def _log_to_mlflow(run_dir: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.export", description=__doc__.split(
+    parser = OneLineParser(prog="python -m rlexp.export", description=__doc__.split(
         "\n\n")[0])
     parser.add_argument("run", help="run dir, checkpoint dir (<run>/checkpoints/<step>) or "
                                     "MLflow run id")

@@ -35,7 +35,7 @@ from rlexp.inputs.storage import check as check_output_uri
 from rlexp.planning.plan import Plan, checkpoint_bytes, make_plan
 from rlexp.tracking import default_uri
 from rlexp.tracking.remote_jobs import check_sweep_store
-from rlexp.tracking.store import classify, is_wrong, resolve_uri
+from rlexp.tracking.store import check_scheme, classify, is_wrong, resolve_uri
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,6 @@ def refuse_after_plan(cfg: Config, ctx: CheckContext, plan: Plan) -> None:
     check_model_path(cfg, ctx)
 
 
-# URI schemes MLflow 3 logs to (a dialect may name its driver); it refuses `file:` itself.
-TRACKING_SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssql")
-
 # hydra/launcher option -> (executable on PATH or importable module it needs, what to do).
 SLURM_CLIENT = "install SLURM's client tools (Debian: apt-get install slurm-client) on a host " \
     "of the cluster"
@@ -151,16 +148,7 @@ def check_tracker(cfg: Config, ctx: CheckContext) -> None:
         key, uri = "MLFLOW_TRACKING_URI", os.environ["MLFLOW_TRACKING_URI"]
     else:
         return  # the default store (outputs/mlflow.db, made when used)
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
-    if uri.lower() in ("databricks", "databricks-uc"):  # a Databricks workspace, no path
-        return
-    if scheme == "file" or not scheme:
-        raise UserError(f"{key}={redact_uri(uri)} is a file store, which MLflow 3 refuses; "
-                        "use sqlite:///path/mlflow.db or http://host:port")
-    if scheme not in TRACKING_SCHEMES:
-        raise UserError(f"{key}={redact_uri(uri)}: unknown scheme '{scheme}'; valid schemes are "
-                        f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
-                        "postgresql+psycopg2://)")
+    check_scheme(key, uri)
     if cfg.run.dry_run:  # no probe: it needs no store, and is often made off the cluster
         return
     # A wrong store is refused, not a run that spools everything and exits 0.

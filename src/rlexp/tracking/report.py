@@ -6,13 +6,14 @@ The PNGs go to --out, else a new temporary directory: reading a sweep never chan
 
 from __future__ import annotations
 
-import argparse
 import re
+import sys
 import tempfile
 from pathlib import Path
 
-from rlexp.base.errors import UserError, fail
+from rlexp.base.errors import OneLineParser, UserError, fail
 from rlexp.base.files import read_json_object
+from rlexp.base.redact import redact_text
 from rlexp.tracking import PARENT_FILE, compare, parent_run_id, store, swept_keys
 from rlexp.tracking.compare import Row
 
@@ -21,12 +22,21 @@ from rlexp.tracking.compare import Row
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def _client(uri: str, required: bool):
-    """A client, or None when a sqlite store does not exist (never create one by reading)."""
+def _client(uri: str, required: bool, key: str = "--uri"):
+    """A client, or None when a sqlite store does not exist (never create one by reading) or,
+    for a sweep dir (not required: its jobs' summary.json files are rows too), cannot be read."""
     path = store.sqlite_path(uri)
     if path is not None and not path.exists():
         if required:
             raise UserError(f"no MLflow store at {path} (use --uri or $MLFLOW_TRACKING_URI)")
+        return None
+    try:
+        store.check_readable(key, uri)
+    except UserError as exc:
+        if required:
+            raise
+        print(f"rlexp: warning: {redact_text(str(exc))}; the runs below come from their "
+              "summary.json files", file=sys.stderr, flush=True)
         return None
     return store.client(uri)
 
@@ -42,9 +52,10 @@ def collect(target: str, uri: str | None, metric: str | None) -> list[Row]:
     if path.is_dir():
         # the store the sweep's parent run lives in, unless --uri names one
         saved = (read_json_object(path / PARENT_FILE) or {}).get("uri")
+        key = "--uri" if uri or saved is None else f"{path / PARENT_FILE}'s uri"
         uri = store.resolve_uri(uri) if uri or saved is None else saved
         parent = parent_run_id(path)
-        client = _client(uri, required=False) if parent else None
+        client = _client(uri, required=False, key=key) if parent else None
         tracked = [compare.row_from_run(client, r, metric)
                    for r in compare.child_runs(client, parent)] if client else []
         rows = compare.merge(tracked, compare.summary_rows(path))
@@ -95,6 +106,8 @@ def report(target: str, uri: str | None = None, metric: str | None = None,
                             f"{', '.join(swept) or 'nothing'}")
     groups, table, paired = compare.group_report(rows, swept, over, baseline, metric, ascending)
     rows = compare.rank(rows, metric, ascending)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"--out {out} is a file: name a directory (made if missing)")
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="rlexp-report-"))
     out.mkdir(parents=True, exist_ok=True)
     drawn = compare.draw(rows, groups, swept, out, path.name or target, metric)
@@ -110,7 +123,7 @@ def report(target: str, uri: str | None = None, metric: str | None = None,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.report",
+    parser = OneLineParser(prog="python -m rlexp.report",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("target", help="a sweep dir, a parent MLflow run id or an experiment")
     parser.add_argument("--metric", help="rank by the final value of this metric "
@@ -132,6 +145,10 @@ def main(argv: list[str] | None = None) -> None:
                            args.baseline, args.out)
     except UserError as exc:
         fail(str(exc))
+    except Exception as exc:  # the store failed mid-read (it was readable a moment before)
+        if not type(exc).__module__.startswith(("mlflow", "sqlalchemy", "requests")):
+            raise
+        fail(f"the MLflow store failed while reading: {store.first_line(exc)}")
     print(text)
     print(f"curves: {png}" if png else "curves: none (no metric history)")
 

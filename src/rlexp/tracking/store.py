@@ -172,6 +172,33 @@ def classify(uri: str, timeout: float = PROBE_TIMEOUT_S, cache: bool = True) -> 
     return found
 
 
+# URI schemes MLflow 3 logs to (a dialect may name its driver); it refuses `file:` itself.
+TRACKING_SCHEMES = ("sqlite", "http", "https", "databricks", "postgresql", "mysql", "mssql")
+
+
+def check_scheme(key: str, uri: str) -> None:
+    """UserError naming `key` when `uri` is no store MLflow 3 can use, by its scheme alone."""
+    if uri.lower() in ("databricks", "databricks-uc"):  # a Databricks workspace, no path
+        return
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if scheme == "file" or not scheme:
+        raise UserError(f"{key}={redact_uri(uri)} is a file store, which MLflow 3 refuses; "
+                        "use sqlite:///path/mlflow.db or http://host:port")
+    if scheme not in TRACKING_SCHEMES:
+        raise UserError(f"{key}={redact_uri(uri)}: unknown scheme '{scheme}'; valid schemes are "
+                        f"{', '.join(TRACKING_SCHEMES)} (a database may add its driver: "
+                        "postgresql+psycopg2://)")
+
+
+def check_readable(key: str, uri: str) -> None:
+    """For the commands that read a store (rlexp.report, rlexp.ui): one line, before MLflow's
+    retries and traceback, when it cannot be read now: a bad scheme, down or wrong."""
+    check_scheme(key, uri)
+    state = classify(uri)
+    if is_down(state) or is_wrong(state):
+        raise UserError(f"{key}={redact_uri(uri)} cannot be read: {state}")
+
+
 def is_wrong(state: str) -> bool:
     return state.startswith("wrong")
 

@@ -7,7 +7,6 @@ links drop that parameter: the index served here saves the URL's choice, else ma
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
 import os
@@ -17,7 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from rlexp.base.errors import UserError, fail
+from rlexp.base.errors import OneLineParser, UserError, fail
 from rlexp.tracking import store
 from rlexp.tracking.links import TRAINING_VIEW, announce_ui, withdraw_ui
 
@@ -111,7 +110,7 @@ def server_app(uri: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlexp.ui", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m rlexp.ui", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=5000, help="port (0 = any free port)")
     parser.add_argument("--uri", help="tracking URI (default: as for runs)")
     args = parser.parse_args(argv)
@@ -129,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if db is not None and not db.exists():  # as rlexp.report: reading never creates a store
         fail(f"no MLflow store at {db} (use --uri or $MLFLOW_TRACKING_URI)")
     try:
+        store.check_readable("--uri", uri)  # before the address is printed
         store.prepare_store(uri)
     except UserError as exc:
         fail(str(exc))
