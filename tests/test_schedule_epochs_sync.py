@@ -133,6 +133,27 @@ def test_step_runner_syncs_every_nth_step(sync_every, expected):
     assert cluster.synced_after == expected
 
 
+def test_an_evaluation_between_syncs_scores_the_trainers_weights():
+    """sync_every=3, evaluated after step 7: the sampler copy gets step 7's weights first,
+    once however many calls the evaluation makes, and the next sync still comes after 9."""
+    from rlexp.engine.learner import StepRunner
+
+    cluster = _Cluster()
+    runner = StepRunner(_learner(cluster, separate_copy=True), batch_size=4, sync_every=3)
+    runner.sync_for_eval()  # before any step: the sampler holds the weights it started with
+    assert cluster.synced_after == []
+    for step in range(1, 8):
+        runner({"prompts": np.array(["p"] * 4, dtype=object)}, step)
+    runner.sync_for_eval()
+    runner.sync_for_eval()
+    assert len(cluster.synced_after) == 3 and cluster.global_steps == 7
+    for step in (8, 9):
+        runner({"prompts": np.array(["p"] * 4, dtype=object)}, step)
+    assert cluster.synced_after[3:] == [9] and cluster.global_steps == 9
+    runner.sync_for_eval()  # synced after step 9 already
+    assert len(cluster.synced_after) == 4
+
+
 def test_a_resume_keeps_the_sync_schedule_of_the_uninterrupted_run():
     """Restored at step 4 of 9 (sync_every=3): the sampler gets the weights at once, and the
     later syncs come after steps 6 and 9 as without the kill; the counter ends at 9."""

@@ -99,6 +99,7 @@ class TunixEngine:
         """With the EVAL rollout config, chunked as training's calls (reusing their program)."""
         from rlexp.engine.tunix_adapter import Mode
 
+        self.step_runner.sync_for_eval()
         rc = self.cluster.cluster_config.rollout_config[Mode.EVAL]
         self.rollout.keys.reset(key)
         for name, value in self.rollout.eval_sampling(greedy).items():

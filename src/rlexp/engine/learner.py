@@ -311,6 +311,7 @@ class StepRunner:
         # Steps run by this process, and updates in the sampler's weights (set at the first
         # step: a resumed run's sampler holds the restored weights).
         self.calls = 0
+        self.last_step: int | None = None
         self.sampler_version: int | None = None
         # Of the latest step: updates between its batch's sampling weights and the trainer's,
         # and the sampler seconds of the batches sampled during it.
@@ -342,6 +343,19 @@ class StepRunner:
             self.sampler_version = step
         else:
             L.rl_cluster.global_steps += 1
+        self.last_step = step
+
+    def sync_for_eval(self) -> None:
+        """An evaluation scores the trainer's weights: a sampler copy behind them
+        (rollout.sync_every > 1) gets them first, the schedule of later syncs unmoved. Nothing
+        is sampled meanwhile: a step waits for its batches sampled ahead before it ends."""
+        L = self.learner
+        if not L.should_sync_weights or self.last_step in (None, self.sampler_version):
+            return
+        steps = L.rl_cluster.global_steps
+        L.rl_cluster.sync_weights()
+        L.rl_cluster.global_steps = steps  # Tunix counts a step in its sync
+        self.sampler_version = self.last_step
 
     def sample_ahead(self, step: int, batches: list[tuple[dict[str, Any], Any]]) -> None:
         """Queue the rollouts of steps step..step+k that are not yet: this step's now (the
