@@ -58,6 +58,11 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     # Options a config group does not have.
     (["hardware=tpu-v9"], ["hardware=tpu-v9 is not an option of group 'hardware'", "v6e-8"]),
     (["dataset=imagenet"], ["dataset=imagenet is not an option of group 'dataset'", "gsm8k"]),
+    (["hydra/launcher=slurmm"], ["hydra/launcher=slurmm is not an option of group "
+                                 "'hydra/launcher'", "rlexp_slurm, submitit_local"]),
+    # A schema key cannot be deleted: said with what to do instead.
+    (["~train.steps"], ["~train.steps is invalid: the schema's keys cannot be deleted",
+                        "train.steps=VALUE"]),
     (["model=gpt2"], ["model=gpt2 is not an option of group 'model'", "smollm2-135m"]),
     # Types and keys.
     (["train.batch_size=eight"], ["train.batch_size='eight' is invalid", "Integer"]),

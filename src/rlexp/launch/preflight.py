@@ -22,8 +22,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf
-from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, OmegaConfBaseException,
-                              ValidationError)
+from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, ConfigTypeError,
+                              OmegaConfBaseException, ValidationError)
 
 from rlexp.base.errors import UserError
 from rlexp.config.convert import (VETTED_ENV, config_digest, one_line_omegaconf_error, to_config,
@@ -84,7 +84,10 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
         if name in LAUNCHER_NEEDS:
             return line + LAUNCHER_NEEDS[name][1]
         options = f"; valid choices are: {', '.join(sorted(exc.options))}" if exc.options else ""
-        return line + "install its Hydra plugin" + options
+        if exc.options:  # most likely a typo of one of these
+            return (f"hydra/launcher={name} is not an option of group 'hydra/launcher'"
+                    f"{options} (another launcher needs its Hydra plugin installed)")
+        return line + "install its Hydra plugin"
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group, bad = missing.rsplit("/", 1)[0], missing.rsplit("/", 1)[-1]
         return (f"{group}={bad} is not an option of group '{group}'; valid choices are: "
@@ -98,6 +101,9 @@ def explain(exc: BaseException, overrides: list[str]) -> str:
             return (f"reward.functions: {cause.full_key} is not a key of an entry; valid keys "
                     f"are: {valid}")
         return unknown_key_message(cause.full_key)
+    if isinstance(cause, ConfigTypeError) and key and "does not support deletion" in str(cause):
+        return (f"~{key} is invalid: the schema's keys cannot be deleted; set a value instead "
+                f"({key}=VALUE)")
     if isinstance(cause, ValidationError):
         value = next((o.split("=", 1)[1] for o in overrides
                       if key and o.lstrip("+~").split("=")[0] == key), None)
