@@ -192,7 +192,8 @@ def test_greedy_evaluation_is_temperature_zero_under_vllm(vllm_cfg):
     rollout = FakeVllmRollout()
     cluster = FakeCluster(rollout, {Mode.EVAL: _rollout_config(cfg, cfg.eval.temperature)})
     engine = TunixEngine(cfg=cfg, tokenizer=None, splits=None, terms=[], cluster=cluster,
-                         learner=None, probe=None, step_runner=SimpleNamespace(rollout_rows=2),
+                         learner=None, probe=None,
+                         step_runner=SimpleNamespace(rollout_rows=2, sync_for_eval=lambda: None),
                          rollout=rollout_backend(cfg), schedule=None, updates_per_step=1)
     prompts = ["a", "b", "c"]
     assert engine.generate(prompts, eval_key(0), greedy=True) == ["out:a", "out:b", "out:c"]
