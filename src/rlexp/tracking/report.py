@@ -123,8 +123,7 @@ def report(target: str, uri: str | None = None, metric: str | None = None,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = OneLineParser(prog="python -m rlexp.report",
-                                     description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m rlexp.report", description=__doc__.split("\n")[0])
     parser.add_argument("target", help="a sweep dir, a parent MLflow run id or an experiment")
     parser.add_argument("--metric", help="rank by the final value of this metric "
                         "(e.g. eval/pass_at_k) and show it as a column")
