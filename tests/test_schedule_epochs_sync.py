@@ -105,9 +105,15 @@ class _Cluster:
         self.global_steps = 0
         self.synced_after: list[int] = []
 
-    def sync_weights(self) -> None:  # Tunix: copy, then count the step
+    def sync_weights(self) -> None:  # Tunix: copy, then count the step (test_tunix_contract)
         self.global_steps += 1
         self.synced_after.append(self.global_steps)
+
+    @property
+    def copy_weights(self):
+        from rlexp.engine.learner import Cluster
+
+        return Cluster.copy_weights.__get__(self)  # rlexp's own, on this stand-in
 
 
 def _learner(cluster: _Cluster, separate_copy: bool) -> SimpleNamespace:

@@ -55,3 +55,25 @@ def test_only_the_engine_imports_tunix():
                  if ENGINE not in p.parents
                  and re.search(r"^\s*(import tunix|from tunix)", p.read_text(), flags=re.M)]
     assert not offenders, f"import Tunix only inside rlexp/engine/: {offenders}"
+
+
+def test_tunix_sync_weights_copies_and_counts_a_step():
+    """rlexp's Cluster.copy_weights undoes the step that Tunix's RLCluster.sync_weights counts
+    (a resume and an evaluation copy weights outside the step schedule): Tunix's own method,
+    run on a stand-in cluster, must still copy the trainer's params and count one step."""
+    from types import SimpleNamespace
+
+    from flax import nnx
+    from tunix.rl.rl_cluster import RLCluster
+
+    from rlexp.engine.learner import Cluster
+
+    copied = []
+    cluster = SimpleNamespace(
+        global_steps=4, actor_trainer=SimpleNamespace(model=nnx.Linear(2, 2, rngs=nnx.Rngs(0))),
+        rollout=SimpleNamespace(update_params=lambda params, types: copied.append(params)))
+    RLCluster.sync_weights(cluster)
+    assert len(copied) == 1 and cluster.global_steps == 5
+    cluster.sync_weights = lambda: RLCluster.sync_weights(cluster)
+    Cluster.copy_weights(cluster)
+    assert len(copied) == 2 and cluster.global_steps == 5

@@ -254,10 +254,9 @@ class EngineCheckpoints:
         cluster.actor_trainer._train_steps = meta["trainer_train_steps"]
         cluster.actor_trainer._iter_steps = meta["trainer_iter_steps"]
         self.engine.probe.tokens_seen = int(meta.get("tokens_seen", 0))
-        if learner.should_sync_weights:
-            cluster.sync_weights()  # Tunix counts a step here (rl_cluster.py sync_weights)
-        # after the sync: its count would put every later rollout.sync_every one step early
         cluster.global_steps = meta["cluster_global_steps"]
+        if learner.should_sync_weights:
+            cluster.copy_weights()
 
     def _global_counters(self) -> None:
         """Multi-controller: orbax takes global arrays only, but nnx.Optimizer's step counter is

@@ -114,6 +114,14 @@ class Cluster(rl_cluster_lib.RLCluster):
         rows, self.kept_logprobs = self.kept_logprobs, None
         return rows
 
+    def copy_weights(self) -> None:
+        """The trainer's weights to the sampler copy, the step count unmoved: Tunix's
+        sync_weights counts a step (it ends a full batch in RLLearner), which a copy out of
+        the step schedule (a resume, an evaluation) is not."""
+        steps = self.global_steps
+        self.sync_weights()
+        self.global_steps = steps
+
 
 @dataclasses.dataclass
 class Ahead:
@@ -352,9 +360,7 @@ class StepRunner:
         L = self.learner
         if not L.should_sync_weights or self.last_step in (None, self.sampler_version):
             return
-        steps = L.rl_cluster.global_steps
-        L.rl_cluster.sync_weights()
-        L.rl_cluster.global_steps = steps  # Tunix counts a step in its sync
+        L.rl_cluster.copy_weights()
         self.sampler_version = self.last_step
 
     def sample_ahead(self, step: int, batches: list[tuple[dict[str, Any], Any]]) -> None:
