@@ -4,11 +4,14 @@ history of an MLflow listener driven directly (test_tracking, test_reliability).
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from conftest import require
@@ -26,9 +29,45 @@ def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 120,
         python: str = sys.executable) -> subprocess.CompletedProcess:
-    """`python -m rlexp ARGS` in cwd (outputs/ lands there), captured; environment: cli_env."""
-    return subprocess.run([python, "-m", "rlexp", *args], cwd=cwd, env=cli_env(env),
-                          capture_output=True, text=True, timeout=timeout)
+    """`python -m rlexp ARGS` in cwd (outputs/ lands there), captured; environment: cli_env.
+    A process of its own, forked from one that imported the entry point already
+    (tests/cli_forkserver.py), unless it needs a fresh interpreter."""
+    full_env = cli_env(env)
+    command = [python, "-m", "rlexp", *args]
+    if python != sys.executable or os.environ.get("RLEXP_TESTS_FORK") == "0" or any(
+            full_env.get(k) != os.environ.get(k)
+            for k in {*full_env, *os.environ} if k.startswith("PYTHON")):
+        return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True,
+                              timeout=timeout)
+    return _forked(command, cwd, full_env, timeout)
+
+
+_server: subprocess.Popen | None = None
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    server.stdin.close()  # the server's end of input: it exits
+    server.wait(timeout=30)
+
+
+def _forked(command: list[str], cwd: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess:
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
+            "cli_forkserver.py"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        atexit.register(_stop_server, _server)
+    with tempfile.TemporaryDirectory(prefix="rlexp-cli-") as tmp:
+        out, err = Path(tmp, "out"), Path(tmp, "err")
+        _server.stdin.write(json.dumps({"argv": command[3:], "cwd": str(cwd), "env": env,
+                                        "out": str(out), "err": str(err),
+                                        "timeout": timeout}) + "\n")
+        _server.stdin.flush()
+        answer = json.loads(_server.stdout.readline())
+        stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+    if answer.get("timeout"):
+        raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
+    return subprocess.CompletedProcess(command, answer["rc"], stdout, stderr)
 
 
 # The command's first line (rlexp.__main__, before its imports): a piped command is never
