@@ -439,6 +439,28 @@ def test_inputs_and_the_model_output_sent_twice_are_no_error(uri, client, tmp_pa
     run.close()
 
 
+def test_a_param_the_store_refuses_costs_only_itself(uri, client, tmp_path):
+    """MLflow params are write-once: a rerun that logs one with another value has its whole
+    batch refused. The tags and the other params of the batch still reach the run; the refused
+    param is dropped and named (TrackedRun.dropped, which the listener and rlexp.sync say)."""
+    from rlexp.tracking.run import TrackedRun, record
+    from rlexp.tracking.spool import Link
+
+    run = TrackedRun(tmp_path, Link(uri=uri, experiment="write-once"))
+    run.add(record("start", name="write-once", tags={}, t=None))
+    run.add(record("params", params={"algo.beta": "0.04"}))
+    run.flush(float("inf"))
+    params = {f"p{i:03d}": str(i) for i in range(150)} | {"algo.beta": "0.08"}
+    run.add(record("params", params=params))
+    run.add(record("tags", tags={"note": "rerun"}))
+    run.flush(float("inf"))
+    got = client.get_run(run.link.run_id).data
+    assert got.params == {f"p{i:03d}": str(i) for i in range(150)} | {"algo.beta": "0.04"}
+    assert got.tags["note"] == "rerun"
+    assert len(run.dropped) == 1 and run.dropped[0].startswith("param algo.beta='0.08': ")
+    run.close()
+
+
 def test_a_store_that_refuses_a_write_is_not_called_unreachable(uri, tmp_path, capsys,
                                                                 monkeypatch):
     from mlflow.exceptions import MlflowException

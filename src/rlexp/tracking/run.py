@@ -173,16 +173,25 @@ class TrackedRun:
         n = store.MAX_PARAMS_TAGS_PER_BATCH
         for i in range(0, len(items), n):
             chunk = items[i:i + n]
+            params = [p for p in chunk if isinstance(p, Param)]
             try:
-                self.client.log_batch(run_id, params=[p for p in chunk if isinstance(p, Param)],
+                self.client.log_batch(run_id, params=params,
                                       tags=[t for t in chunk if isinstance(t, RunTag)])
             except MlflowException as exc:
-                # A param logged before with another value can never be sent: drop it rather
-                # than block every later record behind it.
                 if exc.error_code != "INVALID_PARAMETER_VALUE":
                     raise
-                print(f"rlexp: warning: MLflow refused params/tags: {store.first_line(exc)}",
-                      flush=True)
+                # A param logged before with another value (MLflow params are write-once) can
+                # never be sent; the batch was refused whole: its tags and the other params
+                # go again, one param at a time, and only the refused ones are dropped.
+                self.client.log_batch(run_id, tags=[t for t in chunk if isinstance(t, RunTag)])
+                for param in params:
+                    try:
+                        self.client.log_batch(run_id, params=[param])
+                    except MlflowException as one:
+                        if one.error_code != "INVALID_PARAMETER_VALUE":
+                            raise
+                        self.dropped.append(f"param {param.key}={param.value!r}: "
+                                            f"{store.first_line(one)}")
 
     def _log_metrics(self, run_id: str, records: list[dict]) -> None:
         from mlflow.entities import Metric
