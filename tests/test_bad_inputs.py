@@ -64,6 +64,10 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     (["~train.steps"], ["~train.steps is invalid: the schema's keys cannot be deleted",
                         "train.steps=VALUE"]),
     (["model=gpt2"], ["model=gpt2 is not an option of group 'model'", "smollm2-135m"]),
+    # A key given twice (Hydra keeps the last; the run's name carried both).
+    (["algo.beta=0.1", "algo.beta=0.2"],
+     ["algo.beta is given twice (algo.beta=0.1, algo.beta=0.2): give it once"]),
+    (["-m", "algo=grpo,gspo", "+algo=dapo"], ["algo is given twice (algo=grpo,gspo, +algo=dapo)"]),
     # Types and keys.
     (["train.batch_size=eight"], ["train.batch_size='eight' is invalid", "Integer"]),
     (["algo.beta=high"], ["algo.beta='high' is invalid", "Float"]),

@@ -317,10 +317,23 @@ def preflight(argv: list[str]) -> Preflight | None:
                      size=int(trials) if trials is not None else size, trials=trials is not None)
 
 
+def _refuse_repeated_keys(parsed: list[Any]) -> None:
+    """A key given twice: Hydra keeps the last value, but the run's name and its logged
+    overrides would carry both (algo.beta=0.1 algo.beta=0.2 ran beta=0.2 as 'beta0.1-beta0.2')."""
+    seen: dict[str, str] = {}
+    for o in parsed:
+        key = o.get_key_element().lstrip("+~")
+        if key in seen:
+            raise UserError(f"{key} is given twice ({seen[key]}, {o.input_line}): give it once "
+                            f"(several values sweep with -m: {key}=A,B)")
+        seen[key] = o.input_line
+
+
 def _compose_first(args: Any, config_name: str, overrides: list[str],
                    searchpath: Callable[[list[str]], list[str]]) -> tuple[Any, bool, dict]:
     """The config of each sweep's first value, with whether it is a multirun and its sweeper's."""
     parsed = OverridesParser.create().parse_overrides(overrides)
+    _refuse_repeated_keys(parsed)
     firsts = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}"
               if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
               for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
