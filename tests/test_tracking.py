@@ -478,6 +478,63 @@ def test_sweep_parent_fails_when_a_child_fails(uri, client, tmp_path):
     assert "FAILED" in (sweep_dir / "summary.md").read_text()
 
 
+def test_sync_of_a_sweep_dir_ends_the_parent_its_sweep_could_not(uri, client, tmp_path,
+                                                                 monkeypatch, capsys):
+    """The store fails at the sweep's end: the parent stays RUNNING and the sweep notes that it
+    ran to its end; `rlexp.sync SWEEP_DIR`, the store back, ends it as the sweep would have."""
+    from mlflow.exceptions import MlflowException
+
+    from rlexp.tracking import compare
+
+    sweep_dir = tmp_path / "sweep"
+    config = sweep_config(sweep_dir, uri)
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    for beta in (0.0, 0.04):
+        child(uri, sweep_dir, beta)
+
+    def down(*args, **kwargs):
+        raise MlflowException("API request failed: connection refused")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(compare, "child_runs", down)
+        callback.on_multirun_end(config)
+    parent = parent_run_id(sweep_dir)
+    assert client.get_run(parent).info.status == "RUNNING"
+    assert f"python -m rlexp.sync {sweep_dir.resolve()}" in capsys.readouterr().err
+
+    account = sync(sweep_dir)
+    assert account.splitlines()[:2] == [f"beta{b}: sent 0 records to MLflow run "
+                                        f"{run_id(sweep_dir / f'beta{b}')} ({uri})"
+                                        for b in (0.0, 0.04)]
+    assert account.splitlines()[2] == (f"sweep sweep: parent run {parent} ended: 2 runs "
+                                       f"FINISHED ({uri})")
+    assert client.get_run(parent).info.status == "FINISHED"
+    assert "summary.md" in {a.path for a in client.list_artifacts(parent)}
+    assert not (sweep_dir / "parent_unclosed.json").exists()
+    assert sync(sweep_dir).endswith(f"parent run {parent} already FINISHED ({uri})")
+
+
+def test_sync_ends_the_parent_of_a_killed_sweep_failed_and_leaves_a_live_one(uri, client,
+                                                                            tmp_path):
+    """A sweep whose process died (no end, no note) did not complete: FAILED, though each of
+    its runs finished; while the sweep runs, sync leaves its parent to it."""
+    import atexit
+
+    sweep_dir = tmp_path / "sweep"
+    callback = SweepCallback()
+    callback.on_multirun_start(sweep_config(sweep_dir, uri))
+    atexit.unregister(callback.close)  # the process "dies": no atexit close
+    child(uri, sweep_dir, 0.0)
+    with pytest.raises(UserError, match="the sweep ends its parent run itself"):
+        sync(sweep_dir)
+    callback._dir_lock.release()  # the dead process's lock goes with it
+    assert sync(sweep_dir).endswith("ended: 0 of 1 runs FAILED " f"({uri})")
+    assert client.get_run(parent_run_id(sweep_dir)).info.status == "FAILED"
+    with pytest.raises(UserError, match="is a sweep dir: --new-run"):
+        sync(sweep_dir, new_run=True)
+
+
 def test_parent_status_rules():
     assert parent_status(["FINISHED", "FINISHED"], completed=True) == "FINISHED"
     assert parent_status(["FINISHED", "KILLED"], completed=True) == "KILLED"

@@ -153,6 +153,9 @@ def parent_source_tags(sweep_dir: Path) -> dict[str, str]:
 
 
 REMOTE_FILE = "workloads.json"  # written by launchers that submit jobs elsewhere (xpk)
+# Written when the sweep could not end its parent run (the store down at its end): whether the
+# sweep ran to its end, for `python -m rlexp.sync SWEEP_DIR`, which ends the parent later.
+UNCLOSED_FILE = "parent_unclosed.json"
 
 
 class SweepCallback(Callback):
@@ -253,27 +256,37 @@ class SweepCallback(Callback):
                       f"RUNNING until its jobs report (python -m rlexp.report {run_id}"
                       f"{uri_option(self.parent['uri'])})", flush=True)
                 return
-            tracked = [compare.row_from_run(client, r, None)
-                       for r in compare.child_runs(client, run_id)]
-            rows = compare.merge(tracked, compare.summary_rows(self.sweep_dir))
-            status = parent_status([r.status for r in rows], completed)
-            text = publish_comparison(client, run_id, self.sweep_dir, rows,
-                                      f"sweep {self.sweep_dir.name}", status, self._swept)
-            # '4 runs FINISHED', or '1 of 2 runs FAILED' when not all ended with that status
-            ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
-                           for r in rows)
-            some = f"{ended_so} of " if ended_so < len(rows) else ""
+            text, runs = end_parent(client, run_id, self.sweep_dir, self._swept, completed)
             uri = self.parent["uri"]
             link = run_link(uri, self.parent.get("experiment_id"), run_id, hint=False)
             # the store's UI command and the tables on lines of their own (terminal width)
             opener = "" if link.startswith("http") else \
                 f"\n  open it with: python -m rlexp.ui{uri_option(uri)}"
-            self.end_line = (f"rlexp: sweep {self.sweep_dir.name}: {some}{len(rows)} runs "
-                             f"{status}; MLflow {link}{opener}\n  tables: "
-                             f"{self.sweep_dir / SUMMARY_MD}")
+            self.end_line = (f"rlexp: sweep {self.sweep_dir.name}: {runs}; MLflow {link}"
+                             f"{opener}\n  tables: {self.sweep_dir / SUMMARY_MD}")
             print(f"{text}\n{self.end_line}", flush=True)
+            (self.sweep_dir / UNCLOSED_FILE).unlink(missing_ok=True)
         except Exception as exc:  # never fatal
-            warn(f"could not close the sweep's MLflow parent run ({store.first_line(exc)})")
+            with contextlib.suppress(OSError):
+                write_json_atomic(self.sweep_dir / UNCLOSED_FILE, {"completed": completed})
+            warn(f"could not close the sweep's MLflow parent run ({store.first_line(exc)}); "
+                 f"once the store is back: python -m rlexp.sync {self.sweep_dir}")
+
+
+def end_parent(client: Any, run_id: str, sweep_dir: Path, swept: list[str] | None,
+               completed: bool) -> tuple[str, str]:
+    """The sweep's comparison published on its parent run, which ends (parent_status): the
+    group table and paired lines, and how its runs ended ('4 runs FINISHED', '1 of 2 runs
+    FAILED' when not all ended with the parent's status)."""
+    tracked = [compare.row_from_run(client, r, None) for r in compare.child_runs(client, run_id)]
+    rows = compare.merge(tracked, compare.summary_rows(sweep_dir))
+    status = parent_status([r.status for r in rows], completed)
+    text = publish_comparison(client, run_id, sweep_dir, rows, f"sweep {sweep_dir.name}", status,
+                              swept)
+    ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
+                   for r in rows)
+    some = f"{ended_so} of " if ended_so < len(rows) else ""
+    return text, f"{some}{len(rows)} runs {status}"
 
 
 def print_untracked_end(sweep_dir: Path) -> None:

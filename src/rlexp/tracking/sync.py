@@ -6,7 +6,11 @@ checkpoint are held back (a resume produces them again) unless --all. Damaged in
 it: bad spool lines are skipped and counted, a damaged tracking.json is rebuilt (summary.json's run
 id, or the store's run tagged with the dir; the gate from the newest checkpoint). A store it cannot
 send to is named in one line: down (sync again once up), wrong (pass --uri), or failing a write for
-good (fix that first); the spool keeps every record."""
+good (fix that first); the spool keeps every record.
+
+`python -m rlexp.sync <sweep dir>` syncs each of the sweep's run dirs, then ends the sweep's
+parent run with its comparison if the sweep could not (its store was down at the sweep's end):
+FINISHED only if the sweep ran to its end and every run finished (the callback's rule)."""
 
 from __future__ import annotations
 
@@ -18,11 +22,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlexp.base.errors import OneLineParser, UserError, fail
+from rlexp.base.files import read_json_object
 from rlexp.base.lock import Busy, DirLock, try_flock
 from rlexp.base.redact import MASK, install_log_redaction, redact_uri, remember
 from rlexp.base.summary import SUMMARY_FILE, read_summary, write_summary
 from rlexp.config.naming import flatten
-from rlexp.tracking import store
+from rlexp.tracking import PARENT_FILE, store, swept_keys
 from rlexp.tracking.listener import clean_params, clean_tags, now_ms
 from rlexp.tracking.run import ALWAYS, TrackedRun, record
 from rlexp.tracking.spool import LINK_FILE, LOCK_FILE, SPOOL_FILE, Link
@@ -36,6 +41,11 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} has no tracking.json (not a run dir)")
+    if is_sweep_dir(run_dir):
+        if new_run or experiment:
+            raise UserError(f"{run_dir} is a sweep dir: --new-run and --experiment take one "
+                            "of its run dirs")
+        return sync_sweep(run_dir, send_all, uri)
     if not (run_dir / LINK_FILE).exists() and not (run_dir / SPOOL_FILE).exists():
         # said before the locks below are made: a mistyped dir is left as it was
         raise UserError(f"{run_dir} has no tracking.json (was it tracked with tracker=mlflow?)")
@@ -53,6 +63,70 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
         dir_lock.release()
 
 
+def is_sweep_dir(path: Path) -> bool:
+    """A sweep's dir: its parent run's file, no run of its own."""
+    return (path / PARENT_FILE).is_file() and not (path / LINK_FILE).exists() \
+        and not (path / SPOOL_FILE).exists()
+
+
+def sync_sweep(sweep_dir: Path, send_all: bool, uri: str | None) -> str:
+    """Each job run dir of the sweep, then its parent run, if still RUNNING, ended with the
+    sweep's comparison as the sweep would have (its store was down at the sweep's end)."""
+    from mlflow.exceptions import MlflowException
+
+    from rlexp.tracking.callback import REMOTE_FILE, UNCLOSED_FILE, end_parent
+
+    try:
+        sweep_lock = DirLock(sweep_dir).acquire()  # held by the sweep while it runs
+    except Busy as exc:
+        raise UserError(f"{exc}; the sweep ends its parent run itself") from None
+    try:
+        accounts = [f"{job.name}: {sync(job, send_all, uri)}"
+                    for job in sorted(sweep_dir.iterdir())
+                    if (job / LINK_FILE).exists() or (job / SPOOL_FILE).exists()]
+        parent = read_json_object(sweep_dir / PARENT_FILE) or {}
+        run_id = parent.get("run_id")
+        if not isinstance(run_id, str) or not isinstance(parent.get("uri"), str):
+            raise UserError(f"{sweep_dir / PARENT_FILE} is damaged (no run_id and uri)")
+        parent_uri = store.resolve_uri(uri) if uri else \
+            _unmasked(parent["uri"], sweep_dir / PARENT_FILE)
+        _check_store(parent_uri)
+        client = store.client(parent_uri)
+        try:
+            status = client.get_run(run_id).info.status
+        except MlflowException as exc:
+            raise _store_error(parent_uri, exc) from None
+        if (sweep_dir / REMOTE_FILE).exists():
+            ended = f"parent run {run_id} {status} (its remote jobs end it as they report)"
+        elif status != "RUNNING":
+            ended = f"parent run {run_id} already {status}"
+        else:
+            unclosed = read_json_object(sweep_dir / UNCLOSED_FILE)
+            # no note: the sweep's process died before its end (it did not complete)
+            completed = bool(unclosed and unclosed.get("completed") is True)
+            try:
+                _, runs = end_parent(client, run_id, sweep_dir, swept_keys(sweep_dir), completed)
+            except MlflowException as exc:
+                raise _store_error(parent_uri, exc) from None
+            (sweep_dir / UNCLOSED_FILE).unlink(missing_ok=True)
+            ended = f"parent run {run_id} ended: {runs}"
+    finally:
+        sweep_lock.release()
+    return "\n".join([*accounts, f"sweep {sweep_dir.name}: {ended} "
+                                  f"({redact_uri(parent_uri)})"])
+
+
+def _unmasked(saved: str, where: Path) -> str:
+    """A URI saved with its credentials masked, whole again from $MLFLOW_TRACKING_URI."""
+    if MASK not in saved:
+        return saved
+    env = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not env or redact_uri(env) != redact_uri(saved.replace(MASK, "x")):
+        raise UserError(f"{where} names {redact_uri(saved)} with its credentials masked: pass "
+                        "the full URI with --uri (or set MLFLOW_TRACKING_URI)")
+    return env
+
+
 def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
           experiment: str | None) -> str:
     notes: list[str] = []
@@ -61,12 +135,8 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
         link = _rebuild_link(run_dir, uri, experiment, new_run, notes)
     elif uri:
         link.uri = store.resolve_uri(uri)  # the store moved (e.g. a server's new address)
-    elif MASK in link.uri:  # tracking.json keeps the URI with its credentials masked
-        env = os.environ.get("MLFLOW_TRACKING_URI", "")
-        if not env or redact_uri(env) != link.uri:
-            raise UserError(f"{run_dir}/tracking.json names {link.uri} with its credentials "
-                            "masked: pass the full URI with --uri (or set MLFLOW_TRACKING_URI)")
-        link.uri = env
+    else:  # tracking.json keeps the URI with its credentials masked
+        link.uri = _unmasked(link.uri, run_dir / LINK_FILE)
     if experiment:
         link.experiment = experiment
     _check_store(link.uri)
@@ -236,7 +306,8 @@ def _fill_summary_run_id(run: TrackedRun, run_dir: Path) -> bool:
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="python -m rlexp.sync", description=__doc__.split(
         "\n")[0])
-    parser.add_argument("run_dir", type=Path, help="the run dir (holds tracking.json)")
+    parser.add_argument("run_dir", type=Path, help="the run dir (holds tracking.json), or a "
+                        "sweep dir: each of its runs, then its parent run")
     parser.add_argument("--all", action="store_true",
                         help="also send metrics after the last checkpoint (no resume coming)")
     parser.add_argument("--uri", help="send to this tracking URI instead of the recorded one")
@@ -253,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         lambda record: not str(record.msg).startswith("Retrying ("))
     try:
         account = sync(args.run_dir, args.all, args.uri, args.new_run, args.experiment)
-        print(f"rlexp.sync: {account}")
+        print("\n".join(f"rlexp.sync: {line}" for line in account.splitlines()))
     except UserError as exc:
         fail(str(exc))
 
