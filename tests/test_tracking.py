@@ -535,6 +535,25 @@ def test_sync_ends_the_parent_of_a_killed_sweep_failed_and_leaves_a_live_one(uri
         sync(sweep_dir, new_run=True)
 
 
+def test_a_sweep_job_synced_into_a_new_run_nests_under_its_parent(uri, client, tmp_path):
+    """--new-run for a job whose MLflow run is gone: the new run is the sweep's child again."""
+    from rlexp.tracking.spool import Link
+
+    sweep_dir = tmp_path / "sweep"
+    callback = SweepCallback()
+    config = sweep_config(sweep_dir, uri)
+    callback.on_multirun_start(config)
+    child(uri, sweep_dir, 0.0)
+    callback.on_multirun_end(config)
+    job = sweep_dir / "beta0.0"
+    link = Link.load(job)
+    link.run_id = "0" * 32  # a run the store does not have (deleted for good)
+    link.save(job)
+    sync(job, new_run=True)
+    new = client.get_run(run_id(job))
+    assert new.data.tags["mlflow.parentRunId"] == parent_run_id(sweep_dir)
+
+
 def test_parent_status_rules():
     assert parent_status(["FINISHED", "FINISHED"], completed=True) == "FINISHED"
     assert parent_status(["FINISHED", "KILLED"], completed=True) == "KILLED"

@@ -269,13 +269,27 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
         tags = {**(summary.get("choices") or {}), store.RUN_DIR_TAG: str(run_dir.resolve()),
                 "rlexp.synced_from_run": old_run_id or "none"}
         run.add(record("start", name=str(summary.get("name") or run_dir.name),
-                       tags=clean_tags(tags), t=now_ms(), parent_run_id=None))
+                       tags=clean_tags(tags), t=now_ms(), parent_run_id=_sweep_parent(run)))
     if not any(r["kind"] == "params" for r in run.records):
         params = _hydra_params(run_dir)
         if params:
             run.add(record("params", params=clean_params(params)))
     if summary and not any(r["kind"] == "json" for r in run.records):
         run.add(record("json", artifact_file=SUMMARY_FILE, data=summary))
+
+
+def _sweep_parent(run: TrackedRun) -> str | None:
+    """The parent run of the sweep whose job the run dir is, when the run's store still has
+    it: the new run nests there (the sweep's report and comparison count it)."""
+    from mlflow.exceptions import MlflowException
+
+    parent = (read_json_object(run.run_dir.parent / PARENT_FILE) or {}).get("run_id")
+    if not isinstance(parent, str):
+        return None
+    try:
+        return parent if run.client.get_run(parent).info.lifecycle_stage == "active" else None
+    except MlflowException:  # not in this store (the old store is gone, or another one)
+        return None
 
 
 def _hydra_params(run_dir: Path) -> dict[str, Any]:
