@@ -63,6 +63,8 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     # A schema key cannot be deleted: said with what to do instead.
     (["~train.steps"], ["~train.steps is invalid: the schema's keys cannot be deleted",
                         "train.steps=VALUE"]),
+    (["~algo"], ["~algo is invalid: it removes the algo group's choice (grpo)",
+                 "algo=NAME (valid choices are: cispo, clip_cov"]),
     (["model=gpt2"], ["model=gpt2 is not an option of group 'model'", "smollm2-135m"]),
     # A key given twice (Hydra keeps the last; the run's name carried both).
     (["algo.beta=0.1", "algo.beta=0.2"],

@@ -329,6 +329,25 @@ def _refuse_repeated_keys(parsed: list[Any]) -> None:
         seen[key] = o.input_line
 
 
+def _refuse_deleted_choices(parsed: list[Any], config_name: str, firsts: list[str],
+                            searchpath: Callable[[list[str]], list[str]]) -> None:
+    """`~algo` deletes a group's default: the run would train with the schema's built-in values
+    under no name (Hydra's semantics); a group that has a choice needs one."""
+    deleted = [o.get_key_element()[1:] for o in parsed
+               if o.is_delete() and "." not in o.get_key_element()]
+    if not deleted:
+        return
+    kept = [o for o in firsts if not (o.startswith("~") and "." not in o.split("=", 1)[0])]
+    before = compose(config_name, overrides=searchpath(kept), return_hydra_config=True)
+    for group in deleted:
+        choice = OmegaConf.select(before, f"hydra.runtime.choices.{group}", default=None)
+        if choice is not None:
+            options = GlobalHydra.instance().config_loader().get_group_options(group)
+            raise UserError(f"~{group} is invalid: it removes the {group} group's choice "
+                            f"({choice}), leaving the schema's built-in values; choose one: "
+                            f"{group}=NAME (valid choices are: {', '.join(sorted(options))})")
+
+
 def _compose_first(args: Any, config_name: str, overrides: list[str],
                    searchpath: Callable[[list[str]], list[str]]) -> tuple[Any, bool, dict]:
     """The config of each sweep's first value, with whether it is a multirun and its sweeper's."""
@@ -338,6 +357,7 @@ def _compose_first(args: Any, config_name: str, overrides: list[str],
               if o.is_sweep_override() and o.is_discrete_sweep() else o.input_line
               for o in parsed if not (o.is_sweep_override() and not o.is_discrete_sweep())]
     base = compose(config_name, overrides=searchpath(firsts), return_hydra_config=True)
+    _refuse_deleted_choices(parsed, config_name, firsts, searchpath)
     multirun = bool(args.multirun) or str(base.hydra.mode) == "RunMode.MULTIRUN" \
         or OmegaConf.select(base, "hydra.mode") == "MULTIRUN"
     params_node = OmegaConf.select(base, "hydra.sweeper.params", default=None)
