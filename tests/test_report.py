@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from rlexp.base.errors import UserError
 from rlexp.base.events import RunInfo
 from rlexp.tracking.report import main, report
 from rlexp.tracking import parent_run_id, prepare_store, run_id
-from rlexp.tracking import compare
+from rlexp.tracking import compare, store
 from rlexp.tracking.callback import SweepCallback
 from rlexp.tracking.listener import MlflowListener
 
@@ -491,6 +492,26 @@ def test_a_store_report_and_ui_cannot_read_is_one_line_before_mlflow(sweep, tmp_
     out, err = capsys.readouterr()
     assert err.count("rlexp: warning:") == 1 and "summary.json" in err, err
     assert [r[0] for r in rows(out)] == ["beta0.04", "beta0.1", "beta0.0"]
+    # saved with its credentials masked: said so (not tried as a wrong password), unless
+    # $MLFLOW_TRACKING_URI names that store whole
+    masked = "http://alice:***@127.0.0.1:1/"
+    (moved / "parent_run.json").write_text(json.dumps({**parent, "uri": masked}))
+    main([str(moved), "--out", str(tmp_path / "png")])
+    out, err = capsys.readouterr()
+    assert f"names {masked} with its credentials masked: pass the full URI with --uri" in err
+    assert [r[0] for r in rows(out)] == ["beta0.04", "beta0.1", "beta0.0"]
+
+
+def test_a_masked_uri_is_whole_again_from_the_environment(monkeypatch):
+    saved = "http://alice:***@mlflow.example:5000"
+    with pytest.raises(UserError, match="credentials masked: pass the full URI with --uri"):
+        store.unmasked(saved, "parent_run.json")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://alice:s3cret@mlflow.example:5000")
+    assert store.unmasked(saved, "x") == "http://alice:s3cret@mlflow.example:5000"
+    assert store.unmasked("sqlite:///a.db", "x") == "sqlite:///a.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://bob:s3cret@mlflow.example:5000")
+    with pytest.raises(UserError):
+        store.unmasked(saved, "x")  # another user's store
 
 
 def test_one_seed_per_group_says_to_add_seeds_in_one_line():

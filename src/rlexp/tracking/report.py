@@ -31,6 +31,7 @@ def _client(uri: str, required: bool, key: str = "--uri"):
             raise UserError(f"no MLflow store at {path} (use --uri or $MLFLOW_TRACKING_URI)")
         return None
     try:
+        uri = store.unmasked(uri, key)
         store.check_readable(key, uri)
     except UserError as exc:
         if required:

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from rlexp.base.errors import UserError
 from rlexp.base.files import replace, temp_sibling
 from rlexp.base.lock import flocked
-from rlexp.base.redact import redact_text, redact_uri, remember, unmask
+from rlexp.base.redact import MASK, redact_text, redact_uri, remember, unmask
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -63,6 +63,18 @@ def resolve_uri(uri: str | None) -> str:
         return uri
     query = uri.partition("?")[2]
     return f"sqlite:///{path.resolve()}" + (f"?{query}" if query else "")
+
+
+def unmasked(saved: str, where: str) -> str:
+    """A URI a file keeps with its credentials masked (tracking.json, parent_run.json), whole
+    again from $MLFLOW_TRACKING_URI when that names the same store; else a UserError."""
+    if MASK not in saved:
+        return saved
+    env = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not env or redact_uri(env) != redact_uri(saved.replace(MASK, "x")):
+        raise UserError(f"{where} names {redact_uri(saved)} with its credentials masked: pass "
+                        "the full URI with --uri (or set MLFLOW_TRACKING_URI)")
+    return env
 
 
 def default_uri(cfg: "Config") -> str | None:

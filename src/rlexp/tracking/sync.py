@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from rlexp.base.errors import OneLineParser, UserError, fail
 from rlexp.base.files import read_json_object
 from rlexp.base.lock import Busy, DirLock, try_flock
-from rlexp.base.redact import MASK, install_log_redaction, redact_uri, remember
+from rlexp.base.redact import install_log_redaction, redact_uri, remember
 from rlexp.base.summary import SUMMARY_FILE, read_summary, write_summary
 from rlexp.config.naming import flatten
 from rlexp.tracking import PARENT_FILE, store, swept_keys
@@ -89,7 +89,7 @@ def sync_sweep(sweep_dir: Path, send_all: bool, uri: str | None) -> str:
         if not isinstance(run_id, str) or not isinstance(parent.get("uri"), str):
             raise UserError(f"{sweep_dir / PARENT_FILE} is damaged (no run_id and uri)")
         parent_uri = store.resolve_uri(uri) if uri else \
-            _unmasked(parent["uri"], sweep_dir / PARENT_FILE)
+            store.unmasked(parent["uri"], str(sweep_dir / PARENT_FILE))
         _check_store(parent_uri)
         client = store.client(parent_uri)
         try:
@@ -116,17 +116,6 @@ def sync_sweep(sweep_dir: Path, send_all: bool, uri: str | None) -> str:
                                   f"({redact_uri(parent_uri)})"])
 
 
-def _unmasked(saved: str, where: Path) -> str:
-    """A URI saved with its credentials masked, whole again from $MLFLOW_TRACKING_URI."""
-    if MASK not in saved:
-        return saved
-    env = os.environ.get("MLFLOW_TRACKING_URI", "")
-    if not env or redact_uri(env) != redact_uri(saved.replace(MASK, "x")):
-        raise UserError(f"{where} names {redact_uri(saved)} with its credentials masked: pass "
-                        "the full URI with --uri (or set MLFLOW_TRACKING_URI)")
-    return env
-
-
 def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
           experiment: str | None) -> str:
     notes: list[str] = []
@@ -136,7 +125,7 @@ def _sync(run_dir: Path, send_all: bool, uri: str | None, new_run: bool,
     elif uri:
         link.uri = store.resolve_uri(uri)  # the store moved (e.g. a server's new address)
     else:  # tracking.json keeps the URI with its credentials masked
-        link.uri = _unmasked(link.uri, run_dir / LINK_FILE)
+        link.uri = store.unmasked(link.uri, str(run_dir / LINK_FILE))
     if experiment:
         link.experiment = experiment
     _check_store(link.uri)
