@@ -143,3 +143,10 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, inputs, ar
     assert line.startswith("rlexp: error: "), line
     assert os.listdir(cwd) == [], "left behind: " + ", ".join(_tree(cwd))
     assert _tree(inputs) == before  # nothing made next to (or under) the inputs either
+
+
+@pytest.mark.parametrize("deleted", ["~recipe", "~model_rollout", "~hydra/job_logging"])
+def test_deleting_a_group_that_fills_no_schema_node_still_runs(tmp_path, deleted):
+    """~GROUP is refused only where the schema's defaults would stand in for the choice."""
+    proc = cli(deleted, "run.dry_run=true", cwd=tmp_path)
+    assert proc.returncode == 0 and "rlexp plan (dry run" in proc.stdout, proc.stderr[-2000:]

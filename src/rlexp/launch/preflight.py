@@ -331,18 +331,20 @@ def _refuse_repeated_keys(parsed: list[Any]) -> None:
 
 def _refuse_deleted_choices(parsed: list[Any], config_name: str, firsts: list[str],
                             searchpath: Callable[[list[str]], list[str]]) -> None:
-    """`~algo` deletes a group's default: the run would train with the schema's built-in values
-    under no name (Hydra's semantics); a group that has a choice needs one."""
+    """`~algo` deletes the choice of a group that fills one of the schema's nodes: the run
+    would train with the schema's built-in values under no name (Hydra's semantics). Groups
+    that only set values across nodes (recipe, model_rollout) and Hydra's own may go."""
+    nodes = {f.name for f in dataclasses.fields(Config)}
     deleted = [o.get_key_element()[1:] for o in parsed
-               if o.is_delete() and "." not in o.get_key_element()]
+               if o.is_delete() and o.get_key_element()[1:] in nodes]
     if not deleted:
         return
-    kept = [o for o in firsts if not (o.startswith("~") and "." not in o.split("=", 1)[0])]
+    kept = [o for o in firsts if not (o.startswith("~") and o[1:].split("=", 1)[0] in nodes)]
     before = compose(config_name, overrides=searchpath(kept), return_hydra_config=True)
     for group in deleted:
         choice = OmegaConf.select(before, f"hydra.runtime.choices.{group}", default=None)
-        if choice is not None:
-            options = GlobalHydra.instance().config_loader().get_group_options(group)
+        options = GlobalHydra.instance().config_loader().get_group_options(group)
+        if choice is not None and choice in options:
             raise UserError(f"~{group} is invalid: it removes the {group} group's choice "
                             f"({choice}), leaving the schema's built-in values; choose one: "
                             f"{group}=NAME (valid choices are: {', '.join(sorted(options))})")
