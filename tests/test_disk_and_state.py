@@ -458,6 +458,9 @@ def test_a_param_the_store_refuses_costs_only_itself(uri, client, tmp_path):
     assert got.params == {f"p{i:03d}": str(i) for i in range(150)} | {"algo.beta": "0.04"}
     assert got.tags["note"] == "rerun"
     assert len(run.dropped) == 1 and run.dropped[0].startswith("param algo.beta='0.08': ")
+    run.add(record("params", params={"algo.beta": "0.08"}))  # a resend meets it again
+    run.flush(float("inf"))
+    assert len(run.dropped) == 1
     run.close()
 
 

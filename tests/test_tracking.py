@@ -5,6 +5,7 @@ The listener is driven directly with the events the loop emits (no JAX needed).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -519,8 +520,6 @@ def test_sync_ends_the_parent_of_a_killed_sweep_failed_and_leaves_a_live_one(uri
                                                                             tmp_path):
     """A sweep whose process died (no end, no note) did not complete: FAILED, though each of
     its runs finished; while the sweep runs, sync leaves its parent to it."""
-    import atexit
-
     sweep_dir = tmp_path / "sweep"
     callback = SweepCallback()
     callback.on_multirun_start(sweep_config(sweep_dir, uri))
@@ -533,6 +532,34 @@ def test_sync_ends_the_parent_of_a_killed_sweep_failed_and_leaves_a_live_one(uri
     assert client.get_run(parent_run_id(sweep_dir)).info.status == "FAILED"
     with pytest.raises(UserError, match="is a sweep dir: --new-run"):
         sync(sweep_dir, new_run=True)
+
+
+def test_sync_of_a_sweep_dir_goes_on_past_a_run_it_cannot_send(uri, client, tmp_path):
+    """One run that cannot sync (its tracking.json's URI masked) holds back no other; the
+    parent is left RUNNING until every run syncs; a sweep without a parent run file (its store
+    down at the start: Hydra's multirun.yaml says it is a sweep) still syncs its runs."""
+    from rlexp.tracking.spool import Link
+
+    sweep_dir = tmp_path / "sweep"
+    config = sweep_config(sweep_dir, uri)
+    callback = SweepCallback()
+    callback.on_multirun_start(config)
+    atexit.unregister(callback.close)  # the sweep's process ends without closing the parent
+    for beta in (0.0, 0.04):
+        child(uri, sweep_dir, beta)
+    callback._dir_lock.release()
+    bad = sweep_dir / "beta0.0"
+    link = Link.load(bad)
+    link.uri = "http://alice:***@127.0.0.1:1/"
+    link.save(bad)
+    with pytest.raises(UserError, match=r"^sweep sweep: 1 of 2 runs not synced \(first: "
+                                        r"beta0.0: .*credentials masked"):
+        sync(sweep_dir)
+    assert client.get_run(parent_run_id(sweep_dir)).info.status == "RUNNING"
+    (sweep_dir / "parent_run.json").rename(sweep_dir / "multirun.yaml")
+    shutil.rmtree(bad)
+    assert sync(sweep_dir).splitlines()[-1] == ("sweep sweep: no parent run (none was made: "
+                                                "its runs are top-level)")
 
 
 def test_a_sweep_job_synced_into_a_new_run_nests_under_its_parent(uri, client, tmp_path):

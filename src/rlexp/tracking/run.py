@@ -183,15 +183,24 @@ class TrackedRun:
                 # A param logged before with another value (MLflow params are write-once) can
                 # never be sent; the batch was refused whole: its tags and the other params
                 # go again, one param at a time, and only the refused ones are dropped.
-                self.client.log_batch(run_id, tags=[t for t in chunk if isinstance(t, RunTag)])
-                for param in params:
-                    try:
-                        self.client.log_batch(run_id, params=[param])
-                    except MlflowException as one:
-                        if one.error_code != "INVALID_PARAMETER_VALUE":
-                            raise
-                        self.dropped.append(f"param {param.key}={param.value!r}: "
-                                            f"{store.first_line(one)}")
+                chunk_tags = [t for t in chunk if isinstance(t, RunTag)]
+                if chunk_tags:
+                    self._log_or_drop(run_id, "tags", tags=chunk_tags)
+                for p in params:
+                    self._log_or_drop(run_id, f"param {p.key}={p.value!r}", params=[p])
+
+    def _log_or_drop(self, run_id: str, what: str, **batch: Any) -> None:
+        """One log_batch; a refusal for good drops it (self.dropped, once however often a
+        resend meets it), anything else raises."""
+        from mlflow.exceptions import MlflowException
+        try:
+            self.client.log_batch(run_id, **batch)
+        except MlflowException as exc:
+            if exc.error_code != "INVALID_PARAMETER_VALUE":
+                raise
+            dropped = f"{what}: {store.first_line(exc)}"
+            if dropped not in self.dropped:
+                self.dropped.append(dropped)
 
     def _log_metrics(self, run_id: str, records: list[dict]) -> None:
         from mlflow.entities import Metric

@@ -63,10 +63,15 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
         dir_lock.release()
 
 
+# What Hydra writes in every sweep dir (its parent run's file may be missing: the store was
+# down when the sweep started).
+MULTIRUN_FILE = "multirun.yaml"
+
+
 def is_sweep_dir(path: Path) -> bool:
-    """A sweep's dir: its parent run's file, no run of its own."""
-    return (path / PARENT_FILE).is_file() and not (path / LINK_FILE).exists() \
-        and not (path / SPOOL_FILE).exists()
+    """A sweep's dir: Hydra's or the parent run's file, no run of its own."""
+    return ((path / PARENT_FILE).is_file() or (path / MULTIRUN_FILE).is_file()) \
+        and not (path / LINK_FILE).exists() and not (path / SPOOL_FILE).exists()
 
 
 def sync_sweep(sweep_dir: Path, send_all: bool, uri: str | None) -> str:
@@ -81,9 +86,21 @@ def sync_sweep(sweep_dir: Path, send_all: bool, uri: str | None) -> str:
     except Busy as exc:
         raise UserError(f"{exc}; the sweep ends its parent run itself") from None
     try:
-        accounts = [f"{job.name}: {sync(job, send_all, uri)}"
-                    for job in sorted(sweep_dir.iterdir())
-                    if (job / LINK_FILE).exists() or (job / SPOOL_FILE).exists()]
+        accounts, failed = [], []
+        jobs = [job for job in sorted(sweep_dir.iterdir())
+                if (job / LINK_FILE).exists() or (job / SPOOL_FILE).exists()]
+        for job in jobs:  # each run on its own: one that cannot go holds back no other
+            try:
+                accounts.append(f"{job.name}: {sync(job, send_all, uri)}")
+            except UserError as exc:
+                failed.append(f"{job.name}: {exc}")
+        if failed:
+            raise UserError(f"sweep {sweep_dir.name}: {len(failed)} of {len(jobs)} runs not "
+                            f"synced (first: {failed[0]}); its parent run is left as it is "
+                            "until every run syncs")
+        if not (sweep_dir / PARENT_FILE).exists():  # the store was down at the sweep's start
+            return "\n".join([*accounts, f"sweep {sweep_dir.name}: no parent run (none was "
+                                          "made: its runs are top-level)"])
         parent = read_json_object(sweep_dir / PARENT_FILE) or {}
         run_id = parent.get("run_id")
         if not isinstance(run_id, str) or not isinstance(parent.get("uri"), str):
