@@ -9,8 +9,9 @@ forks a child per command. The child sets the working directory, the environment
 sys.path[0] and fds 0-2 as `python -m` would, and runs the `rlexp` package as `__main__` with
 runpy: the entry point's own code in a process of its own, its exit status and output the
 command's. What differs from a fresh interpreter is only that the modules are imported
-already, so a command whose environment changes how Python starts (PYTHON* variables) or
-that names another interpreter runs fresh (helpers.cli decides).
+already (and the hash seed, locale and time zone are the server's), so a command whose
+environment differs in what Python reads as it starts (PYTHON*, LANG, LC_*, TZ) or that names
+another interpreter runs fresh (helpers.cli decides). stdin is /dev/null.
 
 Protocol on the server's stdin/stdout: one JSON request per line {argv, cwd, env, out, err,
 timeout}; one JSON answer per line {rc} or {timeout: true}.

@@ -34,40 +34,60 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int =
     (tests/cli_forkserver.py), unless it needs a fresh interpreter."""
     full_env = cli_env(env)
     command = [python, "-m", "rlexp", *args]
-    if python != sys.executable or os.environ.get("RLEXP_TESTS_FORK") == "0" or any(
-            full_env.get(k) != os.environ.get(k)
-            for k in {*full_env, *os.environ} if k.startswith("PYTHON")):
+    if python != sys.executable or full_env.get("RLEXP_TESTS_FORK") == "0":
         return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True,
                               timeout=timeout)
-    return _forked(command, cwd, full_env, timeout)
+    return _ForkServer.run(command, cwd, full_env, timeout)
 
 
-_server: subprocess.Popen | None = None
+class _ForkServer:
+    """This worker's tests/cli_forkserver.py, started on the first command."""
 
+    proc: subprocess.Popen | None = None
+    env: dict[str, str] = {}  # the environment it started with
 
-def _stop_server(server: subprocess.Popen) -> None:
-    server.stdin.close()  # the server's end of input: it exits
-    server.wait(timeout=30)
+    @staticmethod
+    def starts_python(key: str) -> bool:
+        """Read when an interpreter starts (sys.path, hash seed, locale, time zone): a command
+        whose environment differs there from the server's gets a fresh interpreter."""
+        return key.startswith(("PYTHON", "LC_")) or key in ("LANG", "TZ")
 
-
-def _forked(command: list[str], cwd: Path, env: dict[str, str],
+    @classmethod
+    def run(cls, command: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess:
-    global _server
-    if _server is None or _server.poll() is not None:
-        _server = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
-            "cli_forkserver.py"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        atexit.register(_stop_server, _server)
-    with tempfile.TemporaryDirectory(prefix="rlexp-cli-") as tmp:
-        out, err = Path(tmp, "out"), Path(tmp, "err")
-        _server.stdin.write(json.dumps({"argv": command[3:], "cwd": str(cwd), "env": env,
-                                        "out": str(out), "err": str(err),
-                                        "timeout": timeout}) + "\n")
-        _server.stdin.flush()
-        answer = json.loads(_server.stdout.readline())
-        stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
-    if answer.get("timeout"):
-        raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
-    return subprocess.CompletedProcess(command, answer["rc"], stdout, stderr)
+        if cls.proc is None or cls.proc.poll() is not None:
+            cls.env = dict(os.environ)
+            cls.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("cli_forkserver.py"))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            atexit.register(cls.stop, cls.proc)
+        if any(env.get(k) != cls.env.get(k) for k in {*env, *cls.env} if cls.starts_python(k)):
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        if not Path(cwd).is_dir():
+            raise FileNotFoundError(f"no directory {cwd}")  # as subprocess.run says it
+        with tempfile.TemporaryDirectory(prefix="rlexp-cli-") as tmp:
+            out, err = Path(tmp, "out"), Path(tmp, "err")
+            try:
+                cls.proc.stdin.write(json.dumps({"argv": command[3:], "cwd": str(cwd),
+                                                 "env": env, "out": str(out), "err": str(err),
+                                                 "timeout": timeout}) + "\n")
+                cls.proc.stdin.flush()
+                answer = json.loads(cls.proc.stdout.readline())
+            except BaseException:  # interrupted mid-command: its answer would answer the next
+                cls.proc.kill()
+                cls.proc = None
+                raise
+            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+        if answer.get("timeout"):
+            raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(command, answer["rc"], stdout, stderr)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.stdin.close()  # the end of its input: it exits
+            proc.wait(timeout=30)
 
 
 # The command's first line (rlexp.__main__, before its imports): a piped command is never
