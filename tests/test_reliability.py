@@ -406,7 +406,9 @@ RUN = ["train.batch_size=2", "algo.num_generations=2", "dataset.num_eval=4",
 
 
 def _overrides(*extra: str) -> list[str]:
-    return [*RUN, *extra]
+    """RUN with `extra`, whose value wins for a key in both (a key given twice is refused)."""
+    keys = {e.split("=", 1)[0] for e in extra}
+    return [*(o for o in RUN if o.split("=", 1)[0] not in keys), *extra]
 
 
 def _rerun(cwd: Path, overrides: list[str]) -> subprocess.CompletedProcess:
