@@ -27,7 +27,7 @@ from rlexp.base.lock import Busy, DirLock, try_flock
 from rlexp.base.redact import install_log_redaction, redact_uri, remember
 from rlexp.base.summary import SUMMARY_FILE, read_summary, write_summary
 from rlexp.config.naming import flatten
-from rlexp.tracking import PARENT_FILE, store, swept_keys
+from rlexp.tracking import PARENT_FILE, parent_run_id, store, swept_keys
 from rlexp.tracking.listener import clean_params, clean_tags, now_ms
 from rlexp.tracking.run import ALWAYS, TrackedRun, record
 from rlexp.tracking.spool import LINK_FILE, LOCK_FILE, SPOOL_FILE, Link
@@ -289,7 +289,7 @@ def _sweep_parent(run: TrackedRun) -> str | None:
     it: the new run nests there (the sweep's report and comparison count it)."""
     from mlflow.exceptions import MlflowException
 
-    parent = (read_json_object(run.run_dir.parent / PARENT_FILE) or {}).get("run_id")
+    parent = parent_run_id(run.run_dir.parent)
     if not isinstance(parent, str):
         return None
     try:
