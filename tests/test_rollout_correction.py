@@ -376,3 +376,36 @@ def test_the_learner_whitens_then_hands_the_sampler_log_probs(tmp_path, monkeypa
     mask = np.asarray(out.completion_mask) > 0
     kept = np.asarray(out.advantages)[mask]
     assert abs(kept.mean()) < 1e-4 and abs(kept.std(ddof=1) - 1) < 1e-3
+
+
+# Trainer and sampler on separate virtual CPU devices (bench/overlap.py's emulated split): the
+# sampler holds a copy of the weights that rollout.sync_every refreshes.
+SPLIT = ("hardware.emulate=true", "hardware.devices=2", "hardware.chips=2",
+         "hardware.split=split", "hardware.trainer_fraction=0.5", "hardware.sampler_fraction=0.5")
+
+
+@pytest.mark.slow
+def test_a_sampler_copy_behind_the_trainer_is_corrected_against_the_trainers_weights(tmp_path):
+    """A real run on split meshes, the copy synced every 2nd step, num_iterations=2 (Tunix scores
+    old log-probs, on the sampler's copy) and a correction: on steps 2 and 4 the copy is one
+    update behind, so the old log-probs must be the trainer's: the gap and the weights show the
+    lag (the copy's own scores gave gap 0 and weights 1 at every step: no correction at all),
+    and rollout/staleness says it. Steps 1 and 3 follow a sync: the two agree."""
+    from mlflow.tracking import MlflowClient
+
+    from helpers import cli
+
+    proc = cli(*SPLIT, "eval.every=0", "train.steps=4", "rollout.sync_every=2",
+               "algo.num_iterations=2", "algo.rollout_correction=token_truncate",
+               cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("rlexp").experiment_id])
+
+    def series(name: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run.info.run_id, name)}
+
+    assert series("rollout/staleness") == {1: 0.0, 2: 1.0, 3: 0.0, 4: 1.0}
+    gap, weight = series("rollout/logprob_diff_max"), series("rollout/is_weight_min")
+    assert all(gap[s] < 1e-3 and abs(weight[s] - 1) < 1e-3 for s in (1, 3)), (gap, weight)
+    assert all(gap[s] > 0.05 and weight[s] < 0.99 for s in (2, 4)), (gap, weight)

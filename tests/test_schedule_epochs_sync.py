@@ -137,6 +137,7 @@ def test_step_runner_syncs_every_nth_step(sync_every, expected):
         runner({"prompts": np.array(["p"] * 4, dtype=object)})
     assert cluster.global_steps == 7  # every step counted, synced or not
     assert cluster.synced_after == expected
+    assert runner.samples_behind == (sync_every > 1)  # rollout/staleness logged
 
 
 def test_an_evaluation_between_syncs_scores_the_trainers_weights():
@@ -148,14 +149,18 @@ def test_an_evaluation_between_syncs_scores_the_trainers_weights():
     runner = StepRunner(_learner(cluster, separate_copy=True), batch_size=4, sync_every=3)
     runner.sync_for_eval()  # before any step: the sampler holds the weights it started with
     assert cluster.synced_after == []
+    staleness = []  # updates the copy lags at each step's sampling (rollout/staleness)
     for step in range(1, 8):
         runner({"prompts": np.array(["p"] * 4, dtype=object)}, step)
+        staleness.append(runner.staleness)
     runner.sync_for_eval()
     runner.sync_for_eval()
     assert len(cluster.synced_after) == 3 and cluster.global_steps == 7
     for step in (8, 9):
         runner({"prompts": np.array(["p"] * 4, dtype=object)}, step)
+        staleness.append(runner.staleness)
     assert cluster.synced_after[3:] == [9] and cluster.global_steps == 9
+    assert runner.samples_behind and staleness == [0, 1, 2, 0, 1, 2, 0, 0, 1]
     runner.sync_for_eval()  # synced after step 9 already
     assert len(cluster.synced_after) == 4
 
@@ -175,9 +180,12 @@ def test_a_resume_keeps_the_sync_schedule_of_the_uninterrupted_run():
     EngineCheckpoints.resume(SimpleNamespace(engine=engine), meta)
     assert len(cluster.synced_after) == 1 and cluster.global_steps == 4  # the restored weights
     runner = StepRunner(learner, batch_size=4, sync_every=3)
+    staleness = []
     for step in range(5, 10):
         runner({"prompts": np.array(["p"] * 4, dtype=object)}, step)
+        staleness.append(runner.staleness)
     assert cluster.synced_after[1:] == [6, 9] and cluster.global_steps == 9
+    assert staleness == [0, 1, 0, 1, 2]  # the first resumed step samples the restored weights
 
 
 def test_step_runner_never_syncs_a_shared_copy():

@@ -87,9 +87,10 @@ class TunixEngine:
         # advantages + log-probs, and the one metrics fetch (waits for the last update)
         out = {**self.probe.metrics(), "time/rollout_s": self.probe.rollout_s,
                "time/prepare_s": self.probe.prepare_s, "time/fetch_s": self.probe.fetch_s}
-        if runner.ahead_steps:  # updates between the batch's sampling weights and the trainer's
-            out.update({"rollout/staleness": float(runner.staleness),
-                        "time/sampler_s": runner.sampled_s})
+        if runner.samples_behind:  # updates between the batch's sampling weights and the trainer's
+            out["rollout/staleness"] = float(runner.staleness)
+        if runner.ahead_steps:
+            out["time/sampler_s"] = runner.sampled_s
         return out
 
     def rollouts(self) -> list[dict[str, Any]]:

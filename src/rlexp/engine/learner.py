@@ -12,8 +12,9 @@ tokens: micro-batch 1 and micro-batch = mini-batch then give the same update).
 
 The trainer's old log-probs for the correction: Tunix's when num_iterations > 1, else the
 loss's own forward (a rollout's only update runs the weights it was scored against). Off the
-vanilla sampler Tunix's old log-probs are the engine's own: the trainer's replace them (one
-forward without gradient at the rollout temperature, as TRL 1.16 does with its vLLM correction).
+vanilla sampler, or from a vanilla copy that lags the trainer (rollout.sync_every > 1), Tunix's
+old log-probs are the sampler's own: the trainer's replace them (one forward without gradient
+at the rollout temperature, as TRL 1.16 does with its vLLM correction).
 
 Off-policy (rollout.off_policy_steps = k > 0; verl's one-step-off trainer, ray_trainer.py
 412-516 at b178a3cd, and MaxText's rl.off_policy_steps): StepRunner samples step n+k's batch
@@ -335,8 +336,12 @@ class StepRunner:
         if self.rollout is not None:
             L.rl_cluster.cluster_config.rollout_config[Mode.TRAIN].return_logprobs = (
                 self.rollout.logprobs_at(step))
+        if self.sampler_version is None or not L.should_sync_weights:
+            self.sampler_version = step - 1  # the restored weights, or the trainer's own
         if self.ahead_steps:
             self.sample_ahead(step, [(batch, key), *ahead])
+        else:  # sampled in the step, by a sampler copy that lags between syncs (sync_every)
+            self.staleness = step - 1 - self.sampler_version
         it = iter([batch])
         if self.micro != self.full:
             it = L._create_micro_batch_iterator(it, self.micro)
@@ -353,6 +358,12 @@ class StepRunner:
             L.rl_cluster.global_steps += 1
         self.last_step = step
 
+    @property
+    def samples_behind(self) -> bool:
+        """Whether a batch can be sampled with weights behind the trainer's: sampled ahead
+        (rollout.off_policy_steps), or by a sampler copy synced every rollout.sync_every > 1."""
+        return bool(self.ahead_steps) or (self.learner.should_sync_weights and self.sync_every > 1)
+
     def sync_for_eval(self) -> None:
         """An evaluation scores the trainer's weights: a sampler copy behind them
         (rollout.sync_every > 1) gets them first, the schedule of later syncs unmoved. Nothing
@@ -367,8 +378,6 @@ class StepRunner:
         """Queue the rollouts of steps step..step+k that are not yet: this step's now (the
         first step, or the first after a resume), the later ones beside the update."""
         L, cluster = self.learner, self.learner.rl_cluster
-        if self.sampler_version is None or not L.should_sync_weights:
-            self.sampler_version = step - 1  # the restored weights, or the trainer's own
         self.sampled_s = 0.0
         for i, (batch, key) in enumerate(batches[len(cluster.ahead):], len(cluster.ahead)):
             prompts = [p for p in batch["prompts"]

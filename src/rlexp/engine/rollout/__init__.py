@@ -48,8 +48,9 @@ class RolloutBackend(abc.ABC):
     """A rollout backend's engine half (its spec: the Tunix-free half)."""
 
     # Whether Tunix's old log-probs (num_iterations > 1) are the trainer's own forward: the
-    # vanilla sampler scores them with the trainer's weights; another engine scores them with
-    # its own, and the learner replaces them with the trainer's (rlexp.engine.learner).
+    # vanilla sampler scores them with the trainer's weights when its copy is current; another
+    # engine scores them with its own, and the learner replaces them with the trainer's
+    # (rlexp.engine.learner).
     old_logps_from_trainer: bool = False
 
     def __init__(self, cfg: Config, spec: RolloutSpec):

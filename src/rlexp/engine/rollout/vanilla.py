@@ -26,7 +26,14 @@ from rlexp.engine.rollout import RolloutBackend, SamplingKeys, sampling_fields
 
 
 class VanillaBackend(RolloutBackend):
-    old_logps_from_trainer = True
+    @property
+    def old_logps_from_trainer(self) -> bool:
+        """Tunix scores the old log-probs with the sampler's weights: the trainer's where the
+        sampler shares them or its copy is synced after every update. A copy synced every
+        rollout.sync_every > 1 steps is behind the trainer on the steps between: its scores
+        would be the behaviour policy's (the correction's weights all 1, the loss's ratio
+        against the sampler), so the learner scores them with the trainer's."""
+        return self.spec.shares_trainer_weights(self.cfg) or self.cfg.rollout.sync_every == 1
 
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
         """Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off). Its
