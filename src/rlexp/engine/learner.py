@@ -188,9 +188,9 @@ class Learner(GRPOLearner):
         return example
 
     def with_sampler_logps(self, example: Any, mode: Any) -> Any:
-        """A TRAIN example as a RolloutExample with the sampler's log-probs (and, off the
-        vanilla sampler with old log-probs, the trainer's as its old ones) and the loss's
-        runtime numbers."""
+        """A TRAIN example as a RolloutExample with the sampler's log-probs (and, where Tunix's
+        old log-probs are not the trainer's: RolloutBackend.old_logps_from_trainer, the
+        trainer's as its old ones) and the loss's runtime numbers."""
         rows, c = self.rl_cluster.take_logprobs(), self.algo_config.correction
         if mode != Mode.TRAIN:
             return example
@@ -203,13 +203,14 @@ class Learner(GRPOLearner):
                                    "per-token log-probs, and this rollout engine returned none")
             # All unknown (NaN), not absent: the update's inputs keep one structure, so steps
             # with and without log-probs (rollout.logprob_gap_every) share one compiled step.
-            [unknown] = on_trainer_mesh(cluster, np.full(example.completion_ids.shape, np.nan,
+            [sampler] = on_trainer_mesh(cluster, np.full(example.completion_ids.shape, np.nan,
                                                          np.float32))
-            return registry.with_sampler_logps(example, unknown, numbers=numbers)
-        [sampler] = on_trainer_mesh(cluster,
-                                    rc.sampler_logps(rows, example.completion_ids.shape[1]))
-        if self.off_policy and not c.enabled:
-            return as_behaviour(example, sampler, numbers)
+        else:
+            [sampler] = on_trainer_mesh(cluster,
+                                        rc.sampler_logps(rows, example.completion_ids.shape[1]))
+            if self.off_policy and not c.enabled:
+                return as_behaviour(example, sampler, numbers)
+        # A step without sampler log-probs needs the trainer's old ones all the same.
         trainer = None
         if example.old_per_token_logps is not None and not cluster.old_logps_from_trainer:
             micro = (self._compute_logps_micro_batch_size or 0) * self.algo_config.num_generations
