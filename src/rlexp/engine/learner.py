@@ -11,10 +11,10 @@ a window's micro-batches pass through a WindowQueue that gives each the window's
 tokens: micro-batch 1 and micro-batch = mini-batch then give the same update).
 
 The trainer's old log-probs for the correction: Tunix's when num_iterations > 1, else the
-loss's own forward (a rollout's only update runs the weights it was scored against). Off the
-vanilla sampler, or from a vanilla copy that lags the trainer (rollout.sync_every > 1), Tunix's
-old log-probs are the sampler's own: the trainer's replace them (one forward without gradient
-at the rollout temperature, as TRL 1.16 does with its vLLM correction).
+loss's own forward (a rollout's only update runs the weights it was scored against). Where
+Tunix's old log-probs are the sampler's own (vLLM on TPU; a vanilla copy that lags the trainer,
+rollout.sync_every > 1) the trainer's replace them (one forward without gradient at the
+rollout temperature, as TRL 1.16 does with its vLLM correction).
 
 Off-policy (rollout.off_policy_steps = k > 0; verl's one-step-off trainer, ray_trainer.py
 412-516 at b178a3cd, and MaxText's rl.off_policy_steps): StepRunner samples step n+k's batch

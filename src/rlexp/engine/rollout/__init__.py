@@ -47,10 +47,9 @@ def sampling_fields(r: RolloutConfig, temperature: float) -> dict[str, Any]:
 class RolloutBackend(abc.ABC):
     """A rollout backend's engine half (its spec: the Tunix-free half)."""
 
-    # Whether Tunix's old log-probs (num_iterations > 1) are the trainer's own forward: the
-    # vanilla sampler scores them with the trainer's weights when its copy is current; another
-    # engine scores them with its own, and the learner replaces them with the trainer's
-    # (rlexp.engine.learner).
+    # Whether Tunix's old log-probs (num_iterations > 1) are the trainer's own forward (the
+    # vanilla sampler's while its copy is current, vLLM's on CPU and GPU); where not, the
+    # learner replaces them with the trainer's (rlexp.engine.learner).
     old_logps_from_trainer: bool = False
 
     def __init__(self, cfg: Config, spec: RolloutSpec):

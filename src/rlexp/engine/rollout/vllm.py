@@ -18,6 +18,9 @@ from rlexp.engine.rollout import RolloutBackend, sampling_fields
 
 class VllmBackend(RolloutBackend):
     spec: VllmSpec
+    # TorchVllmRollout scores Tunix's old log-probs with the trainer's own model (vLLM has no
+    # scoring call): a second pass by the learner would repeat that forward.
+    old_logps_from_trainer = True
 
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
         return {Mode.TRAIN: dataclasses.replace(self.rollout_config(),

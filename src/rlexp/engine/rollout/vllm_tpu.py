@@ -15,6 +15,9 @@ from rlexp.engine.rollout.vllm import VllmBackend
 
 
 class VllmTpuBackend(VllmBackend):
+    # Tunix's VllmRollout hands the sampler's own log-probs (none here) as the old ones.
+    old_logps_from_trainer = False
+
     def engine(self) -> Any:
         return "vllm"
 
