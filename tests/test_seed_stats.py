@@ -198,3 +198,24 @@ def test_group_curves_average_the_seeds_steps():
     assert curve[1][1] == pytest.approx(0.3) and curve[1][2] < 0.3 < curve[1][3]
     assert group.rows[0].best_accuracy is None  # rows built by hand: no best computed
     assert compare._best([(0, 0.9), (2, 0.2), (4, 0.3)]) == 0.3  # step 0 never counts
+
+
+def test_a_seed_that_finished_twice_counts_once_by_its_latest_run():
+    """An experiment where seed 0 was trained again (`rlexp.report EXPERIMENT` lists runs by
+    start time): the group is 3 seeds, not 4 runs. Mean, interval, curve and count all take
+    seed 0's latest run, and the table and its note say one earlier run was left out."""
+    def row(seed: int, acc: float) -> compare.Row:
+        return compare.Row(name=f"r{seed}-{acc}", run_id=None, status="FINISHED",
+                           values={"algo": "grpo", "train.seed": str(seed)}, final_accuracy=acc,
+                           curves={compare.ACCURACY: [(0, 0.1), (4, acc)]})
+
+    rows = [row(0, 0.9), row(1, 0.2), row(2, 0.3), row(0, 0.4)]  # seed 0 again, last
+    [group] = compare.group_rows(rows, ["algo", "train.seed"])
+    assert [r.final_accuracy for _, r in group.finished()] == [0.4, 0.2, 0.3]
+    summary = group.stats("final_accuracy")
+    assert summary.n == 3 and summary.mean == pytest.approx(0.3)
+    assert group.curve(compare.ACCURACY)[-1][1] == pytest.approx(0.3)  # not 0.45 over 4 runs
+    _, [cells] = compare.group_table([group], (("final acc", "final_accuracy"),))
+    assert cells[1] == "3 (+1 earlier reruns)"
+    assert group.repeated() == ["seed=0"]
+    assert "counts by its latest run (grpo: seed=0)" in compare.table_note([group])

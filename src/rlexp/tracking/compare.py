@@ -295,7 +295,15 @@ class Group:
     seeds: list[str]  # seed label ('seed=0') of each run, same order
 
     def finished(self) -> list[tuple[str, Row]]:
-        return [(s, r) for s, r in zip(self.seeds, self.rows) if r.status == "FINISHED"]
+        """(seed, run) of the finished runs, one per seed: a seed that finished more than once
+        (a rerun in the same experiment) counts by its latest run (rows come in start or sweep
+        order), as the mean, the interval, the pairing and the curves all must."""
+        return list({s: r for s, r in zip(self.seeds, self.rows) if r.status == "FINISHED"}.items())
+
+    def repeated(self) -> list[str]:
+        """The seeds that finished more than once (their earlier runs do not count)."""
+        done = [s for s, r in zip(self.seeds, self.rows) if r.status == "FINISHED"]
+        return sorted({s for s in done if done.count(s) > 1})
 
     def values_of(self, attr: str) -> dict[str, float]:
         """seed -> the finished runs' value of a Row attribute (finite ones)."""
@@ -382,8 +390,11 @@ def group_table(groups: list[Group], metrics: tuple[tuple[str, str], ...] = GROU
     body = []
     for group in groups:
         finished = len(group.finished())
-        n = str(finished) + (f" (+{len(group.rows) - finished} not finished)"
-                             if finished < len(group.rows) else "")
+        unfinished = sum(r.status != "FINISHED" for r in group.rows)
+        earlier = len(group.rows) - finished - unfinished  # superseded reruns of a seed
+        n = str(finished) + "".join(f" (+{k} {what})" for k, what in
+                                    ((unfinished, "not finished"), (earlier, "earlier reruns"))
+                                    if k)
         body.append([group.label, n, *(c for _, attr in metrics
                                        for c in _cells(group.stats(attr), split))])
     return header, body
@@ -392,7 +403,10 @@ def group_table(groups: list[Group], metrics: tuple[tuple[str, str], ...] = GROU
 def table_note(groups: list[Group]) -> str:
     seeds = sorted({s for g in groups for s in g.seeds})
     shown = ", ".join(seeds[:8]) + (f", +{len(seeds) - 8}" if len(seeds) > 8 else "")
-    return f"mean ±std [{seed_stats.CI_NAME}] of each group's finished runs ({shown})"
+    repeated = [f"{g.label}: {', '.join(g.repeated())}" for g in groups if g.repeated()]
+    return (f"mean ±std [{seed_stats.CI_NAME}] of each group's finished runs ({shown})"
+            + (f"; a seed that finished more than once counts by its latest run "
+               f"({'; '.join(repeated)})" if repeated else ""))
 
 
 def wrap(line: str) -> str:
