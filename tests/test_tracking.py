@@ -573,12 +573,17 @@ def test_a_sweep_job_synced_into_a_new_run_nests_under_its_parent(uri, client, t
     child(uri, sweep_dir, 0.0)
     callback.on_multirun_end(config)
     job = sweep_dir / "beta0.0"
+    (job / ".hydra").mkdir()
+    (job / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    num: 0\n")
     link = Link.load(job)
     link.run_id = "0" * 32  # a run the store does not have (deleted for good)
     link.save(job)
     sync(job, new_run=True)
     new = client.get_run(run_id(job))
     assert new.data.tags["mlflow.parentRunId"] == parent_run_id(sweep_dir)
+    # the tags the job's run had: its sweep, its index, its swept value in full
+    assert (new.data.tags["sweep"], new.data.tags["rlexp.job_index"],
+            new.data.tags["sweep.algo.beta"]) == ("sweep", "0", "0.0")
 
 
 def test_parent_status_rules():

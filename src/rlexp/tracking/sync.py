@@ -273,7 +273,8 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
     summary = read_summary(run_dir) or {}
     if not any(r["kind"] == "start" for r in run.records):
         tags = {**(summary.get("choices") or {}), store.RUN_DIR_TAG: str(run_dir.resolve()),
-                "rlexp.synced_from_run": old_run_id or "none"}
+                "rlexp.synced_from_run": old_run_id or "none",
+                **_sweep_job_tags(run_dir, summary)}
         run.add(record("start", name=str(summary.get("name") or run_dir.name),
                        tags=clean_tags(tags), t=now_ms(), parent_run_id=_sweep_parent(run)))
     if not any(r["kind"] == "params" for r in run.records):
@@ -282,6 +283,27 @@ def _add_start(run: TrackedRun, run_dir: Path, old_run_id: str | None) -> None:
             run.add(record("params", params=clean_params(params)))
     if summary and not any(r["kind"] == "json" for r in run.records):
         run.add(record("json", artifact_file=SUMMARY_FILE, data=summary))
+
+
+def _sweep_job_tags(run_dir: Path, summary: dict[str, Any]) -> dict[str, str]:
+    """A sweep job's tags besides its choices, as its lost run had them
+    (rlexp.job.listeners.run_tags): its sweep, its index (the sweep's order in reports) and
+    its swept values in full."""
+    from rlexp.tracking.compare import JOB_INDEX_TAG
+    from rlexp.tracking.conventions import swept_tags
+
+    if not is_sweep_dir(run_dir.parent):
+        return {}
+    tags = {"sweep": run_dir.parent.name}
+    try:
+        num = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.job.num
+        tags[JOB_INDEX_TAG] = str(int(num))
+    except Exception:  # no or a damaged Hydra file: the run sorts by its start instead
+        pass
+    overrides = summary.get("overrides")
+    if isinstance(overrides, list):
+        tags.update(swept_tags(map(str, overrides), swept_keys(run_dir.parent)))
+    return tags
 
 
 def _sweep_parent(run: TrackedRun) -> str | None:
