@@ -16,12 +16,13 @@ from pathlib import Path
 
 from conftest import require
 from rlexp.base.events import RunInfo
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 
 def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """This environment for a `python -m rlexp` child: the run's own default store under its
     cwd (no inherited $MLFLOW_TRACKING_URI) and Hydra's short errors; `env` adds or overrides."""
-    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    full_env = {**environment(), "HYDRA_FULL_ERROR": "0"}
     full_env.pop("MLFLOW_TRACKING_URI", None)
     full_env.update(env or {})
     return full_env
@@ -56,7 +57,7 @@ class _ForkServer:
     def run(cls, command: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess:
         if cls.proc is None or cls.proc.poll() is not None:
-            cls.env = dict(os.environ)
+            cls.env = environment()
             cls.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("cli_forkserver.py"))],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

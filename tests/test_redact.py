@@ -461,3 +461,34 @@ def test_unmask_config_puts_the_secrets_back_and_leaves_interpolations(monkeypat
     assert cfg.tracker.uri == "http://u:Pw0rd123@h:5000/"
     assert cfg.hosts[0] == "http://u:Pw0rd123@h:5000/" and cfg.hosts[1] == "plain"
     assert OmegaConf.to_container(cfg, resolve=False)["tracker"]["copy"] == "${tracker.uri}"
+
+
+def test_the_secret_scan_survives_another_thread_unsetting_a_variable():
+    """MLflow 3's telemetry thread unsets _MLFLOW_TELEMETRY_SESSION_ID when its config fetch
+    fails (offline), at any moment; os.environ.items() lists the names, then reads each, so a
+    scan meanwhile raised KeyError (a sweep's parent run was lost to it). Here a thread sets
+    and unsets a variable nonstop while the scan and the environment copies run for a second
+    (dict(os.environ) raised ~20 times a second like this on a 2-core CPU)."""
+    from rlexp.base import redact
+    from rlexp.base.runtime import environment
+
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            os.environ["_RLEXP_TEST_RACE"] = "x"
+            os.environ.pop("_RLEXP_TEST_RACE", None)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    calls, end = 0, time.monotonic() + 1.0
+    try:
+        while time.monotonic() < end:
+            redact.secret_values()
+            redact.current_secrets()
+            assert os.environ["PATH"] == environment()["PATH"]
+            calls += 1
+    finally:
+        stop.set()
+        thread.join()
+    assert calls > 100

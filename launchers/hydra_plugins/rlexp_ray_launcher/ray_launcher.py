@@ -28,7 +28,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.base.files import remove_dry_run_dir
-from rlexp.base.runtime import COORDINATOR_ENV, COUNT_ENV, INDEX_ENV
+from rlexp.base.runtime import COORDINATOR_ENV, COUNT_ENV, INDEX_ENV, environment
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class RlexpRayLauncher(Launcher):
                  initial_job_idx: int) -> Sequence[JobReturn]:
         """Each job's placement, printed; nothing started, the sweep dir Hydra made removed."""
         assert self.config is not None
-        env = worker_env(self.params, dict(os.environ))
+        env = worker_env(self.params, environment())
         original = HydraConfig.instance().cfg
         out = []
         try:
@@ -245,7 +245,7 @@ class RlexpRayLauncher(Launcher):
         # PYTHONPATH: rlexp and plugins where not installed; RLEXP_MASKED_SECRET: mask_argv's.
         env.update({k: os.environ[k] for k in ("PYTHONPATH", "RLEXP_MASKED_SECRET")
                     if os.environ.get(k)})
-        env.update(worker_env(self.params, dict(os.environ)))  # tokens, caches, launcher env
+        env.update(worker_env(self.params, environment()))  # tokens, caches, launcher env
         # max_retries=0: Ray re-runs a task whose worker died (3 times by default), which
         # would start one process of a multi-controller job again against peers that are gone.
         run = ray.remote(max_calls=1, max_retries=0)(_run_process)

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlexp.base.errors import UserError
 from rlexp.base.files import read_json_object, remove_dry_run_dir, write_json_atomic
 from rlexp.base.redact import redact_text
+from rlexp.base.runtime import environment
 from rlexp.base.secret_env import launcher_secrets
 
 from .commands import (Workload, build_argv, env_file_text, is_launch_only, resolved_overrides,
@@ -221,7 +222,7 @@ class XpkLauncher(Launcher):
         try:
             proc = subprocess.run(list(wl.argv), capture_output=True, text=True,
                                   timeout=int(self.params["timeout_s"]),
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                  env={**environment(), "PYTHONUNBUFFERED": "1"})
         except FileNotFoundError:
             msg = (f"xpk executable {wl.argv[0]!r} not found: pip install xpk (or set "
                    f"RLEXP_XPK_BIN / hydra.launcher.xpk)")

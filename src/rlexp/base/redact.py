@@ -28,6 +28,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
 from rlexp.base.files import write_atomic
+from rlexp.base.runtime import environment
 
 MASK = "***"
 # Last words that make a key secret (compared whole, case-insensitive).
@@ -231,7 +232,7 @@ def secret_values() -> set[str]:
     """Values to hide: secret-named env vars and `key=value` arguments, the credentials of URIs in
     either (MLFLOW_TRACKING_URI=https://u:PW@host, tracker.uri=...), what remember() learned."""
     found: set[str] = set(_learned) | set(masked_secrets().values())
-    for k, v in os.environ.items():
+    for k, v in environment().items():
         if is_secret_key(k) and k != SECRETS_ENV:  # SECRETS_ENV's values: counted one by one
             found.add(v)
         elif "://" in v:
@@ -270,7 +271,7 @@ _current: tuple[Any, set[str]] | None = None
 def current_secrets() -> set[str]:
     """secret_values(), recomputed only on a change (an environment scan costs ~0.2 ms a line)."""
     global _current
-    key = (len(_learned), tuple(sys.argv), hash(frozenset(os.environ.items())))
+    key = (len(_learned), tuple(sys.argv), hash(frozenset(environment().items())))
     if _current is None or _current[0] != key:
         _current = (key, secret_values())
     return _current[1]

@@ -122,6 +122,20 @@ class Launch:
     index: int | None = None
 
 
+def environment() -> dict[str, str]:
+    """A copy of os.environ that another thread's unset cannot break: `dict(os.environ)` and
+    `os.environ.items()` list the names, then read each, and raise KeyError for one unset in
+    between. MLflow 3's telemetry thread unsets _MLFLOW_TELEMETRY_SESSION_ID when its config
+    fetch fails (on any machine offline), at a moment of its own: it once cost a sweep its
+    parent run (the secret scan of the environment raised)."""
+    copy = {}
+    for name in list(os.environ):
+        value = os.environ.get(name)
+        if value is not None:
+            copy[name] = value
+    return copy
+
+
 def _int(environ: Mapping[str, str], name: str) -> int | None:
     with suppress(KeyError, ValueError):  # unset or empty: None
         return int(environ[name])
@@ -193,7 +207,7 @@ def supervise(argv: Sequence[str], index: int | None, count: int | None) -> NoRe
     import signal
     import subprocess
     child = subprocess.Popen([sys.executable, "-m", "rlexp", *argv], stderr=subprocess.PIPE,
-                             env={**os.environ, SUPERVISED_ENV: "1"}, preexec_fn=_die_with_parent)
+                             env={**environment(), SUPERVISED_ENV: "1"}, preexec_fn=_die_with_parent)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     held: list[bytes] = []

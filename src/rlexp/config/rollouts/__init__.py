@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 from rlexp.base.errors import UserError
 from rlexp.base.plugins import resolve
+from rlexp.base.runtime import environment
 from rlexp.config.rollouts.names import ROLLOUTS
 
 if TYPE_CHECKING:
@@ -96,4 +97,4 @@ def rerun_elsewhere(jobs: Sequence[Config], argv: Sequence[str]) -> None:
     python, spec = needs.popitem()
     print(f"rlexp: {spec.rerun_line(python)}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os.execve(python, [python, "-m", "rlexp", *argv], {**os.environ, RERUN_ENV: "1"})
+    os.execve(python, [python, "-m", "rlexp", *argv], {**environment(), RERUN_ENV: "1"})
