@@ -277,7 +277,8 @@ def end_parent(client: Any, run_id: str, sweep_dir: Path, swept: list[str] | Non
                completed: bool) -> tuple[str, str]:
     """The sweep's comparison published on its parent run, which ends (parent_status): the
     group table and paired lines, and how its runs ended ('4 runs FINISHED', '1 of 2 runs
-    FAILED' when not all ended with the parent's status)."""
+    FAILED' when not all ended with the parent's status, '2 runs FINISHED, the sweep stopped
+    before its end: FAILED')."""
     tracked = [compare.row_from_run(client, r, None) for r in compare.child_runs(client, run_id)]
     rows = compare.merge(tracked, compare.summary_rows(sweep_dir))
     status = parent_status([r.status for r in rows], completed)
@@ -285,6 +286,8 @@ def end_parent(client: Any, run_id: str, sweep_dir: Path, swept: list[str] | Non
                               swept)
     ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
                    for r in rows)
+    if rows and not ended_so:  # every run finished; the sweep itself did not reach its end
+        return text, f"{len(rows)} runs FINISHED, the sweep stopped before its end: {status}"
     some = f"{ended_so} of " if ended_so < len(rows) else ""
     return text, f"{some}{len(rows)} runs {status}"
 
