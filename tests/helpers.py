@@ -7,7 +7,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
