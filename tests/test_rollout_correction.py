@@ -395,7 +395,8 @@ def test_a_sampler_copy_behind_the_trainer_is_corrected_against_the_trainers_wei
 
     from helpers import cli
 
-    proc = cli(*SPLIT, "eval.every=0", "train.steps=4", "rollout.sync_every=2",
+    proc = cli(*SPLIT, "eval.every=0", "eval.num_samples=4", "dataset.num_eval=4",
+               "eval.pass_k=1", "train.steps=4", "rollout.sync_every=2",
                "algo.num_iterations=2", "algo.rollout_correction=token_truncate",
                cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
