@@ -229,39 +229,3 @@ def test_fresh_sampling_key_every_step(runs):
         texts.append(list(eng.probe.texts))
     same = sum(x == y for x, y in zip(*texts))
     assert same < len(texts[0]) // 2, f"{same} of {len(texts[0])} completions repeated"
-
-
-def test_a_lagging_sampler_copys_old_log_probs_are_replaced_even_without_sampler_log_probs(
-        runs, monkeypatch):
-    """A vanilla copy synced every rollout.sync_every > 1 steps scores Tunix's old log-probs
-    (num_iterations=2) with weights behind the trainer's: the learner replaces them with the
-    trainer's forward, also on a step whose sampler returned no log-probs (the sparse
-    rollout.logprob_gap_every cadence). The real learner and trainer; the example's old
-    log-probs are zeros, standing in for the copy's; the trainer's own forward is the oracle."""
-    from tunix.rl.rl_cluster import Mode
-
-    from rlexp.engine import algo_registry as registry
-    from rlexp.engine.learner import trainer_logps
-    from tunix.rl.grpo.grpo_learner import TrainExample
-
-    eng = runs["grpo"]["engine"]
-    learner, cluster = eng.learner, eng.cluster
-    monkeypatch.setattr(cluster, "old_logps_from_trainer", False)  # as on a lagging copy
-    rows, width = learner.algo_config.num_generations * 2, 6
-    ids = np.random.default_rng(0).integers(3, eng.cfg.model.vocab_size, (rows, 8 + width))
-    example = TrainExample(
-        prompt_ids=jax.numpy.asarray(ids[:, :8], jax.numpy.int32),
-        prompt_mask=jax.numpy.ones((rows, 8), jax.numpy.int32),
-        completion_ids=jax.numpy.asarray(ids[:, 8:], jax.numpy.int32),
-        completion_mask=jax.numpy.ones((rows, width), jax.numpy.int32),
-        advantages=jax.numpy.zeros((rows,), jax.numpy.float32), ref_per_token_logps=None,
-        old_per_token_logps=jax.numpy.zeros((rows, width), jax.numpy.float32))
-    cluster.kept_logprobs = None  # the sampler gave none this step
-    out = learner.with_sampler_logps(example, Mode.TRAIN)
-    assert isinstance(out, registry.RolloutExample) and np.isnan(out.sampler_logps).all()
-    want = trainer_logps(cluster, example.prompt_ids, example.completion_ids,
-                         cluster.rollout.pad_id(), cluster.rollout.eos_id(),
-                         learner.algo_config.temperature, rows)
-    got = np.asarray(out.old_per_token_logps)
-    assert (got < -1e-3).all()  # log-probs of random tokens, not the copy's stand-in zeros
-    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-6)

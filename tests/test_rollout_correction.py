@@ -410,3 +410,20 @@ def test_a_sampler_copy_behind_the_trainer_is_corrected_against_the_trainers_wei
     gap, weight = series("rollout/logprob_diff_max"), series("rollout/is_weight_min")
     assert all(gap[s] < 1e-3 and abs(weight[s] - 1) < 1e-3 for s in (1, 3)), (gap, weight)
     assert all(gap[s] > 0.05 and weight[s] < 0.99 for s in (2, 4)), (gap, weight)
+
+
+@pytest.mark.parametrize("overrides, stands", [
+    ((), True),  # the default CPU run: the sampler reads the trainer's very weights
+    ((*SPLIT, "algo.rollout_correction=token_truncate"), True),  # copy synced every update
+    ((*SPLIT, "algo.rollout_correction=token_truncate", "rollout.sync_every=2"), False),
+    ((*SPLIT, "algo.rollout_correction=token_truncate", "train.batch_size=8",
+      "train.mini_batch_size=4"), False),  # the second mini-batch is sampled by a stale copy
+    ((*SPLIT, "rollout.sync_every=2"), True),  # no correction: the behaviour policy's ratio
+])
+def test_where_the_vanilla_copys_old_log_probs_stand_as_the_losss(compose_config, overrides,
+                                                                  stands):
+    from rlexp.config.rollouts import rollout_spec
+    from rlexp.engine.rollout.vanilla import VanillaBackend
+
+    cfg = compose_config(*overrides)
+    assert VanillaBackend(cfg, rollout_spec(cfg)).old_logps_from_trainer is stands

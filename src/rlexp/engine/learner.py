@@ -12,9 +12,9 @@ tokens: micro-batch 1 and micro-batch = mini-batch then give the same update).
 
 The trainer's old log-probs for the correction: Tunix's when num_iterations > 1, else the
 loss's own forward (a rollout's only update runs the weights it was scored against). Where
-Tunix's old log-probs are the sampler's own (vLLM on TPU; a vanilla copy that lags the trainer,
-rollout.sync_every > 1) the trainer's replace them (one forward without gradient at the
-rollout temperature, as TRL 1.16 does with its vLLM correction).
+Tunix's old log-probs cannot stand (vLLM on TPU; with the correction, a vanilla copy that lags
+the trainer: RolloutBackend.old_logps_from_trainer) the trainer's replace them (one forward
+without gradient at the rollout temperature, as TRL 1.16 does with its vLLM correction).
 
 Off-policy (rollout.off_policy_steps = k > 0; verl's one-step-off trainer, ray_trainer.py
 412-516 at b178a3cd, and MaxText's rl.off_policy_steps): StepRunner samples step n+k's batch
@@ -189,7 +189,7 @@ class Learner(GRPOLearner):
 
     def with_sampler_logps(self, example: Any, mode: Any) -> Any:
         """A TRAIN example as a RolloutExample with the sampler's log-probs (and, where Tunix's
-        old log-probs are not the trainer's: RolloutBackend.old_logps_from_trainer, the
+        old log-probs cannot stand as the loss's: RolloutBackend.old_logps_from_trainer, the
         trainer's as its old ones) and the loss's runtime numbers."""
         rows, c = self.rl_cluster.take_logprobs(), self.algo_config.correction
         if mode != Mode.TRAIN:
@@ -203,14 +203,13 @@ class Learner(GRPOLearner):
                                    "per-token log-probs, and this rollout engine returned none")
             # All unknown (NaN), not absent: the update's inputs keep one structure, so steps
             # with and without log-probs (rollout.logprob_gap_every) share one compiled step.
-            [sampler] = on_trainer_mesh(cluster, np.full(example.completion_ids.shape, np.nan,
+            [unknown] = on_trainer_mesh(cluster, np.full(example.completion_ids.shape, np.nan,
                                                          np.float32))
-        else:
-            [sampler] = on_trainer_mesh(cluster,
-                                        rc.sampler_logps(rows, example.completion_ids.shape[1]))
-            if self.off_policy and not c.enabled:
-                return as_behaviour(example, sampler, numbers)
-        # A step without sampler log-probs needs the trainer's old ones all the same.
+            return registry.with_sampler_logps(example, unknown, numbers=numbers)
+        [sampler] = on_trainer_mesh(cluster,
+                                    rc.sampler_logps(rows, example.completion_ids.shape[1]))
+        if self.off_policy and not c.enabled:
+            return as_behaviour(example, sampler, numbers)
         trainer = None
         if example.old_per_token_logps is not None and not cluster.old_logps_from_trainer:
             micro = (self._compute_logps_micro_batch_size or 0) * self.algo_config.num_generations

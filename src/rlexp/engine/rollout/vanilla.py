@@ -28,12 +28,17 @@ from rlexp.engine.rollout import RolloutBackend, SamplingKeys, sampling_fields
 class VanillaBackend(RolloutBackend):
     @property
     def old_logps_from_trainer(self) -> bool:
-        """Tunix scores the old log-probs with the sampler's weights: the trainer's where the
-        sampler shares them or its copy is synced after every update. A copy synced every
-        rollout.sync_every > 1 steps is behind the trainer on the steps between: its scores
-        would be the behaviour policy's (the correction's weights all 1, the loss's ratio
-        against the sampler), so the learner scores them with the trainer's."""
-        return self.spec.shares_trainer_weights(self.cfg) or self.cfg.rollout.sync_every == 1
+        """Whether Tunix's old log-probs, scored with the sampler's weights, stand as the loss's.
+        They are the trainer's where the sampler shares its weights or its copy is synced
+        before every update (rollout.sync_every=1 and one mini-batch a step: Tunix samples a
+        step's later mini-batches after the earlier ones' updates). Else they are the
+        behaviour policy's: the loss's ratio is then taken against them, as off-policy
+        sampling does without a correction (verl's bypass mode), but algo.rollout_correction
+        needs the trainer's (with the copy's, every weight pi_old / pi_sampler would be 1)."""
+        r, t = self.cfg.rollout, self.cfg.train
+        current = r.sync_every == 1 and (t.mini_batch_size or t.batch_size) == t.batch_size
+        return (self.spec.shares_trainer_weights(self.cfg) or current
+                or self.cfg.algo.rollout_correction == "none")
 
     def configs(self) -> dict[Any, base_rollout.RolloutConfig]:
         """Tunix's sampler is greedy when top_p is None: sampling needs top_p (1.0 = off). Its
