@@ -22,7 +22,7 @@ COMMANDS = [
 def test_a_forked_command_says_what_a_fresh_one_says(args, tmp_path):
     (tmp_path / "forked").mkdir()
     (tmp_path / "fresh").mkdir()
-    forked = cli(*args, cwd=tmp_path / "forked")
+    forked = cli(*args, cwd=tmp_path / "forked", env={"RLEXP_TESTS_FORK": "1"})
     fresh = cli(*args, cwd=tmp_path / "fresh", env={"RLEXP_TESTS_FORK": "0"})
     assert (forked.returncode, forked.stdout, forked.stderr) == \
         (fresh.returncode, fresh.stdout, fresh.stderr)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -466,29 +467,37 @@ def test_unmask_config_puts_the_secrets_back_and_leaves_interpolations(monkeypat
 def test_the_secret_scan_survives_another_thread_unsetting_a_variable():
     """MLflow 3's telemetry thread unsets _MLFLOW_TELEMETRY_SESSION_ID when its config fetch
     fails (offline), at any moment; os.environ.items() lists the names, then reads each, so a
-    scan meanwhile raised KeyError (a sweep's parent run was lost to it). Here a thread sets
-    and unsets a variable nonstop while the scan and the environment copies run for a second
-    (dict(os.environ) raised ~20 times a second like this on a 2-core CPU)."""
-    from rlexp.base import redact
-    from rlexp.base.runtime import environment
+    scan meanwhile raised KeyError (a sweep's parent run was lost to it). In a process of its
+    own (setenv beside native threads is unsafe), a thread sets and unsets a variable nonstop
+    while the scan and the environment copies run for a second (dict(os.environ) raised ~20
+    times a second like this on a 2-core CPU)."""
+    script = textwrap.dedent("""
+        import os, threading, time
+        from rlexp.base import redact
+        from rlexp.base.runtime import environment
 
-    stop = threading.Event()
+        stop = threading.Event()
 
-    def churn() -> None:
-        while not stop.is_set():
-            os.environ["_RLEXP_TEST_RACE"] = "x"
-            os.environ.pop("_RLEXP_TEST_RACE", None)
+        def churn():
+            while not stop.is_set():
+                os.environ["_RLEXP_TEST_RACE"] = "x"
+                os.environ.pop("_RLEXP_TEST_RACE", None)
 
-    thread = threading.Thread(target=churn, daemon=True)
-    thread.start()
-    calls, end = 0, time.monotonic() + 1.0
-    try:
-        while time.monotonic() < end:
-            redact.secret_values()
-            redact.current_secrets()
-            assert os.environ["PATH"] == environment()["PATH"]
-            calls += 1
-    finally:
-        stop.set()
-        thread.join()
-    assert calls > 100
+        thread = threading.Thread(target=churn)
+        thread.start()
+        calls, end = 0, time.monotonic() + 1.0
+        try:
+            while time.monotonic() < end:
+                redact.secret_values()
+                redact.current_secrets()
+                assert os.environ["PATH"] == environment()["PATH"]
+                calls += 1
+        finally:
+            stop.set()
+            thread.join()
+        print(calls)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout) > 100

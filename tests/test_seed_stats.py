@@ -216,6 +216,6 @@ def test_a_seed_that_finished_twice_counts_once_by_its_latest_run():
     assert summary.n == 3 and summary.mean == pytest.approx(0.3)
     assert group.curve(compare.ACCURACY)[-1][1] == pytest.approx(0.3)  # not 0.45 over 4 runs
     _, [cells] = compare.group_table([group], (("final acc", "final_accuracy"),))
-    assert cells[1] == "3 (+1 earlier reruns)"
+    assert cells[1] == "3 (+1 earlier run)"
     assert group.repeated() == ["seed=0"]
     assert "counts by its latest run (grpo: seed=0)" in compare.table_note([group])

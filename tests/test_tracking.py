@@ -528,7 +528,7 @@ def test_sync_ends_the_parent_of_a_killed_sweep_failed_and_leaves_a_live_one(uri
     with pytest.raises(UserError, match="the sweep ends its parent run itself"):
         sync(sweep_dir)
     callback._dir_lock.release()  # the dead process's lock goes with it
-    assert sync(sweep_dir).endswith("ended: 1 runs FINISHED, the sweep stopped before its "
+    assert sync(sweep_dir).endswith("ended: 1 run FINISHED, the sweep stopped before its "
                                     f"end: FAILED ({uri})")
     assert client.get_run(parent_run_id(sweep_dir)).info.status == "FAILED"
     with pytest.raises(UserError, match="is a sweep dir: --new-run"):

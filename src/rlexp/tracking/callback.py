@@ -287,7 +287,8 @@ def end_parent(client: Any, run_id: str, sweep_dir: Path, swept: list[str] | Non
     ended_so = sum(r.status == status or status == "FAILED" and r.status != "FINISHED"
                    for r in rows)
     if rows and not ended_so:  # every run finished; the sweep itself did not reach its end
-        return text, f"{len(rows)} runs FINISHED, the sweep stopped before its end: {status}"
+        runs = f"{len(rows)} run" + "s" * (len(rows) > 1)
+        return text, f"{runs} FINISHED, the sweep stopped before its end: {status}"
     some = f"{ended_so} of " if ended_so < len(rows) else ""
     return text, f"{some}{len(rows)} runs {status}"
 

@@ -296,8 +296,9 @@ class Group:
 
     def finished(self) -> list[tuple[str, Row]]:
         """(seed, run) of the finished runs, one per seed: a seed that finished more than once
-        (a rerun in the same experiment) counts by its latest run (rows come in start or sweep
-        order), as the mean, the interval, the pairing and the curves all must."""
+        (a rerun in the same experiment) counts by its last row (rows come in start or sweep
+        order, jobs known only from their summary.json last), as the mean, the interval, the
+        pairing and the curves all must."""
         return list({s: r for s, r in zip(self.seeds, self.rows) if r.status == "FINISHED"}.items())
 
     def repeated(self) -> list[str]:
@@ -393,7 +394,8 @@ def group_table(groups: list[Group], metrics: tuple[tuple[str, str], ...] = GROU
         unfinished = sum(r.status != "FINISHED" for r in group.rows)
         earlier = len(group.rows) - finished - unfinished  # superseded reruns of a seed
         n = str(finished) + "".join(f" (+{k} {what})" for k, what in
-                                    ((unfinished, "not finished"), (earlier, "earlier reruns"))
+                                    ((unfinished, "not finished"),
+                                     (earlier, "earlier run" + "s" * (earlier > 1)))
                                     if k)
         body.append([group.label, n, *(c for _, attr in metrics
                                        for c in _cells(group.stats(attr), split))])

@@ -298,7 +298,7 @@ def _sweep_job_tags(run_dir: Path, summary: dict[str, Any]) -> dict[str, str]:
     try:
         num = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.job.num
         tags[JOB_INDEX_TAG] = str(int(num))
-    except Exception:  # no or a damaged Hydra file: the run sorts by its start instead
+    except Exception:  # no or a damaged Hydra file: the run then sorts first among the jobs
         pass
     overrides = summary.get("overrides")
     if isinstance(overrides, list):
