@@ -56,9 +56,13 @@ def read_json_object(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+# What Hydra writes in every sweep dir before any job runs.
+MULTIRUN_FILE = "multirun.yaml"
+
+
 def remove_dry_run_dir(sweep_dir: Path) -> None:
     """A dry run leaves nothing: remove the sweep dir Hydra's sweeper made and its empty parents."""
-    if not sweep_dir.is_dir() or {p.name for p in sweep_dir.iterdir()} - {"multirun.yaml"}:
+    if not sweep_dir.is_dir() or {p.name for p in sweep_dir.iterdir()} - {MULTIRUN_FILE}:
         return
     shutil.rmtree(sweep_dir, ignore_errors=True)
     cwd = Path.cwd().resolve()

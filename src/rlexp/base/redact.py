@@ -27,7 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
-from rlexp.base.files import write_atomic
+from rlexp.base.files import MULTIRUN_FILE, write_atomic
 from rlexp.base.runtime import environment
 
 MASK = "***"
@@ -356,7 +356,7 @@ def scrub_run_dir(run_dir: Path) -> None:
 
 def scrub_sweep_dir(sweep_dir: Path) -> None:
     """The sweep's multirun.yaml (`+hydra.job.env_set.HF_TOKEN=...` in clear)."""
-    scrub_files([Path(sweep_dir) / "multirun.yaml"])
+    scrub_files([Path(sweep_dir) / MULTIRUN_FILE])
 
 
 class ScrubCallback(Callback):  # listed in conf/config.yaml

@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rlexp.base.errors import OneLineParser, UserError, fail
-from rlexp.base.files import read_json_object
+from rlexp.base.files import MULTIRUN_FILE, read_json_object
 from rlexp.base.lock import Busy, DirLock, try_flock
 from rlexp.base.redact import install_log_redaction, redact_uri, remember
 from rlexp.base.summary import SUMMARY_FILE, read_summary, write_summary
@@ -63,13 +63,9 @@ def sync(run_dir: Path, send_all: bool = False, uri: str | None = None,
         dir_lock.release()
 
 
-# What Hydra writes in every sweep dir (its parent run's file may be missing: the store was
-# down when the sweep started).
-MULTIRUN_FILE = "multirun.yaml"
-
-
 def is_sweep_dir(path: Path) -> bool:
-    """A sweep's dir: Hydra's or the parent run's file, no run of its own."""
+    """A sweep's dir: Hydra's or the parent run's file (missing when the store was down as the
+    sweep started), no run of its own."""
     return ((path / PARENT_FILE).is_file() or (path / MULTIRUN_FILE).is_file()) \
         and not (path / LINK_FILE).exists() and not (path / SPOOL_FILE).exists()
 

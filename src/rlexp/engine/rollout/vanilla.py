@@ -22,6 +22,7 @@ from tunix.rl.rl_cluster import Mode
 from tunix.rl.rollout import base_rollout
 from tunix.rl.rollout.vanilla_rollout import VanillaRollout
 
+from rlexp.config.rules import batch_sizes
 from rlexp.engine.rollout import RolloutBackend, SamplingKeys, sampling_fields
 
 
@@ -35,8 +36,8 @@ class VanillaBackend(RolloutBackend):
         behaviour policy's: the loss's ratio is then taken against them, as off-policy
         sampling does without a correction (verl's bypass mode), but algo.rollout_correction
         needs the trainer's (with the copy's, every weight pi_old / pi_sampler would be 1)."""
-        r, t = self.cfg.rollout, self.cfg.train
-        current = r.sync_every == 1 and (t.mini_batch_size or t.batch_size) == t.batch_size
+        mini, _ = batch_sizes(self.cfg)
+        current = self.cfg.rollout.sync_every == 1 and mini == self.cfg.train.batch_size
         return (self.spec.shares_trainer_weights(self.cfg) or current
                 or self.cfg.algo.rollout_correction == "none")
 
