@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,7 @@ def ui(tmp_path_factory):
                  timeout=600)
     assert proc.returncode == 0, explain(proc)
     sweep = only_sweep_dir(root)
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in environment().items() if k != "MLFLOW_TRACKING_URI"}
     errors = root / "ui.stderr"
     server = subprocess.Popen([sys.executable, "-m", "rlexp.ui", "--port", "0"], cwd=root,
                               env=env, stdout=subprocess.PIPE, stderr=errors.open("w"),

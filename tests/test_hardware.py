@@ -13,6 +13,7 @@ import pytest
 from rlexp.planning import hardware
 from rlexp.config.schema import HardwareConfig
 from rlexp.base.errors import UserError
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 PROFILES = ("cpu", "v5p-8", "v6e-8", "v5p-64", "gpu")
 
@@ -198,7 +199,7 @@ _MESH_SCRIPT = textwrap.dedent("""
 def _clean_env() -> dict[str, str]:
     import os
 
-    return {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    return {k: v for k, v in environment().items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
 
 
 def test_every_profile_builds_its_meshes_under_emulation(profile):

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from sweep_helpers import (TINY, explain, fault_env, mlflow_children, only_sweep_dir, rlexp,
                            summaries, write_toy_app)
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 LAUNCHERS = {
     "basic": "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
@@ -136,7 +137,7 @@ def test_a_job_exception_does_not_stop_the_other_jobs(launcher, tmp_path):
                                    "c": {"fail": "false"}})
     args = [sys.executable, str(app), "-m", "hardware=a,b,c", f"hydra/launcher={launcher}",
             f"hydra.sweep.dir={tmp_path}/sweep", "fail=${hardware.fail}"]
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    env = {**environment(), "HYDRA_FULL_ERROR": "0"}
     proc = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 1, explain(proc)
     assert "job b asked to fail" in proc.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,7 @@ def test_wheel_ships_config_and_runs_from_elsewhere(tmp_path):
                     str(target), str(wheel)], check=True, timeout=300)
     elsewhere = tmp_path / "somewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(target)}
+    env = {**environment(), "PYTHONPATH": str(target)}
     proc = cli("--cfg", "job", "algo=gspo", cwd=elsewhere, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "name: gspo" in proc.stdout

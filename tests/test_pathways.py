@@ -20,6 +20,7 @@ import pytest
 from conftest import require
 from helpers import cli, one_line_exit_2
 from rlexp.planning import hardware, pathways
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 PROXY_VARS = ("JAX_PLATFORMS", "JAX_BACKEND_TARGET", "ENABLE_PATHWAYS_PERSISTENCE")
 
@@ -126,7 +127,7 @@ def test_the_recorder_sees_jax_and_a_jax_distributed_start(tmp_path):
     code = (f"import jax; jax.distributed.initialize('127.0.0.1:{free_port()}', 1, 0); "
             "jax.distributed.shutdown()")
     path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "PW_RECORD": str(log), "JAX_PLATFORMS": "cpu"}
+    env = {**environment(), "PYTHONPATH": path, "PW_RECORD": str(log), "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

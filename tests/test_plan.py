@@ -16,6 +16,7 @@ from rlexp.planning.memory import (GIB, activation_factor, memory_plan, param_co
                           rollout_micro_prompts, sharding_problem)
 from rlexp.planning.plan import make_plan
 from helpers import cli, said
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("tiny", "smollm2-135m", "qwen3-0.6b", "llama3.1-8b", "llama3.1-70b")
@@ -321,7 +322,7 @@ def test_estimate_within_25_percent_of_measured_memory():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "memory_calibration.py"),
                            "--engine", "model=tiny"], capture_output=True, text=True,
                           timeout=1200, cwd=ROOT,
-                          env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+                          env={k: v for k, v in environment().items() if k != "XLA_FLAGS"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert [r["config"] for r in results] == ["custom"]

@@ -20,6 +20,7 @@ from helpers import cli, one_line_exit_2
 from rlexp.base.errors import UserError
 from rlexp.planning.memory import memory_plan, param_count, rollout_micro_prompts
 from rlexp.planning.plan import make_plan
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 ROOT = Path(__file__).resolve().parents[1]
 V5P_256 = "experiment=maxtext_llama3.3-70b_grpo_v5p-256"
@@ -179,7 +180,7 @@ _MESH_SCRIPT = textwrap.dedent("""
 
 def test_the_mesh_builder_splits_the_rollout_devices_into_whole_copies():
     """8 virtual CPU devices (the count is fixed when JAX starts: one subprocess)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env = {k: v for k, v in environment().items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env.update(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", _MESH_SCRIPT], capture_output=True, text=True,
                           timeout=300, env=env, cwd=ROOT)

@@ -34,6 +34,7 @@ from sweep_helpers import TWO_HOST, explain, finished_sweep, only_sweep_dir, rle
 
 from hydra_plugins.rlexp_ray_launcher.ray_launcher import (Layout, bundles, job_layout,
                                                            process_env, worker_env)
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 
 # ------------------------------------------------------------------------------------ fast
@@ -114,7 +115,7 @@ def test_dry_run_prints_the_tpu_placement_and_starts_nothing(tmp_path):
     """`hydra.launcher.dry_run=true` on v4-64: the slice head, 8 bundles of 4 chips, the
     environment's names (secrets never printed), exit 0; no Ray connection (no RAY_ADDRESS
     cluster exists here), no MLflow store, no sweep dir left."""
-    env = {**os.environ, "HF_TOKEN": "hf_do_not_print", "RAY_ADDRESS": "127.0.0.1:9"}
+    env = {**environment(), "HF_TOKEN": "hf_do_not_print", "RAY_ADDRESS": "127.0.0.1:9"}
     proc = rlexp(["-m", "hydra/launcher=rlexp_ray", "hydra.launcher.dry_run=true",
                   "hardware=v4-64", "train.steps=1",
                   "+hydra.launcher.env={HF_HOME: /dev/shm/huggingface}"], tmp_path, env=env,
@@ -144,7 +145,7 @@ def ray_head(tmp_path_factory):
     port = free_port()
     # Short: Ray's unix socket paths under it must stay below 108 characters.
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**environment(), "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(
         [ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
          "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",

@@ -24,6 +24,7 @@ import pytest
 
 from conftest import require
 from helpers import cli
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("RLEXP_TPU_STACK_VENV", "/opt/rlexp-tpu-stack"))
@@ -127,7 +128,7 @@ def mapped(tmp_path_factory) -> tuple[dict, Path]:
     proc = subprocess.run([str(PYTHON), "-c", MAPPING, str(ROOT / "conf"), str(export),
                            *sorted(VERSIONS)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**os.environ, **env()})
+                          env={**environment(), **env()})
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), export
 
@@ -148,7 +149,7 @@ def test_the_tpu_plan_and_refusals_pass_in_the_stack():
     proc = subprocess.run([str(PYTHON), "-m", "pytest", "-q", "-o", "addopts=", "-p",
                            "no:cacheprovider", "-k", "not cpu", "tests/test_vllm_plan.py",
                            "tests/test_vllm_rollout.py"], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT, env={**os.environ, **env()})
+                          timeout=600, cwd=ROOT, env={**environment(), **env()})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-2000:]
 

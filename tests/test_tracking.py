@@ -26,6 +26,7 @@ from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import SPOOL_FILE, Spool
 from rlexp.tracking.sync import sync
 from helpers import METRICS, crash, history, info, metrics
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 def test_simulated_run_lands_in_store(uri, client, tmp_path):
     run_dir = tmp_path / "run"
@@ -614,7 +615,7 @@ def test_import_is_light():
     code = ("import sys, rlexp.tracking, rlexp.tracking.callback, rlexp.base.redact; "
             "print('mlflow' in sys.modules, 'matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                         check=True, env={**environment(), "PYTHONWARNINGS": "ignore"})
     assert out.stdout.split() == ["False", "False"]
 
 

@@ -21,6 +21,7 @@ from rlexp.tracking import run_id
 from rlexp.tracking.listener import MlflowListener
 from rlexp.tracking.spool import SPOOL_FILE
 from rlexp.tracking.ui import free_port
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,7 @@ class Server:
 
         self.db.parent.mkdir(parents=True, exist_ok=True)
         prepare_store(f"sqlite:///{self.db}")  # rlexp.ui serves a store, never creates one
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        env = {**environment(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rlexp.ui", "--port", str(self.port), "--uri",
              f"sqlite:///{self.db}"], env=env, start_new_session=True,

@@ -16,6 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from rlexp.base.errors import UserError
 from rlexp.config import convert
 from rlexp.config.paths import conf_dir
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 
 def _composed(*overrides):
@@ -91,7 +92,7 @@ runpy.run_module("rlexp", run_name="__main__")
 
 @pytest.mark.parametrize("forget,expected", [(False, 1), (True, 2)])
 def test_python_m_rlexp_validates_its_job_once(tmp_path, forget, expected):
-    env = {**os.environ, "FORGET_VETTED": "1" if forget else ""}
+    env = {**environment(), "FORGET_VETTED": "1" if forget else ""}
     env.pop(convert.VETTED_ENV, None)
     proc = subprocess.run([sys.executable, "-c", HARNESS, f"hydra.run.dir={tmp_path / 'run'}",
                            "tracker=none"], cwd=tmp_path, env=env, capture_output=True,

@@ -19,6 +19,7 @@ from rlexp.planning.plan import make_plan
 
 from conftest import require
 from helpers import has_vllm
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = "experiment=maxtext_llama3.1-8b_grpo"
@@ -156,7 +157,7 @@ def test_plan_kv_tokens_match_vllm_cpu(compose_config, tmp_path):
               f"LLM(model={str(tmp_path)!r}, dtype='float32', enforce_eager=True, "
               f"load_format='dummy', skip_tokenizer_init=True, "
               f"max_model_len={cfg.rollout.kv_cache_size})\n")
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "JAX_PLATFORMS": "cpu"}
+    env = {**environment(), "VLLM_CPU_KVCACHE_SPACE": "1", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([str(VLLM_PYTHON), "-c", script], capture_output=True, text=True,
                          env=env, timeout=600)
     found = _KV_LINE.findall(out.stdout + out.stderr)

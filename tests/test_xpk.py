@@ -23,6 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from conftest import require
 from helpers import cli, one_line_exit_2, said
 from hydra_plugins.rlexp_xpk_launcher import commands as xc
+from rlexp.base.runtime import environment  # os.environ copied safely from other threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -296,7 +297,7 @@ def test_submitted_jobs_report_to_the_parent_which_stays_running(tmp_path):
         pod_cwd.mkdir()
         child = subprocess.run(
             [sys.executable, "-m", "rlexp", *TINY, "tracker.experiment=xpk-remote"],
-            cwd=pod_cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+            cwd=pod_cwd, env={**environment(), **env}, capture_output=True, text=True, timeout=600)
         assert child.returncode == 0, child.stderr[-3000:]
         assert "all 1 jobs reported" in child.stdout
         run = client.get_run(parent["run_id"])
@@ -305,7 +306,7 @@ def test_submitted_jobs_report_to_the_parent_which_stays_running(tmp_path):
                                     f"tags.mlflow.parentRunId = '{parent['run_id']}'")
         assert kid.info.status == "FINISHED"
         report = subprocess.run([sys.executable, "-m", "rlexp.report", parent["run_id"]],
-                                cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": server.url},
+                                cwd=tmp_path, env={**environment(), "MLFLOW_TRACKING_URI": server.url},
                                 capture_output=True, text=True, timeout=300)
         assert report.returncode == 0, report.stderr[-2000:]
         assert kid.info.run_name in report.stdout

@@ -76,11 +76,13 @@ TRL_METRICS = {"logprob_diff": "sampling/sampling_logp_difference/mean",
 
 
 def _run(args: list[str], what: str) -> dict[str, np.ndarray]:
+    from rlexp.base.runtime import environment  # safe from other threads' unsets
+
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.npz"
         proc = subprocess.run([sys.executable, __file__, *args, str(out)],
                               capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "TRANSFORMERS_VERBOSITY": "error",
+                              env={**environment(), "TRANSFORMERS_VERBOSITY": "error",
                                    "CUDA_VISIBLE_DEVICES": "",
                                    # trl's profiling imports mlflow when it can (2-3 s)
                                    "DISABLE_MLFLOW_INTEGRATION": "TRUE"})

@@ -39,12 +39,14 @@ def verl_available() -> bool:
 
 
 def _run(arrays: dict[str, np.ndarray], cases: list[dict]) -> list[dict[str, np.ndarray]]:
+    from rlexp.base.runtime import environment  # safe from other threads' unsets
+
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         np.savez(src, cases=np.array(json.dumps(cases)), **arrays)
         proc = subprocess.run([sys.executable, __file__, str(src), str(out)],
                               capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "CUDA_VISIBLE_DEVICES": "",
+                              env={**environment(), "CUDA_VISIBLE_DEVICES": "",
                                    "DISABLE_MLFLOW_INTEGRATION": "TRUE"})
         if proc.returncode != 0:
             raise AssertionError(f"verl failed:\n{proc.stderr[-3000:]}")
