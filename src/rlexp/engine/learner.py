@@ -322,8 +322,9 @@ class StepRunner:
         self.calls = 0
         self.last_step: int | None = None
         self.sampler_version: int | None = None
-        # Of the latest step: updates between its batch's sampling weights and the trainer's,
-        # and the sampler seconds of the batches sampled during it.
+        # Of the latest step: steps between its batch's sampling weights and the trainer's
+        # (whole steps: a step's later mini-batches on a split copy lag more, unlogged), and
+        # the sampler seconds of the batches sampled during it.
         self.staleness = 0
         self.sampled_s = 0.0
 
