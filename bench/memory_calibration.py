@@ -70,6 +70,28 @@ DRY_BASE = ["model=tiny", "model.param_dtype=float32", "train.micro_batch_size=n
             "rollout.max_completion_length=24", "rollout.kv_cache_size=96", "hardware=cpu"]
 
 
+# Engine runs measure speed and memory, not weights: no warm-start stage, no tracking.
+ENGINE_ONLY = ["model.warm_start_steps=0", "tracker=none"]
+
+
+def merged(*groups: list[str]) -> list[str]:
+    """The overrides of `groups` in order, a later group's value of a key replacing an earlier
+    one's: pre-flight refuses a key given twice (SHAPE_BASE's micro-batch, then a shape's)."""
+    out: dict[str, str] = {}
+    for override in (o for group in groups for o in group):
+        out[override.split("=", 1)[0]] = override
+    return list(out.values())
+
+
+def shape_runs(platform: str, dry: bool, extra: list[str]) -> dict[str, list[str]]:
+    """--shapes: each shape's overrides on this platform (--dry: the tiny model on the CPU);
+    `extra` (the command line's overrides) applies to each."""
+    if dry:
+        return {k: merged(DRY_BASE, v, extra) for k, v in SHAPES.items()}
+    hw = {"gpu": ["hardware=gpu"], "cpu": ["hardware=cpu", *CPU_SHRINK]}.get(platform, [])
+    return {k: merged(SHAPE_BASE, v, hw, extra) for k, v in SHAPES.items()}
+
+
 @dataclass
 class Measured:
     persistent: int
@@ -356,20 +378,16 @@ def main(argv: list[str]) -> None:
 
         # The device's peak counts what the run allocates, not a preallocated pool.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        platform = _platform()
-        hw = {"gpu": ["hardware=gpu"], "cpu": ["hardware=cpu", *CPU_SHRINK]}.get(platform, [])
         # overrides given with --shapes apply to each shape (e.g. run.cache_dir=...)
-        runs = {k: [*SHAPE_BASE, *v, *hw, *args.overrides] for k, v in SHAPES.items()}
-        if args.dry:
-            runs = {k: [*DRY_BASE, *v, *args.overrides] for k, v in SHAPES.items()}
+        runs = shape_runs("cpu" if args.dry else _platform(), args.dry, args.overrides)
         if args.only:
             runs = {args.only: runs[args.only]}
         elif args.parallel:
             return shapes_at_once(runs, args)
         args.engine = True
     for name, overrides in runs.items():
-        if args.engine:  # speed, not weights: skip the warm-start stage and tracking
-            overrides = [*overrides, "model.warm_start_steps=0", "tracker=none"]
+        if args.engine:
+            overrides = merged(overrides, ENGINE_ONLY)
         if args.shapes:
             print(f"# {name}: started", flush=True)
         result = compare(name, overrides, rss=args.rss, engine=args.engine)
@@ -387,7 +405,7 @@ def shapes_at_once(runs: dict[str, list[str]], args: argparse.Namespace) -> None
     import subprocess
     import tempfile
 
-    first = compose([*next(iter(runs.values())), "model.warm_start_steps=0", "tracker=none"])
+    first = compose(merged(next(iter(runs.values())), ENGINE_ONLY))
     if first.model.name == "smollm2-135m" and first.model.path is None:
         from rlexp.inputs.smollm2 import ensure_converted
 
