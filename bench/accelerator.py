@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from memory_calibration import compose  # noqa: E402
+from memory_calibration import ENGINE_ONLY, compose, merged  # noqa: E402
 
 from rlexp.config.schema import Config, ModelConfig  # noqa: E402
 from rlexp.planning.memory import param_count  # noqa: E402
@@ -55,12 +55,27 @@ def detect_hardware() -> list[str]:
         out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
                              capture_output=True, text=True).stdout
         if out.strip():
-            gpu = "h200" if "H200" in out else "h100"
-            return ["hardware=gpu", f"hardware.gpu_type={gpu}", "model=smollm2-135m",
-                    "model.dtype=bfloat16", "train.batch_size=8", "algo.num_generations=4",
-                    "rollout.max_prompt_length=128", "rollout.max_completion_length=128",
-                    "rollout.kv_cache_size=256"]
+            return gpu_base("h200" if "H200" in out else "h100")
     return ["hardware=cpu", "model=tiny"]
+
+
+def gpu_base(gpu: str) -> list[str]:
+    """SmolLM2 at 128 + 128 tokens, 4 generations, on the gpu profile (gpu_type h100 or h200)."""
+    return ["hardware=gpu", f"hardware.gpu_type={gpu}", "model=smollm2-135m",
+            "model.dtype=bfloat16", "train.batch_size=8", "algo.num_generations=4",
+            "rollout.max_prompt_length=128", "rollout.max_completion_length=128",
+            "rollout.kv_cache_size=256"]
+
+
+def shape_overrides(base: list[str], prompts: int, micro_given: bool) -> list[str]:
+    """One measured shape: `prompts` a step in one sampler call; no warm-start stage, no
+    tracking; update micro-batches as large as memory allows unless `micro_given`. A later
+    list's key replaces an earlier one's (pre-flight refuses a key given twice)."""
+    shape = merged(ENGINE_ONLY, base,
+                   [f"train.batch_size={prompts}", f"rollout.micro_batch_size={prompts}"])
+    if not micro_given:
+        shape.append(f"train.micro_batch_size={largest_fitting_micro(compose(shape)) or 1}")
+    return shape
 
 
 def matmul_params(m: ModelConfig) -> int:
@@ -210,20 +225,15 @@ def main(argv: list[str]) -> None:
     if args.part:  # one shape, in a process of its own (see run_shape)
         print("RESULT " + json.dumps(run(args.overrides, args.steps, args.warmup)), flush=True)
         return
-    base = [f"hardware={args.hardware}"] if args.hardware else detect_hardware()
-    # An override of a key the auto choice sets replaces it (Hydra refuses a group given twice).
-    keys = {o.split("=")[0] for o in args.overrides}
-    base = [b for b in base if b.split("=")[0] not in keys]
+    # the overrides replace the auto choice's keys (pre-flight refuses a key given twice)
+    base = merged([f"hardware={args.hardware}"] if args.hardware else detect_hardware(),
+                  args.overrides)
     sizes = ([int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes
              else default_batch_sizes(base))
     rows = []
+    micro_given = any(o.startswith("train.micro_batch_size=") for o in args.overrides)
     for b in sizes:
-        # Benchmarks measure speed: no warm-start stage, no tracking; one sampler call a step,
-        # and update micro-batches as large as memory allows (unless the overrides set one).
-        shape = [*base, "model.warm_start_steps=0", "tracker=none", *args.overrides,
-                 f"train.batch_size={b}", f"rollout.micro_batch_size={b}"]
-        if not any(o.startswith("train.micro_batch_size=") for o in args.overrides):
-            shape.append(f"train.micro_batch_size={largest_fitting_micro(compose(shape)) or 1}")
+        shape = shape_overrides(base, b, micro_given)
         out = run_shape(shape, args.steps, args.warmup)
         print(json.dumps(out), flush=True)
         # as it goes: a run cut after some sizes still shows them (and where the time went)

@@ -107,12 +107,12 @@ roofline() {
   "$PY" - "$@" <<'EOF'
 import json, sys
 sys.path.insert(0, "bench")
-from accelerator import detect_hardware
+from accelerator import gpu_base
 from memory_calibration import compose
 from rlexp.planning.memory import param_count
 log, gpu = sys.argv[1], sys.argv[2]
 bw = {"h100": 3.35e12, "h200": 4.8e12}[gpu]
-cfg = compose(detect_hardware())  # the model and lengths bench/accelerator.py ran
+cfg = compose(gpu_base(gpu))  # the model and lengths bench/accelerator.py ran on the GPU
 m, ro = cfg.model, cfg.rollout
 for line in open(log):
     if not line.startswith("{"):

@@ -330,32 +330,6 @@ def test_estimate_within_25_percent_of_measured_memory():
         assert 0.75 <= r["ratio"] <= 1.25, r
 
 
-@pytest.mark.parametrize("platform,dry", [("gpu", False), ("cpu", True)])
-def test_the_device_checks_memory_shapes_pass_pre_flight(platform, dry, monkeypatch):
-    """bench/memory_calibration.py --shapes (part 2 of bench/device_check.sh): each shape's
-    overrides, as the bench builds them for a GPU and for the CPU dry path, pass pre-flight
-    with the shape's own batch sizes (pre-flight refuses a key given twice: the shapes'
-    micro-batch over the base's null failed 2 of 3 shapes)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "memory_calibration", ROOT / "bench" / "memory_calibration.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
-    spec.loader.exec_module(bench)
-    runs = bench.shape_runs(platform, dry, ["run.cache_dir=/tmp/x"])
-    assert list(runs) == list(bench.SHAPES)
-    for name, overrides in runs.items():
-        cfg = bench.compose(bench.merged(overrides, bench.ENGINE_ONLY))
-        assert cfg.hardware.name == ("gpu" if platform == "gpu" else "cpu"), name
-        assert cfg.model.name == ("tiny" if dry else "smollm2-135m"), name
-        shape = dict(o.split("=", 1) for o in bench.SHAPES[name])
-        assert cfg.train.batch_size == int(shape["train.batch_size"]), name
-        want = shape.get("train.micro_batch_size")
-        assert cfg.train.micro_batch_size == (int(want) if want else None), name
-        assert str(cfg.run.cache_dir) == "/tmp/x" and cfg.tracker.name == "none", name
-
-
 # ------------------------------------------------------- refusals that name the fix, recipes
 
 # The issue's 32 x 8 x (128 + 128) step, in one slice (the smollm2 recipe accumulates over 4).
