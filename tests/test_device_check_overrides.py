@@ -1,6 +1,7 @@
 """The override lists bench/device_check.sh's parts build on a device pass pre-flight: a device
 is lent rarely and for minutes, so a list the CLI would refuse must fail here first. Pre-flight
-refuses a key given twice, and the benches' bases set keys that each shape sets again."""
+refuses a key given twice, and the benches' bases set keys that each shape sets again; the memory
+plan, which refuses a run that does not fit, is computed on the CPU for the GPU's profile."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from rlexp.planning.plan import make_plan
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -50,6 +53,7 @@ def test_the_memory_shapes_pass_pre_flight(bench, platform, dry):
         micro = want.get("train.micro_batch_size")
         assert cfg.train.micro_batch_size == (int(micro) if micro else None), name
         assert str(cfg.run.cache_dir) == "/tmp/x" and cfg.tracker.name == "none", name
+        assert make_plan(cfg).fits, (name, make_plan(cfg).why)  # the CLI's plan lets it run
 
 
 def test_the_rollout_shapes_pass_pre_flight(bench):
@@ -65,6 +69,7 @@ def test_the_rollout_shapes_pass_pre_flight(bench):
         assert cfg.train.batch_size == prompts and cfg.rollout.micro_batch_size == prompts
         assert cfg.model.name == "smollm2-135m" and cfg.tracker.name == "none"
         assert 1 <= cfg.train.micro_batch_size <= prompts
+        assert make_plan(cfg).fits, (prompts, make_plan(cfg).why)
     # a micro-batch on the command line is kept, not planned
     given = acc.shape_overrides(acc.merged(acc.gpu_base(gpu), ["train.micro_batch_size=2"]), 8,
                                 micro_given=True)
