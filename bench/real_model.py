@@ -105,10 +105,11 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     a = p.parse_args()
     platform = device()
-    extra = list(CPU_SHORT) if platform == "cpu" else []
-    if a.steps is not None:
-        extra = [o for o in extra if not o.startswith("train.steps=")] + [f"train.steps={a.steps}"]
-    extra += a.overrides
+    given = [*([f"train.steps={a.steps}"] if a.steps is not None else []), *a.overrides]
+    # what is given replaces CPU_SHORT's value of a key (pre-flight refuses a key given twice)
+    keys = {o.split("=", 1)[0] for o in given}
+    extra = [o for o in (CPU_SHORT if platform == "cpu" else []) if o.split("=", 1)[0] not in keys]
+    extra += given
     cache = Path(tempfile.mkdtemp(prefix="rlexp-real-cache-"))
     print(f"device: {platform}{' (short CPU run: a smoke check, not the recipe result)' if platform == 'cpu' else ''}")
     print(f"overrides: {' '.join(extra) or '(recipe as shipped)'}")
