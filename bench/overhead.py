@@ -309,9 +309,14 @@ def main() -> None:
     for i in range(a.repeats):
         for side, (kind, extra) in sides.items():
             label = side.replace(" ", "-") + ("" if i == 0 else f"-{i}")
+            started = time.perf_counter()
             results[label] = part(label, kind, extra)
             steady[side].append(median(results[label]["intervals"][SKIP:]))
             steady_cpu[side].append(median(results[label]["cpu_intervals"][SKIP:]))
+            # as it goes: a run cut by a time limit (bench/device_check.sh) still shows these
+            print(f"steady-state of part {label}: {steady[side][-1]:.4f} s/step, CPU "
+                  f"{steady_cpu[side][-1]:.4f} s/step ({time.perf_counter() - started:.0f} s)",
+                  flush=True)
     if not a.no_warm:
         results["rlexp-warm"] = part("rlexp-warm", "rlexp", ["train.steps=6"])
     if a.repeats > 1:
