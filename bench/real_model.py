@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory_calibration import merged  # noqa: E402
+
 PRECISIONS = {
     "f32": ["model.dtype=float32", "model.param_dtype=float32"],
     "bf16": ["model.dtype=bfloat16", "model.param_dtype=float32"],
@@ -105,11 +108,9 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides (after --)")
     a = p.parse_args()
     platform = device()
-    given = [*([f"train.steps={a.steps}"] if a.steps is not None else []), *a.overrides]
     # what is given replaces CPU_SHORT's value of a key (pre-flight refuses a key given twice)
-    keys = {o.split("=", 1)[0] for o in given}
-    extra = [o for o in (CPU_SHORT if platform == "cpu" else []) if o.split("=", 1)[0] not in keys]
-    extra += given
+    extra = merged(CPU_SHORT if platform == "cpu" else [],
+                   [f"train.steps={a.steps}"] if a.steps is not None else [], a.overrides)
     cache = Path(tempfile.mkdtemp(prefix="rlexp-real-cache-"))
     print(f"device: {platform}{' (short CPU run: a smoke check, not the recipe result)' if platform == 'cpu' else ''}")
     print(f"overrides: {' '.join(extra) or '(recipe as shipped)'}")
