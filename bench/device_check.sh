@@ -10,10 +10,10 @@
 #      token step), and the overlap of rollout and update on the CPU (bench/overlap.py --quick).
 #   (3 and 4's log-prob A/B side and the HBM roofline are not yet run on a device.)
 # 1 and 2 run at once (their figures are accuracies and memory peaks, not timings; each
-# process reads its own peak with preallocation off), with the CPU overlap check beside them on
-# a device, then 3 and 4 alone, each timed. Each
-# part has its own time budget, cut to what is left of DEVICE_CHECK_S (555) so the summary
-# prints inside the call; one that overruns is cut and reported, the others run.
+# process reads its own peak with preallocation off), on a device with the CPU overlap check
+# beside them, then 3 and 4 alone, each timed. Each part has its own time budget, cut to what
+# is left of DEVICE_CHECK_S (555) so the summary prints inside the call; one that overruns is
+# cut and reported, the others run.
 # Where it went on an H100 (2026-11, jax 0.11.2, all four in turn): learning f32 30 steps
 # 161 s (2.88 s/step), memory's first shape > 100 s, overhead 105 s, rollout 32 rows < 100 s.
 #

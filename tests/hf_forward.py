@@ -35,17 +35,23 @@ def require_torch() -> None:
             "bash scripts/setup --test")
 
 
+def _child_env() -> dict[str, str]:
+    """This environment for the transformers child, copied safely from other threads' unsets
+    (rlexp imported here, not at the top: this file also runs as the torch-side script)."""
+    from rlexp.base.runtime import environment
+
+    return {**environment(), "TRANSFORMERS_VERBOSITY": "error"}
+
+
 def hf_logits(export_dir: Path, tokens: np.ndarray) -> np.ndarray:
     """[T, V] float32 logits of AutoModelForCausalLM.from_pretrained(export_dir) for one row."""
-    from rlexp.base.runtime import environment  # safe from other threads' unsets
-
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "logits.npy"
         proc = subprocess.run(
             [sys.executable, __file__, str(export_dir), str(out),
              ",".join(str(int(t)) for t in tokens)],
             capture_output=True, text=True, timeout=300,
-            env={**environment(), "TRANSFORMERS_VERBOSITY": "error"})
+            env=_child_env())
         if proc.returncode != 0:
             raise AssertionError(f"transformers forward failed:\n{proc.stderr[-3000:]}")
         return np.load(out)
@@ -56,15 +62,13 @@ def hf_build(dirs: list[Path], tokens: np.ndarray, seed: int = 0) -> dict[str, d
     parameter drawn anew, norms around their identity), saved there as safetensors, and its
     [T, V] float32 logits for `tokens` saved as <dir>/hf_logits.npy. Returns {dir: {"params":
     parameter count (a tied embedding once)}}. One child process for all dirs."""
-    from rlexp.base.runtime import environment  # safe from other threads' unsets
-
     import json
 
     proc = subprocess.run(
         [sys.executable, __file__, "--build", str(seed), ",".join(str(int(t)) for t in tokens),
          *map(str, dirs)],
         capture_output=True, text=True, timeout=600,
-        env={**environment(), "TRANSFORMERS_VERBOSITY": "error"})
+        env=_child_env())
     if proc.returncode != 0:
         raise AssertionError(f"transformers build failed:\n{proc.stderr[-3000:]}")
     return {str(d): json.loads((Path(d) / "hf_built.json").read_text()) for d in dirs}
@@ -72,13 +76,11 @@ def hf_build(dirs: list[Path], tokens: np.ndarray, seed: int = 0) -> dict[str, d
 
 def hf_logits_many(dirs: list[Path], tokens: np.ndarray) -> list[np.ndarray]:
     """hf_logits of several model dirs in one child process."""
-    from rlexp.base.runtime import environment  # safe from other threads' unsets
-
     proc = subprocess.run(
         [sys.executable, __file__, "--logits", ",".join(str(int(t)) for t in tokens),
          *map(str, dirs)],
         capture_output=True, text=True, timeout=600,
-        env={**environment(), "TRANSFORMERS_VERBOSITY": "error"})
+        env=_child_env())
     if proc.returncode != 0:
         raise AssertionError(f"transformers forward failed:\n{proc.stderr[-3000:]}")
     return [np.load(Path(d) / "hf_logits.npy") for d in dirs]

@@ -197,8 +197,6 @@ _MESH_SCRIPT = textwrap.dedent("""
 
 
 def _clean_env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in environment().items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
 
 

@@ -4,7 +4,6 @@ hardware pair, one-line refusals, and (slow) the estimate against measured memor
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

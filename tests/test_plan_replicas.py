@@ -8,7 +8,6 @@ rollout devices into the replicas (checked on virtual CPU devices)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import shutil
 import signal
 import threading

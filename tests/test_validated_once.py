@@ -5,7 +5,6 @@ of them is not validated again, and any other config is."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
